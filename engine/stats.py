@@ -1,0 +1,84 @@
+"""Statistics computed from round events, and the seed's formulas (section 19.4.4). No torch here.
+
+α is estimated as accepted / verified drafts: the target looks at the accepted prefix and the first rejected
+draft, so this is the per-draft acceptance probability E_{x~q}[min(1, p(x)/q(x))] that the seed's
+E = (1 − α^(γ+1)) / (1 − α) assumes. `acceptance_rate` (accepted / drafted) is reported beside it.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+
+from engine.events import RoundEvent
+
+
+def expected_tokens_per_round(alpha: float, gamma: int) -> float:
+    """E[#tokens] = (1 − α^(γ+1)) / (1 − α): accepted drafts plus the correction or bonus token."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def modelled_speedup(alpha: float, gamma: int, draft_over_target: float) -> float:
+    """The seed's speedup model E / (1 + γ·T_q/T_p)."""
+    return expected_tokens_per_round(alpha, gamma) / (1.0 + gamma * draft_over_target)
+
+
+@dataclass(frozen=True)
+class ReplyStats:
+    n_rounds: int
+    n_tokens: int
+    n_drafted: int
+    n_verified: int
+    n_accepted: int
+    alpha: float  # accepted / verified
+    acceptance_rate: float  # accepted / drafted
+    tokens_per_round: float
+    draft_s: float
+    verify_s: float
+    prefill_s: float
+    wall_s: float  # prefill + all rounds
+    tokens_per_s: float
+    estimated_speedup: float  # vs AR at the measured single-token target step: n_tokens · T_p / wall
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def reply_stats(events: Sequence[RoundEvent]) -> ReplyStats:
+    n_tokens = sum(len(e.emitted) for e in events)
+    n_drafted = sum(e.gamma for e in events)
+    n_verified = sum(len(e.drafted) for e in events)
+    n_accepted = sum(e.n_accepted for e in events)
+    prefill_s = sum(e.prefill_s for e in events)
+    rounds_s = sum(e.round_s for e in events)
+    wall_s = prefill_s + rounds_s
+    target_step_s = events[-1].target_step_s if events else 0.0
+    return ReplyStats(
+        n_rounds=len(events), n_tokens=n_tokens, n_drafted=n_drafted, n_verified=n_verified, n_accepted=n_accepted,
+        alpha=n_accepted / n_verified if n_verified else 0.0,
+        acceptance_rate=n_accepted / n_drafted if n_drafted else 0.0,
+        tokens_per_round=n_tokens / len(events) if events else 0.0,
+        draft_s=sum(e.draft_s for e in events), verify_s=sum(e.verify_s for e in events),
+        prefill_s=prefill_s, wall_s=wall_s, tokens_per_s=n_tokens / wall_s if wall_s > 0 else 0.0,
+        estimated_speedup=n_tokens * target_step_s / rounds_s if rounds_s > 0 else 0.0,
+    )
+
+
+def per_position_acceptance(events: Iterable[RoundEvent]) -> list[float]:
+    """P(draft i accepted | drafts before it accepted), for i = 1..max γ: how α decays along the draft."""
+    accepted: list[int] = []
+    verified: list[int] = []
+    for event in events:
+        for i, token in enumerate(event.drafted):
+            while len(verified) <= i:
+                verified.append(0)
+                accepted.append(0)
+            verified[i] += 1
+            accepted[i] += token.accepted
+    return [a / v for a, v in zip(accepted, verified)]
+
+
+def round_alpha(event: RoundEvent) -> float | None:
+    """α of one round (accepted / verified), None for AR steps."""
+    return event.n_accepted / len(event.drafted) if event.drafted else None
