@@ -141,3 +141,20 @@ def training_prompts(n: int, seed: int = 0) -> list[list[dict]]:
 def follow_up(rng: random.Random) -> str:
     return rng.choice(FOLLOW_UPS)
 
+
+
+# Written after the draft's training set was generated; used by `specdec bench` and every figure in the README.
+EVAL_PROMPTS = [
+    "Describe how a refrigerator keeps food cold.",
+    "I am planning a weekend trip to the seaside. What should I pack?",
+    "Write a Python class for a bank account with deposit and withdraw methods.",
+    "Why do leaves change colour in autumn?",
+    "Suggest a name for a bakery and explain your choice.",
+    "What is the difference between weather and climate?",
+    "Give me a simple recipe for vegetable soup.",
+    "Explain what an API is, with an everyday analogy.",
+    "Write a thank-you note to a neighbour who watered my plants.",
+    "How does a microwave oven heat food?",
+    "List some ways to reduce stress before an exam.",
+    "What happens to a letter after I post it?",
+]

@@ -1,0 +1,208 @@
+"""`specdec`: generate, bench, prepare and train-draft from the command line.
+
+Errors reach the user as one line on stderr and a non-zero exit, never as a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+DEFAULT_TARGET = "embedded"
+DEFAULT_DRAFT = "embedded-draft"
+
+COLOURS = {  # ANSI colours for the terminal, the same meaning as in the app
+    "accepted": "\033[32m", "rejected": "\033[9;31m", "resampled": "\033[34m", "corrected": "\033[34m",
+    "bonus": "\033[35m", "target": "",
+}
+RESET = "\033[0m"
+
+
+def _csv_ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def _csv_words(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", default=None, help=f"target model: hub id, directory, .gguf, or '{DEFAULT_TARGET}'")
+    parser.add_argument("--draft", default=None,
+                        help=f"draft model (default {DEFAULT_DRAFT}; '{DEFAULT_TARGET}' drafts for itself)")
+    parser.add_argument("--preset", default=None, help="a named target/draft pair (see `specdec presets`)")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from engine.events import DecodeSettings
+
+    defaults = DecodeSettings()
+    parser = argparse.ArgumentParser(prog="specdec", description="Speculative decoding, visible and fast.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gen = sub.add_parser("generate", help="generate a reply to one prompt")
+    gen.add_argument("prompt")
+    _add_model_arguments(gen)
+    gen.add_argument("--gamma", type=int, default=defaults.gamma, help="draft tokens per round (γ)")
+    mode = gen.add_mutually_exclusive_group()
+    mode.add_argument("--greedy", action="store_true", help="greedy decoding (the default)")
+    mode.add_argument("--temperature", type=float, default=None, help="sample at this temperature")
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
+    gen.add_argument("--mode", choices=["spec", "ar"], default="spec")
+    gen.add_argument("--json", action="store_true", help="print one JSON object instead of coloured text")
+
+    bench = sub.add_parser("bench", help="measure speedups against plain decoding and the peers")
+    _add_model_arguments(bench)
+    bench.add_argument("--prompts", type=Path, default=None, help="a text file, one prompt per line")
+    bench.add_argument("--max-new-tokens", type=int, default=96)
+    bench.add_argument("--gammas", type=_csv_ints, default=[1, 2, 4, 6, 8])
+    bench.add_argument("--decoding", type=_csv_words, default=["greedy", "sample"])
+    bench.add_argument("--temperature", type=float, default=0.7)
+    bench.add_argument("--repeats", type=int, default=1)
+    bench.add_argument("--methods", type=_csv_words, default=["ar", "spec", "hf_generate", "hf_assisted", "naive"])
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--json", action="store_true")
+    bench.add_argument("--out", type=Path, default=None, help="write PNG plots and results.json here")
+
+    prep = sub.add_parser("prepare", help="prepare the embedded pair in the cache directory (one time)")
+    prep.add_argument("--force", action="store_true")
+
+    train = sub.add_parser("train-draft", help="train the embedded draft model (~75 min on 2 CPU cores)")
+    train.add_argument("--out", type=Path, default=Path("assets/draft"))
+    train.add_argument("--workdir", type=Path, default=Path("runs/train-draft"))
+    train.add_argument("--prompts", type=int, default=2800, help="training prompts the target answers")
+    train.add_argument("--steps", type=int, default=1200)
+    train.add_argument("--seed", type=int, default=0)
+
+    sub.add_parser("presets", help="list the named model pairs")
+    return parser
+
+
+def resolve_pair(args) -> tuple[str, str | None]:
+    """Target and draft names from --preset/--target/--draft; the embedded pair by default."""
+    from engine import embedded
+    from engine.pairing import PRESETS
+
+    if args.preset:
+        if args.preset not in PRESETS:
+            raise SystemExit(f"specdec: unknown preset {args.preset!r}; choose from {', '.join(PRESETS)}")
+        preset = PRESETS[args.preset]
+        return args.target or preset.target, args.draft or preset.draft
+    target = args.target or DEFAULT_TARGET
+    if args.draft:
+        return target, args.draft
+    if target == DEFAULT_TARGET:
+        return target, DEFAULT_DRAFT if embedded.draft_dir().exists() else DEFAULT_TARGET
+    return target, target
+
+
+def cmd_generate(args) -> int:
+    from engine.decoder import Decoder
+    from engine.events import DecodeSettings
+    from engine.stats import reply_stats
+
+    target, draft = resolve_pair(args)
+    settings = DecodeSettings(
+        mode=args.mode, gamma=args.gamma, greedy=args.temperature is None,
+        temperature=args.temperature if args.temperature is not None else 1.0,
+        top_k=args.top_k, top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens,
+    )
+    decoder = Decoder.load(target, draft if args.mode == "spec" else None, args.device, args.dtype)
+    events = []
+    colour = sys.stdout.isatty() and not args.json
+    for event in decoder.generate([{"role": "user", "content": args.prompt}], settings):
+        events.append(event)
+        if args.json:
+            continue
+        if colour:
+            shown = [t for t in event.drafted if not t.accepted]
+            text = "".join(f"{COLOURS[t.fate.value]}{t.text}{RESET}" for t in event.emitted[:event.n_accepted])
+            text += "".join(f"{COLOURS['rejected']}{t.text}{RESET}" for t in shown)
+            text += "".join(f"{COLOURS[t.fate.value]}{t.text}{RESET}" for t in event.emitted[event.n_accepted:])
+            print(text, end="", flush=True)
+        else:
+            print(event.text_delta, end="", flush=True)
+    stats = reply_stats(events)
+    if args.json:
+        info = decoder.info()
+        token_ids = [t.token_id for e in events for t in e.emitted]
+        print(json.dumps({
+            "text": "".join(e.text_delta for e in events), "token_ids": token_ids,
+            "settings": settings.__dict__, "target": info.target.__dict__,
+            "draft": info.draft.__dict__ if info.draft else None, "device": info.device, "dtype": info.dtype,
+            "finish_reason": events[-1].finish_reason,
+            "stats": stats.as_dict(),
+            "rounds": [event_dict(e) for e in events],
+        }))
+    else:
+        print()
+        print(f"\n[{stats.n_tokens} tokens in {stats.wall_s:.2f}s = {stats.tokens_per_s:.1f} tok/s; "
+              f"α {stats.alpha:.2f}, {stats.tokens_per_round:.2f} tokens/round over {stats.n_rounds} rounds]",
+              file=sys.stderr)
+    return 0
+
+
+def event_dict(event) -> dict:
+    from dataclasses import asdict
+
+    data = asdict(event)
+    for token in data["emitted"]:
+        token["fate"] = token["fate"].value
+    return data
+
+
+def cmd_prepare(args) -> int:
+    from engine import embedded
+
+    embedded.prepare(force=args.force)
+    return 0
+
+
+def cmd_train_draft(args) -> int:
+    from engine.distill import run_recipe
+
+    record = run_recipe(out=args.out, workdir=args.workdir, n_prompts=args.prompts, steps=args.steps, seed=args.seed)
+    final = record["result"]["history"][-1]
+    print(f"held-out top-1 agreement {final['agreement']:.3f} after {record['total_s']}s; run `specdec prepare`")
+    return 0
+
+
+def cmd_presets(args) -> int:
+    from engine.pairing import PRESETS
+
+    for preset in PRESETS.values():
+        print(f"{preset.name:14} {preset.target} <- {preset.draft}  ({preset.note})")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from engine.bench import run_cli
+
+    return run_cli(args, *resolve_pair(args))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from engine.models import ModelLoadError
+    from engine.pairing import PairingError
+
+    commands = {"generate": cmd_generate, "bench": cmd_bench, "prepare": cmd_prepare,
+                "train-draft": cmd_train_draft, "presets": cmd_presets}
+    try:
+        return commands[args.command](args)
+    except (ModelLoadError, PairingError, FileNotFoundError, ValueError) as exc:
+        print(f"specdec: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("specdec: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

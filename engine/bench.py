@@ -1,0 +1,519 @@
+"""`specdec bench`: our decoder against plain AR, transformers' generate and assisted generation, and the seed's
+reference algorithm, on the same prompts, models, dtype and device; a Markdown table, JSON, and plots.
+
+Every method runs on every prompt in turn (for each repeat, for each prompt, every configuration), so drift of a
+busy machine hits all alike. A timed run covers everything from the prompt's token ids to the last generated token,
+model loading and tokenisation excluded. Tokens are the generated ones up to and including EOS, counted the same
+way for every method. A row's tokens/s is its total tokens over its total time; "speedup" is that over the
+tokens/s of our AR decoder in the same decoding mode.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.events import RoundEvent
+from engine.stats import expected_tokens_per_round, modelled_speedup, per_position_acceptance, reply_stats
+
+METHODS = ("ar", "spec", "hf_generate", "hf_assisted", "naive")
+DECODINGS = ("greedy", "sample")
+NEEDS_DRAFT = ("spec", "hf_assisted", "naive")
+WARM_UP_TOKENS = 8
+# hf_assisted rows besides one per γ (constant schedule, no early stop: exactly γ drafts, like ours):
+HF_SCHEDULES = {
+    "default": "transformers 5.24 defaults: 20 drafts, constant schedule, stop when the draft's confidence < 0.4",
+    "heuristic": "heuristic schedule from 5 drafts (+2 if all accepted, else −1), reset for every reply",
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """One row of the table: a method, a decoding mode and, for drafting methods, γ (or an HF schedule)."""
+
+    method: str
+    decoding: str
+    gamma: int | None = None
+    schedule: str | None = None  # hf_assisted only: "constant" (with γ), "default" or "heuristic"
+
+    @property
+    def greedy(self) -> bool:
+        return self.decoding == "greedy"
+
+    @property
+    def gamma_label(self) -> str:
+        if self.schedule in HF_SCHEDULES:
+            return self.schedule
+        return "" if self.gamma is None else str(self.gamma)
+
+
+@dataclass
+class Run:
+    """One timed reply."""
+
+    config: Config
+    prompt_index: int
+    repeat: int
+    tokens: list[int]
+    wall_s: float
+    events: list[RoundEvent] | None = None  # our engine and the naive algorithm
+    target_calls: int | None = None  # hf_assisted: target forwards (= rounds) and draft forwards (= drafts)
+    draft_calls: int | None = None
+
+
+@dataclass
+class Row:
+    config: Config
+    runs: list[Run] = field(default_factory=list)
+
+
+def plan(methods: Sequence[str], decodings: Sequence[str], gammas: Sequence[int]) -> list[Config]:
+    """The configurations to run, in table order; raises ValueError with a one-line reason on bad input."""
+    for method in methods:
+        if method not in METHODS:
+            raise ValueError(f"unknown bench method {method!r}; choose from {', '.join(METHODS)}")
+    for decoding in decodings:
+        if decoding not in DECODINGS:
+            raise ValueError(f"unknown decoding {decoding!r}; choose from {', '.join(DECODINGS)}")
+    if not methods or not decodings:
+        raise ValueError("nothing to run: give at least one method and one decoding mode")
+    if any(m in NEEDS_DRAFT for m in methods) and not gammas:
+        raise ValueError("--gammas is empty")
+    for gamma in gammas:
+        if not 1 <= gamma <= 64:
+            raise ValueError(f"gamma must be between 1 and 64, not {gamma}")
+    configs = []
+    for decoding in decodings:
+        for method in METHODS:  # a fixed order, whatever order the user named them in
+            if method not in methods:
+                continue
+            if method in ("ar", "hf_generate"):
+                configs.append(Config(method, decoding))
+            elif method == "hf_assisted":
+                configs += [Config(method, decoding, g, "constant") for g in gammas]
+                configs += [Config(method, decoding, None, s) for s in HF_SCHEDULES]
+            else:
+                configs += [Config(method, decoding, g) for g in gammas]
+    return configs
+
+
+def load_prompts(path: Path | None) -> list[str]:
+    """One prompt per non-empty line of `path`, or the built-in evaluation set."""
+    if path is not None:
+        if not path.is_file():
+            raise FileNotFoundError(f"prompts file not found: {path}")
+        prompts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if not prompts:
+            raise ValueError(f"prompts file {path} has no prompts (one per line)")
+        return prompts
+    from engine import prompts as builtin
+
+    eval_prompts = getattr(builtin, "EVAL_PROMPTS", None)
+    if not eval_prompts:
+        raise ValueError("engine.prompts has no EVAL_PROMPTS yet; pass --prompts FILE (one prompt per line)")
+    return list(eval_prompts)
+
+
+def cut_at_eos(tokens: list[int], eos_ids: set[int]) -> list[int]:
+    """Generated tokens up to and including the first EOS."""
+    for i, token in enumerate(tokens):
+        if token in eos_ids:
+            return tokens[: i + 1]
+    return tokens
+
+
+# ---------------------------------------------------------------------------------------------------- running
+
+
+class Bench:
+    """Runs one configuration on one prompt. Owns the decoder; the HF methods use the decoder's own models."""
+
+    def __init__(self, decoder, max_new_tokens: int, temperature: float):
+        self.decoder = decoder
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.device = decoder.target.device
+
+    def run(self, config: Config, prompt: str, seed: int, max_new_tokens: int | None = None) -> Run:
+        max_new = max_new_tokens or self.max_new_tokens
+        messages = [{"role": "user", "content": prompt}]
+        method = {"ar": self._engine, "spec": self._engine, "hf_generate": self._hf,
+                  "hf_assisted": self._hf, "naive": self._naive}[config.method]
+        return method(config, messages, seed, max_new)
+
+    def _engine(self, config: Config, messages: list[dict], seed: int, max_new: int) -> Run:
+        from engine.events import DecodeSettings
+        from engine.models import synchronize
+
+        settings = DecodeSettings(
+            mode=config.method, gamma=config.gamma or 1, greedy=config.greedy, temperature=self.temperature,
+            seed=seed, max_new_tokens=max_new,
+        )
+        self.decoder.reset()  # otherwise the previous run's cached prompt would make this prefill free
+        # generate() tokenises inside; time that alone, just before, and take it off the wall time
+        start = time.perf_counter()
+        self.decoder.chat_ids(messages)
+        tokenise_s = time.perf_counter() - start
+        start = time.perf_counter()
+        events = list(self.decoder.generate(messages, settings))
+        synchronize(self.device)
+        wall_s = time.perf_counter() - start - tokenise_s
+        tokens = [t.token_id for e in events for t in e.emitted]
+        return Run(config, 0, 0, tokens, wall_s, events=events)
+
+    def _naive(self, config: Config, messages: list[dict], seed: int, max_new: int) -> Run:
+        import torch
+
+        from engine.models import synchronize
+        from engine.naive import speculative_decode
+
+        prefix = self.decoder.chat_ids(messages)
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        synchronize(self.device)
+        start = time.perf_counter()
+        events = list(speculative_decode(
+            self.decoder.target.model, self.decoder.draft.model, prefix, config.gamma, max_new,
+            greedy=config.greedy, temperature=self.temperature, generator=generator,
+            eos_ids=self.decoder.eos_ids, vocab_size=self.decoder.vocab_size,
+        ))
+        synchronize(self.device)
+        wall_s = time.perf_counter() - start
+        tokens = [t.token_id for e in events for t in e.emitted]
+        return Run(config, 0, 0, tokens, wall_s, events=events)
+
+    def _hf(self, config: Config, messages: list[dict], seed: int, max_new: int) -> Run:
+        import torch
+
+        from engine.models import synchronize
+
+        target = self.decoder.target.model
+        prompt = self.decoder.chat_ids(messages)
+        input_ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
+        eos = sorted(self.decoder.eos_ids)
+        kwargs: dict = dict(
+            attention_mask=torch.ones_like(input_ids), max_new_tokens=max_new, eos_token_id=eos,
+            pad_token_id=eos[0] if eos else None, do_sample=not config.greedy,
+        )
+        if not config.greedy:  # plain temperature sampling: no top-k, no top-p (as our DecodeSettings here)
+            kwargs.update(temperature=self.temperature, top_k=0, top_p=1.0)
+        counters = {}
+        hooks = []
+        if config.method == "hf_assisted":
+            draft = self.decoder.draft.model
+            _configure_assistant(draft.generation_config, config)
+            kwargs["assistant_model"] = draft
+            for name, model in (("target", target), ("draft", draft)):
+                counters[name] = 0
+                hooks.append(model.register_forward_hook(_counter(counters, name)))
+        # transformers samples from the global generator only: seed it per reply so runs are reproducible
+        torch.manual_seed(seed)
+        try:
+            synchronize(self.device)
+            start = time.perf_counter()
+            output = target.generate(input_ids, **kwargs)
+            synchronize(self.device)
+            wall_s = time.perf_counter() - start
+        finally:
+            for hook in hooks:
+                hook.remove()
+        tokens = cut_at_eos(output[0, len(prompt):].tolist(), self.decoder.eos_ids)
+        return Run(config, 0, 0, tokens, wall_s, target_calls=counters.get("target"),
+                   draft_calls=counters.get("draft"))
+
+
+def _counter(counters: dict, name: str) -> Callable:
+    def hook(module, args, output):
+        counters[name] += 1
+    return hook
+
+
+def _configure_assistant(generation_config, config: Config) -> None:
+    """Set the assistant's drafting knobs, which transformers reads from the assistant's own generation config."""
+    if config.schedule == "constant":
+        generation_config.num_assistant_tokens = config.gamma
+        generation_config.num_assistant_tokens_schedule = "constant"
+        generation_config.assistant_confidence_threshold = 0.0  # 0 turns the early stop off: exactly γ drafts
+    elif config.schedule == "heuristic":
+        generation_config.num_assistant_tokens = 5
+        generation_config.num_assistant_tokens_schedule = "heuristic"
+        generation_config.assistant_confidence_threshold = None  # transformers' default (0.4)
+    else:  # "default": whatever transformers fills in when nothing is set
+        generation_config.num_assistant_tokens = None
+        generation_config.num_assistant_tokens_schedule = None
+        generation_config.assistant_confidence_threshold = None
+
+
+def run_all(bench: Bench, configs: list[Config], prompts: list[str], repeats: int, seed: int,
+            progress: bool = True) -> list[Row]:
+    """Warm each configuration up once, then time every configuration on every prompt, interleaved."""
+    from tqdm import tqdm
+
+    rows = [Row(c) for c in configs]
+    total = len(configs) * (1 + len(prompts) * repeats)
+    with tqdm(total=total, desc="bench", unit="run", file=sys.stderr, disable=not progress, leave=False) as bar:
+        for row in rows:
+            bar.set_postfix_str(f"warm-up {row.config.method} {row.config.decoding} {row.config.gamma_label}")
+            bench.run(row.config, prompts[0], seed, max_new_tokens=min(WARM_UP_TOKENS, bench.max_new_tokens))
+            bar.update()
+        for repeat in range(repeats):
+            for index, prompt in enumerate(prompts):
+                # the same seed for every method on one prompt: sampled replies are comparable draws
+                run_seed = seed + 1000 * repeat + index
+                for row in rows:
+                    bar.set_postfix_str(f"prompt {index + 1} {row.config.method} {row.config.decoding} "
+                                        f"{row.config.gamma_label}")
+                    run = bench.run(row.config, prompt, run_seed)
+                    run.prompt_index, run.repeat = index, repeat
+                    row.runs.append(run)
+                    bar.update()
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------- summary
+
+
+def _ar_row(rows: list[Row], decoding: str) -> Row | None:
+    return next((r for r in rows if r.config.method == "ar" and r.config.decoding == decoding), None)
+
+
+def identical_to_ar(row: Row, ar: Row | None) -> tuple[int, int] | None:
+    """(replies equal to AR's on the same prompt and repeat, replies compared); None when it does not apply."""
+    if ar is None or not row.config.greedy or row.config.method == "ar":
+        return None
+    reference = {(r.prompt_index, r.repeat): r.tokens for r in ar.runs}
+    pairs = [(r.tokens, reference[(r.prompt_index, r.repeat)]) for r in row.runs
+             if (r.prompt_index, r.repeat) in reference]
+    return sum(a == b for a, b in pairs), len(pairs)
+
+
+def greedy_identical(rows: list[Row]) -> bool | None:
+    """Every greedy `spec` reply equals greedy AR's on its prompt; None when there is nothing to compare."""
+    ar = _ar_row(rows, "greedy")
+    counts = [identical_to_ar(r, ar) for r in rows if r.config.method == "spec" and r.config.greedy]
+    counts = [c for c in counts if c is not None and c[1] > 0]
+    if not counts:
+        return None
+    return all(same == n for same, n in counts)
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b > 0 else None
+
+
+def ar_step_s(ar: Row | None) -> float | None:
+    """T_p: the mean single-token target step of our AR decoder (its verify time per round)."""
+    if ar is None:
+        return None
+    events = [e for r in ar.runs for e in (r.events or [])]
+    return sum(e.verify_s for e in events) / len(events) if events else None
+
+
+def summarize_row(row: Row, ar: Row | None) -> dict:
+    """One run record of the JSON (and one line of the table), from a row's runs."""
+    config = row.config
+    tokens = sum(len(r.tokens) for r in row.runs)
+    wall_s = sum(r.wall_s for r in row.runs)
+    tokens_per_s = tokens / wall_s if wall_s > 0 else 0.0
+    record: dict = {
+        "method": config.method, "decoding": config.decoding, "gamma": config.gamma, "schedule": config.schedule,
+        "replies": len(row.runs), "tokens": tokens, "wall_s": wall_s, "tokens_per_s": tokens_per_s,
+        "alpha": None, "acceptance_rate": None, "tokens_per_round": None, "rounds": None,
+        "speedup_vs_ar": None, "identical_to_ar": None,
+    }
+    if ar is not None and ar is not row:
+        ar_tokens = sum(len(r.tokens) for r in ar.runs)
+        ar_wall = sum(r.wall_s for r in ar.runs)
+        record["speedup_vs_ar"] = _ratio(tokens_per_s, ar_tokens / ar_wall if ar_wall > 0 else 0.0)
+    elif ar is row:
+        record["speedup_vs_ar"] = 1.0
+    same = identical_to_ar(row, ar)
+    if same is not None:
+        record["identical_to_ar"] = f"{same[0]}/{same[1]}"
+
+    events = [e for r in row.runs for e in (r.events or [])]
+    if config.method in ("ar", "hf_generate"):
+        record["tokens_per_round"] = 1.0  # one target forward per token
+        record["rounds"] = tokens
+    elif events:
+        stats = reply_stats(events)
+        record.update(alpha=stats.alpha, acceptance_rate=stats.acceptance_rate,
+                      tokens_per_round=stats.tokens_per_round, rounds=stats.n_rounds)
+        record["per_position_acceptance"] = per_position_acceptance(events)
+        record["theory_tokens_per_round"] = expected_tokens_per_round(stats.alpha, config.gamma)
+        t_p = ar_step_s(ar)
+        t_q = _ratio(stats.draft_s, stats.n_drafted)
+        record.update(t_q_s=t_q, t_p_s=t_p)
+        if t_p and t_q is not None:
+            record["modelled_speedup"] = modelled_speedup(stats.alpha, config.gamma, t_q / t_p)
+    elif config.method == "hf_assisted":
+        # α needs per-round acceptances, which transformers does not report: n/a. Rounds are target forwards.
+        rounds = sum(r.target_calls or 0 for r in row.runs)
+        record["rounds"] = rounds
+        record["drafted"] = sum(r.draft_calls or 0 for r in row.runs)
+        record["tokens_per_round"] = _ratio(tokens, rounds)
+    return record
+
+
+def summarize(rows: list[Row]) -> dict:
+    records = [summarize_row(row, _ar_row(rows, row.config.decoding)) for row in rows]
+    return {"runs": records, "greedy_identical": greedy_identical(rows)}
+
+
+def _fmt(value, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def markdown_table(records: list[dict]) -> str:
+    header = ["method", "decoding", "γ", "tokens", "wall s", "tokens/s", "α", "tokens/round", "speedup vs ar",
+              "greedy = ar"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 6 + ["---"]) + "|"]
+    for r in records:
+        gamma = r["schedule"] if r.get("schedule") in HF_SCHEDULES else ("" if r["gamma"] is None else str(r["gamma"]))
+        cells = [
+            r["method"], r["decoding"], gamma, str(r["tokens"]), f"{r['wall_s']:.2f}", f"{r['tokens_per_s']:.1f}",
+            "" if r["method"] in ("ar", "hf_generate") else _fmt(r["alpha"], ".2f"),
+            _fmt(r["tokens_per_round"], ".2f"), _fmt(r["speedup_vs_ar"], ".2f") + ("x" if r["speedup_vs_ar"] else ""),
+            r.get("identical_to_ar") or "",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def environment(decoder, prompts: list[str], args) -> dict:
+    import torch
+    import transformers
+
+    info = decoder.info()
+    return {
+        "device": info.device, "dtype": info.dtype, "torch": torch.__version__,
+        "transformers": transformers.__version__, "python": platform.python_version(),
+        "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "platform": platform.platform(),
+        "gpu": torch.cuda.get_device_name(0) if info.device.startswith("cuda") else None,
+        "target": info.target.__dict__, "draft": info.draft.__dict__ if info.draft else None,
+        "prompts": len(prompts), "repeats": args.repeats, "max_new_tokens": args.max_new_tokens,
+        "temperature": args.temperature, "seed": args.seed,
+        "hf_assisted_schedules": {"constant": "γ drafts every round, confidence early stop off", **HF_SCHEDULES},
+        "timing": "wall clock from prompt ids to the last token; model loading and tokenisation excluded",
+    }
+
+
+# ---------------------------------------------------------------------------------------------------- plots
+
+
+def write_plots(records: list[dict], out: Path) -> list[Path]:
+    """α, tokens/round and speedup against γ beside the seed's formulas, and per-position acceptance."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    drafting = [r for r in records if r["method"] in ("spec", "naive") and r.get("alpha") is not None]
+    series = {}
+    for r in drafting:
+        series.setdefault((r["method"], r["decoding"]), []).append(r)
+    written = []
+
+    def save(fig, name: str) -> None:
+        fig.tight_layout()
+        path = out / name
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+
+    fig, (ax_alpha, ax_tokens) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for (method, decoding), rs in series.items():
+        gammas = [r["gamma"] for r in rs]
+        line, = ax_alpha.plot(gammas, [r["alpha"] for r in rs], "o-", label=f"{method} {decoding}")
+        ax_tokens.plot(gammas, [r["tokens_per_round"] for r in rs], "o", color=line.get_color(),
+                       label=f"{method} {decoding} (measured)")
+        ax_tokens.plot(gammas, [r["theory_tokens_per_round"] for r in rs], "--", color=line.get_color(),
+                       label=f"{method} {decoding}: (1−α^(γ+1))/(1−α)")
+    ax_alpha.set(xlabel="γ", ylabel="α (accepted / verified drafts)", ylim=(0, 1.05), title="Acceptance rate")
+    ax_tokens.set(xlabel="γ", ylabel="tokens per round", title="Tokens per round vs the seed's E")
+    for ax in (ax_alpha, ax_tokens):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    save(fig, "alpha_tokens_per_round.png")
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for (method, decoding), rs in series.items():
+        gammas = [r["gamma"] for r in rs]
+        line, = ax.plot(gammas, [r["speedup_vs_ar"] or 0 for r in rs], "o-", label=f"{method} {decoding} (measured)")
+        modelled = [(r["gamma"], r["modelled_speedup"]) for r in rs if r.get("modelled_speedup") is not None]
+        if modelled and method == "spec":
+            ax.plot(*zip(*modelled), "--", color=line.get_color(), label=f"{method} {decoding}: E/(1+γ·T_q/T_p)")
+    for r in records:
+        if r["method"] == "hf_assisted" and r["schedule"] == "constant" and r["speedup_vs_ar"] is not None:
+            ax.plot(r["gamma"], r["speedup_vs_ar"], "x", color="grey")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set(xlabel="γ", ylabel="speedup vs our AR", title="Speedup (× = transformers assisted, constant γ)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    save(fig, "speedup.png")
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for r in drafting:
+        if r["method"] == "spec" and r.get("per_position_acceptance"):
+            positions = range(1, len(r["per_position_acceptance"]) + 1)
+            ax.plot(positions, r["per_position_acceptance"], "o-", label=f"{r['decoding']} γ={r['gamma']}")
+    ax.set(xlabel="draft position i", ylabel="P(x_i accepted | x_1..x_{i-1} accepted)", ylim=(0, 1.05),
+           title="Per-position acceptance (spec)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    save(fig, "per_position_acceptance.png")
+    return written
+
+
+# ---------------------------------------------------------------------------------------------------- CLI
+
+
+def run_cli(args, target_name: str, draft_name: str | None) -> int:
+    from engine.decoder import Decoder
+
+    configs = plan(args.methods, args.decoding, args.gammas)
+    if args.repeats < 1:
+        raise ValueError("--repeats must be >= 1")
+    if args.max_new_tokens < 1:
+        raise ValueError("--max-new-tokens must be >= 1")
+    if "sample" in args.decoding and args.temperature <= 0:
+        raise ValueError("--temperature must be positive for sampled decoding")
+    prompts = load_prompts(args.prompts)
+    needs_draft = any(c.method in NEEDS_DRAFT for c in configs)
+    if needs_draft and draft_name is None:
+        raise ValueError("the spec, hf_assisted and naive methods need a draft model (--draft)")
+    print(f"loading {target_name}" + (f" + draft {draft_name}" if needs_draft else ""), file=sys.stderr)
+    decoder = Decoder.load(target_name, draft_name if needs_draft else None, args.device, args.dtype)
+
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # generate() warns about unused sampling flags on every call
+    try:
+        rows = run_all(Bench(decoder, args.max_new_tokens, args.temperature), configs, prompts, args.repeats,
+                       args.seed)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+    result = summarize(rows)
+    result["env"] = environment(decoder, prompts, args)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        plots = write_plots(result["runs"], args.out)
+        print(f"wrote {args.out / 'results.json'} and {len(plots)} plots", file=sys.stderr)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        env = result["env"]
+        print(f"{target_name} + {draft_name}, {env['device']} {env['dtype']}, {len(prompts)} prompts × "
+              f"{args.repeats}, {args.max_new_tokens} new tokens max")
+        print()
+        print(markdown_table(result["runs"]))
+        if result["greedy_identical"] is not None:
+            print(f"\ngreedy spec output identical to AR on every prompt: {result['greedy_identical']}")
+    return 0

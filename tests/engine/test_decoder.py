@@ -1,0 +1,142 @@
+"""The round loop on tiny random models: losslessness in greedy mode, rollback, EOS, stopping, chat turns."""
+import pytest
+import torch
+
+from engine.caches import CachedModel
+from engine.decoder import Decoder
+from engine.drafters import DraftModelDrafter
+from engine.events import DecodeSettings, Fate
+from engine.pairing import PairingError, check_vocabularies
+from tests.tiny import PROMPT, tiny_decoder, tiny_model, tiny_tokenizer
+
+
+def tokens(events) -> list[int]:
+    return [t.token_id for e in events for t in e.emitted]
+
+
+def ar_tokens(settings: DecodeSettings, messages=PROMPT) -> list[int]:
+    return tokens(tiny_decoder(draft_seed=None).generate(messages, DecodeSettings(**{**settings.__dict__, "mode": "ar"})))
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 8])
+@pytest.mark.parametrize("draft_seed", [0, 1, 5])
+def test_greedy_speculative_output_equals_greedy_ar_output(gamma, draft_seed):
+    settings = DecodeSettings(gamma=gamma, max_new_tokens=40)
+    events = list(tiny_decoder(draft_seed=draft_seed).generate(PROMPT, settings))
+    assert tokens(events) == ar_tokens(settings)
+    assert len(tokens(events)) == 40
+    assert events[-1].finish_reason == "length"
+
+
+def test_a_draft_identical_to_the_target_is_always_accepted():
+    target = tiny_model(0)
+    decoder = Decoder(target, DraftModelDrafter(target, target.vocab_size), target)
+    events = list(decoder.generate(PROMPT, DecodeSettings(gamma=4, max_new_tokens=30)))
+    assert all(t.accepted for e in events for t in e.drafted)
+    assert all(e.emitted[-1].fate in (Fate.BONUS,) for e in events[:-1])
+    assert tokens(events) == ar_tokens(DecodeSettings(max_new_tokens=30))
+
+
+def test_a_different_draft_produces_rejections_and_corrections():
+    events = list(tiny_decoder(draft_seed=1).generate(PROMPT, DecodeSettings(gamma=4, max_new_tokens=40)))
+    fates = {t.fate for e in events for t in e.emitted}
+    assert Fate.CORRECTED in fates
+    rejected = [t for e in events for t in e.drafted if not t.accepted]
+    assert rejected and all(len(t.top_p) == 5 and len(t.top_q) == 5 for t in rejected)
+
+
+def test_sampling_with_top_k_1_is_greedy_for_both_models():
+    settings = DecodeSettings(gamma=3, greedy=False, temperature=0.9, top_k=1, max_new_tokens=30, seed=3)
+    assert tokens(tiny_decoder(draft_seed=1).generate(PROMPT, settings)) == ar_tokens(DecodeSettings(max_new_tokens=30))
+
+
+def test_sampling_is_reproducible_from_the_seed_and_reports_draws():
+    settings = DecodeSettings(gamma=4, greedy=False, temperature=1.0, max_new_tokens=30, seed=11)
+    first = list(tiny_decoder(draft_seed=1).generate(PROMPT, settings))
+    second = list(tiny_decoder(draft_seed=1).generate(PROMPT, settings))
+    assert tokens(first) == tokens(second)
+    drafted = [t for e in first for t in e.drafted]
+    assert drafted and all(0.0 <= t.r < 1.0 for t in drafted)
+    assert all(t.accepted == (t.r < t.accept_prob) for t in drafted)
+
+
+def test_rollback_leaves_the_cache_as_a_fresh_forward_over_the_prefix():
+    model = tiny_model(0).model
+    runner = CachedModel(model, 64)
+    prefix = [3, 9, 14, 2, 7]
+    runner.forward(prefix)
+    runner.forward([20, 21, 22, 23])  # four drafts, then all rejected
+    runner.rollback(len(prefix))
+    after_rollback = runner.forward([30])
+    fresh = model(torch.tensor([prefix + [30]])).logits[0, -1]
+    assert torch.allclose(after_rollback[0], fresh, atol=1e-5)
+    assert runner.cache.get_seq_length() == len(prefix) + 1
+
+
+def test_eos_inside_an_accepted_block_stops_generation_there():
+    target = tiny_model(0)
+    reference = tokens(Decoder(target).generate(PROMPT, DecodeSettings(mode="ar", max_new_tokens=30)))
+    decoder = Decoder(target, DraftModelDrafter(target, target.vocab_size), target)
+    decoder.eos_ids = {reference[5]}  # pretend the 6th token is the end of the reply
+    events = list(decoder.generate(PROMPT, DecodeSettings(gamma=8, max_new_tokens=30)))
+    assert len(events) == 1  # the EOS was drafted and accepted inside the first block of 8
+    assert tokens(events) == reference[: reference.index(reference[5]) + 1]
+    assert events[-1].finish_reason == "eos"
+
+
+def test_stopping_between_rounds_ends_within_one_round_and_leaves_caches_consistent():
+    decoder = tiny_decoder(draft_seed=1)
+    settings = DecodeSettings(gamma=4, max_new_tokens=40)
+    rounds = decoder.generate(PROMPT, settings)
+    first = next(rounds)
+    rounds.close()  # what the app's Stop does between rounds
+    assert first.finish_reason is None
+    assert len(decoder.runner) == len(decoder.chat_ids(PROMPT)) + len(first.emitted) - 1
+    assert tokens(decoder.generate(PROMPT, settings)) == ar_tokens(settings)
+
+
+def test_a_new_chat_turn_reuses_the_cached_prefix_and_matches_a_fresh_decoder():
+    decoder = tiny_decoder(draft_seed=1)
+    settings = DecodeSettings(gamma=4, max_new_tokens=12)
+    reply = decoder.tokenizer.decode(tokens(decoder.generate(PROMPT, settings)), skip_special_tokens=True)
+    turn2 = PROMPT + [{"role": "assistant", "content": reply}, {"role": "user", "content": "w9 w10"}]
+    fed = []
+    forward = decoder.runner.forward
+    decoder.runner.forward = lambda ids, keep=1: fed.append(len(ids)) or forward(ids, keep)
+    second = tokens(decoder.generate(turn2, settings))
+    assert second == tokens(tiny_decoder(draft_seed=1).generate(turn2, settings))
+    assert fed[0] < len(decoder.chat_ids(turn2)) - 1  # the prefill fed only what was not cached
+
+
+def test_gamma_requests_apply_from_the_next_round():
+    decoder = tiny_decoder(draft_seed=1)
+    rounds = decoder.generate(PROMPT, DecodeSettings(gamma=2, max_new_tokens=40))
+    first = next(rounds)
+    decoder.request_gamma(6)
+    second = next(rounds)
+    rounds.close()
+    assert (first.gamma, second.gamma) == (2, 6)
+
+
+def test_ar_mode_reports_plain_target_tokens():
+    events = list(tiny_decoder(draft_seed=1).generate(PROMPT, DecodeSettings(mode="ar", max_new_tokens=5)))
+    assert len(events) == 5
+    assert all(e.gamma == 0 and not e.drafted and e.emitted[0].fate is Fate.TARGET for e in events)
+
+
+def test_lm_heads_padded_to_different_sizes_are_compatible():
+    target = tiny_model(0, vocab_size=72)  # 8 padding rows past the 64-token tokenizer
+    draft = tiny_model(1, layers=1)
+    assert check_vocabularies(target, draft) == 64
+    decoder = Decoder(target, DraftModelDrafter(draft, 64), draft)
+    events = list(decoder.generate(PROMPT, DecodeSettings(gamma=3, max_new_tokens=10)))
+    assert all(t.token_id < 64 for e in events for t in e.emitted)
+
+
+def test_different_tokenizers_are_refused_with_a_reason():
+    target, draft = tiny_model(0), tiny_model(1)
+    other = tiny_tokenizer()
+    other.add_tokens(["extra"])
+    draft.tokenizer = other
+    with pytest.raises(PairingError, match="vocabularies differ"):
+        check_vocabularies(target, draft)

@@ -1,0 +1,59 @@
+"""Integration tests on the real embedded pair (SmolLM2-135M-Instruct and our draft); `make test` prepares them."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from engine import embedded
+from engine.decoder import Decoder
+from engine.events import DecodeSettings
+from engine.stats import reply_stats
+
+pytestmark = pytest.mark.embedded
+MESSAGES = [{"role": "user", "content": "Name three colours of the rainbow."}]
+
+
+@pytest.fixture(scope="module")
+def self_drafting():
+    return Decoder.load("embedded", "embedded", device="cpu", dtype="float32")
+
+
+def test_embedded_target_drafting_for_itself_accepts_everything_and_matches_ar(self_drafting):
+    settings = DecodeSettings(gamma=4, max_new_tokens=32)
+    spec = list(self_drafting.generate(MESSAGES, settings))
+    ar = list(self_drafting.generate(MESSAGES, DecodeSettings(mode="ar", max_new_tokens=32)))
+    assert reply_stats(spec).alpha == 1.0
+    assert [t.token_id for e in spec for t in e.emitted] == [t.token_id for e in ar for t in e.emitted]
+
+
+def test_embedded_draft_is_lossless_in_float32():
+    assert embedded.draft_dir().exists(), "run `specdec prepare` (make test does)"
+    decoder = Decoder.load("embedded", "embedded-draft", device="cpu", dtype="float32")
+    assert decoder.drafter.runner.draft_vocab is not None  # the shipped draft vocabulary is in use
+    settings = DecodeSettings(gamma=4, max_new_tokens=48)
+    spec = list(decoder.generate(MESSAGES, settings))
+    ar = list(decoder.generate(MESSAGES, DecodeSettings(mode="ar", max_new_tokens=48)))
+    assert [t.token_id for e in spec for t in e.emitted] == [t.token_id for e in ar for t in e.emitted]
+    assert reply_stats(spec).alpha > 0.3  # a trained draft, not noise
+
+
+def _specdec(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_generate_json_reports_text_tokens_stats_and_rounds():
+    result = _specdec("generate", "Say hello.", "--max-new-tokens", "16", "--json", "--dtype", "float32")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["text"] and len(out["token_ids"]) == sum(len(r["emitted"]) for r in out["rounds"]) <= 16
+    for key in ("alpha", "tokens_per_round", "n_rounds", "n_drafted", "n_accepted", "tokens_per_s", "wall_s"):
+        assert key in out["stats"]
+    assert out["stats"]["n_rounds"] == len(out["rounds"])
+
+
+def test_cli_errors_are_one_line_without_traceback():
+    result = _specdec("generate", "hi", "--target", "/nonexistent/model-dir")
+    assert result.returncode == 1
+    assert result.stderr.startswith("specdec: error:") and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
