@@ -80,7 +80,8 @@ def test_theory_curve_is_the_seeds_geometric_sum():
 
 
 def test_greedy_identity_counts_replies_equal_to_ar_prompt_by_prompt():
-    ar_config, spec_config, hf_config = Config("ar", "greedy"), Config("spec", "greedy", 2), Config("hf_generate", "greedy")
+    ar_config, spec_config = Config("ar", "greedy"), Config("spec", "greedy", 2)
+    hf_config = Config("hf_generate", "greedy")
     ar = Row(ar_config, [run(ar_config, [1, 2, 3], 1.0, prompt_index=0), run(ar_config, [4, 5], 1.0, prompt_index=1)])
     same = Row(spec_config, [run(spec_config, [1, 2, 3], 1.0, prompt_index=0),
                              run(spec_config, [4, 5], 1.0, prompt_index=1)])
