@@ -95,8 +95,8 @@ class Decoder:
         device = self.target.device
 
         # 0) prefill: both caches end up holding the prompt but its last token
-        start = time.perf_counter()
         prompt = self.chat_ids(messages)
+        start = time.perf_counter()
         sequence = list(prompt)
         self.runner.prefill(prompt)
         if speculative:
