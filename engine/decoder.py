@@ -16,7 +16,7 @@ from engine.caches import CachedModel
 from engine.drafters import Drafter, DraftModelDrafter
 from engine.events import DecodeSettings, DraftedToken, EmittedToken, Fate, PairInfo, RoundEvent, TokenProb
 from engine.models import LoadedModel, load_model, pick_device, pick_dtype, synchronize
-from engine.pairing import check_vocabularies
+from engine.pairing import check_vocabularies, preflight
 from engine.sampling import warp
 from engine.verification import Verdict, verify_greedy, verify_sampling
 
@@ -37,6 +37,8 @@ class Decoder:
 
     @classmethod
     def load(cls, target: str, draft: str | None, device: str = "auto", dtype: str = "auto") -> "Decoder":
+        if draft is not None:
+            preflight(target, draft)
         dev = pick_device(device)
         dt = pick_dtype(dev, dtype)
         target_model = load_model(target, dev, dt, shard=True)

@@ -6,6 +6,7 @@ The short names `embedded` and `embedded-draft` resolve to the prepared local co
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,6 +88,30 @@ def resolve(name: str) -> str:
     return name
 
 
+@contextmanager
+def _user_facing_errors(name: str):
+    """Turn missing files and hub failures into one readable ModelLoadError."""
+    try:
+        yield
+    except OSError as exc:
+        offline = " (offline mode is on: HF_HUB_OFFLINE)" if os.environ.get("HF_HUB_OFFLINE") else ""
+        raise ModelLoadError(f"cannot load model {name!r}{offline}: {str(exc).splitlines()[0]}") from exc
+
+
+def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
+    """The tokenizer alone (cheap): used to check a pair before any weights are loaded."""
+    source = resolve(name)
+    path = Path(source).expanduser()
+    with _user_facing_errors(name):
+        if path.suffix == ".gguf":
+            if not path.is_file():
+                raise ModelLoadError(f"GGUF file not found: {path}")
+            return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        if name.startswith(("embedded", "/", ".", "~")) and not path.is_dir():
+            raise ModelLoadError(f"model directory not found: {path} (for the embedded pair run `specdec prepare`)")
+        return AutoTokenizer.from_pretrained(source)
+
+
 def load_model(name: str, device: torch.device, dtype: torch.dtype, *, shard: bool = False) -> LoadedModel:
     """Load a causal LM and its tokenizer; `shard` spreads a model too large for one GPU with accelerate."""
     source = resolve(name)
@@ -94,28 +119,17 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, *, shard: bo
     kwargs: dict = {"dtype": dtype}
     if shard and device.type == "cuda":
         kwargs["device_map"] = "auto"
-    try:
+    with _user_facing_errors(name):
+        tokenizer = load_tokenizer(name)
         if path.suffix == ".gguf":
-            if not path.is_file():
-                raise ModelLoadError(f"GGUF file not found: {path}")
-            gguf = {"gguf_file": path.name}
-            tokenizer = AutoTokenizer.from_pretrained(path.parent, **gguf)
             model = AutoModelForCausalLM.from_pretrained(
-                path.parent, quantization_config=GgufConfig(dequantize=True), **gguf, **kwargs
+                path.parent, gguf_file=path.name, quantization_config=GgufConfig(dequantize=True), **kwargs
             )
             # A dequantized GGUF model is a plain dense model; drop the quantizer so it can be saved and moved.
             if getattr(model, "hf_quantizer", None) is not None:
                 model.hf_quantizer.remove_quantization_config(model)
         else:
-            if name.startswith(("embedded", "/", ".", "~")) and not path.is_dir():
-                raise ModelLoadError(f"model directory not found: {path} (for the embedded pair run `specdec prepare`)")
-            tokenizer = AutoTokenizer.from_pretrained(source)
             model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
-    except ModelLoadError:
-        raise
-    except OSError as exc:
-        offline = " (offline mode is on: HF_HUB_OFFLINE)" if os.environ.get("HF_HUB_OFFLINE") else ""
-        raise ModelLoadError(f"cannot load model {name!r}{offline}: {str(exc).splitlines()[0]}") from exc
     if "device_map" not in kwargs:
         model.to(device)
     model.eval()

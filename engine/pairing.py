@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.models import LoadedModel
+from engine.models import LoadedModel, load_tokenizer
 
 
 @dataclass(frozen=True)
@@ -52,22 +52,21 @@ def compare_tokenizers(target_tok, draft_tok) -> list[str]:
     return problems
 
 
-def preflight(target: str, draft: str) -> list[str]:
-    """Compare the pair's tokenizers before any weights are loaded; returns blocking problems only."""
-    from transformers import AutoTokenizer
+def refuse_mismatched_tokenizers(target_name: str, target_tok, draft_name: str, draft_tok) -> None:
+    """Raise PairingError with every reason the draft's token ids would mean something else to the target."""
+    problems = [p for p in compare_tokenizers(target_tok, draft_tok) if not p.startswith("chat templates")]
+    if problems:
+        raise PairingError(f"{draft_name} cannot draft for {target_name}: " + "; ".join(problems))
 
-    from engine.models import resolve
 
-    target_tok = AutoTokenizer.from_pretrained(resolve(target))
-    draft_tok = AutoTokenizer.from_pretrained(resolve(draft))
-    return [p for p in compare_tokenizers(target_tok, draft_tok) if not p.startswith("chat templates")]
+def preflight(target: str, draft: str) -> None:
+    """Compare the pair's tokenizers before any weights are loaded (downloading a 8B model to refuse it is rude)."""
+    refuse_mismatched_tokenizers(target, load_tokenizer(target), draft, load_tokenizer(draft))
 
 
 def check_vocabularies(target: LoadedModel, draft: LoadedModel) -> int:
     """The number of token ids both models score; raises PairingError for a real mismatch."""
-    problems = [p for p in compare_tokenizers(target.tokenizer, draft.tokenizer) if not p.startswith("chat")]
-    if problems:
-        raise PairingError(f"{draft.name} cannot draft for {target.name}: " + "; ".join(problems))
+    refuse_mismatched_tokenizers(target.name, target.tokenizer, draft.name, draft.tokenizer)
     common = min(target.vocab_size, draft.vocab_size)
     if common < len(target.tokenizer):
         raise PairingError(f"{draft.name} scores only {common} token ids but the tokenizer has {len(target.tokenizer)}")

@@ -140,3 +140,13 @@ def test_different_tokenizers_are_refused_with_a_reason():
     draft.tokenizer = other
     with pytest.raises(PairingError, match="vocabularies differ"):
         check_vocabularies(target, draft)
+
+
+def test_preflight_refuses_a_mismatched_pair_before_loading_any_weights(tmp_path):
+    target_dir, draft_dir = tmp_path / "target", tmp_path / "draft"
+    tiny_tokenizer().save_pretrained(target_dir)  # tokenizers only: there are no weights to load
+    other = tiny_tokenizer()
+    other.add_tokens(["extra"])
+    other.save_pretrained(draft_dir)
+    with pytest.raises(PairingError, match="cannot draft for"):
+        Decoder.load(str(target_dir), str(draft_dir), device="cpu")
