@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -202,6 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("specdec: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # anything unforeseen still gets one line; SPECDEC_DEBUG=1 shows the traceback
+        if os.environ.get("SPECDEC_DEBUG"):
+            raise
+        print(f"specdec: error: {type(exc).__name__}: {exc} (set SPECDEC_DEBUG=1 for details)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
