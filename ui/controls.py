@@ -1,0 +1,182 @@
+"""The side panel: which model pair to load, and how to decode (mode, greedy/sampling, γ, budget, seed)."""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout,
+                               QGroupBox, QHBoxLayout, QLabel, QLineEdit, QMenu, QPushButton, QRadioButton, QSlider,
+                               QSpinBox, QToolButton, QVBoxLayout, QWidget)
+
+from engine.events import DecodeSettings
+
+CUSTOM = "custom"
+GAMMA_MAX = 16
+
+
+class ModelPicker(QGroupBox):
+    """Preset pairs, or any hub id / local directory / GGUF file for the target and the draft."""
+
+    load_requested = Signal(str, object, str, str)  # target, draft (None: AR only), device, dtype
+
+    def __init__(self, presets: dict, target: str, draft: str | None, device: str, dtype: str, parent=None):
+        super().__init__("Model pair", parent)
+        self.presets = presets
+        self.preset = QComboBox()
+        for name, preset in presets.items():
+            self.preset.addItem(name)
+            self.preset.setItemData(self.preset.count() - 1, preset.note, Qt.ItemDataRole.ToolTipRole)
+        self.preset.addItem(CUSTOM)
+        self.target = QLineEdit(target)
+        self.draft = QLineEdit(draft or "")
+        self.draft.setPlaceholderText("none: plain AR only")
+        self.device = QComboBox()
+        self.device.addItems(["auto", "cpu", "cuda", "mps"])
+        self.device.setCurrentText(device)
+        self.dtype = QComboBox()
+        self.dtype.addItems(["auto", "float32", "bfloat16", "float16"])
+        self.dtype.setCurrentText(dtype)
+        self.load_button = QPushButton("Load pair")
+        self.load_button.setToolTip("Load the target and draft models (this can take a while)")
+        form = QFormLayout(self)
+        form.addRow("preset", self.preset)
+        form.addRow("target", self._with_browse(self.target))
+        form.addRow("draft", self._with_browse(self.draft))
+        row = QHBoxLayout()
+        row.addWidget(self.device)
+        row.addWidget(self.dtype)
+        form.addRow("device", row)
+        form.addRow(self.load_button)
+        self._select_matching_preset()
+        self.preset.currentTextChanged.connect(self._on_preset_chosen)
+        self.target.textEdited.connect(self._select_matching_preset)
+        self.draft.textEdited.connect(self._select_matching_preset)
+        self.load_button.clicked.connect(self.request_load)
+
+    def request_load(self) -> None:
+        draft = self.draft.text().strip() or None
+        self.load_requested.emit(self.target.text().strip(), draft, self.device.currentText(),
+                                 self.dtype.currentText())
+
+    def _with_browse(self, line: QLineEdit) -> QWidget:
+        button = QToolButton()
+        button.setText("…")
+        button.setToolTip("Open a local model directory or a GGUF file")
+        menu = QMenu(button)
+        menu.addAction("Open model folder…", lambda: self._browse(line, folder=True))
+        menu.addAction("Open GGUF file…", lambda: self._browse(line, folder=False))
+        button.setMenu(menu)
+        button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        box = QWidget()
+        row = QHBoxLayout(box)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(line)
+        row.addWidget(button)
+        return box
+
+    def _browse(self, line: QLineEdit, folder: bool) -> None:
+        if folder:
+            path = QFileDialog.getExistingDirectory(self, "Model folder")
+        else:
+            path, _ = QFileDialog.getOpenFileName(self, "GGUF file", "", "GGUF models (*.gguf)")
+        if path:
+            line.setText(path)
+            self._select_matching_preset()
+
+    def _on_preset_chosen(self, name: str) -> None:
+        if name in self.presets:
+            self.target.setText(self.presets[name].target)
+            self.draft.setText(self.presets[name].draft)
+
+    def _select_matching_preset(self) -> None:
+        pair = (self.target.text(), self.draft.text())
+        match = next((n for n, p in self.presets.items() if (p.target, p.draft) == pair), CUSTOM)
+        self.preset.blockSignals(True)
+        self.preset.setCurrentText(match)
+        self.preset.blockSignals(False)
+
+
+class DecodingControls(QGroupBox):
+    """Everything in DecodeSettings; γ changes are also announced live so they apply from the next round."""
+
+    gamma_changed = Signal(int)
+
+    def __init__(self, defaults: DecodeSettings = DecodeSettings(), parent=None):
+        super().__init__("Decoding", parent)
+        self.mode = QComboBox()
+        self.mode.addItem("speculative", "spec")
+        self.mode.addItem("plain AR", "ar")
+        self.greedy = QRadioButton("greedy")
+        self.sampling = QRadioButton("sampling")
+        group = QButtonGroup(self)
+        group.addButton(self.greedy)
+        group.addButton(self.sampling)
+        (self.greedy if defaults.greedy else self.sampling).setChecked(True)
+        self.temperature = self._double(0.05, 5.0, 0.05, defaults.temperature)
+        self.top_p = self._double(0.01, 1.0, 0.01, defaults.top_p)
+        self.top_k = QSpinBox()
+        self.top_k.setRange(0, 1000)
+        self.top_k.setValue(defaults.top_k)
+        self.top_k.setSpecialValueText("off")
+        self.gamma = QSlider(Qt.Orientation.Horizontal)
+        self.gamma.setRange(1, GAMMA_MAX)
+        self.gamma.setValue(defaults.gamma)
+        self.gamma.setToolTip("γ: drafts proposed per round; a change applies from the next round")
+        self.gamma_label = QLabel(str(defaults.gamma))
+        self.gamma_label.setMinimumWidth(18)
+        self.max_new_tokens = QSpinBox()
+        self.max_new_tokens.setRange(1, 8192)
+        self.max_new_tokens.setValue(defaults.max_new_tokens)
+        self.seed = QSpinBox()
+        self.seed.setRange(0, 2**31 - 1)
+        self.seed.setValue(defaults.seed)
+        self.compare_ar = QCheckBox("compare with AR")
+        self.compare_ar.setToolTip("After each reply, decode the same messages with plain AR and measure the speedup")
+
+        self.sampling_box = QWidget()
+        sampling_form = QFormLayout(self.sampling_box)
+        sampling_form.setContentsMargins(12, 0, 0, 0)
+        sampling_form.addRow("temperature", self.temperature)
+        sampling_form.addRow("top-p", self.top_p)
+        sampling_form.addRow("top-k", self.top_k)
+        layout = QVBoxLayout(self)
+        form = QFormLayout()
+        form.addRow("mode", self.mode)
+        choice = QHBoxLayout()
+        choice.addWidget(self.greedy)
+        choice.addWidget(self.sampling)
+        form.addRow("tokens", choice)
+        layout.addLayout(form)
+        layout.addWidget(self.sampling_box)
+        form = QFormLayout()
+        gamma_row = QHBoxLayout()
+        gamma_row.addWidget(self.gamma)
+        gamma_row.addWidget(self.gamma_label)
+        form.addRow("γ", gamma_row)
+        form.addRow("max new tokens", self.max_new_tokens)
+        form.addRow("seed", self.seed)
+        form.addRow(self.compare_ar)
+        layout.addLayout(form)
+
+        self.sampling_box.setVisible(not defaults.greedy)
+        self.sampling.toggled.connect(self.sampling_box.setVisible)
+        self.gamma.valueChanged.connect(self._on_gamma_moved)
+        self.mode.currentIndexChanged.connect(lambda: self.gamma.setEnabled(self.mode.currentData() == "spec"))
+
+    def settings(self) -> DecodeSettings:
+        return DecodeSettings(
+            mode=self.mode.currentData(), gamma=self.gamma.value(), greedy=self.greedy.isChecked(),
+            temperature=self.temperature.value(), top_k=self.top_k.value(), top_p=self.top_p.value(),
+            seed=self.seed.value(), max_new_tokens=self.max_new_tokens.value(),
+        )
+
+    def _on_gamma_moved(self, gamma: int) -> None:
+        self.gamma_label.setText(str(gamma))
+        self.gamma_changed.emit(gamma)
+
+    @staticmethod
+    def _double(low: float, high: float, step: float, value: float) -> QDoubleSpinBox:
+        box = QDoubleSpinBox()
+        box.setRange(low, high)
+        box.setSingleStep(step)
+        box.setDecimals(2)
+        box.setValue(value)
+        return box

@@ -1,0 +1,94 @@
+"""Export a session: JSON (settings, models, environment, every round), CSV (one row per round), PNG (charts)."""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import platform
+import sys
+from datetime import datetime, timezone
+from enum import Enum
+from importlib import metadata
+from pathlib import Path
+
+from engine.events import RoundEvent
+from engine.stats import round_alpha
+from ui.session import Session
+
+CSV_COLUMNS = ("reply", "round", "mode", "gamma", "n_verified", "n_accepted", "n_emitted", "round_alpha",
+               "draft_s", "verify_s", "round_s", "prefill_s", "target_step_s", "estimated_speedup",
+               "finish_reason", "fates", "text")
+
+
+def environment() -> dict:
+    """Versions that matter for the timings; read from package metadata so the UI never imports torch."""
+    versions = {}
+    for package in ("torch", "transformers", "PySide6-Essentials", "pyqtgraph", "numpy"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return {"python": sys.version.split()[0], "platform": platform.platform(), "machine": platform.machine(),
+            "packages": versions}
+
+
+def plain(value):
+    """Dataclasses, enums and tuples as JSON-ready builtins."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    return value
+
+
+def session_json(session: Session) -> dict:
+    replies = []
+    for i, reply in enumerate(session.replies):
+        comparison = session.comparisons.get(i)
+        replies.append({
+            "messages": list(reply.request.messages), "settings": plain(reply.request.settings),
+            "text": reply.text, "stopped": reply.stopped, "stats": reply.stats.as_dict(),
+            "comparison": None if comparison is None else {**plain(comparison), "speedup": comparison.speedup},
+            "rounds": plain(reply.events),
+        })
+    return {"app": "SpecDec Studio", "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "models": plain(session.pair), "environment": environment(), "replies": replies}
+
+
+def round_row(reply_index: int, mode: str, event: RoundEvent) -> dict:
+    alpha = round_alpha(event)
+    return {
+        "reply": reply_index, "round": event.index, "mode": mode, "gamma": event.gamma,
+        "n_verified": len(event.drafted), "n_accepted": event.n_accepted, "n_emitted": len(event.emitted),
+        "round_alpha": "" if alpha is None else round(alpha, 6),
+        "draft_s": event.draft_s, "verify_s": event.verify_s, "round_s": event.round_s,
+        "prefill_s": event.prefill_s, "target_step_s": event.target_step_s,
+        "estimated_speedup": len(event.emitted) * event.target_step_s / event.round_s if event.round_s else "",
+        "finish_reason": event.finish_reason or "", "fates": " ".join(t.fate.value for t in event.emitted),
+        "text": event.text_delta,
+    }
+
+
+def write_csv(session: Session, path: Path) -> None:
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        for i, reply in enumerate(session.replies):
+            for event in reply.events:
+                writer.writerow(round_row(i, reply.request.settings.mode, event))
+
+
+def export_session(session: Session, base: Path, charts=None) -> list[Path]:
+    """Write base.json, base.csv and (given the charts widget) base.png; returns the paths written."""
+    base = base.with_suffix("") if base.suffix in (".json", ".csv", ".png") else base
+    json_path, csv_path, png_path = (base.with_name(base.name + ext) for ext in (".json", ".csv", ".png"))
+    json_path.write_text(json.dumps(session_json(session), indent=1, ensure_ascii=False), encoding="utf-8")
+    write_csv(session, csv_path)
+    written = [json_path, csv_path]
+    if charts is not None and charts.grab().save(str(png_path)):
+        written.append(png_path)
+    return written
