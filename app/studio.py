@@ -1,0 +1,132 @@
+"""`specdec-studio`: create the window and the decoding worker on its thread, connect them, run the app.
+
+With --prompt it drives itself: load the pair, send the prompt, and after the reply save a screenshot and exit.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Qt, QThread, QTimer
+from PySide6.QtWidgets import QApplication
+
+from app.worker import DecodeWorker
+from engine.decoder import Decoder
+from engine.events import DecodeSettings
+from engine.pairing import PRESETS
+from ui.main_window import MainWindow
+
+
+@dataclass
+class Studio:
+    window: MainWindow
+    worker: DecodeWorker
+    thread: QThread
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def shutdown(self) -> None:
+        """Stop any reply, let the worker's current round finish, and join its thread."""
+        self.worker.request_stop()
+        self.thread.quit()
+        self.thread.wait()
+
+
+def build(decoder: Decoder | None = None, target: str = "embedded", draft: str | None = "embedded-draft",
+          device: str = "auto", dtype: str = "auto", defaults: DecodeSettings = DecodeSettings()) -> Studio:
+    """The window and a worker on its own (not yet started) thread, wired together; an injected decoder skips
+    loading: the worker announces it with `models_loaded` as soon as the thread starts."""
+    window = MainWindow(PRESETS, target, draft, device, dtype, defaults)
+    worker = DecodeWorker(decoder)
+    thread = QThread()
+    thread.setObjectName("decode-worker")
+    worker.moveToThread(thread)
+    direct = Qt.ConnectionType.DirectConnection  # stop and γ must reach a worker busy in its round loop
+
+    thread.started.connect(worker.on_thread_started)
+    window.load_requested.connect(worker.on_load_requested)
+    window.prompt_submitted.connect(worker.on_prompt_submitted)
+    window.new_chat_requested.connect(worker.on_new_chat_requested)
+    window.stop_requested.connect(worker.request_stop, direct)
+    window.gamma_requested.connect(worker.request_gamma, direct)
+    worker.models_loaded.connect(window.on_models_loaded)
+    worker.round_finished.connect(window.on_round_finished)
+    worker.reply_finished.connect(window.on_reply_finished)
+    worker.comparison_finished.connect(window.on_comparison_finished)
+    worker.failed.connect(window.on_failed)
+    return Studio(window, worker, thread)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    defaults = DecodeSettings()
+    parser = argparse.ArgumentParser(prog="specdec-studio", description="A chat app that shows speculative decoding")
+    parser.add_argument("--target", default="embedded", help="hub id, local directory, .gguf file or 'embedded'")
+    parser.add_argument("--draft", default="embedded-draft", help="as --target; 'none' for plain AR only")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    parser.add_argument("--gamma", type=int, default=defaults.gamma, help="drafts per round (γ)")
+    parser.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--sampling", action="store_true", help="sample instead of greedy decoding")
+    parser.add_argument("--compare-ar", action="store_true", help="also decode with plain AR and measure the speedup")
+    parser.add_argument("--prompt", help="send this message once the models are loaded")
+    parser.add_argument("--quit-after-reply", action="store_true", help="exit 0 after the reply to --prompt")
+    parser.add_argument("--screenshot", type=Path, help="after the reply, save a PNG of the whole window here")
+    return parser.parse_args(argv)
+
+
+class Automation(QObject):
+    """The --prompt hook: send once loaded, then screenshot and quit when the turn is complete."""
+
+    def __init__(self, studio: Studio, args: argparse.Namespace):
+        super().__init__(studio.window)
+        self.window, self.args = studio.window, args
+        self.exit_code = 0
+        studio.worker.models_loaded.connect(self.on_models_loaded, Qt.ConnectionType.QueuedConnection)
+        studio.worker.failed.connect(self.on_failed)
+        self.window.turn_completed.connect(self.on_turn_completed)
+
+    def on_models_loaded(self, _info) -> None:
+        self.window.message_box.setPlainText(self.args.prompt)
+        self.window.message_box.submit()
+
+    def on_turn_completed(self) -> None:
+        if self.args.screenshot:
+            self.window.charts.refresh()
+            self.args.screenshot.parent.mkdir(parents=True, exist_ok=True)
+            if not self.window.grab().save(str(self.args.screenshot)):
+                print(f"specdec-studio: could not write {self.args.screenshot}", file=sys.stderr)
+                self.exit_code = 1
+        if self.args.quit_after_reply:
+            QTimer.singleShot(0, self.window.close)
+
+    def on_failed(self, message: str) -> None:
+        print(f"specdec-studio: {message}", file=sys.stderr)
+        if self.args.quit_after_reply:
+            self.exit_code = 1
+            QTimer.singleShot(0, self.window.close)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("SpecDec Studio")
+    draft = None if args.draft.lower() == "none" else args.draft
+    settings = DecodeSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens, seed=args.seed,
+                              greedy=not args.sampling)
+    studio = build(target=args.target, draft=draft, device=args.device, dtype=args.dtype, defaults=settings)
+    studio.window.controls.compare_ar.setChecked(args.compare_ar)
+    automation = Automation(studio, args) if args.prompt else None
+    app.aboutToQuit.connect(studio.shutdown)
+    studio.start()
+    studio.window.show()
+    studio.window.picker.request_load()
+    code = app.exec()
+    return automation.exit_code if automation and code == 0 else code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
