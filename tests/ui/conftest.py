@@ -1,0 +1,62 @@
+"""Fixtures for the UI tests: a tiny model pair whose draft mostly agrees with the target, and the wired window."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.decoder import Decoder
+from engine.drafters import DraftModelDrafter
+from tests.tiny import tiny_model
+
+# How far the draft's weights are pushed from the target's: small enough that most drafts are accepted (bonus
+# tokens appear), large enough that some are rejected (resampled / corrected tokens appear).
+DRAFT_NOISE = {"mixed": 0.003, "greedy-mixed": 0.01}
+
+
+def near_copy_decoder(noise: float) -> Decoder:
+    target = tiny_model(0)
+    draft = tiny_model(0)
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for name, weight in draft.model.named_parameters():
+            if "lm_head" not in name:
+                weight.add_(torch.randn(weight.shape, generator=generator) * noise)
+    decoder = Decoder(target, DraftModelDrafter(draft, target.vocab_size), draft)
+    decoder.eos_ids = set()  # replies always run to max_new_tokens, so round counts are known in advance
+    return decoder
+
+
+@pytest.fixture(scope="session")
+def mixed_decoder() -> Decoder:
+    return near_copy_decoder(DRAFT_NOISE["mixed"])
+
+
+@pytest.fixture(scope="session")
+def greedy_mixed_decoder() -> Decoder:
+    return near_copy_decoder(DRAFT_NOISE["greedy-mixed"])
+
+
+@pytest.fixture
+def make_studio(qtbot):
+    """Build the real window + worker thread around a given decoder; shut the thread down afterwards."""
+    from app.studio import build
+
+    built = []
+
+    def make(decoder, **settings):
+        from engine.events import DecodeSettings
+
+        decoder.reset()
+        studio = build(decoder, defaults=DecodeSettings(**settings))
+        qtbot.addWidget(studio.window)
+        studio.window.show()
+        studio.window.activateWindow()
+        qtbot.waitActive(studio.window)
+        built.append(studio)
+        with qtbot.waitSignal(studio.window.models_shown, timeout=10_000):
+            studio.start()
+        return studio
+
+    yield make
+    for studio in built:
+        studio.shutdown()

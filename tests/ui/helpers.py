@@ -1,0 +1,46 @@
+"""Small helpers shared by the UI tests: send a message like a user, read the token formats back."""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QTextFormat
+
+from engine.events import Fate, RoundEvent
+from ui.palette import STYLES
+
+REPLY_TIMEOUT_MS = 60_000  # tiny models, but the CI machine may be busy
+
+
+def send(qtbot, studio, text: str = "w3 w7 w11 w5"):
+    """Type a message, press Enter, and wait until the whole turn is on screen; returns the Reply."""
+    replies = len(studio.window.session.replies)
+    with qtbot.waitSignal(studio.window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        qtbot.keyClicks(studio.window.message_box, text)
+        qtbot.keyClick(studio.window.message_box, Qt.Key.Key_Return)
+    assert len(studio.window.session.replies) == replies + 1, "the turn ended without a reply"
+    return studio.window.session.replies[-1]
+
+
+def token_fragments(chat) -> list[tuple[str, str, bool]]:
+    """(text, background colour, struck out) of every token fragment in the chat pane's document."""
+    found = []
+    block = chat.document().begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            fmt = fragment.charFormat()
+            if fmt.isAnchor() and fmt.anchorHref().startswith("token:"):
+                has_background = fmt.hasProperty(QTextFormat.Property.BackgroundBrush)
+                colour = fmt.background().color().name() if has_background else ""
+                found.append((fragment.text(), colour, fmt.fontStrikeOut()))
+            it += 1
+        block = block.next()
+    return found
+
+
+def expected_colours(events: list[RoundEvent]) -> set[tuple[str, bool]]:
+    """The (background, strike) pairs the pane must show for these events' fates."""
+    fates = {t.fate for e in events for t in e.emitted}
+    if any(not d.accepted for e in events for d in e.drafted if len(e.emitted) > e.n_accepted):
+        fates.add(Fate.REJECTED)
+    return {(STYLES[f].background, STYLES[f].strike) for f in fates}

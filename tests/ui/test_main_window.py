@@ -1,0 +1,176 @@
+"""The real main window and worker thread, driven with tiny in-memory models: what a user sees and exports."""
+from __future__ import annotations
+
+import csv
+import json
+import re
+
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtGui import QTextCursor
+
+from engine.events import Fate
+from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, token_fragments
+from ui.palette import STYLES
+
+
+def test_reply_shows_a_colour_for_each_fate_that_occurred(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=24)
+    reply = send(qtbot, studio)
+    fates = {t.fate for e in reply.events for t in e.emitted}
+    assert {Fate.ACCEPTED, Fate.BONUS, Fate.RESAMPLED} <= fates  # the fixture's pair is built to show all three
+    shown = {(colour, strike) for _, colour, strike in token_fragments(studio.window.chat)}
+    assert shown == expected_colours(list(reply.events))
+    assert (STYLES[Fate.REJECTED].background, True) in shown
+    # the clean reading view hides exactly the rejected drafts
+    studio.window.legend.hide_rejected.setChecked(True)
+    clean = token_fragments(studio.window.chat)
+    assert all(not strike for _, _, strike in clean)
+    assert "".join(text for text, _, _ in clean) == "".join(t.text for e in reply.events for t in e.emitted)
+
+
+def test_greedy_corrections_are_blue_and_plain_ar_is_uncoloured(make_studio, greedy_mixed_decoder, qtbot):
+    studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=12)
+    reply = send(qtbot, studio)
+    assert Fate.CORRECTED in {t.fate for e in reply.events for t in e.emitted}
+    assert (STYLES[Fate.CORRECTED].background, False) in {(c, s) for _, c, s in token_fragments(studio.window.chat)}
+    studio.window.new_chat()
+    studio.window.controls.mode.setCurrentIndex(studio.window.controls.mode.findData("ar"))
+    ar_reply = send(qtbot, studio)
+    assert {t.fate for e in ar_reply.events for t in e.emitted} == {Fate.TARGET}
+    assert {colour for _, colour, _ in token_fragments(studio.window.chat)} == {""}
+
+
+def test_charts_hold_one_point_per_round(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=16)
+    reply = send(qtbot, studio)
+    with qtbot.waitSignal(studio.window.charts.timer.timeout, timeout=1000):
+        pass  # one refresh tick pushes the buffers into the plot items
+    for series in ("alpha", "alpha_mean", "tokens", "expected", "speedup_mean"):
+        assert studio.window.charts.point_count(series) == len(reply.events)
+
+
+def test_export_files_parse_and_agree_with_the_status_bar(make_studio, mixed_decoder, qtbot, tmp_path):
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=16)
+    reply = send(qtbot, studio)
+    written = studio.window.export_to(tmp_path / "session")
+    assert sorted(p.suffix for p in written) == [".csv", ".json", ".png"]
+    data = json.loads((tmp_path / "session.json").read_text())
+    with (tmp_path / "session.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    stats = data["replies"][0]["stats"]
+    assert len(data["replies"][0]["rounds"]) == len(rows) == len(reply.events) == stats["n_rounds"]
+    assert sum(int(r["n_emitted"]) for r in rows) == stats["n_tokens"]
+    assert sum(int(r["n_accepted"]) for r in rows) / sum(int(r["n_verified"]) for r in rows) == stats["alpha"]
+    assert data["replies"][0]["settings"]["greedy"] is False and data["environment"]["packages"]["torch"]
+    shown = studio.window.reply_label.text()
+    assert f"α {stats['alpha']:.2f}" in shown and f"{stats['tokens_per_round']:.2f} tok/round" in shown
+    assert f"{stats['n_tokens']} tokens in {stats['n_rounds']} rounds" in shown
+
+
+def test_gamma_change_applies_from_the_next_round(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=40, gamma=4)
+    seen_at_change = []
+
+    def change_gamma_once(event):
+        if not seen_at_change:
+            seen_at_change.append(studio.worker.rounds_emitted)
+            studio.window.controls.gamma.setValue(2)
+
+    studio.window.round_shown.connect(change_gamma_once)
+    reply = send(qtbot, studio)
+    # rounds the worker had emitted when γ moved ran at γ=4; the one in flight may too; every later one uses 2
+    already = seen_at_change[0]
+    gammas = [e.gamma for e in reply.events]
+    assert gammas[0] == 4
+    assert set(gammas[already + 1:]) == {2}, gammas
+
+
+def test_stop_ends_the_reply_within_one_round(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=200)
+    emitted_at_stop = []
+
+    def stop_once(_event):
+        if not emitted_at_stop:
+            emitted_at_stop.append(studio.worker.rounds_emitted)
+            qtbot.mouseClick(studio.window.stop_button, Qt.MouseButton.LeftButton)
+
+    studio.window.round_shown.connect(stop_once)
+    reply = send(qtbot, studio)
+    assert reply.stopped and reply.events[-1].finish_reason is None
+    assert len(reply.events) <= emitted_at_stop[0] + 1
+    assert studio.window.send_button.isEnabled() and not studio.window.stop_button.isEnabled()
+    assert studio.window.messages[-1] == {"role": "assistant", "content": reply.text}
+
+
+def test_compare_with_ar_reports_identical_greedy_output_and_keeps_history(make_studio, greedy_mixed_decoder, qtbot):
+    studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=10)
+    studio.window.controls.compare_ar.setChecked(True)
+    reply = send(qtbot, studio)
+    comparison = studio.window.session.comparisons[0]
+    assert comparison.identical is True and comparison.speedup > 0
+    assert comparison.ar_text == reply.text and all(e.gamma == 0 for e in comparison.ar_events)
+    assert [m["role"] for m in studio.window.messages] == ["user", "assistant"]
+    assert re.search(r"measured \d+\.\d\d× vs AR", studio.window.reply_label.text())
+    assert studio.window.charts.measured.isVisible()
+
+
+def test_hovering_a_rejected_token_shows_p_q_r_and_the_top_tokens(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=16)
+    send(qtbot, studio)
+    chat = studio.window.chat
+    index = next(i for i, s in enumerate(chat.spans) if s.fate is Fate.REJECTED)
+    cursor = _cursor_at_token(chat, index)
+    point = chat.cursorRect(cursor).center() + QPoint(2, 0)
+    with qtbot.waitSignal(chat.token_hovered, timeout=2000) as hovered:
+        qtbot.mouseMove(chat.viewport(), point)
+    assert hovered.args == [index]
+    shown = studio.window.inspector.label.text()
+    span = chat.spans[index]
+    for needle in ("rejected draft", "p(x)", "q(x)", "min(1, p/q)", "draw r", f"{span.drafted.r:.4f}",
+                   "top of p", "top of q", span.drafted.top_q[0].text):
+        assert needle in shown
+
+
+def _cursor_at_token(chat, index: int) -> QTextCursor:
+    block = chat.document().begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            if fragment.charFormat().anchorHref() == f"token:{index}":
+                cursor = QTextCursor(chat.document())
+                cursor.setPosition(fragment.position() + 1)
+                return cursor
+            it += 1
+        block = block.next()
+    raise AssertionError(f"token {index} not in the document")
+
+
+def test_shift_enter_adds_a_line_and_enter_sends(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, max_new_tokens=4)
+    box = studio.window.message_box
+    qtbot.keyClicks(box, "w3")
+    qtbot.keyClick(box, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(box, "w7")
+    assert box.toPlainText() == "w3\nw7"
+    with qtbot.waitSignal(studio.window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        qtbot.keyClick(box, Qt.Key.Key_Return)
+    assert box.toPlainText() == "" and studio.window.messages[0] == {"role": "user", "content": "w3\nw7"}
+
+
+def test_a_model_that_cannot_load_gives_a_dialog_not_a_traceback(make_studio, mixed_decoder, qtbot, tmp_path):
+    studio = make_studio(mixed_decoder)
+    with qtbot.waitSignal(studio.window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        studio.window.request_load(str(tmp_path / "missing"), None, "cpu", "auto")
+    assert "model directory not found" in studio.window.error_box.text()
+    assert studio.window.progress is None and not studio.window.ready
+
+
+def test_keyboard_shortcuts_stop_and_start_a_new_chat(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=200)
+    studio.window.round_shown.connect(lambda _e: qtbot.keyClick(studio.window.message_box, Qt.Key.Key_Escape))
+    reply = send(qtbot, studio)
+    assert reply.stopped
+    with qtbot.waitSignal(studio.window.new_chat_requested, timeout=1000):
+        qtbot.keyClick(studio.window.message_box, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    assert studio.window.messages == [] and studio.window.chat.spans == []
