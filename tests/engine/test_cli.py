@@ -1,0 +1,30 @@
+"""The CLI's argument handling, without loading models."""
+import pytest
+
+from app.cli import build_parser, main, resolve_pair
+from engine.pairing import PRESETS
+
+
+def test_presets_name_a_target_and_a_draft():
+    args = build_parser().parse_args(["generate", "hi", "--preset", "qwen3-4b"])
+    assert resolve_pair(args) == ("Qwen/Qwen3-4B", "Qwen/Qwen3-0.6B")
+    assert {"embedded", "smollm2-1.7b", "qwen3-4b", "llama-3.1-8b"} <= set(PRESETS)
+
+
+def test_an_explicit_draft_wins_and_a_lone_target_drafts_for_itself():
+    parse = build_parser().parse_args
+    assert resolve_pair(parse(["generate", "hi", "--draft", "embedded"])) == ("embedded", "embedded")
+    assert resolve_pair(parse(["generate", "hi", "--target", "some/model"])) == ("some/model", "some/model")
+
+
+def test_unknown_preset_is_a_clear_error():
+    with pytest.raises(SystemExit, match="unknown preset"):
+        resolve_pair(build_parser().parse_args(["generate", "hi", "--preset", "nope"]))
+
+
+def test_bench_lists_parse_and_bad_settings_fail_in_one_line(capsys):
+    args = build_parser().parse_args(["bench", "--gammas", "1,3", "--decoding", "greedy"])
+    assert args.gammas == [1, 3] and args.decoding == ["greedy"]
+    assert main(["generate", "hi", "--gamma", "0", "--target", "embedded", "--draft", "embedded"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("specdec: error:") and "gamma" in err and len(err.strip().splitlines()) == 1
