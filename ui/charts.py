@@ -101,7 +101,7 @@ class ChartsPanel(QWidget):
         self.baseline = pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#9e9e9e", width=1))
         self.measured = pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#c62828", width=2,
                                                                        style=pg.QtCore.Qt.PenStyle.DashLine),
-                                        label="measured {value:.2f}×", labelOpts={"position": 0.15, "color": "#c62828"})
+                                        label="measured", labelOpts={"position": 0.15, "color": "#c62828"})
         self.measured.setVisible(False)
         self.speedup_plot.addItem(self.baseline)
         self.speedup_plot.addItem(self.measured)
@@ -124,8 +124,9 @@ class ChartsPanel(QWidget):
         self._dirty = True
 
     def show_measured_speedup(self, speedup: float) -> None:
+        self.measured.setVisible(True)  # first: a hidden line's label does not update its text
         self.measured.setValue(speedup)
-        self.measured.setVisible(True)
+        self.measured.label.setFormat(f"measured {speedup:.2f}×")
 
     def refresh(self) -> None:
         if not self._dirty:

@@ -8,7 +8,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressDialog,
                                QPushButton, QScrollArea, QSplitter, QVBoxLayout, QWidget)
 
-from engine.events import DecodeSettings, PairInfo, RoundEvent
+from engine.events import DecodeSettings, Fate, PairInfo, RoundEvent
 from ui.charts import ChartsPanel
 from ui.chat_view import ChatView
 from ui.controls import DecodingControls, ModelPicker
@@ -17,6 +17,11 @@ from ui.inspector import TokenInspector
 from ui.legend import Legend
 from ui.message_box import MessageBox
 from ui.session import Comparison, Reply, ReplyRequest, Session
+
+
+def short_name(name: str) -> str:
+    """A model name that fits the status bar: the file or folder name of a local path."""
+    return Path(name).name if name.startswith(("/", ".", "~")) else name
 
 
 def reply_header(settings: DecodeSettings) -> str:
@@ -34,9 +39,11 @@ def stats_line(reply: Reply) -> str:
     return line + (" · stopped" if reply.stopped else "")
 
 
-def comparison_line(comparison: Comparison) -> str:
-    line = (f"AR: {comparison.ar_tokens_per_s:.1f} tok/s, {comparison.ar_wall_s:.2f} s vs spec "
-            f"{comparison.spec_wall_s:.2f} s → measured {comparison.speedup:.2f}×")
+def comparison_line(comparison: Comparison, reply: Reply) -> str:
+    ar_tokens = sum(len(e.emitted) for e in comparison.ar_events)
+    line = (f"plain AR: {ar_tokens} tokens in {comparison.ar_wall_s:.2f} s ({comparison.ar_tokens_per_s:.1f} tok/s) vs "
+            f"speculative {reply.stats.n_tokens} in {comparison.spec_wall_s:.2f} s "
+            f"({comparison.spec_tokens_per_s:.1f} tok/s) → measured {comparison.speedup:.2f}×")
     if comparison.identical is not None:
         line += " · greedy outputs identical" if comparison.identical else " · greedy outputs DIFFER"
     return line
@@ -60,6 +67,7 @@ class MainWindow(QMainWindow):
         self.messages: list[dict] = []
         self.request: ReplyRequest | None = None
         self.reply_chars: list[str] = []
+        self.reply_span_start = 0  # index of the current reply's first token span
         self.busy = False
         self.ready = False
         self.progress: QProgressDialog | None = None
@@ -113,7 +121,7 @@ class MainWindow(QMainWindow):
         right = QSplitter(Qt.Orientation.Vertical)
         right.addWidget(self.inspector)
         right.addWidget(self.charts)
-        right.setSizes([230, 650])
+        right.setSizes([280, 600])
 
         splitter = QSplitter(Qt.Orientation.Horizontal)
         for widget in (side_scroll, chat, right):
@@ -180,6 +188,7 @@ class MainWindow(QMainWindow):
         self.request = ReplyRequest(tuple(dict(m) for m in self.messages), settings,
                                     compare_ar=self.controls.compare_ar.isChecked() and settings.mode == "spec")
         self.reply_chars = []
+        self.reply_span_start = len(self.chat.spans)
         self.chat.add_user_message(text)
         self.chat.begin_reply(reply_header(settings))
         self.charts.start_reply()
@@ -217,8 +226,9 @@ class MainWindow(QMainWindow):
         self._close_progress()
         self.session.pair = info
         self.ready = True
-        draft = info.draft.name if info.draft else "no draft (AR only)"
-        self.pair_label.setText(f"{info.target.name} + {draft} · {info.device} · {info.dtype}")
+        draft = short_name(info.draft.name) if info.draft else "no draft (AR only)"
+        self.pair_label.setText(f"{short_name(info.target.name)} + {draft} · {info.device} · {info.dtype}")
+        self.pair_label.setToolTip(f"target: {info.target.path}\ndraft: {info.draft.path if info.draft else '—'}")
         self._set_busy(False)
         self.models_shown.emit(info)
 
@@ -234,6 +244,7 @@ class MainWindow(QMainWindow):
         self.session.replies.append(reply)
         self.messages.append({"role": "assistant", "content": reply.text})
         self.chat.add_note(stats_line(reply))
+        self._inspect_first_rejection()
         self.reply_label.setText("last reply: " + stats_line(reply))
         if self.request is not None and self.request.compare_ar and not reply.stopped:
             self.statusBar().showMessage("Decoding the same messages with plain AR for comparison…")
@@ -242,7 +253,7 @@ class MainWindow(QMainWindow):
 
     def on_comparison_finished(self, comparison: Comparison) -> None:
         self.session.comparisons[len(self.session.replies) - 1] = comparison
-        self.chat.add_note(comparison_line(comparison))
+        self.chat.add_note(comparison_line(comparison, self.session.replies[-1]))
         self.charts.show_measured_speedup(comparison.speedup)
         self.statusBar().clearMessage()
         self.reply_label.setText(self.reply_label.text() + " · " + f"measured {comparison.speedup:.2f}× vs AR")
@@ -274,6 +285,13 @@ class MainWindow(QMainWindow):
         if self.progress is not None:
             self.progress.close()
             self.progress = None
+
+    def _inspect_first_rejection(self) -> None:
+        """Open the inspector on this reply's first rejected draft, the most telling token to look at."""
+        for index in range(self.reply_span_start, len(self.chat.spans)):
+            if self.chat.spans[index].fate is Fate.REJECTED:
+                self._inspect(index)
+                return
 
     def _inspect(self, index: int) -> None:
         self.inspector.show_span(self.chat.spans[index])

@@ -21,6 +21,7 @@ def test_reply_shows_a_colour_for_each_fate_that_occurred(make_studio, mixed_dec
     shown = {(colour, strike) for _, colour, strike in token_fragments(studio.window.chat)}
     assert shown == expected_colours(list(reply.events))
     assert (STYLES[Fate.REJECTED].background, True) in shown
+    assert "rejected draft" in studio.window.inspector.label.text()  # opened on the first rejection
     # the clean reading view hides exactly the rejected drafts
     studio.window.legend.hide_rejected.setChecked(True)
     clean = token_fragments(studio.window.chat)
@@ -174,3 +175,15 @@ def test_keyboard_shortcuts_stop_and_start_a_new_chat(make_studio, mixed_decoder
     with qtbot.waitSignal(studio.window.new_chat_requested, timeout=1000):
         qtbot.keyClick(studio.window.message_box, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
     assert studio.window.messages == [] and studio.window.chat.spans == []
+
+
+def test_closing_the_window_mid_reply_stops_decoding_and_joins_the_thread(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=400)
+    with qtbot.waitSignal(studio.window.round_shown, timeout=REPLY_TIMEOUT_MS):
+        qtbot.keyClicks(studio.window.message_box, "w3 w5")
+        qtbot.keyClick(studio.window.message_box, Qt.Key.Key_Return)
+    emitted_at_close = studio.worker.rounds_emitted
+    studio.window.close()
+    studio.shutdown()
+    assert studio.thread.isFinished()
+    assert studio.worker.rounds_emitted <= emitted_at_close + 1
