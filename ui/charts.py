@@ -14,6 +14,7 @@ from engine.events import RoundEvent
 from engine.stats import expected_tokens_per_round, round_alpha
 
 REFRESH_MS = 100
+BOTTOM_RIGHT, TOP_RIGHT = (-6, -6), (-6, 6)  # legend corners, away from where each chart's data usually sits
 X_STEP = 20  # the x axis grows in steps of this many rounds
 COLUMNS = ("alpha", "alpha_mean", "tokens", "tokens_mean", "expected", "speedup", "speedup_mean")
 
@@ -56,13 +57,13 @@ class RoundBuffers:
         return self.x[: self.n], self.y[name][: self.n]
 
 
-def _plot(title: str, tooltip: str, y_label: str) -> pg.PlotWidget:
+def _plot(title: str, tooltip: str, y_label: str, legend_at: tuple[int, int]) -> pg.PlotWidget:
     plot = pg.PlotWidget(title=title)
     plot.setToolTip(tooltip)
     plot.setLabel("bottom", "round")
     plot.setLabel("left", y_label)
     plot.setMouseEnabled(x=False, y=False)
-    plot.addLegend(offset=(-6, 6), labelTextSize="8pt")
+    plot.addLegend(offset=legend_at, labelTextSize="8pt", brush=pg.mkBrush(255, 255, 255, 150))
     plot.setMinimumHeight(120)
     # Fixed ranges, widened in steps by `refresh`: re-ticking axes on every refresh costs more than the curves.
     plot.disableAutoRange()
@@ -77,13 +78,13 @@ class ChartsPanel(QWidget):
         self.buffers = RoundBuffers()
         self._dirty = False
         self.alpha_plot = _plot("acceptance α per round", "α = accepted drafts / drafts the target verified "
-                                "(the accepted prefix plus the first rejection), per round and running mean", "α")
+                                "(the accepted prefix plus the first rejection), per round and running mean", "α", BOTTOM_RIGHT)
         self.alpha_plot.setYRange(0, 1.05, padding=0)
         self.tokens_plot = _plot("tokens per round", "tokens emitted per round (accepted drafts + the correction "
                                  "or bonus token) beside the seed's E = (1 − α^(γ+1)) / (1 − α) at the running α "
-                                 "and current γ", "tokens")
+                                 "and current γ", "tokens", BOTTOM_RIGHT)
         self.speedup_plot = _plot("speedup vs plain AR", "estimated speedup = tokens × measured single-token target "
-                                  "step / round time; the dashed line is the measured AR comparison", "×")
+                                  "step / round time; the dashed line is the measured AR comparison", "×", TOP_RIGHT)
         thin = dict(width=1)
         self.curves = {
             "alpha": self.alpha_plot.plot(pen=pg.mkPen("#7cb342", **thin), name="round α", connect="finite"),
