@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import time
 from dataclasses import dataclass
@@ -71,16 +72,17 @@ def generate_data(target: LoadedModel, n_prompts: int, *, seed: int, batch_size:
                   temperature: float, multi_turn_fraction: float, chunk_dir: Path) -> list[Sample]:
     """The training set, batch by batch: greedy and sampled batches alternate, and after each batch a share of its
     conversations continues to a second turn. Every batch depends only on (seed, batch index) and is saved as it
-    completes, so an interrupted run resumes, and any prefix of batches is itself a reproducible data set."""
+    completes, so an interrupted run resumes, several processes can share the work (each claims a batch before
+    answering it), and any prefix of batches is itself a reproducible data set."""
     conversations = training_prompts(n_prompts, seed)
     chunk_dir.mkdir(parents=True, exist_ok=True)
-    samples: list[Sample] = []
     n_batches = math.ceil(len(conversations) / batch_size)
+    chunks = [chunk_dir / f"batch-{index:04d}.pt" for index in range(n_batches)]
     for index in tqdm(range(n_batches), desc="target answers", unit="batch"):
-        chunk = chunk_dir / f"batch-{index:04d}.pt"
-        if chunk.exists():
-            samples += torch.load(chunk, weights_only=False)
-            continue
+        try:
+            os.close(os.open(chunks[index].with_suffix(".claim"), os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            continue  # answered already, or being answered by another process
         rng = random.Random(seed * 100_003 + index)
         torch.manual_seed(seed * 100_003 + index)
         greedy = index % 2 == 0
@@ -95,9 +97,11 @@ def generate_data(target: LoadedModel, n_prompts: int, *, seed: int, batch_size:
         if second:
             new += generate_batch(target, [_chat_ids(target.tokenizer, c) for c in second], greedy=greedy,
                                   temperature=temperature, max_new_tokens=max_new_tokens)
-        torch.save(new, chunk)
-        samples += new
-    return samples
+        torch.save(new, chunks[index].with_suffix(".tmp"))
+        chunks[index].with_suffix(".tmp").rename(chunks[index])
+    while not all(chunk.exists() for chunk in chunks):  # another process is finishing its last batch
+        time.sleep(5)
+    return [sample for chunk in chunks for sample in torch.load(chunk, weights_only=False)]
 
 
 def draft_vocabulary(samples: list[Sample], size: int, always: list[int]) -> list[int]:
