@@ -91,6 +91,8 @@ class DecodeWorker(QObject):
     def _decode(self, request: ReplyRequest, emit: bool) -> tuple[list, str, bool]:
         """Run the round generator to its end or to a stop request (checked between rounds)."""
         events, pieces = [], []
+        if emit and request.settings.mode == "spec":
+            self.decoder.measure_target_step()  # fresh, so the live AR-speedup estimate tracks machine load
         rounds = self.decoder.generate([dict(m) for m in request.messages], request.settings)
         try:
             for event in rounds:

@@ -70,11 +70,12 @@ class Decoder:
                                                            return_dict=False))
         return self.tokenizer("\n".join(m["content"] for m in messages))["input_ids"]
 
-    def warm_up(self) -> None:
-        """Run each model once and time a single-token target step (the reference for AR-speedup estimates)."""
-        ids = [i % self.vocab_size for i in range(1000, 1032)]  # any 32 ids: only the timing matters
+    def measure_target_step(self) -> float:
+        """Time a single-token target forward (best of 3) on a scratch cache: the reference for AR-speedup
+        estimates. Cheap enough to repeat before each reply, so a busy machine does not skew the estimate."""
+        ids = self._scratch_ids()
         runner = CachedModel(self.target.model, self.vocab_size)
-        runner.forward(ids[:-1])
+        runner.forward(ids[:-3])
         times = []
         for token in ids[-3:]:
             synchronize(self.target.device)
@@ -83,9 +84,17 @@ class Decoder:
             synchronize(self.target.device)
             times.append(time.perf_counter() - start)
         self.target_step_s = min(times)
+        return self.target_step_s
+
+    def warm_up(self) -> None:
+        """Run each model once (first calls are slow) and measure the target step."""
+        self.measure_target_step()
         if self.drafter:
-            self.drafter.prefill(ids)
+            self.drafter.prefill(self._scratch_ids())
             self.drafter.reset()
+
+    def _scratch_ids(self) -> list[int]:
+        return [i % self.vocab_size for i in range(1000, 1032)]  # any 32 ids: only the timing matters
 
     def generate(self, messages: list[dict], settings: DecodeSettings) -> Iterator[RoundEvent]:
         """Yield one RoundEvent per round until EOS or `max_new_tokens`; stop early by closing the generator."""
