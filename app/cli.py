@@ -77,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train-draft", help="train the embedded draft model (~75 min on 2 CPU cores)")
     train.add_argument("--out", type=Path, default=Path("assets/draft"))
     train.add_argument("--workdir", type=Path, default=Path("runs/train-draft"))
-    train.add_argument("--prompts", type=int, default=2800, help="training prompts the target answers")
-    train.add_argument("--steps", type=int, default=1200)
+    train.add_argument("--prompts", type=int, default=1872, help="training prompts the target answers (39 batches)")
+    train.add_argument("--steps", type=int, default=800)
     train.add_argument("--seed", type=int, default=0)
 
     sub.add_parser("presets", help="list the named model pairs")

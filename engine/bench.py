@@ -111,12 +111,9 @@ def load_prompts(path: Path | None) -> list[str]:
         if not prompts:
             raise ValueError(f"prompts file {path} has no prompts (one per line)")
         return prompts
-    from engine import prompts as builtin
+    from engine.prompts import EVAL_PROMPTS
 
-    eval_prompts = getattr(builtin, "EVAL_PROMPTS", None)
-    if not eval_prompts:
-        raise ValueError("engine.prompts has no EVAL_PROMPTS yet; pass --prompts FILE (one prompt per line)")
-    return list(eval_prompts)
+    return list(EVAL_PROMPTS)
 
 
 def cut_at_eos(tokens: list[int], eos_ids: set[int]) -> list[int]:

@@ -246,7 +246,7 @@ def save_assets(draft, vocab: list[int], record: dict, out: Path) -> None:
     (out / "recipe.json").write_text(json.dumps(record, indent=2))
 
 
-def run_recipe(*, out: Path, workdir: Path, n_prompts: int = 2800, steps: int = 1200, seed: int = 0,
+def run_recipe(*, out: Path, workdir: Path, n_prompts: int = 1872, steps: int = 800, seed: int = 0,
                layers: tuple[int, ...] = (0, 1, 29), vocab_size: int = 8192, lr: float = 5e-4,
                tokens_per_batch: int = 4096, batch_size: int = 48, max_new_tokens: int = 192,
                temperature: float = 0.7, multi_turn_fraction: float = 0.25) -> dict:

@@ -202,9 +202,7 @@ def test_tiny_end_to_end_bench_with_every_method(monkeypatch, tmp_path, capsys):
         "alpha_tokens_per_round.png", "per_position_acceptance.png", "speedup.png"]
 
 
-def test_bench_without_prompts_file_or_eval_prompts_says_what_to_do(monkeypatch):
-    from engine import prompts
+def test_bench_defaults_to_the_held_out_evaluation_prompts():
+    from engine.prompts import EVAL_PROMPTS
 
-    monkeypatch.delattr(prompts, "EVAL_PROMPTS", raising=False)
-    with pytest.raises(ValueError, match="--prompts"):
-        bench.load_prompts(None)
+    assert bench.load_prompts(None) == EVAL_PROMPTS
