@@ -279,7 +279,8 @@ def run_recipe(*, out: Path, workdir: Path, n_prompts: int = 1872, steps: int = 
         "recipe": {"seed": seed, "n_prompts": n_prompts, "layers": list(layers), "draft_vocab": vocab_size,
                    "steps": steps, "lr": lr, "tokens_per_batch": tokens_per_batch, "max_new_tokens": max_new_tokens,
                    "temperature": temperature, "multi_turn_fraction": multi_turn_fraction, "teacher_top_k": TOP_K},
-        "data": {"answers": len(samples), "response_tokens": n_tokens, "generation_s": round(data_s)},
+        # Batches answered by an earlier (interrupted) run are reused, so this counts only this run's share.
+        "data": {"answers": len(samples), "response_tokens": n_tokens, "data_s_this_run": round(data_s)},
         "result": result, "total_s": round(time.time() - started), "target": embedded.GGUF_NAME,
     }
     save_assets(draft, vocab, record, out)
