@@ -15,7 +15,7 @@ DEFAULT_DRAFT = "embedded-draft"
 
 COLOURS = {  # ANSI colours for the terminal, the same meaning as in the app
     "accepted": "\033[32m", "rejected": "\033[9;31m", "resampled": "\033[34m", "corrected": "\033[34m",
-    "bonus": "\033[35m", "target": "",
+    "bonus": "\033[33m", "target": "",
 }
 RESET = "\033[0m"
 
