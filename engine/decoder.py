@@ -25,10 +25,13 @@ TOP_N_INSPECT = 5  # leading tokens of p and q kept for each rejected draft
 
 class Decoder:
     def __init__(self, target: LoadedModel, drafter: Drafter | None = None, draft: LoadedModel | None = None):
+        """A target alone decodes AR only; with a `draft` model the default drafter is built for it."""
         self.target = target
         self.draft = draft
-        self.drafter = drafter
         self.vocab_size = target.vocab_size if draft is None else check_vocabularies(target, draft)
+        if drafter is None and draft is not None:
+            drafter = DraftModelDrafter.for_model(draft, self.vocab_size)
+        self.drafter = drafter
         self.runner = CachedModel(target.model, self.vocab_size)
         self.tokenizer = target.tokenizer
         self.eos_ids = _eos_ids(target)
@@ -42,11 +45,7 @@ class Decoder:
         dev = pick_device(device)
         dt = pick_dtype(dev, dtype)
         target_model = load_model(target, dev, dt, shard=True)
-        if draft is None:
-            return cls(target_model)
-        draft_model = load_model(draft, dev, dt)
-        vocab = check_vocabularies(target_model, draft_model)
-        return cls(target_model, DraftModelDrafter.for_model(draft_model, vocab), draft_model)
+        return cls(target_model, draft=load_model(draft, dev, dt) if draft is not None else None)
 
     def info(self) -> PairInfo:
         return PairInfo(
