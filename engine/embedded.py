@@ -7,7 +7,6 @@ is assembled from the project's trained weights plus the tensors it shares with 
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shutil
 from pathlib import Path
@@ -117,8 +116,3 @@ def prepare(force: bool = False) -> None:
     else:
         print("No trained draft in assets/ yet: `embedded` will draft for itself.", flush=True)
 
-
-def recipe() -> dict:
-    """The training record shipped beside the draft's weights (empty if none)."""
-    path = ASSET_DIR / "recipe.json"
-    return json.loads(path.read_text()) if path.exists() else {}

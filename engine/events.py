@@ -4,7 +4,7 @@ Nothing here imports torch, so the UI thread and the exporters can use these typ
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 
@@ -127,4 +127,3 @@ class PairInfo:
     draft: ModelInfo | None
     device: str
     dtype: str
-    extras: dict = field(default_factory=dict)
