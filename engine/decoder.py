@@ -40,12 +40,13 @@ class Decoder:
 
     @classmethod
     def load(cls, target: str, draft: str | None, device: str = "auto", dtype: str = "auto") -> "Decoder":
-        if draft is not None:
-            preflight(target, draft)
         dev = pick_device(device)
         dt = pick_dtype(dev, dtype)
-        target_model = load_model(target, dev, dt, shard=True)
-        return cls(target_model, draft=load_model(draft, dev, dt) if draft is not None else None)
+        if draft is None:
+            return cls(load_model(target, dev, dt, shard=True))
+        target_tok, draft_tok = preflight(target, draft)
+        target_model = load_model(target, dev, dt, shard=True, tokenizer=target_tok)
+        return cls(target_model, draft=load_model(draft, dev, dt, tokenizer=draft_tok))
 
     def info(self) -> PairInfo:
         return PairInfo(

@@ -112,15 +112,17 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
         return AutoTokenizer.from_pretrained(source)
 
 
-def load_model(name: str, device: torch.device, dtype: torch.dtype, *, shard: bool = False) -> LoadedModel:
-    """Load a causal LM and its tokenizer; `shard` spreads a model too large for one GPU with accelerate."""
+def load_model(name: str, device: torch.device, dtype: torch.dtype, *, shard: bool = False,
+               tokenizer: PreTrainedTokenizerBase | None = None) -> LoadedModel:
+    """Load a causal LM and its tokenizer (unless already loaded); `shard` spreads a model too large for one GPU
+    with accelerate."""
     source = resolve(name)
     path = Path(source).expanduser()
     kwargs: dict = {"dtype": dtype}
     if shard and device.type == "cuda":
         kwargs["device_map"] = "auto"
     with _user_facing_errors(name):
-        tokenizer = load_tokenizer(name)
+        tokenizer = tokenizer or load_tokenizer(name)
         if path.suffix == ".gguf":
             model = AutoModelForCausalLM.from_pretrained(
                 path.parent, gguf_file=path.name, quantization_config=GgufConfig(dequantize=True), **kwargs

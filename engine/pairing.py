@@ -36,7 +36,8 @@ class PairingError(ValueError):
 
 
 def compare_tokenizers(target_tok, draft_tok) -> list[str]:
-    """Reasons the two tokenizers disagree (empty when they are interchangeable for drafting)."""
+    """Reasons the two tokenizers disagree (empty when they are interchangeable for drafting). Chat templates
+    may differ: the draft is always fed the target's rendering of the conversation."""
     problems = []
     target_vocab, draft_vocab = target_tok.get_vocab(), draft_tok.get_vocab()
     if target_vocab != draft_vocab:
@@ -47,21 +48,22 @@ def compare_tokenizers(target_tok, draft_tok) -> list[str]:
     for name in ("eos_token", "bos_token"):
         if getattr(target_tok, name) != getattr(draft_tok, name):
             problems.append(f"{name} differs: {getattr(target_tok, name)!r} vs {getattr(draft_tok, name)!r}")
-    if (target_tok.chat_template or "") != (draft_tok.chat_template or ""):
-        problems.append("chat templates differ (the draft will still see the target's template)")
     return problems
 
 
 def refuse_mismatched_tokenizers(target_name: str, target_tok, draft_name: str, draft_tok) -> None:
     """Raise PairingError with every reason the draft's token ids would mean something else to the target."""
-    problems = [p for p in compare_tokenizers(target_tok, draft_tok) if not p.startswith("chat templates")]
+    problems = compare_tokenizers(target_tok, draft_tok)
     if problems:
         raise PairingError(f"{draft_name} cannot draft for {target_name}: " + "; ".join(problems))
 
 
-def preflight(target: str, draft: str) -> None:
-    """Compare the pair's tokenizers before any weights are loaded (downloading a 8B model to refuse it is rude)."""
-    refuse_mismatched_tokenizers(target, load_tokenizer(target), draft, load_tokenizer(draft))
+def preflight(target: str, draft: str) -> tuple:
+    """Compare the pair's tokenizers before any weights are loaded (downloading a 8B model to refuse it is rude);
+    returns both tokenizers, so loading the models does not read them again."""
+    target_tok, draft_tok = load_tokenizer(target), load_tokenizer(draft)
+    refuse_mismatched_tokenizers(target, target_tok, draft, draft_tok)
+    return target_tok, draft_tok
 
 
 def check_vocabularies(target: LoadedModel, draft: LoadedModel) -> int:
