@@ -77,8 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train-draft", help="train the embedded draft model (~75 min on 2 CPU cores)")
     train.add_argument("--out", type=Path, default=Path("assets/draft"))
     train.add_argument("--workdir", type=Path, default=Path("runs/train-draft"))
-    train.add_argument("--prompts", type=int, default=1872, help="training prompts the target answers (39 batches)")
-    train.add_argument("--steps", type=int, default=800)
+    train.add_argument("--prompts", type=int, default=4000, help="training prompts the target answers")
+    train.add_argument("--steps", type=int, default=1400)
+    train.add_argument("--workers", type=int, default=os.cpu_count(),
+                       help="single-threaded processes answering prompts in parallel (default: one per core)")
     train.add_argument("--seed", type=int, default=0)
 
     sub.add_parser("presets", help="list the named model pairs")
@@ -168,7 +170,8 @@ def cmd_prepare(args) -> int:
 def cmd_train_draft(args) -> int:
     from engine.distill import run_recipe
 
-    record = run_recipe(out=args.out, workdir=args.workdir, n_prompts=args.prompts, steps=args.steps, seed=args.seed)
+    record = run_recipe(out=args.out, workdir=args.workdir, n_prompts=args.prompts, steps=args.steps, seed=args.seed,
+                        workers=args.workers)
     final = record["result"]["history"][-1]
     print(f"held-out top-1 agreement {final['agreement']:.3f} after {record['total_s']}s; run `specdec prepare`")
     return 0

@@ -69,7 +69,8 @@ def generate_batch(target: LoadedModel, prompts: list[list[int]], *, greedy: boo
 
 
 def generate_data(target: LoadedModel, n_prompts: int, *, seed: int, batch_size: int, max_new_tokens: int,
-                  temperature: float, multi_turn_fraction: float, chunk_dir: Path) -> list[Sample]:
+                  temperature: float, multi_turn_fraction: float, chunk_dir: Path, progress: bool = True
+                  ) -> list[Sample]:
     """The training set, batch by batch: greedy and sampled batches alternate, and after each batch a share of its
     conversations continues to a second turn. Every batch depends only on (seed, batch index) and is saved as it
     completes, so an interrupted run resumes, several processes can share the work (each claims a batch before
@@ -78,14 +79,14 @@ def generate_data(target: LoadedModel, n_prompts: int, *, seed: int, batch_size:
     chunk_dir.mkdir(parents=True, exist_ok=True)
     n_batches = math.ceil(len(conversations) / batch_size)
     chunks = [chunk_dir / f"batch-{index:04d}.pt" for index in range(n_batches)]
-    for index in tqdm(range(n_batches), desc="target answers", unit="batch"):
+    for index in tqdm(range(n_batches), desc="target answers", unit="batch", disable=not progress):
         try:
             os.close(os.open(chunks[index].with_suffix(".claim"), os.O_CREAT | os.O_EXCL))
         except FileExistsError:
             continue  # answered already, or being answered by another process
         rng = random.Random(seed * 100_003 + index)
         torch.manual_seed(seed * 100_003 + index)
-        greedy = index % 2 == 0
+        greedy = index % 3 != 2  # two greedy batches to one sampled: the greedy α bar is the harder one
         batch = sorted(conversations[index * batch_size:(index + 1) * batch_size],
                        key=lambda c: len(_chat_ids(target.tokenizer, c)))
         new = generate_batch(target, [_chat_ids(target.tokenizer, c) for c in batch], greedy=greedy,
@@ -102,6 +103,44 @@ def generate_data(target: LoadedModel, n_prompts: int, *, seed: int, batch_size:
     while not all(chunk.exists() for chunk in chunks):  # another process is finishing its last batch
         time.sleep(5)
     return [sample for chunk in chunks for sample in torch.load(chunk, weights_only=False)]
+
+
+def _pin_to_core(core: int) -> None:
+    """One single-threaded generator per core: two multi-threaded torch processes sharing two cores slow each
+    other down several-fold (OpenMP threads spin while waiting for each other)."""
+    torch.set_num_threads(1)
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {core % os.cpu_count()})
+
+
+def _generation_worker(core: int, target_path: str, dtype: torch.dtype, n_prompts: int, kwargs: dict) -> None:
+    from engine.models import load_model
+
+    _pin_to_core(core)
+    generate_data(load_model(target_path, torch.device("cpu"), dtype), n_prompts, progress=False, **kwargs)
+
+
+def generate_data_parallel(target: LoadedModel, n_prompts: int, workers: int, **kwargs) -> list[Sample]:
+    """`generate_data` shared by `workers` processes, this one included: the batch claims divide the work."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    helpers = [context.Process(target=_generation_worker, daemon=True,
+                               args=(core, str(target.path), target.model.dtype, n_prompts, kwargs))
+               for core in range(1, workers)]
+    for helper in helpers:
+        helper.start()
+    threads, affinity = torch.get_num_threads(), os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    _pin_to_core(0)
+    try:
+        samples = generate_data(target, n_prompts, **kwargs)
+    finally:
+        for helper in helpers:
+            helper.join()
+        torch.set_num_threads(threads)
+        if affinity is not None:
+            os.sched_setaffinity(0, affinity)
+    return samples
 
 
 def draft_vocabulary(samples: list[Sample], size: int, always: list[int]) -> list[int]:
@@ -246,10 +285,17 @@ def save_assets(draft, vocab: list[int], record: dict, out: Path) -> None:
     (out / "recipe.json").write_text(json.dumps(record, indent=2))
 
 
-def run_recipe(*, out: Path, workdir: Path, n_prompts: int = 1872, steps: int = 800, seed: int = 0,
+def _prompt_set_id(seed: int, batch_size: int) -> str:
+    """Names the saved answers after the prompts they answer, so editing the templates never reuses stale ones."""
+    import hashlib
+
+    return hashlib.sha1(json.dumps(training_prompts(batch_size, seed)).encode()).hexdigest()[:10]
+
+
+def run_recipe(*, out: Path, workdir: Path, n_prompts: int = 4000, steps: int = 1400, seed: int = 0,
                layers: tuple[int, ...] = (0, 1, 29), vocab_size: int = 8192, lr: float = 5e-4,
-               tokens_per_batch: int = 4096, batch_size: int = 48, max_new_tokens: int = 192,
-               temperature: float = 0.7, multi_turn_fraction: float = 0.25) -> dict:
+               tokens_per_batch: int = 4096, batch_size: int = 48, max_new_tokens: int = 128,
+               temperature: float = 0.7, multi_turn_fraction: float = 0.25, workers: int = 1) -> dict:
     """The whole recipe, resumable after data generation (the data is cached in `workdir`)."""
     from engine import embedded
     from engine.models import load_model
@@ -266,9 +312,10 @@ def run_recipe(*, out: Path, workdir: Path, n_prompts: int = 1872, steps: int = 
     started = time.time()
     target = load_model("embedded", torch.device("cpu"), torch.bfloat16)
     log(f"1) the target answers {n_prompts} prompts (+{multi_turn_fraction:.0%} second turns; saved batches reused)")
-    samples = generate_data(target, n_prompts, seed=seed, batch_size=batch_size, max_new_tokens=max_new_tokens,
-                            temperature=temperature, multi_turn_fraction=multi_turn_fraction,
-                            chunk_dir=workdir / f"answers-seed{seed}-bs{batch_size}-t{max_new_tokens}")
+    samples = generate_data_parallel(
+        target, n_prompts, workers, seed=seed, batch_size=batch_size, max_new_tokens=max_new_tokens,
+        temperature=temperature, multi_turn_fraction=multi_turn_fraction,
+        chunk_dir=workdir / f"answers-{_prompt_set_id(seed, batch_size)}-bs{batch_size}-t{max_new_tokens}")
     n_tokens = sum(len(s.ids) - s.n_prompt for s in samples)
     data_s = time.time() - started
     log(f"   {len(samples)} answers, {n_tokens} response tokens, {data_s:.0f}s so far")
@@ -278,7 +325,8 @@ def run_recipe(*, out: Path, workdir: Path, n_prompts: int = 1872, steps: int = 
     record = {
         "recipe": {"seed": seed, "n_prompts": n_prompts, "layers": list(layers), "draft_vocab": vocab_size,
                    "steps": steps, "lr": lr, "tokens_per_batch": tokens_per_batch, "max_new_tokens": max_new_tokens,
-                   "temperature": temperature, "multi_turn_fraction": multi_turn_fraction, "teacher_top_k": TOP_K},
+                   "temperature": temperature, "multi_turn_fraction": multi_turn_fraction, "teacher_top_k": TOP_K,
+                   "workers": workers},
         # Batches answered by an earlier (interrupted) run are reused, so this counts only this run's share.
         "data": {"answers": len(samples), "response_tokens": n_tokens, "data_s_this_run": round(data_s)},
         "result": result, "total_s": round(time.time() - started), "target": embedded.GGUF_NAME,

@@ -10,6 +10,6 @@ def test_training_prompts_are_distinct_and_reproducible():
 
 
 def test_measurement_prompts_are_not_in_the_training_set():
-    trained = {conv[-1]["content"] for conv in training_prompts(2800, seed=0)} | set(FOLLOW_UPS)
+    trained = {conv[-1]["content"] for conv in training_prompts(4000, seed=0)} | set(FOLLOW_UPS)
     assert not trained & set(EVAL_PROMPTS)
     assert len(set(EVAL_PROMPTS)) == len(EVAL_PROMPTS) >= 8
