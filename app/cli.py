@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
     gen.add_argument("--mode", choices=["spec", "ar"], default="spec")
+    gen.add_argument("--no-lookup", dest="lookup", action="store_false",
+                     help="draft with the draft model only, never by copying from the conversation")
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of coloured text")
 
     bench = sub.add_parser("bench", help="measure speedups against plain decoding and the peers")
@@ -66,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--decoding", type=_csv_words, default=["greedy", "sample"])
     bench.add_argument("--temperature", type=float, default=0.7)
     bench.add_argument("--repeats", type=int, default=1)
-    bench.add_argument("--methods", type=_csv_words, default=["ar", "spec", "hf_generate", "hf_assisted", "naive"])
+    bench.add_argument("--methods", type=_csv_words, default=["ar", "spec", "spec_draft", "hf_generate", "hf_assisted", "naive"])
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--json", action="store_true")
     bench.add_argument("--out", type=Path, default=None, help="write PNG plots and results.json here")
@@ -114,7 +116,7 @@ def cmd_generate(args) -> int:
     settings = DecodeSettings(
         mode=args.mode, gamma=args.gamma, greedy=args.temperature is None,
         temperature=args.temperature if args.temperature is not None else 1.0,
-        top_k=args.top_k, top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens,
+        top_k=args.top_k, top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens, lookup=args.lookup,
     )
     decoder = Decoder.load(target, draft if args.mode == "spec" else None, args.device, args.dtype)
     events = []

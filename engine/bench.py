@@ -21,9 +21,11 @@ from pathlib import Path
 from engine.events import RoundEvent
 from engine.stats import expected_tokens_per_round, modelled_speedup, per_position_acceptance, reply_stats
 
-METHODS = ("ar", "spec", "hf_generate", "hf_assisted", "naive")
+# spec: our decoder with its default drafter (draft model + context lookup); spec_draft: the draft model alone.
+METHODS = ("ar", "spec", "spec_draft", "hf_generate", "hf_assisted", "naive")
+ENGINE_DRAFTING = ("spec", "spec_draft")
 DECODINGS = ("greedy", "sample")
-NEEDS_DRAFT = ("spec", "hf_assisted", "naive")
+NEEDS_DRAFT = ("spec", "spec_draft", "hf_assisted", "naive")
 WARM_UP_TOKENS = 8
 # hf_assisted rows besides one per γ (constant schedule, no early stop: exactly γ drafts, like ours):
 HF_SCHEDULES = {
@@ -139,7 +141,7 @@ class Bench:
     def run(self, config: Config, prompt: str, seed: int, max_new_tokens: int | None = None) -> Run:
         max_new = max_new_tokens or self.max_new_tokens
         messages = [{"role": "user", "content": prompt}]
-        method = {"ar": self._engine, "spec": self._engine, "hf_generate": self._hf,
+        method = {"ar": self._engine, "spec": self._engine, "spec_draft": self._engine, "hf_generate": self._hf,
                   "hf_assisted": self._hf, "naive": self._naive}[config.method]
         return method(config, messages, seed, max_new)
 
@@ -148,8 +150,8 @@ class Bench:
         from engine.models import synchronize
 
         settings = DecodeSettings(
-            mode=config.method, gamma=config.gamma or 1, greedy=config.greedy, temperature=self.temperature,
-            seed=seed, max_new_tokens=max_new,
+            mode="ar" if config.method == "ar" else "spec", gamma=config.gamma or 1, greedy=config.greedy,
+            temperature=self.temperature, seed=seed, max_new_tokens=max_new, lookup=config.method == "spec",
         )
         self.decoder.reset()  # otherwise the previous run's cached prompt would make this prefill free
         # generate() tokenises inside; time that alone, just before, and take it off the wall time
@@ -290,9 +292,10 @@ def identical_to_ar(row: Row, ar: Row | None) -> tuple[int, int] | None:
 
 
 def greedy_identical(rows: list[Row]) -> bool | None:
-    """Every greedy `spec` reply equals greedy AR's on its prompt; None when there is nothing to compare."""
+    """Every greedy reply of our drafting decoder equals greedy AR's on its prompt; None when there is nothing to
+    compare."""
     ar = _ar_row(rows, "greedy")
-    counts = [identical_to_ar(r, ar) for r in rows if r.config.method == "spec" and r.config.greedy]
+    counts = [identical_to_ar(r, ar) for r in rows if r.config.method in ENGINE_DRAFTING and r.config.greedy]
     counts = [c for c in counts if c is not None and c[1] > 0]
     if not counts:
         return None
@@ -411,7 +414,7 @@ def write_plots(records: list[dict], out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    drafting = [r for r in records if r["method"] in ("spec", "naive") and r.get("alpha") is not None]
+    drafting = [r for r in records if r["method"] in (*ENGINE_DRAFTING, "naive") and r.get("alpha") is not None]
     series = {}
     for r in drafting:
         series.setdefault((r["method"], r["decoding"]), []).append(r)
@@ -446,7 +449,7 @@ def write_plots(records: list[dict], out: Path) -> list[Path]:
         gammas = [r["gamma"] for r in rs]
         line, = ax.plot(gammas, [r["speedup_vs_ar"] or 0 for r in rs], "o-", label=f"{method} {decoding} (measured)")
         modelled = [(r["gamma"], r["modelled_speedup"]) for r in rs if r.get("modelled_speedup") is not None]
-        if modelled and method == "spec":
+        if modelled and method in ENGINE_DRAFTING:
             ax.plot(*zip(*modelled), "--", color=line.get_color(), label=f"{method} {decoding}: E/(1+γ·T_q/T_p)")
     for decoding in DECODINGS:
         assisted = [(r["gamma"], r["speedup_vs_ar"]) for r in records if r["method"] == "hf_assisted"

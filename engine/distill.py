@@ -1,10 +1,11 @@
 """`specdec train-draft`: the target writes answers to the project's prompts, a small draft learns its distributions.
 
 Recipe (all from one seed): 1) the target answers templated chat prompts, greedy and sampled, single- and
-multi-turn, and we keep its top-k next-token distribution at every generated position; 2) the draft is a few of
-the target's own decoder layers with the target's embeddings/LM head shared and frozen; 3) it is trained to
-match the target's distributions (soft cross-entropy = KL up to a constant) over a frequency-ranked draft
-vocabulary; 4) only the trained tensors, the draft vocabulary and the record of the run go to assets/.
+multi-turn (one single-threaded process per core), and we keep its top-k next-token distribution at every
+generated position; 2) the draft is a few of the target's own decoder layers with the target's
+embeddings/LM head shared and frozen; 3) it is trained to match the target's distributions (soft
+cross-entropy = KL up to a constant) over a frequency-ranked draft vocabulary; 4) only the trained tensors,
+the draft vocabulary and the record of the run go to assets/.
 """
 from __future__ import annotations
 

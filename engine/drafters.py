@@ -18,6 +18,8 @@ from engine.events import DecodeSettings
 from engine.models import LoadedModel
 from engine.sampling import choose, warp
 
+LOOKUP_NGRAM = 3  # a context match must cover the last 3 tokens (measured: the copy is then right 83 % of the time)
+
 
 @dataclass
 class Proposal:
@@ -43,8 +45,24 @@ class Drafter(Protocol):
         """Drop all state (a new chat)."""
 
 
+def lookup_continuation(tokens: list[int], n: int = LOOKUP_NGRAM) -> int | None:
+    """The token that followed the latest earlier occurrence of the last `n` tokens, if any (prompt lookup)."""
+    if len(tokens) <= n:
+        return None
+    context = torch.tensor(tokens)
+    windows = context[:-1].unfold(0, n, 1)  # tokens[i:i+n] for every i that has a follower, the suffix excluded
+    starts = (windows == context[-n:]).all(-1).nonzero()
+    return tokens[starts[-1].item() + n] if len(starts) else None
+
+
 class DraftModelDrafter:
-    """A small causal LM with its own KV cache, drafting autoregressively (the seed's M_q)."""
+    """A small causal LM with its own KV cache, drafting autoregressively (the seed's M_q).
+
+    With `settings.lookup`, a position whose last few tokens already occurred in the conversation proposes the
+    token that followed them, with q = 1 on it: a small draft copies poorly (on the held-out prompts it was
+    right at 30 % of such positions, the copy at 83 %), while the target repeats itself often. q stays the
+    distribution the proposal was really drawn from, so verification remains exact.
+    """
 
     def __init__(self, draft: LoadedModel, vocab_size: int, draft_vocab: list[int] | None = None):
         self.draft = draft
@@ -69,8 +87,14 @@ class DraftModelDrafter:
         logits = self.runner.forward(sequence[len(self.runner):])
         tokens, probs = [], []
         for i in range(gamma):
-            q = warp(logits[-1], settings)
-            tokens.append(choose(q, settings, generator))
+            copied = lookup_continuation(sequence + tokens) if settings.lookup else None
+            if copied is None:
+                q = warp(logits[-1], settings)
+                tokens.append(choose(q, settings, generator))
+            else:
+                q = torch.zeros_like(logits[-1])
+                q[copied] = 1.0
+                tokens.append(copied)
             probs.append(q)
             if i < gamma - 1:
                 logits = self.runner.forward(tokens[-1:])

@@ -128,6 +128,10 @@ class DecodingControls(QGroupBox):
         self.seed = QSpinBox()
         self.seed.setRange(0, 2**31 - 1)
         self.seed.setValue(defaults.seed)
+        self.lookup = QCheckBox("copy from the conversation")
+        self.lookup.setChecked(defaults.lookup)
+        self.lookup.setToolTip("Where the last 3 tokens occurred before, propose what followed them (q = 1) instead "
+                               "of the draft model's guess; verification is unchanged, so the output is too")
         self.compare_ar = QCheckBox("compare with AR")
         self.compare_ar.setToolTip("After each reply, decode the same messages with plain AR and measure the speedup")
 
@@ -153,20 +157,26 @@ class DecodingControls(QGroupBox):
         form.addRow("γ", gamma_row)
         form.addRow("max new tokens", self.max_new_tokens)
         form.addRow("seed", self.seed)
+        form.addRow(self.lookup)
         form.addRow(self.compare_ar)
         layout.addLayout(form)
 
         self.sampling_box.setVisible(not defaults.greedy)
         self.sampling.toggled.connect(self.sampling_box.setVisible)
         self.gamma.valueChanged.connect(self._on_gamma_moved)
-        self.mode.currentIndexChanged.connect(lambda: self.gamma.setEnabled(self.mode.currentData() == "spec"))
+        self.mode.currentIndexChanged.connect(self._on_mode_chosen)
 
     def settings(self) -> DecodeSettings:
         return DecodeSettings(
             mode=self.mode.currentData(), gamma=self.gamma.value(), greedy=self.greedy.isChecked(),
             temperature=self.temperature.value(), top_k=self.top_k.value(), top_p=self.top_p.value(),
-            seed=self.seed.value(), max_new_tokens=self.max_new_tokens.value(),
+            seed=self.seed.value(), max_new_tokens=self.max_new_tokens.value(), lookup=self.lookup.isChecked(),
         )
+
+    def _on_mode_chosen(self) -> None:
+        speculative = self.mode.currentData() == "spec"
+        self.gamma.setEnabled(speculative)
+        self.lookup.setEnabled(speculative)
 
     def _on_gamma_moved(self, gamma: int) -> None:
         self.gamma_label.setText(str(gamma))

@@ -183,19 +183,19 @@ def test_tiny_end_to_end_bench_with_every_method(monkeypatch, tmp_path, capsys):
             "speedup_vs_ar", "identical_to_ar"}
     runs = result["runs"]
     assert all(keys <= set(r) for r in runs)
-    assert {r["method"] for r in runs} == {"ar", "spec", "hf_generate", "hf_assisted", "naive"}
-    # 2 decodings x (ar + hf_generate + spec·2 + naive·2 + hf_assisted·(2 + default + heuristic))
-    assert len(runs) == 2 * (2 + 2 + 2 + 4)
+    assert {r["method"] for r in runs} == {"ar", "spec", "spec_draft", "hf_generate", "hf_assisted", "naive"}
+    # 2 decodings x (ar + hf_generate + spec·2 + spec_draft·2 + naive·2 + hf_assisted·(2 + default + heuristic))
+    assert len(runs) == 2 * (2 + 2 + 2 + 2 + 4)
     assert all(r["replies"] == 2 and r["tokens"] >= 2 for r in runs)
     assert result["greedy_identical"] is True
     for r in runs:
-        if r["decoding"] == "greedy" and r["method"] in ("spec", "naive"):
+        if r["decoding"] == "greedy" and r["method"] in ("spec", "spec_draft", "naive"):
             assert r["identical_to_ar"] == "2/2"
         if r["decoding"] == "greedy" and r["method"] in ("hf_generate", "hf_assisted"):
             assert r["identical_to_ar"].endswith("/2")
         if r["method"] == "hf_assisted":
             assert r["alpha"] is None and r["tokens_per_round"] >= 1.0
-        if r["method"] in ("spec", "naive"):
+        if r["method"] in ("spec", "spec_draft", "naive"):
             assert 0.0 <= r["alpha"] <= 1.0
     assert result["env"]["device"] == "cpu" and result["env"]["prompts"] == 2
     assert sorted(p.name for p in out.glob("*.png")) == [

@@ -4,7 +4,7 @@ import torch
 
 from engine.caches import CachedModel
 from engine.decoder import Decoder
-from engine.drafters import DraftModelDrafter
+from engine.drafters import DraftModelDrafter, lookup_continuation
 from engine.events import DecodeSettings, Fate
 from engine.pairing import PairingError, check_vocabularies
 from tests.tiny import PROMPT, tiny_decoder, tiny_model, tiny_tokenizer
@@ -150,3 +150,25 @@ def test_preflight_refuses_a_mismatched_pair_before_loading_any_weights(tmp_path
     other.save_pretrained(draft_dir)
     with pytest.raises(PairingError, match="cannot draft for"):
         Decoder.load(str(target_dir), str(draft_dir), device="cpu")
+
+
+def test_lookup_finds_what_followed_the_latest_earlier_occurrence_of_the_last_three_tokens():
+    assert lookup_continuation([1, 2, 3, 9, 1, 2, 3]) == 9
+    assert lookup_continuation([1, 2, 3, 9, 5, 1, 2, 3, 7, 1, 2, 3]) == 7
+    assert lookup_continuation([4, 2, 3, 9, 1, 2, 3]) is None  # only two of the three match
+    assert lookup_continuation([1, 2, 3]) is None  # the suffix itself does not count
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_copied_drafts_carry_q_one_and_leave_the_output_unchanged(greedy):
+    tok = tiny_tokenizer()
+    messages = [{"role": "user", "content": "w1 w2 w3 w4 w9 w1 w2 w3"}]  # ends with an earlier 3-gram
+    settings = DecodeSettings(gamma=3, greedy=greedy, temperature=0.8, max_new_tokens=30, seed=3)
+    with_lookup = list(tiny_decoder().generate(messages, settings))
+    first = with_lookup[0].drafted[0]
+    assert first.token_id == tok.convert_tokens_to_ids("w4") and first.q == 1.0
+    assert any(d.q < 1.0 for e in with_lookup for d in e.drafted)  # elsewhere the draft model proposes
+    without = list(tiny_decoder().generate(messages, DecodeSettings(**{**settings.__dict__, "lookup": False})))
+    assert without[0].drafted[0].q < 1.0
+    if greedy:
+        assert tokens(with_lookup) == tokens(without) == ar_tokens(settings, messages)

@@ -109,3 +109,13 @@ def test_warped_target_distribution_is_reproduced_with_temperature_top_k_and_top
     assert (target_probs[0] == 0).sum() >= 2  # top-k 4 of 6 removed at least two tokens
     counts = _first_token_frequencies(target_probs, draft_probs, samples=20000)
     assert _chi_square(counts, target_probs[0]) < CHI2_CRITICAL_DF5
+
+
+def test_a_point_mass_proposal_such_as_a_copied_token_keeps_the_target_distribution():
+    target_logits, _ = _pair()
+    settings = DecodeSettings(greedy=False, temperature=1.0)
+    target_probs = warp(target_logits, settings)
+    copied = torch.zeros_like(target_probs)
+    copied[:, int(target_probs[0].argmin())] = 1.0  # the copy the target likes least: mostly rejected
+    counts = _first_token_frequencies(target_probs, copied, samples=20000)
+    assert _chi_square(counts, target_probs[0]) < CHI2_CRITICAL_DF5
