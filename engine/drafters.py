@@ -24,7 +24,7 @@ LOOKUP_NGRAM = 3  # a context match must cover the last 3 tokens (measured: the 
 @dataclass
 class Proposal:
     tokens: list[int]  # x_1..x_γ
-    probs: torch.Tensor  # (γ, vocab): q at each position, warped exactly like p
+    probs: torch.Tensor  # (γ, vocab): q each draft was drawn from: warped exactly like p, or 1 on a copied token
 
 
 class Drafter(Protocol):

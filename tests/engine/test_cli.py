@@ -28,3 +28,23 @@ def test_bench_lists_parse_and_bad_settings_fail_in_one_line(capsys):
     assert main(["generate", "hi", "--gamma", "0", "--target", "embedded", "--draft", "embedded"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("specdec: error:") and "gamma" in err and len(err.strip().splitlines()) == 1
+
+
+def test_no_lookup_reaches_the_decoder(monkeypatch, capsys):
+    from engine.decoder import Decoder
+    from tests.tiny import tiny_decoder
+
+    decoder, seen = tiny_decoder(), []
+    generate = decoder.generate
+
+    def recording_generate(messages, settings):
+        seen.append(settings)
+        return generate(messages, settings)
+
+    monkeypatch.setattr(decoder, "generate", recording_generate)
+    monkeypatch.setattr(Decoder, "load", classmethod(lambda cls, *a, **k: decoder))
+    for flags in ([], ["--no-lookup"]):
+        assert main(["generate", "w3 w7", "--target", "tiny-0", "--draft", "tiny-1", "--max-new-tokens", "4", "--json",
+                     *flags]) == 0
+    assert [s.lookup for s in seen] == [True, False]
+    capsys.readouterr()
