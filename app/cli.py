@@ -38,6 +38,7 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from engine.bench import METHODS
     from engine.events import DecodeSettings
 
     defaults = DecodeSettings()
@@ -68,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--decoding", type=_csv_words, default=["greedy", "sample"])
     bench.add_argument("--temperature", type=float, default=0.7)
     bench.add_argument("--repeats", type=int, default=1)
-    bench.add_argument("--methods", type=_csv_words, default=["ar", "spec", "spec_draft", "hf_generate", "hf_assisted", "naive"])
+    bench.add_argument("--methods", type=_csv_words, default=list(METHODS))
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--json", action="store_true")
     bench.add_argument("--out", type=Path, default=None, help="write PNG plots and results.json here")

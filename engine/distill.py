@@ -69,25 +69,22 @@ def generate_batch(target: LoadedModel, prompts: list[list[int]], *, greedy: boo
     return samples
 
 
-def generate_data(target: LoadedModel, n_prompts: int, *, seed: int, batch_size: int, max_new_tokens: int,
-                  temperature: float, multi_turn_fraction: float, chunk_dir: Path, progress: bool = True
-                  ) -> list[Sample]:
-    """The training set, batch by batch: greedy and sampled batches alternate, and after each batch a share of its
-    conversations continues to a second turn. Every batch depends only on (seed, batch index) and is saved as it
-    completes, so an interrupted run resumes, several processes can share the work (each claims a batch before
-    answering it), and any prefix of batches is itself a reproducible data set."""
+def _answer_batches(target: LoadedModel, n_prompts: int, *, seed: int, batch_size: int, max_new_tokens: int,
+                    temperature: float, multi_turn_fraction: float, chunk_dir: Path, progress: bool = True) -> None:
+    """Answer every batch nobody has claimed yet: two greedy batches to one sampled, and after each batch a share of
+    its conversations continues to a second turn. Every batch depends only on (seed, batch index) and is saved as
+    it completes, so several processes can share the work (each claims a batch before answering it)."""
     conversations = training_prompts(n_prompts, seed)
-    chunk_dir.mkdir(parents=True, exist_ok=True)
-    n_batches = math.ceil(len(conversations) / batch_size)
-    chunks = [chunk_dir / f"batch-{index:04d}.pt" for index in range(n_batches)]
-    for index in tqdm(range(n_batches), desc="target answers", unit="batch", disable=not progress):
+    for index in tqdm(range(math.ceil(len(conversations) / batch_size)), desc="target answers", unit="batch",
+                      disable=not progress):
+        chunk = chunk_dir / f"batch-{index:04d}.pt"
         try:
-            os.close(os.open(chunks[index].with_suffix(".claim"), os.O_CREAT | os.O_EXCL))
+            os.close(os.open(chunk.with_suffix(".claim"), os.O_CREAT | os.O_EXCL))
         except FileExistsError:
             continue  # answered already, or being answered by another process
         rng = random.Random(seed * 100_003 + index)
         torch.manual_seed(seed * 100_003 + index)
-        greedy = index % 3 != 2  # two greedy batches to one sampled: the greedy α bar is the harder one
+        greedy = index % 3 != 2  # the greedy α bar is the harder one
         batch = sorted(conversations[index * batch_size:(index + 1) * batch_size],
                        key=lambda c: len(_chat_ids(target.tokenizer, c)))
         new = generate_batch(target, [_chat_ids(target.tokenizer, c) for c in batch], greedy=greedy,
@@ -99,11 +96,8 @@ def generate_data(target: LoadedModel, n_prompts: int, *, seed: int, batch_size:
         if second:
             new += generate_batch(target, [_chat_ids(target.tokenizer, c) for c in second], greedy=greedy,
                                   temperature=temperature, max_new_tokens=max_new_tokens)
-        torch.save(new, chunks[index].with_suffix(".tmp"))
-        chunks[index].with_suffix(".tmp").rename(chunks[index])
-    while not all(chunk.exists() for chunk in chunks):  # another process is finishing its last batch
-        time.sleep(5)
-    return [sample for chunk in chunks for sample in torch.load(chunk, weights_only=False)]
+        torch.save(new, chunk.with_suffix(".tmp"))
+        chunk.with_suffix(".tmp").rename(chunk)
 
 
 def _pin_to_core(core: int) -> None:
@@ -118,13 +112,20 @@ def _generation_worker(core: int, target_path: str, dtype: torch.dtype, n_prompt
     from engine.models import load_model
 
     _pin_to_core(core)
-    generate_data(load_model(target_path, torch.device("cpu"), dtype), n_prompts, progress=False, **kwargs)
+    _answer_batches(load_model(target_path, torch.device("cpu"), dtype), n_prompts, progress=False, **kwargs)
 
 
-def generate_data_parallel(target: LoadedModel, n_prompts: int, workers: int, **kwargs) -> list[Sample]:
-    """`generate_data` shared by `workers` processes, this one included: the batch claims divide the work."""
+def generate_data(target: LoadedModel, n_prompts: int, workers: int, *, chunk_dir: Path, **kwargs) -> list[Sample]:
+    """The training set, answered by `workers` processes (this one included) that divide the batches between them.
+    Batches saved by an earlier run are reused, so an interrupted run resumes, and any prefix of batches is
+    itself a reproducible data set."""
     import multiprocessing
 
+    chunk_dir.mkdir(parents=True, exist_ok=True)
+    for claim in chunk_dir.glob("*.claim"):  # claimed by an interrupted run but never saved: answer it again
+        if not claim.with_suffix(".pt").exists():
+            claim.unlink()
+    kwargs["chunk_dir"] = chunk_dir
     context = multiprocessing.get_context("spawn")
     helpers = [context.Process(target=_generation_worker, daemon=True,
                                args=(core, str(target.path), target.model.dtype, n_prompts, kwargs))
@@ -134,14 +135,19 @@ def generate_data_parallel(target: LoadedModel, n_prompts: int, workers: int, **
     threads, affinity = torch.get_num_threads(), os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     _pin_to_core(0)
     try:
-        samples = generate_data(target, n_prompts, **kwargs)
+        _answer_batches(target, n_prompts, **kwargs)
     finally:
         for helper in helpers:
             helper.join()
         torch.set_num_threads(threads)
         if affinity is not None:
             os.sched_setaffinity(0, affinity)
-    return samples
+    n_batches = math.ceil(n_prompts / kwargs["batch_size"])
+    chunks = [chunk_dir / f"batch-{index:04d}.pt" for index in range(n_batches)]
+    missing = [chunk.name for chunk in chunks if not chunk.exists()]
+    if missing:
+        raise RuntimeError(f"a generation worker failed: {len(missing)} batches unanswered ({missing[0]}, ...)")
+    return [sample for chunk in chunks for sample in torch.load(chunk, weights_only=False)]
 
 
 def draft_vocabulary(samples: list[Sample], size: int, always: list[int]) -> list[int]:
@@ -313,7 +319,7 @@ def run_recipe(*, out: Path, workdir: Path, n_prompts: int = 4000, steps: int = 
     started = time.time()
     target = load_model("embedded", torch.device("cpu"), torch.bfloat16)
     log(f"1) the target answers {n_prompts} prompts (+{multi_turn_fraction:.0%} second turns; saved batches reused)")
-    samples = generate_data_parallel(
+    samples = generate_data(
         target, n_prompts, workers, seed=seed, batch_size=batch_size, max_new_tokens=max_new_tokens,
         temperature=temperature, multi_turn_fraction=multi_turn_fraction,
         chunk_dir=workdir / f"answers-{_prompt_set_id(seed, batch_size)}-bs{batch_size}-t{max_new_tokens}")

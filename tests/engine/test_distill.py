@@ -72,8 +72,8 @@ def test_saved_assets_hold_no_shared_tensor_and_assemble_into_a_working_draft(tm
     assert all(t.token_id < 40 for e in events for t in e.drafted)  # drafts come from the draft vocabulary
 
 
-def test_parallel_answering_gives_the_same_data_as_one_process(tmp_path):
-    from engine.distill import generate_data_parallel
+def test_parallel_answering_gives_the_same_data_as_one_process_and_resumes_interrupted_batches(tmp_path):
+    from engine.distill import generate_data
     from engine.models import load_model
 
     tiny = tiny_model(0, layers=2)
@@ -82,8 +82,10 @@ def test_parallel_answering_gives_the_same_data_as_one_process(tmp_path):
     tiny.tokenizer.save_pretrained(tmp_path / "target")
     target = load_model(str(tmp_path / "target"), torch.device("cpu"), torch.float32)
     recipe = dict(seed=3, batch_size=2, max_new_tokens=5, temperature=0.7, multi_turn_fraction=0.5)
-    alone = generate_data_parallel(target, 6, 1, chunk_dir=tmp_path / "alone", **recipe)
-    shared = generate_data_parallel(target, 6, 2, chunk_dir=tmp_path / "shared", **recipe)
+    (tmp_path / "alone").mkdir()
+    (tmp_path / "alone" / "batch-0001.claim").touch()  # left by an interrupted run: must be answered again
+    alone = generate_data(target, 6, 1, chunk_dir=tmp_path / "alone", **recipe)
+    shared = generate_data(target, 6, 2, chunk_dir=tmp_path / "shared", **recipe)
     assert len(alone) == 6 + 3  # a second turn for half of each batch
     assert [s.ids for s in shared] == [s.ids for s in alone]
     assert all(torch.equal(a.teacher_probs, b.teacher_probs) for a, b in zip(alone, shared))
