@@ -1,26 +1,55 @@
 """A model with its KV cache and the token ids that cache holds: the one owner of rollback.
 
-transformers' `DynamicCache.crop(-n)` drops the last n positions (this release refuses the legacy positive
-argument), so rolling back to the accepted prefix is one call, and the ids we keep beside the cache let a new
-chat turn reuse the longest cached prefix of the conversation.
+Llama-family models run on `engine.fast_llama` (a preallocated cache rolled back by moving its length); any
+other model keeps transformers' forward with a DynamicCache, whose `crop(-n)` drops the last n positions. The
+ids kept beside the cache let a new chat turn reuse the longest cached prefix of the conversation.
 """
 from __future__ import annotations
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from engine import fast_llama
+
+
+class TransformersCache:
+    """transformers' own forward: the fallback for architectures the fast path does not cover."""
+
+    def __init__(self, model: PreTrainedModel, head: torch.Tensor | None):
+        self.model = model
+        self.head = head  # None: the model's own LM head
+        self.cache = DynamicCache(config=model.config)
+
+    @property
+    def length(self) -> int:
+        return self.cache.get_seq_length()
+
+    def crop(self, length: int) -> None:
+        if length < self.length:
+            self.cache.crop(length - self.length)
+
+    def forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
+        if self.head is None:
+            return self.model(input_ids=ids[None], cache=self.cache, use_cache=True, logits_to_keep=keep).logits[0].float()
+        hidden = self.model.get_decoder()(input_ids=ids[None], cache=self.cache, use_cache=True).last_hidden_state
+        return (hidden[0, -keep:] @ self.head.T).float()
+
 
 class CachedModel:
-    def __init__(self, model: PreTrainedModel, vocab_size: int, draft_vocab: list[int] | None = None):
+    def __init__(self, model: PreTrainedModel, vocab_size: int, draft_vocab: list[int] | None = None, *,
+                 int8: bool = False):
+        """`int8` stores the weights as int8 on the fast path (drafts only: it changes the model's distribution)."""
         self.model = model
         self.vocab_size = vocab_size  # logits beyond this (padding rows) are dropped
-        self.cache = DynamicCache(config=model.config)
         self.tokens: list[int] = []
         # A draft vocabulary (FR-Spec) scores only its frequent tokens: a smaller LM head, same model.
         self.draft_vocab = None if draft_vocab is None else torch.tensor(draft_vocab, device=model.device)
-        if self.draft_vocab is not None:
-            head = model.get_output_embeddings().weight
-            self.draft_vocab_head = head[self.draft_vocab].detach()  # (draft_vocab, hidden)
+        head = model.get_output_embeddings().weight
+        head = head.detach() if self.draft_vocab is None else head[self.draft_vocab].detach()
+        if fast_llama.supports(model):
+            self.cache = fast_llama.FastLlama(model, head, int8=int8)
+        else:
+            self.cache = TransformersCache(model, None if self.draft_vocab is None else head)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -32,17 +61,12 @@ class CachedModel:
     @torch.inference_mode()
     def forward(self, new_tokens: list[int], keep: int = 1) -> torch.Tensor:
         """Feed `new_tokens` after the cached ones; return float logits (keep, vocab) of the last `keep` positions."""
-        ids = torch.tensor([new_tokens], dtype=torch.long, device=self.device)
-        if self.draft_vocab is None:
-            out = self.model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=keep)
-            logits = out.logits[0, :, : self.vocab_size].float()
-        else:
-            hidden = self.model.get_decoder()(input_ids=ids, cache=self.cache, use_cache=True)
-            subset_logits = hidden.last_hidden_state[0, -keep:] @ self.draft_vocab_head.T
-            logits = torch.full((keep, self.vocab_size), float("-inf"), device=self.device)
-            logits[:, self.draft_vocab] = subset_logits.float()
+        logits = self.cache.forward(torch.tensor(new_tokens, dtype=torch.long, device=self.device), keep)
+        if self.draft_vocab is not None:
+            subset_logits, logits = logits, torch.full((keep, self.vocab_size), float("-inf"), device=self.device)
+            logits[:, self.draft_vocab] = subset_logits
         self.tokens.extend(new_tokens)
-        return logits
+        return logits[:, : self.vocab_size]
 
     def rollback(self, length: int) -> None:
         """Forget every position from `length` on."""
@@ -50,9 +74,9 @@ class CachedModel:
         if extra < 0:
             raise ValueError(f"cannot roll back to {length}: only {len(self.tokens)} tokens are cached")
         if extra:
-            self.cache.crop(-extra)
+            self.cache.crop(length)
             del self.tokens[length:]
-        assert self.cache.get_seq_length() == len(self.tokens), "KV cache and token ids disagree"
+        assert self.cache.length == len(self.tokens), "KV cache and token ids disagree"
 
     def common_prefix(self, ids: list[int]) -> int:
         n = 0

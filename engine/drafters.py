@@ -64,17 +64,19 @@ class DraftModelDrafter:
     distribution the proposal was really drawn from, so verification remains exact.
     """
 
-    def __init__(self, draft: LoadedModel, vocab_size: int, draft_vocab: list[int] | None = None):
+    def __init__(self, draft: LoadedModel, vocab_size: int, draft_vocab: list[int] | None = None, *,
+                 int8: bool = True):
+        """`int8`: weight-only int8 on CPU, where a draft step costs what its weights weigh (half of bf16)."""
         self.draft = draft
-        self.runner = CachedModel(draft.model, vocab_size, draft_vocab)
+        self.runner = CachedModel(draft.model, vocab_size, draft_vocab, int8=int8)
         self._proposed_from = 0  # sequence length when the last proposal started
 
     @classmethod
-    def for_model(cls, draft: LoadedModel, vocab_size: int) -> "DraftModelDrafter":
+    def for_model(cls, draft: LoadedModel, vocab_size: int, *, int8: bool = True) -> "DraftModelDrafter":
         """Use the draft vocabulary shipped beside the model's weights, if there is one."""
         vocab_file = Path(draft.path) / DRAFT_VOCAB_FILE
         draft_vocab = json.loads(vocab_file.read_text()) if vocab_file.is_file() else None
-        return cls(draft, vocab_size, draft_vocab)
+        return cls(draft, vocab_size, draft_vocab, int8=int8)
 
     def prefill(self, prompt: list[int]) -> None:
         self.runner.prefill(prompt)

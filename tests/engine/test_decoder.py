@@ -70,7 +70,7 @@ def test_rollback_leaves_the_cache_as_a_fresh_forward_over_the_prefix():
     after_rollback = runner.forward([30])
     fresh = model(torch.tensor([prefix + [30]])).logits[0, -1]
     assert torch.allclose(after_rollback[0], fresh, atol=1e-5)
-    assert runner.cache.get_seq_length() == len(prefix) + 1
+    assert runner.cache.length == len(prefix) + 1
 
 
 def test_eos_inside_an_accepted_block_stops_generation_there():

@@ -1,0 +1,72 @@
+"""The fast Llama-family forward against transformers' own, and the fallback for what it does not cover."""
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+from engine import fast_llama
+from engine.caches import CachedModel, TransformersCache
+
+SHAPE = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=2048)
+
+
+def build(kind: str, seed: int = 0):
+    torch.manual_seed(seed)
+    if kind == "qwen3":
+        model = Qwen3ForCausalLM(Qwen3Config(**SHAPE, head_dim=16))
+    elif kind == "llama3-rope":
+        model = LlamaForCausalLM(LlamaConfig(**SHAPE, rope_parameters={
+            "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 64}))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(**SHAPE, attention_bias=kind == "llama-bias"))
+    return model.eval().requires_grad_(False)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3", "llama3-rope"])
+def test_fast_forward_matches_transformers_through_steps_blocks_and_rollback(kind):
+    model = build(kind)
+    runner = CachedModel(model, 64)
+    assert isinstance(runner.cache, fast_llama.FastLlama)
+    sequence = [3, 9, 14, 2, 7, 30, 31]
+    runner.forward(sequence[:5])
+    runner.forward(sequence[5:6])
+    block = runner.forward(sequence[6:] + [40, 41], keep=3)  # a verification block of three
+    runner.rollback(6)  # two of them rejected
+    step = runner.forward([50])
+    reference = model(torch.tensor([sequence + [40, 41]])).logits[0]
+    assert torch.allclose(block, reference[-3:], atol=1e-5)
+    assert torch.allclose(step[0], model(torch.tensor([sequence[:6] + [50]])).logits[0, -1], atol=1e-5)
+
+
+def test_the_cache_grows_past_its_first_allocation_without_changing_the_logits():
+    model = build("llama")
+    runner = CachedModel(model, 64)
+    ids = torch.randint(0, 64, (300,), generator=torch.Generator().manual_seed(0)).tolist()
+    runner.forward(ids[:250])
+    last = [runner.forward([token])[0] for token in ids[250:]]  # crosses the initial 256 positions
+    reference = model(torch.tensor([ids])).logits[0, 250:]
+    assert torch.allclose(torch.stack(last), reference, atol=1e-4)
+
+
+def test_unsupported_architectures_fall_back_to_the_transformers_forward():
+    model = build("llama-bias")
+    assert not fast_llama.supports(model)
+    runner = CachedModel(model, 64)
+    assert isinstance(runner.cache, TransformersCache)
+    runner.forward([3, 9, 14, 2])
+    runner.forward([20, 21])
+    runner.rollback(4)
+    assert torch.allclose(runner.forward([30])[0], model(torch.tensor([[3, 9, 14, 2, 30]])).logits[0, -1], atol=1e-5)
+    assert runner.cache.length == 5
+
+
+def test_int8_weights_stay_close_to_the_model_and_leave_it_untouched():
+    model = build("llama")
+    before = model(torch.tensor([[3, 9, 14, 2]])).logits[0, -1]
+    int8 = CachedModel(model, 64, int8=True)
+    assert isinstance(int8.cache.weights.layers[0].qkv, fast_llama.Int8Weight)
+    logits = int8.forward([3, 9, 14, 2])[0]
+    assert (logits - before).abs().max() < 0.05 * before.abs().max()
+    assert not torch.equal(logits, before)  # really quantized
+    assert torch.equal(model(torch.tensor([[3, 9, 14, 2]])).logits[0, -1], before)
