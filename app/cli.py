@@ -35,6 +35,9 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default=None, help="a named target/draft pair (see `specdec presets`)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    parser.add_argument("--draft-weights", default="int8", choices=["int8", "dtype"],
+                        help="the draft's weights on CPU: weight-only int8 (default: half the bytes, same α), "
+                             "or kept in --dtype")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -119,7 +122,8 @@ def cmd_generate(args) -> int:
         temperature=args.temperature if args.temperature is not None else 1.0,
         top_k=args.top_k, top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens, lookup=args.lookup,
     )
-    decoder = Decoder.load(target, draft if args.mode == "spec" else None, args.device, args.dtype)
+    decoder = Decoder.load(target, draft if args.mode == "spec" else None, args.device, args.dtype,
+                           draft_int8=args.draft_weights == "int8")
     events = []
     colour = sys.stdout.isatty() and not args.json
     for event in decoder.generate([{"role": "user", "content": args.prompt}], settings):

@@ -397,7 +397,7 @@ def environment(decoder, prompts: list[str], args) -> dict:
         "gpu": torch.cuda.get_device_name(0) if info.device.startswith("cuda") else None,
         "target": info.target.__dict__, "draft": info.draft.__dict__ if info.draft else None,
         "prompts": len(prompts), "repeats": args.repeats, "max_new_tokens": args.max_new_tokens,
-        "temperature": args.temperature, "seed": args.seed,
+        "temperature": args.temperature, "seed": args.seed, "draft_weights": args.draft_weights,
         "hf_assisted_schedules": {"constant": "γ drafts every round, confidence early stop off", **HF_SCHEDULES},
         "timing": "wall clock from prompt ids to the last token; model loading and tokenisation excluded",
     }
@@ -493,7 +493,8 @@ def run_cli(args, target_name: str, draft_name: str | None) -> int:
     if needs_draft and draft_name is None:
         raise ValueError("the spec, hf_assisted and naive methods need a draft model (--draft)")
     print(f"loading {target_name}" + (f" + draft {draft_name}" if needs_draft else ""), file=sys.stderr)
-    decoder = Decoder.load(target_name, draft_name if needs_draft else None, args.device, args.dtype)
+    decoder = Decoder.load(target_name, draft_name if needs_draft else None, args.device, args.dtype,
+                           draft_int8=args.draft_weights == "int8")
 
     from transformers.utils import logging as hf_logging
 

@@ -24,13 +24,14 @@ TOP_N_INSPECT = 5  # leading tokens of p and q kept for each rejected draft
 
 
 class Decoder:
-    def __init__(self, target: LoadedModel, drafter: Drafter | None = None, draft: LoadedModel | None = None):
+    def __init__(self, target: LoadedModel, drafter: Drafter | None = None, draft: LoadedModel | None = None, *,
+                 draft_int8: bool = True):
         """A target alone decodes AR only; with a `draft` model the default drafter is built for it."""
         self.target = target
         self.draft = draft
         self.vocab_size = target.vocab_size if draft is None else check_vocabularies(target, draft)
         if drafter is None and draft is not None:
-            drafter = DraftModelDrafter.for_model(draft, self.vocab_size)
+            drafter = DraftModelDrafter.for_model(draft, self.vocab_size, int8=draft_int8)
         self.drafter = drafter
         self.runner = CachedModel(target.model, self.vocab_size)
         self.tokenizer = target.tokenizer
@@ -39,14 +40,15 @@ class Decoder:
         self._gamma_request: int | None = None
 
     @classmethod
-    def load(cls, target: str, draft: str | None, device: str = "auto", dtype: str = "auto") -> "Decoder":
+    def load(cls, target: str, draft: str | None, device: str = "auto", dtype: str = "auto", *,
+             draft_int8: bool = True) -> "Decoder":
         dev = pick_device(device)
         dt = pick_dtype(dev, dtype)
         if draft is None:
             return cls(load_model(target, dev, dt, shard=True))
         target_tok, draft_tok = preflight(target, draft)
         target_model = load_model(target, dev, dt, shard=True, tokenizer=target_tok)
-        return cls(target_model, draft=load_model(draft, dev, dt, tokenizer=draft_tok))
+        return cls(target_model, draft=load_model(draft, dev, dt, tokenizer=draft_tok), draft_int8=draft_int8)
 
     def info(self) -> PairInfo:
         return PairInfo(

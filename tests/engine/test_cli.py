@@ -48,3 +48,23 @@ def test_no_lookup_reaches_the_decoder(monkeypatch, capsys):
                      *flags]) == 0
     assert [s.lookup for s in seen] == [True, False]
     capsys.readouterr()
+
+
+def test_draft_weights_choose_int8_or_the_load_dtype(monkeypatch, capsys):
+    from engine import fast_llama
+    from engine.decoder import Decoder
+    from tests.tiny import tiny_model
+
+    draft_qkv = []
+
+    def load(cls, target, draft, device, dtype, *, draft_int8):
+        decoder = cls(tiny_model(0), draft=tiny_model(1, layers=1), draft_int8=draft_int8)
+        draft_qkv.append(decoder.drafter.runner.cache.weights.layers[0].qkv)
+        return decoder
+
+    monkeypatch.setattr(Decoder, "load", classmethod(load))
+    for flags in ([], ["--draft-weights", "dtype"]):
+        assert main(["generate", "w3 w7", "--target", "tiny-0", "--draft", "tiny-1", "--max-new-tokens", "2", "--json",
+                     *flags]) == 0
+    assert [isinstance(qkv, fast_llama.Int8Weight) for qkv in draft_qkv] == [True, False]
+    capsys.readouterr()
