@@ -78,13 +78,14 @@ class _Weights:
     @classmethod
     def of(cls, model, int8: bool) -> "_Weights":
         built = cls._built.setdefault(model, {})
-        device = model.model.embed_tokens.weight.device
-        if int8 not in built or built[int8].device != device:
+        # Moving or converting the model reallocates its weights: arrange them again.
+        if int8 not in built or built[int8].source != model.model.embed_tokens.weight.data_ptr():
             built[int8] = cls(model, int8)
         return built[int8]
 
     def __init__(self, model, int8: bool):
         config, decoder = model.config, model.model
+        self.source = decoder.embed_tokens.weight.data_ptr()
         self.device = decoder.embed_tokens.weight.device
         self.embed = decoder.embed_tokens.weight
         self.eps = config.rms_norm_eps

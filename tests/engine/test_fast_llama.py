@@ -70,3 +70,13 @@ def test_int8_weights_stay_close_to_the_model_and_leave_it_untouched():
     assert (logits - before).abs().max() < 0.05 * before.abs().max()
     assert not torch.equal(logits, before)  # really quantized
     assert torch.equal(model(torch.tensor([[3, 9, 14, 2]])).logits[0, -1], before)
+
+
+def test_converting_the_model_after_a_cache_was_built_rearranges_its_weights():
+    model = build("llama")
+    CachedModel(model, 64).forward([3, 9])
+    model.to(torch.float64)
+    logits = CachedModel(model, 64).forward([3, 9, 14])
+    assert logits.dtype == torch.float32  # logits are always float32
+    assert torch.allclose(logits[0], model(torch.tensor([[3, 9, 14]])).logits[0, -1].float(), atol=1e-6)
+    assert fast_llama._Weights.of(model, False).layers[0].attn_norm.dtype == torch.float64
