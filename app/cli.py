@@ -88,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--workers", type=int, default=os.cpu_count(),
                        help="single-threaded processes answering prompts in parallel (default: one per core)")
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--layers", type=_csv_ints, default=None,
+                       help="the target's decoder layers the draft starts from (default: the shipped draft's)")
 
     sub.add_parser("presets", help="list the named model pairs")
     return parser
@@ -177,8 +179,9 @@ def cmd_prepare(args) -> int:
 def cmd_train_draft(args) -> int:
     from engine.distill import run_recipe
 
+    layers = {"layers": tuple(args.layers)} if args.layers else {}
     record = run_recipe(out=args.out, workdir=args.workdir, n_prompts=args.prompts, steps=args.steps, seed=args.seed,
-                        workers=args.workers)
+                        workers=args.workers, **layers)
     final = record["result"]["history"][-1]
     print(f"held-out top-1 agreement {final['agreement']:.3f} after {record['total_s']}s; run `specdec prepare`")
     return 0

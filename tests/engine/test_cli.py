@@ -68,3 +68,20 @@ def test_draft_weights_choose_int8_or_the_load_dtype(monkeypatch, capsys):
                      *flags]) == 0
     assert [isinstance(qkv, fast_llama.Int8Weight) for qkv in draft_qkv] == [True, False]
     capsys.readouterr()
+
+
+def test_train_draft_passes_the_chosen_layers_to_the_recipe(monkeypatch, capsys):
+    from engine import distill
+
+    calls = []
+
+    def recipe(**kwargs):
+        calls.append(kwargs)
+        return {"result": {"history": [{"agreement": 0.5}]}, "total_s": 1}
+
+    monkeypatch.setattr(distill, "run_recipe", recipe)
+    assert main(["train-draft", "--steps", "3", "--layers", "0,1,18,29"]) == 0
+    assert main(["train-draft", "--steps", "3"]) == 0
+    assert calls[0]["layers"] == (0, 1, 18, 29) and calls[0]["steps"] == 3
+    assert "layers" not in calls[1]  # the recipe's own default
+    capsys.readouterr()
