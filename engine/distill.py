@@ -300,7 +300,7 @@ def _prompt_set_id(seed: int, batch_size: int) -> str:
 
 
 def run_recipe(*, out: Path, workdir: Path, n_prompts: int = 4000, steps: int = 1400, seed: int = 0,
-               layers: tuple[int, ...] = (0, 1, 29), vocab_size: int = 8192, lr: float = 5e-4,
+               layers: tuple[int, ...] = (0, 1, 18, 29), vocab_size: int = 8192, lr: float = 5e-4,
                tokens_per_batch: int = 4096, batch_size: int = 48, max_new_tokens: int = 128,
                temperature: float = 0.7, multi_turn_fraction: float = 0.25, workers: int = 1) -> dict:
     """The whole recipe, resumable after data generation (the data is cached in `workdir`)."""
