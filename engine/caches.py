@@ -58,15 +58,28 @@ class CachedModel:
     def device(self) -> torch.device:
         return self.model.device
 
-    @torch.inference_mode()
     def forward(self, new_tokens: list[int], keep: int = 1) -> torch.Tensor:
         """Feed `new_tokens` after the cached ones; return float logits (keep, vocab) of the last `keep` positions."""
+        return self.to_vocab(self.forward_rows(new_tokens, keep), float("-inf"))
+
+    @torch.inference_mode()
+    def forward_rows(self, new_tokens: list[int], keep: int = 1) -> torch.Tensor:
+        """As `forward`, over the rows the head scores: the draft vocabulary if there is one, which is cheaper to
+        warp and sample from than the whole vocabulary (`token_id` maps a row back)."""
         logits = self.cache.forward(torch.tensor(new_tokens, dtype=torch.long, device=self.device), keep)
-        if self.draft_vocab is not None:
-            subset_logits, logits = logits, torch.full((keep, self.vocab_size), float("-inf"), device=self.device)
-            logits[:, self.draft_vocab] = subset_logits
         self.tokens.extend(new_tokens)
-        return logits[:, : self.vocab_size]
+        return logits if self.draft_vocab is not None else logits[:, : self.vocab_size]
+
+    def to_vocab(self, rows: torch.Tensor, fill: float) -> torch.Tensor:
+        """Logits or probabilities over the head's rows, spread over the whole vocabulary."""
+        if self.draft_vocab is None:
+            return rows
+        spread = torch.full((rows.shape[0], self.vocab_size), fill, device=rows.device)
+        spread[:, self.draft_vocab] = rows
+        return spread
+
+    def token_id(self, row: int) -> int:
+        return row if self.draft_vocab is None else int(self.draft_vocab[row])
 
     def rollback(self, length: int) -> None:
         """Forget every position from `length` on."""

@@ -86,21 +86,20 @@ class DraftModelDrafter:
         # The cache holds a prefix of `sequence`: one token behind it after a rejection, two after a round
         # where all γ were accepted (the last draft was never fed); feeding both at once costs one forward.
         self._proposed_from = len(sequence)
-        logits = self.runner.forward(sequence[len(self.runner):])
-        tokens, probs = [], []
+        logits = self.runner.forward_rows(sequence[len(self.runner):])
+        tokens, probs = [], torch.zeros((gamma, self.runner.vocab_size), device=self.runner.device)
         for i in range(gamma):
             copied = lookup_continuation(sequence + tokens) if settings.lookup else None
             if copied is None:
-                q = warp(logits[-1], settings)
-                tokens.append(choose(q, settings, generator))
+                q = warp(logits[-1], settings)  # over the draft vocabulary: the draft gives q = 0 elsewhere
+                tokens.append(self.runner.token_id(choose(q, settings, generator)))
+                probs[i] = self.runner.to_vocab(q[None], 0.0)[0]
             else:
-                q = torch.zeros_like(logits[-1])
-                q[copied] = 1.0
                 tokens.append(copied)
-            probs.append(q)
+                probs[i, copied] = 1.0
             if i < gamma - 1:
-                logits = self.runner.forward(tokens[-1:])
-        return Proposal(tokens, torch.stack(probs))
+                logits = self.runner.forward_rows(tokens[-1:])
+        return Proposal(tokens, probs)
 
     def update(self, n_accepted: int) -> None:
         self.runner.rollback(min(len(self.runner), self._proposed_from + n_accepted))
