@@ -59,9 +59,9 @@ class DraftModelDrafter:
     """A small causal LM with its own KV cache, drafting autoregressively (the seed's M_q).
 
     With `settings.lookup`, a position whose last few tokens already occurred in the conversation proposes the
-    token that followed them, with q = 1 on it: a small draft copies poorly (on the held-out prompts it was
-    right at 30 % of such positions, the copy at 83 %), while the target repeats itself often. q stays the
-    distribution the proposal was really drawn from, so verification remains exact.
+    token that followed them, with q = 1 on it: a small draft copies less well (on the evaluation answers the
+    embedded draft is right at 60 % of such positions, the copy at 83 %), and the target repeats itself often.
+    q stays the distribution the proposal was really drawn from, so verification remains exact.
     """
 
     def __init__(self, draft: LoadedModel, vocab_size: int, draft_vocab: list[int] | None = None, *,
