@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     prep = sub.add_parser("prepare", help="prepare the embedded pair in the cache directory (one time)")
     prep.add_argument("--force", action="store_true")
 
-    train = sub.add_parser("train-draft", help="train the embedded draft model (~75 min on 2 CPU cores)")
+    train = sub.add_parser("train-draft", help="train the embedded draft model (~85 min on 2 CPU cores)")
     train.add_argument("--out", type=Path, default=Path("assets/draft"))
     train.add_argument("--workdir", type=Path, default=Path("runs/train-draft"))
     train.add_argument("--prompts", type=int, default=4000, help="training prompts the target answers")
