@@ -87,18 +87,20 @@ class DraftModelDrafter:
         # where all γ were accepted (the last draft was never fed); feeding both at once costs one forward.
         self._proposed_from = len(sequence)
         logits = self.runner.forward_rows(sequence[len(self.runner):])
-        tokens, probs = [], torch.zeros((gamma, self.runner.vocab_size), device=self.runner.device)
+        # q over the head's rows (the draft vocabulary: the draft gives q = 0 elsewhere), spread once at the end
+        tokens, copies, q_rows = [], [], torch.zeros((gamma, logits.shape[-1]), device=logits.device)
         for i in range(gamma):
             copied = lookup_continuation(sequence + tokens) if settings.lookup else None
             if copied is None:
-                q = warp(logits[-1], settings)  # over the draft vocabulary: the draft gives q = 0 elsewhere
-                tokens.append(self.runner.token_id(choose(q, settings, generator)))
-                probs[i] = self.runner.to_vocab(q[None], 0.0)[0]
+                q_rows[i] = warp(logits[-1], settings)
+                tokens.append(self.runner.token_id(choose(q_rows[i], settings, generator)))
             else:
                 tokens.append(copied)
-                probs[i, copied] = 1.0
+                copies.append(i)
             if i < gamma - 1:
                 logits = self.runner.forward_rows(tokens[-1:])
+        probs = self.runner.to_vocab(q_rows, 0.0)
+        probs[copies, [tokens[i] for i in copies]] = 1.0  # a copied row is all zeros until here
         return Proposal(tokens, probs)
 
     def update(self, n_accepted: int) -> None:
