@@ -491,7 +491,7 @@ def run_cli(args, target_name: str, draft_name: str | None) -> int:
     prompts = load_prompts(args.prompts)
     needs_draft = any(c.method in NEEDS_DRAFT for c in configs)
     if needs_draft and draft_name is None:
-        raise ValueError("the spec, hf_assisted and naive methods need a draft model (--draft)")
+        raise ValueError(f"the {', '.join(NEEDS_DRAFT)} methods need a draft model (--draft)")
     print(f"loading {target_name}" + (f" + draft {draft_name}" if needs_draft else ""), file=sys.stderr)
     decoder = Decoder.load(target_name, draft_name if needs_draft else None, args.device, args.dtype,
                            draft_int8=args.draft_weights == "int8")
