@@ -18,10 +18,16 @@ COLOURS = {  # ANSI colours for the terminal, the same meaning as in the app
     "bonus": "\033[33m", "target": "",
 }
 RESET = "\033[0m"
+STOP_BELOW_HELP = ("stop a round's drafting before γ once the draft's own estimate that all its drafts will be "
+                   "accepted falls below this (0: always γ drafts)")
 
 
 def _csv_ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
+
+
+def _csv_floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x]
 
 
 def _csv_words(text: str) -> list[str]:
@@ -51,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="generate a reply to one prompt")
     gen.add_argument("prompt")
     _add_model_arguments(gen)
-    gen.add_argument("--gamma", type=int, default=defaults.gamma, help="draft tokens per round (γ)")
+    gen.add_argument("--gamma", type=int, default=defaults.gamma, help="most draft tokens per round (γ)")
+    gen.add_argument("--stop-below", type=float, default=defaults.stop_below, help=STOP_BELOW_HELP)
     mode = gen.add_mutually_exclusive_group()
     mode.add_argument("--greedy", action="store_true", help="greedy decoding (the default)")
     mode.add_argument("--temperature", type=float, default=None, help="sample at this temperature")
@@ -69,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--prompts", type=Path, default=None, help="a text file, one prompt per line")
     bench.add_argument("--max-new-tokens", type=int, default=96)
     bench.add_argument("--gammas", type=_csv_ints, default=[1, 2, 4, 6, 8])
+    bench.add_argument("--stop-below", type=_csv_floats, default=[defaults.stop_below],
+                       help="adaptive draft length for spec and spec_draft, one row per value (0: always γ drafts)")
     bench.add_argument("--decoding", type=_csv_words, default=["greedy", "sample"])
     bench.add_argument("--temperature", type=float, default=0.7)
     bench.add_argument("--repeats", type=int, default=1)
@@ -123,6 +132,7 @@ def cmd_generate(args) -> int:
         mode=args.mode, gamma=args.gamma, greedy=args.temperature is None,
         temperature=args.temperature if args.temperature is not None else 1.0,
         top_k=args.top_k, top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens, lookup=args.lookup,
+        stop_below=args.stop_below,
     )
     decoder = Decoder.load(target, draft if args.mode == "spec" else None, args.device, args.dtype,
                            draft_int8=args.draft_weights == "int8")

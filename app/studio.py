@@ -12,6 +12,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, QThread, QTimer
 from PySide6.QtWidgets import QApplication
 
+from app.cli import STOP_BELOW_HELP
 from app.worker import DecodeWorker
 from engine.decoder import Decoder
 from engine.events import DecodeSettings
@@ -67,7 +68,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--draft", default="embedded-draft", help="as --target; 'none' for plain AR only")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    parser.add_argument("--gamma", type=int, default=defaults.gamma, help="drafts per round (γ)")
+    parser.add_argument("--gamma", type=int, default=defaults.gamma, help="most drafts per round (γ)")
+    parser.add_argument("--stop-below", type=float, default=defaults.stop_below, help=STOP_BELOW_HELP)
     parser.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--sampling", action="store_true", help="sample instead of greedy decoding")
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     app.setApplicationName("SpecDec Studio")
     draft = None if args.draft.lower() == "none" else args.draft
     settings = DecodeSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                              greedy=not args.sampling)
+                              greedy=not args.sampling, stop_below=args.stop_below)
     studio = build(target=args.target, draft=draft, device=args.device, dtype=args.dtype, defaults=settings)
     studio.window.controls.compare_ar.setChecked(args.compare_ar)
     automation = Automation(studio, args) if args.prompt else None

@@ -42,6 +42,7 @@ class Config:
     decoding: str
     gamma: int | None = None
     schedule: str | None = None  # hf_assisted only: "constant" (with γ), "default" or "heuristic"
+    stop_below: float | None = None  # our drafting methods: DecodeSettings.stop_below (0 = always γ drafts)
 
     @property
     def greedy(self) -> bool:
@@ -51,7 +52,9 @@ class Config:
     def gamma_label(self) -> str:
         if self.schedule in HF_SCHEDULES:
             return self.schedule
-        return "" if self.gamma is None else str(self.gamma)
+        if self.gamma is None:
+            return ""
+        return f"≤{self.gamma}, stop {self.stop_below:g}" if self.stop_below else str(self.gamma)
 
 
 @dataclass
@@ -74,8 +77,10 @@ class Row:
     runs: list[Run] = field(default_factory=list)
 
 
-def plan(methods: Sequence[str], decodings: Sequence[str], gammas: Sequence[int]) -> list[Config]:
-    """The configurations to run, in table order; raises ValueError with a one-line reason on bad input."""
+def plan(methods: Sequence[str], decodings: Sequence[str], gammas: Sequence[int],
+         stop_belows: Sequence[float] = (0.0,)) -> list[Config]:
+    """The configurations to run, in table order; raises ValueError with a one-line reason on bad input.
+    Our drafting methods run every γ with every `stop_belows` value (0: γ drafts in every round)."""
     for method in methods:
         if method not in METHODS:
             raise ValueError(f"unknown bench method {method!r}; choose from {', '.join(METHODS)}")
@@ -89,6 +94,11 @@ def plan(methods: Sequence[str], decodings: Sequence[str], gammas: Sequence[int]
     for gamma in gammas:
         if not 1 <= gamma <= 64:
             raise ValueError(f"gamma must be between 1 and 64, not {gamma}")
+    if any(m in ENGINE_DRAFTING for m in methods) and not stop_belows:
+        raise ValueError("--stop-below is empty")
+    for stop in stop_belows:
+        if not 0.0 <= stop < 1.0:
+            raise ValueError(f"stop-below must be in [0, 1), not {stop}")
     configs = []
     for decoding in decodings:
         for method in METHODS:  # a fixed order, whatever order the user named them in
@@ -99,8 +109,10 @@ def plan(methods: Sequence[str], decodings: Sequence[str], gammas: Sequence[int]
             elif method == "hf_assisted":
                 configs += [Config(method, decoding, g, "constant") for g in gammas]
                 configs += [Config(method, decoding, None, s) for s in HF_SCHEDULES]
-            else:
+            elif method == "naive":
                 configs += [Config(method, decoding, g) for g in gammas]
+            else:
+                configs += [Config(method, decoding, g, stop_below=stop) for stop in stop_belows for g in gammas]
     return configs
 
 
@@ -152,6 +164,7 @@ class Bench:
         settings = DecodeSettings(
             mode="ar" if config.method == "ar" else "spec", gamma=config.gamma or 1, greedy=config.greedy,
             temperature=self.temperature, seed=seed, max_new_tokens=max_new, lookup=config.method == "spec",
+            stop_below=config.stop_below or 0.0,
         )
         self.decoder.reset()  # otherwise the previous run's cached prompt would make this prefill free
         # generate() tokenises inside; time that alone, just before, and take it off the wall time
@@ -322,6 +335,7 @@ def summarize_row(row: Row, ar: Row | None) -> dict:
     tokens_per_s = tokens / wall_s if wall_s > 0 else 0.0
     record: dict = {
         "method": config.method, "decoding": config.decoding, "gamma": config.gamma, "schedule": config.schedule,
+        "stop_below": config.stop_below,
         "replies": len(row.runs), "tokens": tokens, "wall_s": wall_s, "tokens_per_s": tokens_per_s,
         "alpha": None, "acceptance_rate": None, "tokens_per_round": None, "rounds": None,
         "speedup_vs_ar": None, "identical_to_ar": None,
@@ -343,19 +357,22 @@ def summarize_row(row: Row, ar: Row | None) -> dict:
     elif events:
         stats = reply_stats(events)
         record.update(alpha=stats.alpha, acceptance_rate=stats.acceptance_rate,
-                      tokens_per_round=stats.tokens_per_round, rounds=stats.n_rounds)
+                      tokens_per_round=stats.tokens_per_round, rounds=stats.n_rounds,
+                      drafts_per_round=_ratio(stats.n_drafted, stats.n_rounds))
         record["per_position_acceptance"] = per_position_acceptance(events)
-        record["theory_tokens_per_round"] = expected_tokens_per_round(stats.alpha, config.gamma)
         t_p = ar_step_s(ar)
         t_q = _ratio(stats.draft_s, stats.n_drafted)
         record.update(t_q_s=t_q, t_p_s=t_p)
-        if t_p and t_q is not None:
-            record["modelled_speedup"] = modelled_speedup(stats.alpha, config.gamma, t_q / t_p)
+        if not config.stop_below:  # the seed's formulas assume γ drafts in every round
+            record["theory_tokens_per_round"] = expected_tokens_per_round(stats.alpha, config.gamma)
+            if t_p and t_q is not None:
+                record["modelled_speedup"] = modelled_speedup(stats.alpha, config.gamma, t_q / t_p)
     elif config.method == "hf_assisted":
         # α needs per-round acceptances, which transformers does not report: n/a. Rounds are target forwards.
         rounds = sum(r.target_calls or 0 for r in row.runs)
         record["rounds"] = rounds
         record["drafted"] = sum(r.draft_calls or 0 for r in row.runs)
+        record["drafts_per_round"] = _ratio(record["drafted"], rounds)
         record["tokens_per_round"] = _ratio(tokens, rounds)
     return record
 
@@ -370,14 +387,15 @@ def _fmt(value, spec: str) -> str:
 
 
 def markdown_table(records: list[dict]) -> str:
-    header = ["method", "decoding", "γ", "tokens", "wall s", "tokens/s", "α", "tokens/round", "speedup vs ar",
-              "greedy = ar"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 6 + ["---"]) + "|"]
+    header = ["method", "decoding", "γ", "tokens", "wall s", "tokens/s", "α", "drafts/round", "tokens/round",
+              "speedup vs ar", "greedy = ar"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 7 + ["---"]) + "|"]
     for r in records:
-        gamma = r["schedule"] if r.get("schedule") in HF_SCHEDULES else ("" if r["gamma"] is None else str(r["gamma"]))
+        config = Config(r["method"], r["decoding"], r["gamma"], r.get("schedule"), r.get("stop_below"))
         cells = [
-            r["method"], r["decoding"], gamma, str(r["tokens"]), f"{r['wall_s']:.2f}", f"{r['tokens_per_s']:.1f}",
-            "" if r["method"] in ("ar", "hf_generate") else _fmt(r["alpha"], ".2f"),
+            r["method"], r["decoding"], config.gamma_label, str(r["tokens"]), f"{r['wall_s']:.2f}",
+            f"{r['tokens_per_s']:.1f}", "" if r["method"] in ("ar", "hf_generate") else _fmt(r["alpha"], ".2f"),
+            "" if r.get("drafts_per_round") is None else _fmt(r["drafts_per_round"], ".2f"),
             _fmt(r["tokens_per_round"], ".2f"), _fmt(r["speedup_vs_ar"], ".2f") + ("x" if r["speedup_vs_ar"] else ""),
             r.get("identical_to_ar") or "",
         ]
@@ -415,9 +433,10 @@ def write_plots(records: list[dict], out: Path) -> list[Path]:
     from matplotlib.ticker import MaxNLocator
 
     drafting = [r for r in records if r["method"] in (*ENGINE_DRAFTING, "naive") and r.get("alpha") is not None]
-    series = {}
+    series = {}  # one line per method, decoding and stop rule; the seed's formulas only for fixed γ
     for r in drafting:
-        series.setdefault((r["method"], r["decoding"]), []).append(r)
+        name = f"{r['method']} {r['decoding']}" + (f" stop {r['stop_below']:g}" if r.get("stop_below") else "")
+        series.setdefault(name, []).append(r)
     written = []
 
     def save(fig, name: str) -> None:
@@ -430,34 +449,35 @@ def write_plots(records: list[dict], out: Path) -> list[Path]:
         written.append(path)
 
     fig, (ax_alpha, ax_tokens) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for (method, decoding), rs in series.items():
+    for name, rs in series.items():
         gammas = [r["gamma"] for r in rs]
-        line, = ax_alpha.plot(gammas, [r["alpha"] for r in rs], "o-", label=f"{method} {decoding}")
+        line, = ax_alpha.plot(gammas, [r["alpha"] for r in rs], "o-", label=name)
         ax_tokens.plot(gammas, [r["tokens_per_round"] for r in rs], "o", color=line.get_color(),
-                       label=f"{method} {decoding} (measured)")
-        ax_tokens.plot(gammas, [r["theory_tokens_per_round"] for r in rs], "--", color=line.get_color(),
-                       label=f"{method} {decoding}: (1−α^(γ+1))/(1−α)")
-    ax_alpha.set(xlabel="γ", ylabel="α (accepted / verified drafts)", ylim=(0, 1.05), title="Acceptance rate")
-    ax_tokens.set(xlabel="γ", ylabel="tokens per round", title="Tokens per round vs the seed's E")
+                       label=f"{name} (measured)")
+        theory = [(r["gamma"], r["theory_tokens_per_round"]) for r in rs if r.get("theory_tokens_per_round")]
+        if theory:
+            ax_tokens.plot(*zip(*theory), "--", color=line.get_color(), label=f"{name}: (1−α^(γ+1))/(1−α)")
+    ax_alpha.set(xlabel="γ (most drafts per round)", ylabel="α (accepted / verified drafts)", ylim=(0, 1.05), title="Acceptance rate")
+    ax_tokens.set(xlabel="γ (most drafts per round)", ylabel="tokens per round", title="Tokens per round vs the seed's E")
     for ax in (ax_alpha, ax_tokens):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     save(fig, "alpha_tokens_per_round.png")
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for (method, decoding), rs in series.items():
+    for name, rs in series.items():
         gammas = [r["gamma"] for r in rs]
-        line, = ax.plot(gammas, [r["speedup_vs_ar"] or 0 for r in rs], "o-", label=f"{method} {decoding} (measured)")
+        line, = ax.plot(gammas, [r["speedup_vs_ar"] or 0 for r in rs], "o-", label=f"{name} (measured)")
         modelled = [(r["gamma"], r["modelled_speedup"]) for r in rs if r.get("modelled_speedup") is not None]
-        if modelled and method in ENGINE_DRAFTING:
-            ax.plot(*zip(*modelled), "--", color=line.get_color(), label=f"{method} {decoding}: E/(1+γ·T_q/T_p)")
+        if modelled and rs[0]["method"] in ENGINE_DRAFTING:
+            ax.plot(*zip(*modelled), "--", color=line.get_color(), label=f"{name}: E/(1+γ·T_q/T_p)")
     for decoding in DECODINGS:
         assisted = [(r["gamma"], r["speedup_vs_ar"]) for r in records if r["method"] == "hf_assisted"
                     and r["decoding"] == decoding and r["schedule"] == "constant" and r["speedup_vs_ar"] is not None]
         if assisted:
             ax.plot(*zip(*assisted), "x:", label=f"hf_assisted {decoding} (measured)")
     ax.axhline(1.0, color="black", lw=0.8)
-    ax.set(xlabel="γ", ylabel="speedup vs our AR", title="Measured speedup and the seed's model")
+    ax.set(xlabel="γ (most drafts per round)", ylabel="speedup vs our AR", title="Measured speedup and the seed's model")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     save(fig, "speedup.png")
@@ -466,7 +486,8 @@ def write_plots(records: list[dict], out: Path) -> list[Path]:
     for r in drafting:
         if r["method"] == "spec" and r.get("per_position_acceptance"):
             positions = range(1, len(r["per_position_acceptance"]) + 1)
-            ax.plot(positions, r["per_position_acceptance"], "o-", label=f"{r['decoding']} γ={r['gamma']}")
+            config = Config(r["method"], r["decoding"], r["gamma"], stop_below=r.get("stop_below"))
+            ax.plot(positions, r["per_position_acceptance"], "o-", label=f"{r['decoding']} γ={config.gamma_label}")
     ax.set(xlabel="draft position i", ylabel="P(x_i accepted | x_1..x_{i-1} accepted)", ylim=(0, 1.05),
            title="Per-position acceptance (spec)")
     ax.grid(alpha=0.3)
@@ -481,7 +502,7 @@ def write_plots(records: list[dict], out: Path) -> list[Path]:
 def run_cli(args, target_name: str, draft_name: str | None) -> int:
     from engine.decoder import Decoder
 
-    configs = plan(args.methods, args.decoding, args.gammas)
+    configs = plan(args.methods, args.decoding, args.gammas, args.stop_below)
     if args.repeats < 1:
         raise ValueError("--repeats must be >= 1")
     if args.max_new_tokens < 1:

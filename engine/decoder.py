@@ -1,7 +1,7 @@
 """The round loop: speculative decoding (or plain AR, the same loop without a drafter) as a generator of events.
 
 Each reply: 0) prefill both models, reusing the cached prefix of the conversation; then per round
-1) draft γ tokens, 2) score them in one target pass, 3) accept the longest prefix, 4) resample from
+1) draft up to γ tokens, 2) score them in one target pass, 3) accept the longest prefix, 4) resample from
 norm(max(0, p − q)) or take the bonus token, 5) roll both caches back to the accepted sequence.
 Invariant between rounds: the target's cache holds every token of the sequence but the last.
 """
@@ -122,13 +122,13 @@ class Decoder:
         index = 0
         while True:
             round_start = time.perf_counter()
-            gamma = self._gamma_request if speculative else 0
-            # 1) draft γ tokens
+            # 1) draft up to γ tokens (fewer when the draft's confidence runs out)
             if speculative:
-                proposal = self.drafter.propose(sequence, gamma, settings, generator)
+                proposal = self.drafter.propose(sequence, self._gamma_request, settings, generator)
                 draft_tokens, draft_probs = proposal.tokens, proposal.probs.to(device)
             else:
                 draft_tokens, draft_probs = [], torch.empty((0, self.vocab_size), device=device)
+            gamma = len(draft_tokens)
             synchronize(device)
             drafted_at = time.perf_counter()
             # 2) score them in one target pass: p at each draft position and one past the last

@@ -119,9 +119,14 @@ class DecodingControls(QGroupBox):
         self.gamma = QSlider(Qt.Orientation.Horizontal)
         self.gamma.setRange(1, GAMMA_MAX)
         self.gamma.setValue(defaults.gamma)
-        self.gamma.setToolTip("γ: drafts proposed per round; a change applies from the next round")
+        self.gamma.setToolTip("γ: the most drafts proposed per round; a change applies from the next round")
         self.gamma_label = QLabel(str(defaults.gamma))
         self.gamma_label.setMinimumWidth(18)
+        self.stop_below = self._double(0.0, 0.95, 0.05, defaults.stop_below)
+        self.stop_below.setSpecialValueText("off")
+        self.stop_below.setToolTip("Adaptive draft length: a round stops drafting before γ once the draft's own "
+                                   "estimate that all its drafts will be accepted falls below this. It looks at "
+                                   "the draft only, so the output is unchanged; off drafts γ every round")
         self.max_new_tokens = QSpinBox()
         self.max_new_tokens.setRange(1, 8192)
         self.max_new_tokens.setValue(defaults.max_new_tokens)
@@ -155,6 +160,7 @@ class DecodingControls(QGroupBox):
         gamma_row.addWidget(self.gamma)
         gamma_row.addWidget(self.gamma_label)
         form.addRow("γ", gamma_row)
+        form.addRow("stop drafting below", self.stop_below)
         form.addRow("max new tokens", self.max_new_tokens)
         form.addRow("seed", self.seed)
         form.addRow(self.lookup)
@@ -171,12 +177,14 @@ class DecodingControls(QGroupBox):
             mode=self.mode.currentData(), gamma=self.gamma.value(), greedy=self.greedy.isChecked(),
             temperature=self.temperature.value(), top_k=self.top_k.value(), top_p=self.top_p.value(),
             seed=self.seed.value(), max_new_tokens=self.max_new_tokens.value(), lookup=self.lookup.isChecked(),
+            stop_below=self.stop_below.value(),
         )
 
     def _on_mode_chosen(self) -> None:
         speculative = self.mode.currentData() == "spec"
         self.gamma.setEnabled(speculative)
         self.lookup.setEnabled(speculative)
+        self.stop_below.setEnabled(speculative)
 
     def _on_gamma_moved(self, gamma: int) -> None:
         self.gamma_label.setText(str(gamma))

@@ -28,13 +28,15 @@ def run(config: Config, tokens: list[int], wall_s: float, events=None, prompt_in
     return Run(config, prompt_index, 0, tokens, wall_s, events=events, **kw)
 
 
-def test_plan_puts_methods_in_a_fixed_order_with_one_row_per_gamma():
-    configs = bench.plan(["spec", "ar", "hf_assisted"], ["greedy"], [2, 4])
-    assert [(c.method, c.gamma, c.schedule) for c in configs] == [
-        ("ar", None, None), ("spec", 2, None), ("spec", 4, None),
-        ("hf_assisted", 2, "constant"), ("hf_assisted", 4, "constant"),
-        ("hf_assisted", None, "default"), ("hf_assisted", None, "heuristic"),
+def test_plan_puts_methods_in_a_fixed_order_with_one_row_per_gamma_and_stop_rule():
+    configs = bench.plan(["spec", "ar", "hf_assisted"], ["greedy"], [2, 4], [0.0, 0.3])
+    assert [(c.method, c.gamma, c.schedule, c.stop_below) for c in configs] == [
+        ("ar", None, None, None), ("spec", 2, None, 0.0), ("spec", 4, None, 0.0),
+        ("spec", 2, None, 0.3), ("spec", 4, None, 0.3),
+        ("hf_assisted", 2, "constant", None), ("hf_assisted", 4, "constant", None),
+        ("hf_assisted", None, "default", None), ("hf_assisted", None, "heuristic", None),
     ]
+    assert [c.gamma_label for c in configs[1:5]] == ["2", "4", "≤2, stop 0.3", "≤4, stop 0.3"]
 
 
 @pytest.mark.parametrize("methods, decodings, gammas, message", [
@@ -46,6 +48,8 @@ def test_plan_puts_methods_in_a_fixed_order_with_one_row_per_gamma():
 def test_plan_rejects_bad_input_with_one_line(methods, decodings, gammas, message):
     with pytest.raises(ValueError, match=message):
         bench.plan(methods, decodings, gammas)
+    with pytest.raises(ValueError, match="stop-below must be in"):
+        bench.plan(["spec"], ["greedy"], [2], [1.0])
 
 
 def test_speedup_is_tokens_per_second_over_ar_of_the_same_decoding_mode():
@@ -71,6 +75,16 @@ def test_speedup_is_tokens_per_second_over_ar_of_the_same_decoding_mode():
     assert spec_record["t_p_s"] == pytest.approx(0.01)
     assert spec_record["modelled_speedup"] == pytest.approx(expected_tokens_per_round(10 / 12, 4) / 5)
     assert sampled_record["speedup_vs_ar"] == 1.0
+
+
+def test_adaptive_rows_report_drafts_per_round_and_leave_out_the_fixed_gamma_formulas():
+    ar = Row(Config("ar", "greedy"), [run(Config("ar", "greedy"), [1] * 10, 2.0, [event(0, 0)] * 10)])
+    config = Config("spec", "greedy", 6, stop_below=0.3)
+    events = [event(g, n, draft_s=0.01) for g, n in ((3, 3), (1, 0), (2, 1))]  # 4 + 1 + 2 tokens
+    record = bench.summarize([ar, Row(config, [run(config, [1] * 7, 0.7, events)])])["runs"][1]
+    assert record["drafts_per_round"] == pytest.approx(2.0) and record["tokens_per_round"] == pytest.approx(7 / 3)
+    assert record["stop_below"] == 0.3 and record["t_q_s"] == pytest.approx(0.005)
+    assert "theory_tokens_per_round" not in record and "modelled_speedup" not in record
 
 
 def test_theory_curve_is_the_seeds_geometric_sum():
@@ -105,16 +119,16 @@ def test_hf_assisted_counts_rounds_from_target_forwards_and_reports_no_alpha():
     assert record["tokens_per_round"] == 3.0
     assert record["speedup_vs_ar"] == pytest.approx(2.0)
     table = bench.markdown_table([record])
-    assert "| hf_assisted | greedy | default | 12 | 0.50 | 24.0 | n/a | 3.00 | 2.00x |" in table
+    assert "| hf_assisted | greedy | default | 12 | 0.50 | 24.0 | n/a | 5.00 | 3.00 | 2.00x |" in table
 
 
 def test_markdown_table_has_the_required_columns():
     records = bench.summarize([Row(Config("ar", "greedy"), [run(Config("ar", "greedy"), [1] * 10, 2.0)])])["runs"]
     header, rule, line = bench.markdown_table(records).splitlines()
-    assert header == ("| method | decoding | γ | tokens | wall s | tokens/s | α | tokens/round | speedup vs ar "
-                      "| greedy = ar |")
+    assert header == ("| method | decoding | γ | tokens | wall s | tokens/s | α | drafts/round | tokens/round "
+                      "| speedup vs ar | greedy = ar |")
     assert rule.count("|") == header.count("|")
-    assert line == "| ar | greedy |  | 10 | 2.00 | 5.0 |  | 1.00 | 1.00x |  |"
+    assert line == "| ar | greedy |  | 10 | 2.00 | 5.0 |  |  | 1.00 | 1.00x |  |"
 
 
 def test_cut_at_eos_keeps_the_eos_token():

@@ -2,6 +2,7 @@
 import pytest
 
 from app.cli import build_parser, main, resolve_pair
+from engine.events import DecodeSettings
 from engine.pairing import PRESETS
 
 
@@ -23,14 +24,14 @@ def test_unknown_preset_is_a_clear_error():
 
 
 def test_bench_lists_parse_and_bad_settings_fail_in_one_line(capsys):
-    args = build_parser().parse_args(["bench", "--gammas", "1,3", "--decoding", "greedy"])
-    assert args.gammas == [1, 3] and args.decoding == ["greedy"]
+    args = build_parser().parse_args(["bench", "--gammas", "1,3", "--decoding", "greedy", "--stop-below", "0,0.3"])
+    assert args.gammas == [1, 3] and args.decoding == ["greedy"] and args.stop_below == [0.0, 0.3]
     assert main(["generate", "hi", "--gamma", "0", "--target", "embedded", "--draft", "embedded"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("specdec: error:") and "gamma" in err and len(err.strip().splitlines()) == 1
 
 
-def test_no_lookup_reaches_the_decoder(monkeypatch, capsys):
+def test_no_lookup_and_stop_below_reach_the_decoder(monkeypatch, capsys):
     from engine.decoder import Decoder
     from tests.tiny import tiny_decoder
 
@@ -43,10 +44,10 @@ def test_no_lookup_reaches_the_decoder(monkeypatch, capsys):
 
     monkeypatch.setattr(decoder, "generate", recording_generate)
     monkeypatch.setattr(Decoder, "load", classmethod(lambda cls, *a, **k: decoder))
-    for flags in ([], ["--no-lookup"]):
+    for flags in ([], ["--no-lookup", "--stop-below", "0"]):
         assert main(["generate", "w3 w7", "--target", "tiny-0", "--draft", "tiny-1", "--max-new-tokens", "4", "--json",
                      *flags]) == 0
-    assert [s.lookup for s in seen] == [True, False]
+    assert [(s.lookup, s.stop_below) for s in seen] == [(True, DecodeSettings().stop_below), (False, 0.0)]
     capsys.readouterr()
 
 

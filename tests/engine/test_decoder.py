@@ -20,12 +20,38 @@ def ar_tokens(settings: DecodeSettings, messages=PROMPT) -> list[int]:
 
 @pytest.mark.parametrize("gamma", [1, 3, 8])
 @pytest.mark.parametrize("draft_seed", [0, 1, 5])
-def test_greedy_speculative_output_equals_greedy_ar_output(gamma, draft_seed):
-    settings = DecodeSettings(gamma=gamma, max_new_tokens=40)
+@pytest.mark.parametrize("stop_below", [0.0, 0.3])
+def test_greedy_speculative_output_equals_greedy_ar_output(gamma, draft_seed, stop_below):
+    settings = DecodeSettings(gamma=gamma, max_new_tokens=40, stop_below=stop_below)
     events = list(tiny_decoder(draft_seed=draft_seed).generate(PROMPT, settings))
     assert tokens(events) == ar_tokens(settings)
     assert len(tokens(events)) == 40
     assert events[-1].finish_reason == "length"
+    if stop_below == 0.0:
+        assert all(e.gamma == gamma for e in events)
+
+
+def test_adaptive_rounds_vary_their_length_and_stay_lossless():
+    settings = DecodeSettings(gamma=8, max_new_tokens=60, stop_below=0.3)
+    events = list(tiny_decoder(draft_seed=0).generate(PROMPT, settings))
+    assert len({e.gamma for e in events}) > 2 and max(e.gamma for e in events) <= 8
+    assert tokens(events) == ar_tokens(settings)
+
+
+def _proposal(settings: DecodeSettings):
+    decoder = tiny_decoder()
+    prompt = decoder.chat_ids(PROMPT)
+    decoder.drafter.prefill(prompt)
+    return decoder.drafter.propose(prompt, settings.gamma, settings, torch.Generator().manual_seed(0))
+
+
+def test_drafting_stops_once_the_draft_estimates_its_drafts_will_not_all_be_kept():
+    full = _proposal(DecodeSettings(gamma=6, stop_below=0.0, lookup=False))
+    all_kept = full.probs.max(-1).values.cumprod(0)  # greedy: the product of q's top probabilities so far
+    assert len(full.tokens) == 6 and all_kept[2] < all_kept[1]
+    short = _proposal(DecodeSettings(gamma=6, stop_below=float(all_kept[1] + all_kept[2]) / 2, lookup=False))
+    assert short.tokens == full.tokens[:3]  # the third draft took the estimate below the threshold
+    assert torch.equal(short.probs, full.probs[:3])
 
 
 def test_a_draft_identical_to_the_target_is_always_accepted():
@@ -110,7 +136,7 @@ def test_a_new_chat_turn_reuses_the_cached_prefix_and_matches_a_fresh_decoder():
 
 def test_gamma_requests_apply_from_the_next_round():
     decoder = tiny_decoder(draft_seed=1)
-    rounds = decoder.generate(PROMPT, DecodeSettings(gamma=2, max_new_tokens=40))
+    rounds = decoder.generate(PROMPT, DecodeSettings(gamma=2, max_new_tokens=40, stop_below=0.0))
     first = next(rounds)
     decoder.request_gamma(6)
     second = next(rounds)

@@ -119,3 +119,48 @@ def test_a_point_mass_proposal_such_as_a_copied_token_keeps_the_target_distribut
     copied[:, int(target_probs[0].argmin())] = 1.0  # the copy the target likes least: mostly rejected
     counts = _first_token_frequencies(target_probs, copied, samples=20000)
     assert _chi_square(counts, target_probs[0]) < CHI2_CRITICAL_DF5
+
+
+def _first_two_tokens(target_probs, draft_probs, samples: int, draft_second) -> torch.Tensor:
+    """Joint counts of the first two emitted tokens when a round drafts a second token only if
+    `draft_second(x1, x2)` says so (p and q do not depend on the prefix, so the target's joint is p1 ⊗ p2)."""
+    generator = torch.Generator().manual_seed(99)
+    counts = torch.zeros(VOCAB, VOCAB)
+    for _ in range(samples):
+        x1, x2 = (int(torch.multinomial(draft_probs[i], 1, generator=generator)) for i in (0, 1))
+        drafts = [x1, x2] if draft_second(x1, x2) else [x1]
+        verdict = verify_sampling(torch.tensor(drafts), draft_probs[: len(drafts)],
+                                  target_probs[: len(drafts) + 1], generator)
+        emitted = drafts[: verdict.n_accepted] + [verdict.next_token]
+        if len(emitted) == 1:  # the next round starts at the second position
+            y = torch.multinomial(draft_probs[1], 1, generator=generator)
+            verdict = verify_sampling(y, draft_probs[1:2], target_probs[1:3], generator)
+            emitted.append(int(y) if verdict.n_accepted else verdict.next_token)
+        counts[emitted[0], emitted[1]] += 1
+    return counts
+
+
+# 99.9% quantile of chi-square with 35 degrees of freedom (6 × 6 pairs of tokens).
+CHI2_CRITICAL_DF35 = 66.62
+
+
+def _three_positions():
+    """p for three positions and q for two: q is close to p at the first and far from it at the second."""
+    generator = torch.Generator().manual_seed(5)
+    p1, p3 = warp(torch.randn(2, VOCAB, generator=generator) * 1.5, DecodeSettings(greedy=False))
+    p2 = torch.tensor([0.6, 0.1, 0.1, 0.1, 0.05, 0.05])
+    q2 = torch.tensor([0.1, 0.5, 0.1, 0.1, 0.1, 0.1])
+    return torch.stack([p1, p2, p3]), torch.stack([0.8 * p1 + 0.2 / VOCAB, q2])
+
+
+def test_a_draft_length_chosen_from_the_drafts_alone_keeps_the_target_distribution():
+    target_probs, draft_probs = _three_positions()
+    counts = _first_two_tokens(target_probs, draft_probs, 20000, lambda x1, x2: x1 % 2 == 0)
+    assert _chi_square(counts.flatten(), torch.outer(target_probs[0], target_probs[1]).flatten()) < CHI2_CRITICAL_DF35
+
+
+def test_negative_control_a_draft_length_chosen_by_looking_at_p_fails_the_same_test():
+    target_probs, draft_probs = _three_positions()
+    counts = _first_two_tokens(target_probs, draft_probs, 20000,
+                               lambda x1, x2: target_probs[1, x2] >= draft_probs[1, x2])  # only sure acceptances
+    assert _chi_square(counts.flatten(), torch.outer(target_probs[0], target_probs[1]).flatten()) > CHI2_CRITICAL_DF35

@@ -14,7 +14,7 @@ from ui.palette import STYLES
 
 
 def test_reply_shows_a_colour_for_each_fate_that_occurred(make_studio, mixed_decoder, qtbot):
-    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=24)
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=24, stop_below=0.0)
     reply = send(qtbot, studio)
     fates = {t.fate for e in reply.events for t in e.emitted}
     assert {Fate.ACCEPTED, Fate.BONUS, Fate.RESAMPLED} <= fates  # the fixture's pair is built to show all three
@@ -69,7 +69,7 @@ def test_export_files_parse_and_agree_with_the_status_bar(make_studio, mixed_dec
 
 
 def test_gamma_change_applies_from_the_next_round(make_studio, mixed_decoder, qtbot):
-    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=40, gamma=4)
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=40, gamma=4, stop_below=0.0)
     seen_at_change = []
 
     def change_gamma_once(event):
@@ -116,7 +116,7 @@ def test_compare_with_ar_reports_identical_greedy_output_and_keeps_history(make_
 
 
 def test_hovering_a_rejected_token_shows_p_q_r_and_the_top_tokens(make_studio, mixed_decoder, qtbot):
-    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=16)
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=16, stop_below=0.0)
     send(qtbot, studio)
     chat = studio.window.chat
     index = next(i for i, s in enumerate(chat.spans) if s.fate is Fate.REJECTED)
