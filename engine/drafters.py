@@ -20,6 +20,11 @@ from engine.sampling import choose, warp
 
 LOOKUP_NGRAM = 3  # a context match must cover the last 3 tokens
 LOOKUP_PRECISION = 0.83  # how often such a copy equals the target's choice (measured on the evaluation answers)
+# The keep estimates are calibrated on the draft's training distribution; on other text it is kept less often
+# than it expects. The ratio kept / estimated over recent verdicts corrects for that: it starts at 1 with the
+# weight of CALIBRATION_PRIOR drafts, and every round discounts the past by CALIBRATION_DECAY.
+CALIBRATION_PRIOR = 10.0
+CALIBRATION_DECAY = 0.98
 
 
 @dataclass
@@ -77,6 +82,8 @@ class DraftModelDrafter:
         self.draft = draft
         self.runner = CachedModel(draft.model, vocab_size, draft_vocab, int8=int8)
         self._proposed_from = 0  # sequence length when the last proposal started
+        self._estimates: list[float] = []  # the last proposal's keep estimate for each draft
+        self._kept = self._estimated = CALIBRATION_PRIOR
 
     @classmethod
     def for_model(cls, draft: LoadedModel, vocab_size: int, *, int8: bool = True) -> "DraftModelDrafter":
@@ -97,18 +104,22 @@ class DraftModelDrafter:
         # q over the head's rows (the draft vocabulary: the draft gives q = 0 elsewhere), spread once at the end
         tokens, copies, q_rows = [], [], torch.zeros((gamma, logits.shape[-1]), device=logits.device)
         all_accepted = 1.0  # the drafter's own estimate that every draft so far will be accepted
+        calibration = self._kept / self._estimated
+        self._estimates = []
         for i in range(gamma):
             copied = lookup_continuation(sequence + tokens) if settings.lookup else None
             if copied is None:
                 q_rows[i] = warp(logits[-1], settings)
                 tokens.append(self.runner.token_id(choose(q_rows[i], settings, generator)))
-                all_accepted *= _keep_estimate(q_rows[i], settings)
+                self._estimates.append(_keep_estimate(q_rows[i], settings))
             else:
                 tokens.append(copied)
                 copies.append(i)
-                all_accepted *= LOOKUP_PRECISION
-            # A further draft only pays if it is likely to be reached and kept. The decision uses nothing but
-            # the draft's side, so every position's output is still distributed as p (see DecodeSettings).
+                self._estimates.append(LOOKUP_PRECISION)
+            all_accepted *= min(1.0, self._estimates[-1] * calibration)
+            # A further draft only pays if it is likely to be reached and kept. The decision uses this round's
+            # drafts and earlier rounds' verdicts, never this round's p, so every position's output is still
+            # distributed as p (see DecodeSettings).
             if i == gamma - 1 or all_accepted < settings.stop_below:
                 break
             logits = self.runner.forward_rows(tokens[-1:])
@@ -118,9 +129,13 @@ class DraftModelDrafter:
 
     def update(self, n_accepted: int) -> None:
         self.runner.rollback(min(len(self.runner), self._proposed_from + n_accepted))
+        verified = self._estimates[: n_accepted + 1]  # the target looked at the accepted ones and the first rejection
+        self._kept = CALIBRATION_DECAY * self._kept + n_accepted
+        self._estimated = CALIBRATION_DECAY * self._estimated + sum(verified)
 
     def cached_length(self) -> int:
         return len(self.runner)
 
     def reset(self) -> None:
         self.runner.reset()
+        self._kept = self._estimated = CALIBRATION_PRIOR

@@ -38,11 +38,12 @@ def test_adaptive_rounds_vary_their_length_and_stay_lossless():
     assert tokens(events) == ar_tokens(settings)
 
 
-def _proposal(settings: DecodeSettings):
+def _proposal(settings: DecodeSettings, sequence: list[int] | None = None):
+    """What a fresh drafter proposes after `sequence` (by default the prompt)."""
     decoder = tiny_decoder()
-    prompt = decoder.chat_ids(PROMPT)
-    decoder.drafter.prefill(prompt)
-    return decoder.drafter.propose(prompt, settings.gamma, settings, torch.Generator().manual_seed(0))
+    sequence = sequence or decoder.chat_ids(PROMPT)
+    decoder.drafter.prefill(sequence)
+    return decoder.drafter.propose(sequence, settings.gamma, settings, torch.Generator().manual_seed(0))
 
 
 def test_drafting_stops_once_the_draft_estimates_its_drafts_will_not_all_be_kept():
@@ -52,6 +53,22 @@ def test_drafting_stops_once_the_draft_estimates_its_drafts_will_not_all_be_kept
     short = _proposal(DecodeSettings(gamma=6, stop_below=float(all_kept[1] + all_kept[2]) / 2, lookup=False))
     assert short.tokens == full.tokens[:3]  # the third draft took the estimate below the threshold
     assert torch.equal(short.probs, full.probs[:3])
+
+
+def test_a_draft_the_target_keeps_rejecting_learns_to_stop_sooner():
+    settings = DecodeSettings(gamma=8, stop_below=0.0, lookup=False)
+    rejected = tiny_decoder().drafter
+    sequence = tiny_decoder().chat_ids(PROMPT)
+    rejected.prefill(sequence)
+    for _ in range(30):  # every round: the first draft is rejected and the target emits some other token
+        proposal = rejected.propose(sequence, 8, settings, torch.Generator().manual_seed(0))
+        rejected.update(0)
+        sequence = sequence + [(proposal.tokens[0] + 1) % 64]
+    full = _proposal(settings, sequence)
+    stop_below = 0.9 * float(full.probs.max(-1).values.cumprod(0)[2])  # a fresh drafter drafts at least 4
+    settings = DecodeSettings(gamma=8, stop_below=stop_below, lookup=False)
+    assert len(_proposal(settings, sequence).tokens) >= 4
+    assert len(rejected.propose(sequence, 8, settings, torch.Generator().manual_seed(0)).tokens) < 4
 
 
 def test_a_draft_identical_to_the_target_is_always_accepted():
