@@ -14,7 +14,7 @@ from ui.palette import STYLES
 
 
 def test_reply_shows_a_colour_for_each_fate_that_occurred(make_studio, mixed_decoder, qtbot):
-    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=24, stop_below=0.0)
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=48, stop_below=0.0)
     reply = send(qtbot, studio)
     fates = {t.fate for e in reply.events for t in e.emitted}
     assert {Fate.ACCEPTED, Fate.BONUS, Fate.RESAMPLED} <= fates  # the fixture's pair is built to show all three
