@@ -28,7 +28,8 @@ def reply_header(settings: DecodeSettings) -> str:
     if settings.mode == "ar":
         return "Assistant · plain AR"
     how = "greedy" if settings.greedy else f"sampling T={settings.temperature:g}"
-    return f"Assistant · speculative, {how}, γ={settings.gamma}"
+    rounds = f"γ ≤ {settings.gamma}, stop {settings.stop_below:g}" if settings.stop_below else f"γ={settings.gamma}"
+    return f"Assistant · speculative, {how}, {rounds}"
 
 
 def stats_line(reply: Reply) -> str:

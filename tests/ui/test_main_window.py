@@ -8,8 +8,9 @@ import re
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QTextCursor
 
-from engine.events import Fate
+from engine.events import DecodeSettings, Fate
 from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, token_fragments
+from ui.main_window import reply_header
 from ui.palette import STYLES
 
 
@@ -187,3 +188,9 @@ def test_closing_the_window_mid_reply_stops_decoding_and_joins_the_thread(make_s
     studio.shutdown()
     assert studio.thread.isFinished()
     assert studio.worker.rounds_emitted <= emitted_at_close + 1
+
+
+def test_reply_header_names_fixed_and_adaptive_rounds():
+    assert reply_header(DecodeSettings(gamma=6, stop_below=0.3)) == "Assistant · speculative, greedy, γ ≤ 6, stop 0.3"
+    assert (reply_header(DecodeSettings(gamma=2, stop_below=0.0, greedy=False, temperature=0.7))
+            == "Assistant · speculative, sampling T=0.7, γ=2")

@@ -29,3 +29,4 @@ def test_rejection_whose_replacement_was_cut_by_eos_is_not_shown():
     drafted = [DraftedToken(1, "<eos>", 0.9, 0.8, 0.1, True), DraftedToken(6, "b", 0.1, 0.7, 0.9, False)]
     emitted = [EmittedToken(1, "<eos>", Fate.ACCEPTED, 0.9)]
     assert [s.fate for s in round_spans(event(drafted, emitted))] == [Fate.ACCEPTED]
+
