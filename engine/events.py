@@ -33,9 +33,9 @@ class DecodeSettings:
     seed: int = 0
     max_new_tokens: int = 128
     lookup: bool = True  # also draft by copying what followed an earlier occurrence of the last tokens
-    # Adaptive draft length: a round stops drafting, before γ, once the product of the draft's top probabilities
-    # (its estimate that all drafts so far will be accepted) falls below this; 0 always drafts γ. The choice
-    # depends only on the drafts, never on p, so it cannot change what the target's verification outputs.
+    # Adaptive draft length: a round stops drafting, before γ, once the drafter's estimate that all its drafts so
+    # far will be kept (drafters.py) falls below this; 0 always drafts γ. The choice uses this round's drafts and
+    # earlier rounds' verdicts, never this round's p, so every token is still distributed as the target's.
     stop_below: float = 0.3
 
     def __post_init__(self) -> None:
