@@ -125,8 +125,9 @@ class DecodingControls(QGroupBox):
         self.stop_below = self._double(0.0, 0.95, 0.05, defaults.stop_below)
         self.stop_below.setSpecialValueText("off")
         self.stop_below.setToolTip("Adaptive draft length: a round stops drafting before γ once the draft's own "
-                                   "estimate that all its drafts will be accepted falls below this. It looks at "
-                                   "the draft only, so the output is unchanged; off drafts γ every round")
+                                   "estimate that all its drafts will be accepted falls below this. It never looks "
+                                   "at the target's p for the round, so the output is unchanged; off drafts γ "
+                                   "every round")
         self.max_new_tokens = QSpinBox()
         self.max_new_tokens.setRange(1, 8192)
         self.max_new_tokens.setValue(defaults.max_new_tokens)
