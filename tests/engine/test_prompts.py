@@ -1,4 +1,6 @@
 """The measurement prompts never appear in the draft's training prompts."""
+from pathlib import Path
+
 from engine.prompts import EVAL_PROMPTS, FOLLOW_UPS, training_prompts
 
 
@@ -11,5 +13,7 @@ def test_training_prompts_are_distinct_and_reproducible():
 
 def test_measurement_prompts_are_not_in_the_training_set():
     trained = {conv[-1]["content"] for conv in training_prompts(4000, seed=0)} | set(FOLLOW_UPS)
-    assert not trained & set(EVAL_PROMPTS)
-    assert len(set(EVAL_PROMPTS)) == len(EVAL_PROMPTS) >= 8
+    fresh = (Path(__file__).parents[2] / "docs" / "fresh_prompts.txt").read_text().splitlines()
+    for measured in (EVAL_PROMPTS, fresh):
+        assert not trained & set(measured)
+        assert len(set(measured)) == len(measured) >= 8
