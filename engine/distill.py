@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 from tqdm import tqdm
+from transformers import Cache, DynamicLayer
 
 from engine.embedded import DRAFT_VOCAB_FILE, SHARED_TENSORS
 from engine.models import LoadedModel
@@ -43,30 +44,69 @@ def _chat_ids(tokenizer, messages: list[dict]) -> list[int]:
 @torch.no_grad()
 def generate_batch(target: LoadedModel, prompts: list[list[int]], *, greedy: bool, temperature: float,
                    max_new_tokens: int) -> list[Sample]:
-    """Answer a batch of tokenised prompts with the target, keeping its top-k distribution at each step."""
-    tok, model = target.tokenizer, target.model
+    """Answer a batch of tokenised prompts with the target, keeping its top-k distribution at each step.
+
+    A plain decode loop rather than `model.generate`: the top-k is taken step by step instead of from a stacked
+    (batch, steps, vocab) logits tensor, and the LM head sees 2-d hidden states (generate's first step sends it
+    a strided (batch, 1, hidden) slice, which matmul serves by copying the head once per row: 7 s a batch)."""
+    tok, model, device = target.tokenizer, target.model, target.device
     eos, pad = tok.eos_token_id, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     width = max(len(p) for p in prompts)
-    input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    attention = torch.zeros_like(input_ids)
-    for row, ids in enumerate(prompts):  # left padding, as batched decoder-only generation needs
-        input_ids[row, width - len(ids):] = torch.tensor(ids)
-        attention[row, width - len(ids):] = 1
-    out = model.generate(
-        input_ids=input_ids.to(target.device), attention_mask=attention.to(target.device),
-        max_new_tokens=max_new_tokens, do_sample=not greedy, temperature=temperature if not greedy else None,
-        top_k=0 if not greedy else None, top_p=None, pad_token_id=pad, eos_token_id=eos,
-        output_logits=True, return_dict_in_generate=True,
-    )
-    logits = torch.stack(out.logits, dim=1).float()  # (batch, steps, vocab)
-    probs, ids = logits.softmax(-1).topk(TOP_K, dim=-1)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long, device=device)
+    attention = torch.zeros_like(ids)
+    for row, prompt in enumerate(prompts):  # left padding: every row's next token is in the last column
+        ids[row, width - len(prompt):] = torch.tensor(prompt)
+        attention[row, width - len(prompt):] = 1
+    positions = (attention.cumsum(-1) - 1).clamp_min(0)
+    head = model.get_output_embeddings().weight
+    cache = Cache(layers=[_PreallocatedLayer(width + max_new_tokens) for _ in range(model.config.num_hidden_layers)])
+    tokens, top_ids, top_probs = [], [], []
+    finished = torch.zeros(len(prompts), dtype=torch.bool, device=device)
+    for _ in range(max_new_tokens):
+        hidden = model.model(input_ids=ids, attention_mask=attention, position_ids=positions, cache=cache,
+                             use_cache=True).last_hidden_state[:, -1]
+        logits = (hidden @ head.T).float()
+        probs, top = logits.softmax(-1).topk(TOP_K, dim=-1)
+        top_ids.append(top.to(torch.int32))
+        top_probs.append(probs.to(torch.float16))
+        if greedy:
+            ids = logits.argmax(-1, keepdim=True)
+        else:
+            ids = torch.multinomial((logits / temperature).softmax(-1), 1)
+        ids = ids.masked_fill(finished[:, None], pad)
+        tokens.append(ids[:, 0])
+        finished |= ids[:, 0] == eos
+        if finished.all():
+            break
+        attention = torch.cat([attention, torch.ones_like(ids)], dim=1)
+        positions = positions[:, -1:] + 1
+    tokens, top_ids, top_probs = torch.stack(tokens, 1).cpu(), torch.stack(top_ids, 1).cpu(), torch.stack(top_probs, 1).cpu()
     samples = []
     for row, prompt in enumerate(prompts):
-        response = out.sequences[row, width:].tolist()
+        response = tokens[row].tolist()
         n = response.index(eos) + 1 if eos in response else len(response)
-        samples.append(Sample(prompt + response[:n], len(prompt), ids[row, :n].to(torch.int32).cpu(),
-                              probs[row, :n].to(torch.float16).cpu(), greedy))
+        samples.append(Sample(prompt + response[:n], len(prompt), top_ids[row, :n], top_probs[row, :n], greedy))
     return samples
+
+
+class _PreallocatedLayer(DynamicLayer):
+    """A DynamicLayer that writes into a buffer of the final length: concatenating copies the whole cache every
+    step, which was a third of batched answering."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = capacity
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.is_initialized, self.device, self.length = True, key_states.device, 0
+            shape = (*key_states.shape[:2], self.capacity, key_states.shape[3])
+            self.buffers = (key_states.new_empty(shape), value_states.new_empty(shape))
+        end = self.length + key_states.shape[-2]
+        self.buffers[0][:, :, self.length:end], self.buffers[1][:, :, self.length:end] = key_states, value_states
+        self.length = end
+        self.keys, self.values = self.buffers[0][:, :, :end], self.buffers[1][:, :, :end]
+        return self.keys, self.values
 
 
 def _answer_batches(target: LoadedModel, n_prompts: int, *, seed: int, batch_size: int, max_new_tokens: int,
@@ -234,6 +274,7 @@ def train(target: LoadedModel, samples: list[Sample], *, layers: tuple[int, ...]
     log(f"draft vocabulary: {len(vocab)} tokens cover {coverage:.4f} of the target's emitted tokens")
 
     draft = build_draft(target.model.float(), layers)
+    draft.set_attn_implementation("eager")  # 7% faster steps than SDPA's CPU backward at these lengths (measured)
     vocab_weight = draft.get_output_embeddings().weight[torch.tensor(vocab)].detach()
     params = [p for p in draft.parameters() if p.requires_grad]
     optim = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
@@ -299,7 +340,7 @@ def _prompt_set_id(seed: int, batch_size: int) -> str:
     return hashlib.sha1(json.dumps(training_prompts(batch_size, seed)).encode()).hexdigest()[:10]
 
 
-def run_recipe(*, out: Path, workdir: Path, n_prompts: int = 4000, steps: int = 1400, seed: int = 0,
+def run_recipe(*, out: Path, workdir: Path, n_prompts: int = 4000, steps: int = 2000, seed: int = 0,
                layers: tuple[int, ...] = (0, 1, 18, 29), vocab_size: int = 8192, lr: float = 5e-4,
                tokens_per_batch: int = 4096, batch_size: int = 48, max_new_tokens: int = 128,
                temperature: float = 0.7, multi_turn_fraction: float = 0.25, workers: int = 1) -> dict:

@@ -90,3 +90,22 @@ def test_parallel_answering_gives_the_same_data_as_one_process_and_resumes_inter
     assert [s.ids for s in shared] == [s.ids for s in alone]
     assert all(torch.equal(a.teacher_probs, b.teacher_probs) for a, b in zip(alone, shared))
     assert {s.greedy for s in alone} == {True, False}
+
+
+def test_batched_answers_equal_each_prompt_decoded_alone():
+    """Left padding must not leak into any row: a batch of prompts of different lengths gets, row by row, the
+    greedy answer the model gives that prompt alone, and the kept top-k is the model's own distribution."""
+    from engine.distill import TOP_K, generate_batch
+
+    target = tiny_model(0, layers=2, vocab_size=64 + TOP_K)
+    prompts = [[5, 9, 3], [7, 2, 11, 13, 4, 8, 6], [10, 12, 14, 16, 18]]
+    answers = generate_batch(target, prompts, greedy=True, temperature=1.0, max_new_tokens=6)
+    for prompt, answer in zip(prompts, answers):
+        ids = torch.tensor([prompt])
+        alone = target.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
+                                      eos_token_id=target.tokenizer.eos_token_id, pad_token_id=0)[0].tolist()
+        assert answer.ids == alone and answer.n_prompt == len(prompt)
+        logits = target.model(torch.tensor([answer.ids[:-1]])).logits[0, len(prompt) - 1:].float()
+        expected_probs, expected_ids = logits.softmax(-1).topk(TOP_K, dim=-1)
+        assert torch.equal(answer.teacher_ids, expected_ids.to(torch.int32))
+        assert torch.allclose(answer.teacher_probs.float(), expected_probs, atol=1e-3)
