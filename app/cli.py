@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--out", type=Path, default=Path("assets/draft"))
     train.add_argument("--workdir", type=Path, default=Path("runs/train-draft"))
     train.add_argument("--prompts", type=int, default=4000, help="training prompts the target answers")
-    train.add_argument("--steps", type=int, default=2000)
+    train.add_argument("--steps", type=int, default=1400)
     train.add_argument("--workers", type=int, default=os.cpu_count(),
                        help="single-threaded processes answering prompts in parallel (default: one per core)")
     train.add_argument("--seed", type=int, default=0)

@@ -274,7 +274,6 @@ def train(target: LoadedModel, samples: list[Sample], *, layers: tuple[int, ...]
     log(f"draft vocabulary: {len(vocab)} tokens cover {coverage:.4f} of the target's emitted tokens")
 
     draft = build_draft(target.model.float(), layers)
-    draft.set_attn_implementation("eager")  # 7% faster steps than SDPA's CPU backward at these lengths (measured)
     vocab_weight = draft.get_output_embeddings().weight[torch.tensor(vocab)].detach()
     params = [p for p in draft.parameters() if p.requires_grad]
     optim = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
@@ -340,7 +339,7 @@ def _prompt_set_id(seed: int, batch_size: int) -> str:
     return hashlib.sha1(json.dumps(training_prompts(batch_size, seed)).encode()).hexdigest()[:10]
 
 
-def run_recipe(*, out: Path, workdir: Path, n_prompts: int = 4000, steps: int = 2000, seed: int = 0,
+def run_recipe(*, out: Path, workdir: Path, n_prompts: int = 4000, steps: int = 1400, seed: int = 0,
                layers: tuple[int, ...] = (0, 1, 18, 29), vocab_size: int = 8192, lr: float = 5e-4,
                tokens_per_batch: int = 4096, batch_size: int = 48, max_new_tokens: int = 128,
                temperature: float = 0.7, multi_turn_fraction: float = 0.25, workers: int = 1) -> dict:
