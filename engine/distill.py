@@ -80,7 +80,7 @@ def generate_batch(target: LoadedModel, prompts: list[list[int]], *, greedy: boo
             break
         attention = torch.cat([attention, torch.ones_like(ids)], dim=1)
         positions = positions[:, -1:] + 1
-    tokens, top_ids, top_probs = torch.stack(tokens, 1).cpu(), torch.stack(top_ids, 1).cpu(), torch.stack(top_probs, 1).cpu()
+    tokens, top_ids, top_probs = (torch.stack(steps, 1).cpu() for steps in (tokens, top_ids, top_probs))
     samples = []
     for row, prompt in enumerate(prompts):
         response = tokens[row].tolist()
