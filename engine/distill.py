@@ -72,6 +72,7 @@ def generate_batch(target: LoadedModel, prompts: list[list[int]], *, greedy: boo
         if greedy:
             ids = logits.argmax(-1, keepdim=True)
         else:
+            # As generate drew, not engine.sampling's CDF sampler: the recipe then reproduces the shipped data.
             ids = torch.multinomial((logits / temperature).softmax(-1), 1)
         ids = ids.masked_fill(finished[:, None], pad)
         tokens.append(ids[:, 0])
