@@ -85,4 +85,5 @@ def test_train_draft_passes_the_chosen_layers_to_the_recipe(monkeypatch, capsys)
     assert main(["train-draft", "--steps", "3"]) == 0
     assert calls[0]["layers"] == (0, 1, 18, 29) and calls[0]["steps"] == 3
     assert "layers" not in calls[1]  # the recipe's own default
+    assert calls[1]["steps"] == 3 and not {"n_prompts", "seed"} & calls[1].keys()
     capsys.readouterr()
