@@ -47,7 +47,7 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from engine.bench import METHODS
+    from engine.benchmark.bench import METHODS
     from engine.events import DecodeSettings
 
     defaults = DecodeSettings()
@@ -109,8 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def resolve_pair(args) -> tuple[str, str | None]:
     """Target and draft names from --preset/--target/--draft; the embedded pair by default."""
-    from engine import embedded
-    from engine.pairing import PRESETS
+    from engine.models import embedded
+    from engine.models.pairing import PRESETS
 
     if args.preset:
         if args.preset not in PRESETS:
@@ -126,7 +126,7 @@ def resolve_pair(args) -> tuple[str, str | None]:
 
 
 def cmd_generate(args) -> int:
-    from engine.decoder import Decoder
+    from engine.decoding.decoder import Decoder
     from engine.events import DecodeSettings
     from engine.stats import reply_stats
 
@@ -183,14 +183,14 @@ def event_dict(event) -> dict:
 
 
 def cmd_prepare(args) -> int:
-    from engine import embedded
+    from engine.models import embedded
 
     embedded.prepare(force=args.force)
     return 0
 
 
 def cmd_train_draft(args) -> int:
-    from engine.distill import run_recipe
+    from engine.training.distill import run_recipe
 
     chosen = {"n_prompts": args.prompts, "steps": args.steps, "seed": args.seed,
               "layers": tuple(args.layers) if args.layers else None}
@@ -202,7 +202,7 @@ def cmd_train_draft(args) -> int:
 
 
 def cmd_presets(args) -> int:
-    from engine.pairing import PRESETS
+    from engine.models.pairing import PRESETS
 
     for preset in PRESETS.values():
         print(f"{preset.name:14} {preset.target} <- {preset.draft}  ({preset.note})")
@@ -210,15 +210,15 @@ def cmd_presets(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from engine.bench import run_cli
+    from engine.benchmark.bench import run_cli
 
     return run_cli(args, *resolve_pair(args))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from engine.models import ModelLoadError
-    from engine.pairing import PairingError
+    from engine.models.loading import ModelLoadError
+    from engine.models.pairing import PairingError
 
     commands = {"generate": cmd_generate, "bench": cmd_bench, "prepare": cmd_prepare,
                 "train-draft": cmd_train_draft, "presets": cmd_presets}

@@ -14,9 +14,9 @@ from PySide6.QtWidgets import QApplication
 
 from app.cli import STOP_BELOW_HELP
 from app.worker import DecodeWorker
-from engine.decoder import Decoder
+from engine.decoding.decoder import Decoder
 from engine.events import DecodeSettings
-from engine.pairing import PRESETS
+from engine.models.pairing import PRESETS
 from ui.main_window import MainWindow
 
 

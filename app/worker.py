@@ -11,9 +11,9 @@ import traceback
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from engine.decoder import Decoder
-from engine.models import ModelLoadError
-from engine.pairing import PairingError
+from engine.decoding.decoder import Decoder
+from engine.models.loading import ModelLoadError
+from engine.models.pairing import PairingError
 from engine.stats import reply_stats
 from ui.session import Comparison, Reply, ReplyRequest
 

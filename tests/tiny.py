@@ -5,9 +5,9 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from engine.decoder import Decoder
-from engine.drafters import DraftModelDrafter
-from engine.models import LoadedModel
+from engine.decoding.decoder import Decoder
+from engine.decoding.drafters import DraftModelDrafter
+from engine.models.loading import LoadedModel
 
 WORDS = ["<unk>", "<eos>"] + [f"w{i}" for i in range(62)]
 EOS_ID = 1

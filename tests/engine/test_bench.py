@@ -4,10 +4,10 @@ import json
 import pytest
 import torch
 
-from engine import bench
-from engine.bench import Config, Row, Run
+from engine.benchmark import bench
+from engine.benchmark.bench import Config, Row, Run
 from engine.events import DecodeSettings, DraftedToken, EmittedToken, Fate, RoundEvent
-from engine.naive import speculative_decode
+from engine.benchmark.naive import speculative_decode
 from engine.stats import expected_tokens_per_round
 from tests.tiny import EOS_ID, PROMPT, tiny_decoder, tiny_model
 
@@ -181,7 +181,7 @@ def test_naive_sampling_stops_at_the_budget_and_at_eos():
 
 def test_tiny_end_to_end_bench_with_every_method(monkeypatch, tmp_path, capsys):
     from app import cli
-    from engine.decoder import Decoder
+    from engine.decoding.decoder import Decoder
 
     decoder = tiny_decoder()
     monkeypatch.setattr(Decoder, "load", classmethod(lambda cls, *a, **k: decoder))

@@ -3,7 +3,7 @@ import pytest
 
 from app.cli import build_parser, main, resolve_pair
 from engine.events import DecodeSettings
-from engine.pairing import PRESETS
+from engine.models.pairing import PRESETS
 
 
 def test_presets_name_a_target_and_a_draft():
@@ -32,7 +32,7 @@ def test_bench_lists_parse_and_bad_settings_fail_in_one_line(capsys):
 
 
 def test_no_lookup_and_stop_below_reach_the_decoder(monkeypatch, capsys):
-    from engine.decoder import Decoder
+    from engine.decoding.decoder import Decoder
     from tests.tiny import tiny_decoder
 
     decoder, seen = tiny_decoder(), []
@@ -52,8 +52,8 @@ def test_no_lookup_and_stop_below_reach_the_decoder(monkeypatch, capsys):
 
 
 def test_draft_weights_choose_int8_or_the_load_dtype(monkeypatch, capsys):
-    from engine import fast_llama
-    from engine.decoder import Decoder
+    from engine.models import fast_llama
+    from engine.decoding.decoder import Decoder
     from tests.tiny import tiny_model
 
     draft_qkv = []
@@ -72,7 +72,7 @@ def test_draft_weights_choose_int8_or_the_load_dtype(monkeypatch, capsys):
 
 
 def test_train_draft_passes_the_chosen_layers_to_the_recipe(monkeypatch, capsys):
-    from engine import distill
+    from engine.training import distill
 
     calls = []
 

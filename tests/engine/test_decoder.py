@@ -2,11 +2,11 @@
 import pytest
 import torch
 
-from engine.caches import CachedModel
-from engine.decoder import Decoder
-from engine.drafters import DraftModelDrafter, lookup_continuation
+from engine.decoding.caches import CachedModel
+from engine.decoding.decoder import Decoder
+from engine.decoding.drafters import DraftModelDrafter, lookup_continuation
 from engine.events import DecodeSettings, Fate
-from engine.pairing import PairingError, check_vocabularies
+from engine.models.pairing import PairingError, check_vocabularies
 from tests.tiny import PROMPT, tiny_decoder, tiny_model, tiny_tokenizer
 
 

@@ -1,9 +1,9 @@
 """The draft recipe's pieces on tiny models: initialisation, draft vocabulary, the loss, saving and assembling."""
 import torch
 
-from engine import embedded
-from engine.decoder import Decoder
-from engine.distill import Sample, _loss_and_agreement, build_draft, draft_vocabulary, save_assets
+from engine.models import embedded
+from engine.decoding.decoder import Decoder
+from engine.training.distill import Sample, _loss_and_agreement, build_draft, draft_vocabulary, save_assets
 from engine.events import DecodeSettings
 from tests.tiny import PROMPT, tiny_model
 
@@ -73,8 +73,8 @@ def test_saved_assets_hold_no_shared_tensor_and_assemble_into_a_working_draft(tm
 
 
 def test_parallel_answering_gives_the_same_data_as_one_process_and_resumes_interrupted_batches(tmp_path):
-    from engine.distill import generate_data
-    from engine.models import load_model
+    from engine.training.distill import generate_data
+    from engine.models.loading import load_model
 
     tiny = tiny_model(0, layers=2)
     tiny.tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
@@ -95,7 +95,7 @@ def test_parallel_answering_gives_the_same_data_as_one_process_and_resumes_inter
 def test_batched_answers_equal_each_prompt_decoded_alone():
     """Left padding must not leak into any row: a batch of prompts of different lengths gets, row by row, the
     greedy answer the model gives that prompt alone, and the kept top-k is the model's own distribution."""
-    from engine.distill import TOP_K, generate_batch
+    from engine.training.distill import TOP_K, generate_batch
 
     target = tiny_model(0, layers=2)
     prompts = [[5, 9, 3], [7, 2, 11, 13, 4, 8, 6], [10, 12, 14, 16, 18]]

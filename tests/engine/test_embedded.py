@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from engine import embedded
-from engine.decoder import Decoder
+from engine.models import embedded
+from engine.decoding.decoder import Decoder
 from engine.events import DecodeSettings
 from engine.stats import reply_stats
 

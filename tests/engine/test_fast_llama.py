@@ -3,8 +3,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-from engine import fast_llama
-from engine.caches import CachedModel, TransformersCache
+from engine.models import fast_llama
+from engine.decoding.caches import CachedModel, TransformersCache
 
 SHAPE = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=2048)

@@ -4,7 +4,7 @@ import math
 import torch
 
 from engine.events import DecodeSettings
-from engine.sampling import warp
+from engine.decoding.sampling import warp
 
 
 def test_temperature_divides_the_logits():

@@ -2,8 +2,8 @@
 import torch
 
 from engine.events import DecodeSettings, Fate
-from engine.sampling import warp
-from engine.verification import residual, verify_greedy, verify_sampling
+from engine.decoding.sampling import warp
+from engine.decoding.verification import residual, verify_greedy, verify_sampling
 
 VOCAB = 6
 

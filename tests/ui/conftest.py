@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.decoder import Decoder
-from engine.drafters import DraftModelDrafter
+from engine.decoding.decoder import Decoder
+from engine.decoding.drafters import DraftModelDrafter
 from tests.tiny import tiny_model
 
 # How far the draft's weights are pushed from the target's: small enough that most drafts are accepted (bonus

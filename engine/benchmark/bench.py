@@ -159,7 +159,7 @@ class Bench:
 
     def _engine(self, config: Config, messages: list[dict], seed: int, max_new: int) -> Run:
         from engine.events import DecodeSettings
-        from engine.models import synchronize
+        from engine.models.loading import synchronize
 
         settings = DecodeSettings(
             mode="ar" if config.method == "ar" else "spec", gamma=config.gamma or 1, greedy=config.greedy,
@@ -182,8 +182,8 @@ class Bench:
     def _naive(self, config: Config, messages: list[dict], seed: int, max_new: int) -> Run:
         import torch
 
-        from engine.models import synchronize
-        from engine.naive import speculative_decode
+        from engine.models.loading import synchronize
+        from engine.benchmark.naive import speculative_decode
 
         prefix = self.decoder.chat_ids(messages)
         generator = torch.Generator(device=self.device).manual_seed(seed)
@@ -202,7 +202,7 @@ class Bench:
     def _hf(self, config: Config, messages: list[dict], seed: int, max_new: int) -> Run:
         import torch
 
-        from engine.models import synchronize
+        from engine.models.loading import synchronize
 
         target = self.decoder.target.model
         prompt = self.decoder.chat_ids(messages)
@@ -500,7 +500,7 @@ def write_plots(records: list[dict], out: Path) -> list[Path]:
 
 
 def run_cli(args, target_name: str, draft_name: str | None) -> int:
-    from engine.decoder import Decoder
+    from engine.decoding.decoder import Decoder
 
     configs = plan(args.methods, args.decoding, args.gammas, args.stop_below)
     if args.repeats < 1:

@@ -21,8 +21,8 @@ import torch
 from tqdm import tqdm
 from transformers import Cache, DynamicLayer
 
-from engine.embedded import DRAFT_VOCAB_FILE, SHARED_TENSORS
-from engine.models import LoadedModel
+from engine.models.embedded import DRAFT_VOCAB_FILE, SHARED_TENSORS
+from engine.models.loading import LoadedModel
 from engine.prompts import follow_up, training_prompts
 
 TOP_K = 16  # teacher probabilities kept per position: covers nearly all of p's mass for a 135M chat model
@@ -150,7 +150,7 @@ def _pin_to_core(core: int) -> None:
 
 
 def _generation_worker(core: int, target_path: str, dtype: torch.dtype, n_prompts: int, kwargs: dict) -> None:
-    from engine.models import load_model
+    from engine.models.loading import load_model
 
     _pin_to_core(core)
     _answer_batches(load_model(target_path, torch.device("cpu"), dtype), n_prompts, progress=False, **kwargs)
@@ -345,8 +345,8 @@ def run_recipe(*, out: Path, workdir: Path, n_prompts: int = 4000, steps: int = 
                tokens_per_batch: int = 4096, batch_size: int = 48, max_new_tokens: int = 128,
                temperature: float = 0.7, multi_turn_fraction: float = 0.25, workers: int = 1) -> dict:
     """The whole recipe, resumable after data generation (the data is cached in `workdir`)."""
-    from engine import embedded
-    from engine.models import load_model
+    from engine.models import embedded
+    from engine.models.loading import load_model
 
     workdir.mkdir(parents=True, exist_ok=True)
     log_file = (workdir / "train-draft.log").open("a")

@@ -79,7 +79,7 @@ def synchronize(device: torch.device) -> None:
 
 def resolve(name: str) -> str:
     """Map a user-facing model name to what `from_pretrained` takes (a path or a hub id)."""
-    from engine import embedded
+    from engine.models import embedded
 
     if name == "embedded":
         return str(embedded.target_dir())

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.events import Fate
-from engine.sampling import sample
+from engine.decoding.sampling import sample
 
 
 @dataclass(frozen=True)

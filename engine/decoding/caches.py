@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from engine import fast_llama
+from engine.models import fast_llama
 
 
 class TransformersCache:

@@ -12,11 +12,11 @@ from typing import Protocol
 
 import torch
 
-from engine.caches import CachedModel
-from engine.embedded import DRAFT_VOCAB_FILE
+from engine.decoding.caches import CachedModel
+from engine.models.embedded import DRAFT_VOCAB_FILE
 from engine.events import DecodeSettings
-from engine.models import LoadedModel
-from engine.sampling import choose, warp
+from engine.models.loading import LoadedModel
+from engine.decoding.sampling import choose, warp
 
 LOOKUP_NGRAM = 3  # a context match must cover the last 3 tokens
 LOOKUP_PRECISION = 0.83  # how often such a copy equals the target's choice (measured on the evaluation answers)

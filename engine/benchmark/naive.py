@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.events import DraftedToken, EmittedToken, Fate, RoundEvent
-from engine.models import synchronize
+from engine.models.loading import synchronize
 
 
 def _logits(model, sequence: torch.Tensor, vocab_size: int) -> torch.Tensor:

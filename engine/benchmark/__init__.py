@@ -1,0 +1,1 @@
+"""`specdec bench` and the seed's reference algorithm it compares against."""

@@ -1,0 +1,1 @@
+"""The algorithm: sampling, verification, drafters, the KV-cache owner and the round loop."""

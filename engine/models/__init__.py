@@ -1,0 +1,1 @@
+"""Model loading (hub ids, directories, GGUF), the embedded pair, pairing checks and the fast decode forward."""

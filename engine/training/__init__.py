@@ -1,0 +1,1 @@
+"""Training the embedded draft by distillation from the target."""
