@@ -1,0 +1,278 @@
+"""Saved conversations: every chat, turn and round in an SQLite database, written as it happens.
+
+Imports neither Qt nor torch, so the window, the tests and a crash-test subprocess can all use it. Each round is
+its own small transaction in a WAL journal: a process killed mid-reply loses at most the round in flight, and
+the reply it was writing comes back as a stopped reply with every round that was committed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+import types
+import typing
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from enum import Enum
+from pathlib import Path
+
+from engine.events import DecodeSettings, PairInfo, RoundEvent
+from ui.session import Comparison, Reply, ReplyRequest
+
+# `PRAGMA user_version` holds the schema version. Opening an older database runs the steps from its version up;
+# a newer one (written by a later release) is refused untouched rather than misread.
+SCHEMA_VERSION = 1
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        """CREATE TABLE chats (
+            id INTEGER PRIMARY KEY,
+            title TEXT NOT NULL DEFAULT '',
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            pair TEXT,  -- PairInfo as JSON; NULL until a pair is loaded
+            system_prompt TEXT NOT NULL DEFAULT ''
+        )""",
+        """CREATE TABLE turns (
+            id INTEGER PRIMARY KEY,
+            chat_id INTEGER NOT NULL REFERENCES chats(id) ON DELETE CASCADE,
+            position INTEGER NOT NULL,  -- 0, 1, ... in the order the replies appear
+            request TEXT NOT NULL,  -- ReplyRequest as JSON: the messages sent, the settings, compare_ar
+            text TEXT,  -- NULL while the reply is in flight (or when its process died)
+            stopped INTEGER NOT NULL DEFAULT 0,
+            comparison TEXT,  -- the AR comparison as JSON, if one was asked for and finished
+            UNIQUE (chat_id, position)
+        )""",
+        """CREATE TABLE rounds (
+            turn_id INTEGER NOT NULL REFERENCES turns(id) ON DELETE CASCADE,
+            idx INTEGER NOT NULL,
+            event TEXT NOT NULL,  -- RoundEvent as JSON (dataclasses.asdict)
+            PRIMARY KEY (turn_id, idx)
+        )""",
+        "CREATE INDEX turns_by_chat ON turns (chat_id, position)",
+    ),
+}
+
+
+class ChatStoreError(Exception):
+    """The database cannot be used: written by a newer version, or not a chat database at all."""
+
+
+@dataclass(frozen=True)
+class ChatSummary:
+    id: int
+    title: str
+    created_at: datetime
+    updated_at: datetime
+    n_replies: int
+
+
+@dataclass
+class StoredChat:
+    """One chat as saved: what the window needs to show it again and to carry on from it."""
+
+    id: int
+    title: str
+    pair: PairInfo | None
+    system_prompt: str
+    replies: list[Reply]
+    comparisons: dict[int, Comparison]  # reply index -> AR comparison
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def to_json(value) -> str:
+    """A dataclass (nested dataclasses, tuples and str-enums included) as JSON text."""
+    return json.dumps(dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value, ensure_ascii=False)
+
+
+def from_plain(kind, data):
+    """Rebuild a value of type `kind` from JSON-ready builtins, following the dataclasses' type hints.
+
+    Keys a dataclass no longer has are skipped and fields it gained take their defaults, so rows written by an
+    older release still load after the event records grow a field.
+    """
+    if data is None:
+        return None
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        kind = next(arg for arg in typing.get_args(kind) if arg is not type(None))
+        return from_plain(kind, data)
+    if origin is tuple:
+        item = typing.get_args(kind)[0]
+        return tuple(from_plain(item, v) for v in data)
+    if dataclasses.is_dataclass(kind):
+        hints = typing.get_type_hints(kind)
+        names = {f.name for f in dataclasses.fields(kind) if f.init}
+        return kind(**{k: from_plain(hints[k], v) for k, v in data.items() if k in names})
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return kind(data)
+    return data
+
+
+def request_json(request: ReplyRequest) -> str:
+    return json.dumps({"messages": list(request.messages), "settings": dataclasses.asdict(request.settings),
+                       "compare_ar": request.compare_ar}, ensure_ascii=False)
+
+
+def request_from_json(text: str) -> ReplyRequest:
+    data = json.loads(text)
+    return ReplyRequest(tuple(data["messages"]), from_plain(DecodeSettings, data["settings"]), data["compare_ar"])
+
+
+def title_for(request: ReplyRequest) -> str:
+    """A chat is named after its first user message, on one line."""
+    first = next((m["content"] for m in request.messages if m["role"] == "user"), "")
+    line = " ".join(first.split())
+    return line if len(line) <= 60 else line[:59] + "…"
+
+
+class ChatStore:
+    """The chats database. One connection, used from one thread (the GUI thread in the app)."""
+
+    def __init__(self, path: Path | str):
+        self.path = path
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite3.connect(str(path))
+            self.db.execute("PRAGMA foreign_keys = ON")
+            self.db.execute("PRAGMA journal_mode = WAL")
+            # NORMAL in WAL mode: a committed round survives the process being killed (only a power cut may
+            # lose the last commits), without an fsync per round.
+            self.db.execute("PRAGMA synchronous = NORMAL")
+            self._upgrade()
+        except sqlite3.DatabaseError as exc:
+            raise ChatStoreError(f"{path} is not a readable chat database ({exc})") from exc
+
+    def _upgrade(self) -> None:
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            self.db.close()
+            raise ChatStoreError(f"{self.path} was written by a newer SpecDec Studio (schema {version}; this one "
+                                 f"reads up to {SCHEMA_VERSION}); it was left untouched")
+        for step in range(version + 1, SCHEMA_VERSION + 1):
+            with self.db:
+                for statement in MIGRATIONS[step]:
+                    self.db.execute(statement)
+                self.db.execute(f"PRAGMA user_version = {step}")
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- writing, as a chat happens ----------------------------------------------------------------------
+
+    def create_chat(self, pair: PairInfo | None = None, system_prompt: str = "") -> int:
+        stamp = now()
+        with self.db:
+            cursor = self.db.execute(
+                "INSERT INTO chats (created_at, updated_at, pair, system_prompt) VALUES (?, ?, ?, ?)",
+                (stamp, stamp, None if pair is None else to_json(pair), system_prompt))
+        return cursor.lastrowid
+
+    def begin_turn(self, chat_id: int, position: int, request: ReplyRequest, pair: PairInfo | None = None,
+                   system_prompt: str = "") -> int:
+        """Save a request before its first round. Turns at `position` and later are replaced: that is how a
+        regenerated reply or an edited message forgets what followed it."""
+        with self.db:
+            self.db.execute("DELETE FROM turns WHERE chat_id = ? AND position >= ?", (chat_id, position))
+            cursor = self.db.execute("INSERT INTO turns (chat_id, position, request) VALUES (?, ?, ?)",
+                                     (chat_id, position, request_json(request)))
+            self.db.execute("UPDATE chats SET title = CASE title WHEN '' THEN ? ELSE title END, updated_at = ?, "
+                            "pair = COALESCE(?, pair), system_prompt = ? WHERE id = ?",
+                            (title_for(request), now(), None if pair is None else to_json(pair), system_prompt,
+                             chat_id))
+        return cursor.lastrowid
+
+    def add_round(self, turn_id: int, event: RoundEvent) -> None:
+        with self.db:
+            self.db.execute("INSERT OR REPLACE INTO rounds (turn_id, idx, event) VALUES (?, ?, ?)",
+                            (turn_id, event.index, to_json(event)))
+
+    def finish_turn(self, turn_id: int, reply: Reply) -> None:
+        """Mark the reply complete. Its rounds were written one by one; any the window missed are added."""
+        with self.db:
+            self.db.executemany("INSERT OR IGNORE INTO rounds (turn_id, idx, event) VALUES (?, ?, ?)",
+                                [(turn_id, e.index, to_json(e)) for e in reply.events])
+            self.db.execute("UPDATE turns SET text = ?, stopped = ? WHERE id = ?",
+                            (reply.text, int(reply.stopped), turn_id))
+
+    def add_comparison(self, turn_id: int, comparison: Comparison) -> None:
+        with self.db:
+            self.db.execute("UPDATE turns SET comparison = ? WHERE id = ?", (to_json(comparison), turn_id))
+
+    def rename_chat(self, chat_id: int, title: str) -> None:
+        with self.db:
+            self.db.execute("UPDATE chats SET title = ? WHERE id = ?", (title.strip(), chat_id))
+
+    def delete_chat(self, chat_id: int) -> None:
+        with self.db:
+            self.db.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
+
+    # -- reading --------------------------------------------------------------------------------------------
+
+    def list_chats(self) -> list[ChatSummary]:
+        """Chats with at least one turn, most recently used first."""
+        rows = self.db.execute(
+            "SELECT c.id, c.title, c.created_at, c.updated_at, COUNT(t.id) FROM chats c "
+            "JOIN turns t ON t.chat_id = c.id GROUP BY c.id ORDER BY c.updated_at DESC, c.id DESC").fetchall()
+        return [ChatSummary(i, title, datetime.fromisoformat(created), datetime.fromisoformat(updated), n)
+                for i, title, created, updated, n in rows]
+
+    def load_chat(self, chat_id: int) -> StoredChat:
+        row = self.db.execute("SELECT title, pair, system_prompt FROM chats WHERE id = ?", (chat_id,)).fetchone()
+        if row is None:
+            raise KeyError(chat_id)
+        title, pair, system_prompt = row
+        replies, comparisons = [], {}
+        turns = self.db.execute("SELECT id, request, text, stopped, comparison FROM turns WHERE chat_id = ? "
+                                "ORDER BY position", (chat_id,)).fetchall()
+        for turn_id, request, text, stopped, comparison in turns:
+            events = tuple(from_plain(RoundEvent, json.loads(e)) for (e,) in self.db.execute(
+                "SELECT event FROM rounds WHERE turn_id = ? ORDER BY idx", (turn_id,)))
+            if text is None:  # the process died mid-reply: keep what was committed, as a stopped reply
+                text, stopped = "".join(e.text_delta for e in events), True
+            if comparison is not None:
+                comparisons[len(replies)] = from_plain(Comparison, json.loads(comparison))
+            replies.append(Reply(request_from_json(request), events, text, bool(stopped)))
+        return StoredChat(chat_id, title, from_plain(PairInfo, json.loads(pair) if pair else None), system_prompt,
+                          replies, comparisons)
+
+
+class ChatRecorder:
+    """Follows the chat on screen and writes it to the store: which chat is current and which turn is in flight.
+
+    A chat row is created lazily on its first request, so opening the app and pressing New chat leaves no empty
+    chats behind.
+    """
+
+    def __init__(self, store: ChatStore):
+        self.store = store
+        self.chat_id: int | None = None
+        self.turn_id: int | None = None
+
+    def new_chat(self) -> None:
+        self.chat_id = self.turn_id = None
+
+    def resume(self, chat_id: int) -> None:
+        """Carry on writing to a restored chat."""
+        self.chat_id, self.turn_id = chat_id, None
+
+    def turn_started(self, position: int, request: ReplyRequest, pair: PairInfo | None) -> None:
+        system = next((m["content"] for m in request.messages if m["role"] == "system"), "")
+        if self.chat_id is None:
+            self.chat_id = self.store.create_chat(pair, system)
+        self.turn_id = self.store.begin_turn(self.chat_id, position, request, pair, system)
+
+    def round_finished(self, event: RoundEvent) -> None:
+        if self.turn_id is not None:
+            self.store.add_round(self.turn_id, event)
+
+    def reply_finished(self, reply: Reply) -> None:
+        if self.turn_id is not None:
+            self.store.finish_turn(self.turn_id, reply)
+
+    def comparison_finished(self, comparison: Comparison) -> None:
+        if self.turn_id is not None:
+            self.store.add_comparison(self.turn_id, comparison)
