@@ -20,10 +20,12 @@ def warp(logits: torch.Tensor, settings: DecodeSettings) -> torch.Tensor:
         kth = logits.topk(settings.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if settings.top_p < 1.0:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        cumulative = sorted_logits.softmax(-1).cumsum(-1)
-        # Drop a token when the mass before it already reaches top_p; the most likely token always stays.
-        drop_sorted = (cumulative - sorted_logits.softmax(-1)) >= settings.top_p
+        # transformers' TopPLogitsWarper, to the rounding: summing from the least likely token, drop tokens while
+        # their mass stays within 1 - top_p; the most likely token always stays. (Summing the other way keeps
+        # one token too many where the mass before it rounds to just under top_p.)
+        sorted_logits, order = logits.sort(dim=-1, descending=False)
+        drop_sorted = sorted_logits.softmax(-1).cumsum(-1) <= 1 - settings.top_p
+        drop_sorted[..., -1] = False
         logits = logits.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))
     return logits.softmax(-1)
 
@@ -36,8 +38,13 @@ def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
     to the CDF and so is never chosen.
     """
     cdf = probs.double().cumsum(-1)
-    u = torch.rand((), generator=generator, dtype=torch.float64, device=probs.device) * cdf[-1]
-    return int(torch.searchsorted(cdf, u, right=True).clamp_max(probs.shape[-1] - 1))
+    total = float(cdf[-1])
+    if not total > 0 or total == float("inf"):  # also NaN: a bug upstream, never a token drawn from nothing
+        raise ValueError(f"cannot sample from a distribution of total mass {total}")
+    u = torch.rand((), generator=generator, dtype=torch.float64, device=probs.device) * total
+    index = int(torch.searchsorted(cdf, u, right=True))
+    # u < total, except where the product rounds up to it: then the last token with any mass
+    return index if index < probs.shape[-1] else int(cdf.argmax())
 
 
 def choose(probs: torch.Tensor, settings: DecodeSettings, generator: torch.Generator) -> int:

@@ -48,7 +48,8 @@ def verify_sampling(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, targe
     p_x = target_probs[positions, draft_tokens]
     q_x = draft_probs[positions, draft_tokens]
     r = torch.rand(gamma, generator=generator, device=target_probs.device)
-    accept_prob = torch.minimum(torch.ones_like(p_x), p_x / q_x)  # q(x) > 0: x was drawn from q
+    # q(x) > 0 since x was drawn from q; the floor only keeps a caller's zero from dividing (p/q = inf: accepted)
+    accept_prob = torch.minimum(torch.ones_like(p_x), p_x / q_x.clamp_min(torch.finfo(q_x.dtype).tiny))
     n = _accepted_prefix(r < accept_prob)
     if n < gamma:
         token, fate = sample(residual(target_probs[n], draft_probs[n]), generator), Fate.RESAMPLED
