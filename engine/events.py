@@ -4,6 +4,7 @@ Nothing here imports torch, so the UI thread and the exporters can use these typ
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 
@@ -39,6 +40,10 @@ class DecodeSettings:
     stop_below: float = 0.3
 
     def __post_init__(self) -> None:
+        # NaN passes every comparison below unnoticed, and an infinite temperature samples uniformly at random
+        for name in ("temperature", "top_p", "stop_below"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number, not {getattr(self, name)}")
         if self.mode not in ("spec", "ar"):
             raise ValueError(f"mode must be 'spec' or 'ar', not {self.mode!r}")
         if not 1 <= self.gamma <= 64:
@@ -119,6 +124,38 @@ class RoundEvent:
     @property
     def n_accepted(self) -> int:
         return sum(1 for t in self.drafted if t.accepted)
+
+
+@dataclass(frozen=True)
+class PrefillProgress:
+    """Yielded between the chunks of a reply's prompt prefill: `done` of `total` prompt positions are cached."""
+
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
+class ContextNotice:
+    """The conversation was fitted into the model's window (engine.decoding.context): the oldest messages were
+    left out and/or the token budget was cut. Shown to the user, never applied silently."""
+
+    window: int  # positions the model can attend to
+    prompt_tokens: int  # the prompt as decoded, after dropping
+    dropped_messages: int
+    max_new_tokens: int  # the budget used
+    requested_max_new_tokens: int
+
+    @property
+    def message(self) -> str:
+        parts = []
+        if self.dropped_messages:
+            plural = "s" if self.dropped_messages != 1 else ""
+            parts.append(f"left out the oldest {self.dropped_messages} message{plural} of the conversation")
+        if self.max_new_tokens < self.requested_max_new_tokens:
+            parts.append(f"cut the reply to at most {self.max_new_tokens} new tokens "
+                         f"(asked for {self.requested_max_new_tokens})")
+        return (f"{' and '.join(parts)}: the prompt ({self.prompt_tokens} tokens) and the reply must fit the "
+                f"model's window of {self.window} positions")
 
 
 @dataclass(frozen=True)

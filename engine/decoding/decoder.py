@@ -1,8 +1,9 @@
 """The round loop: speculative decoding (or plain AR, the same loop without a drafter) as a generator of events.
 
-Each reply: 0) prefill both models, reusing the cached prefix of the conversation; then per round
-1) draft up to γ tokens, 2) score them in one target pass, 3) accept the longest prefix, 4) resample from
-norm(max(0, p − q)) or take the bonus token, 5) roll both caches back to the accepted sequence.
+Each reply: fit the conversation into the window (engine.decoding.context), 0) prefill both models in chunks,
+reusing the cached prefix of the conversation; then per round 1) draft up to γ tokens, 2) score them in one
+target pass, 3) accept the longest prefix, 4) resample from norm(max(0, p − q)) or take the bonus token, 5) roll
+both caches back to the accepted sequence.
 Invariant between rounds: the target's cache holds every token of the sequence but the last.
 """
 from __future__ import annotations
@@ -12,9 +13,12 @@ from collections.abc import Iterator
 
 import torch
 
-from engine.decoding.caches import CachedModel
+from engine.decoding.caches import PREFILL_CHUNK, CachedModel
+from engine.decoding.context import fit, require_text, window_of
 from engine.decoding.drafters import Drafter, DraftModelDrafter
-from engine.events import DecodeSettings, DraftedToken, EmittedToken, Fate, PairInfo, RoundEvent, TokenProb
+from engine.decoding.text import TextStream
+from engine.events import (ContextNotice, DecodeSettings, DraftedToken, EmittedToken, Fate, PairInfo,
+                           PrefillProgress, RoundEvent, TokenProb)
 from engine.models.loading import LoadedModel, load_model, pick_device, pick_dtype, synchronize
 from engine.models.pairing import check_vocabularies, preflight
 from engine.decoding.sampling import warp
@@ -36,6 +40,7 @@ class Decoder:
         self.runner = CachedModel(target.model, self.vocab_size)
         self.tokenizer = target.tokenizer
         self.eos_ids = _eos_ids(target)
+        self.window = window_of(*(m.model for m in (target, draft) if m is not None))  # None: no limit known
         self.target_step_s = 0.0  # one single-token target forward, measured at warm-up and by AR steps
         self._gamma_request: int | None = None
 
@@ -67,6 +72,8 @@ class Decoder:
             self.drafter.reset()
 
     def chat_ids(self, messages: list[dict]) -> list[int]:
+        for message in messages:
+            require_text(message["content"])
         if self.tokenizer.chat_template:
             return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
                                                            return_dict=False))
@@ -99,32 +106,47 @@ class Decoder:
         return [i % self.vocab_size for i in range(1000, 1032)]  # any 32 ids: only the timing matters
 
     def generate(self, messages: list[dict], settings: DecodeSettings) -> Iterator[RoundEvent]:
-        """Yield one RoundEvent per round until EOS or `max_new_tokens`; stop early by closing the generator."""
+        """Yield one RoundEvent per round until EOS or the token budget; stop early by closing the generator."""
+        rounds = self.stream(messages, settings)
+        try:
+            for item in rounds:
+                if isinstance(item, RoundEvent):
+                    yield item
+        finally:
+            rounds.close()
+
+    def stream(self, messages: list[dict],
+               settings: DecodeSettings) -> Iterator[ContextNotice | PrefillProgress | RoundEvent]:
+        """As `generate`, with what happens before the first round: a ContextNotice if the conversation had to be
+        fitted into the window, then a PrefillProgress after each prefill chunk (stop there by closing it too)."""
         if self.target_step_s == 0.0:
             self.warm_up()
+        fitted = fit(messages, settings.max_new_tokens, self.window, self.chat_ids)
+        if fitted.notice is not None:
+            yield fitted.notice
         speculative = settings.mode == "spec" and self.drafter is not None
         self._gamma_request = settings.gamma
         generator = torch.Generator(device=self.target.device).manual_seed(settings.seed)
         device = self.target.device
 
         # 0) prefill: both caches end up holding the prompt but its last token
-        prompt = self.chat_ids(messages)
+        prompt = fitted.ids
         start = time.perf_counter()
-        sequence = list(prompt)
-        self.runner.prefill(prompt)
-        if speculative:
-            self.drafter.prefill(prompt)
+        yield from self._prefill(prompt, speculative)
         synchronize(device)
         prefill_s = time.perf_counter() - start
 
-        generated: list[int] = []
-        text = ""
+        sequence = list(prompt)
+        text = TextStream(self.tokenizer)
+        n_generated = 0
         index = 0
         while True:
             round_start = time.perf_counter()
-            # 1) draft up to γ tokens (fewer when the draft's confidence runs out)
+            # 1) draft up to γ tokens (fewer when the draft's confidence runs out, or at the window's end)
             if speculative:
-                proposal = self.drafter.propose(sequence, self._gamma_request, settings, generator)
+                gamma = self._gamma_request if self.window is None else min(self._gamma_request,
+                                                                             self.window - len(sequence))
+                proposal = self.drafter.propose(sequence, gamma, settings, generator)
                 draft_tokens, draft_probs = proposal.tokens, proposal.probs.to(device)
             else:
                 draft_tokens, draft_probs = [], torch.empty((0, self.vocab_size), device=device)
@@ -155,17 +177,14 @@ class Decoder:
 
             if not speculative:
                 self.target_step_s = verified_at - drafted_at
-            emitted, finish = self._emitted(verdict, draft_tokens, target_probs, gamma, generated, settings)
-            generated += [t.token_id for t in emitted]
-            new_text = self.tokenizer.decode(generated, skip_special_tokens=True)
-            if new_text.endswith("\ufffd") and finish is None:  # a multi-byte character is still incomplete
-                delta = ""
-            else:
-                delta, text = new_text[len(text):], new_text
+            # the drafts' text is read in a copy of the reply's text: a rejected draft follows the accepted ones
+            drafted = self._drafted(verdict, draft_tokens, draft_probs, target_probs, text.fork())
+            emitted, finish = self._emitted(verdict, draft_tokens, target_probs, gamma,
+                                            fitted.max_new_tokens - n_generated, text)
+            n_generated += len(emitted)
             yield RoundEvent(
-                index=index, gamma=gamma,
-                drafted=self._drafted(verdict, draft_tokens, draft_probs, target_probs, settings),
-                emitted=tuple(emitted), text_delta=delta,
+                index=index, gamma=gamma, drafted=drafted, emitted=tuple(emitted),
+                text_delta="".join(t.text for t in emitted),
                 draft_s=drafted_at - round_start, verify_s=verified_at - drafted_at,
                 round_s=time.perf_counter() - round_start, prefill_s=prefill_s if index == 0 else 0.0,
                 target_step_s=self.target_step_s, finish_reason=finish,
@@ -174,45 +193,62 @@ class Decoder:
                 return
             index += 1
 
+    def _prefill(self, prompt: list[int], speculative: bool) -> Iterator[PrefillProgress]:
+        """Cache prompt[:-1] in the target (and the draft), a chunk at a time, reporting progress after each."""
+        total = len(prompt) - 1
+        for cached in self.runner.prefill_chunks(prompt):
+            if speculative:
+                self.drafter.prefill(prompt[: cached + 1])  # the draft keeps pace, chunk by chunk
+            yield PrefillProgress(cached, total)
+        if speculative:
+            # The target had the prompt cached already (plain AR replies earlier in this chat): the draft catches
+            # up alone, still in chunks; the last call also rolls back a cache that holds another conversation.
+            while (cached := self.drafter.cached_length()) < total:
+                self.drafter.prefill(prompt[: min(cached + PREFILL_CHUNK, total) + 1])
+                yield PrefillProgress(min(cached + PREFILL_CHUNK, total), total)
+            self.drafter.prefill(prompt)
+
     def _emitted(self, verdict: Verdict, draft_tokens: list[int], target_probs: torch.Tensor, gamma: int,
-                 generated: list[int], settings: DecodeSettings) -> tuple[list[EmittedToken], str | None]:
-        """The tokens this round adds to the reply, cut after EOS or at the token budget."""
+                 budget: int, text: TextStream) -> tuple[list[EmittedToken], str | None]:
+        """The tokens this round adds to the reply, cut after EOS or at the token budget, each with the text it
+        completes (the last one also with any text still held back)."""
         fates = [Fate.ACCEPTED] * verdict.n_accepted + [verdict.next_fate if gamma else Fate.TARGET]
         ids = draft_tokens[: verdict.n_accepted] + [verdict.next_token]
         probs = target_probs[torch.arange(len(ids)), torch.tensor(ids)].tolist()
         emitted, finish = [], None
         for token, fate, p in zip(ids, fates, probs):
-            emitted.append(EmittedToken(token, self._text(token), fate, p))
+            emitted.append(EmittedToken(token, text.push(token), fate, p))
             if token in self.eos_ids:
                 finish = "eos"
-                break
-            if len(generated) + len(emitted) >= settings.max_new_tokens:
+            elif len(emitted) >= budget:
                 finish = "length"
+            if finish:
+                last = emitted[-1]
+                emitted[-1] = EmittedToken(last.token_id, last.text + text.flush(), last.fate, last.p)
                 break
         return emitted, finish
 
     def _drafted(self, verdict: Verdict, draft_tokens: list[int], draft_probs: torch.Tensor,
-                 target_probs: torch.Tensor, settings: DecodeSettings) -> tuple[DraftedToken, ...]:
-        """The drafts the target looked at: the accepted prefix and the first rejection, if any."""
+                 target_probs: torch.Tensor, text: TextStream) -> tuple[DraftedToken, ...]:
+        """The drafts the target looked at: the accepted prefix and the first rejection, if any; `text` is the
+        reply's text so far (consumed)."""
         looked_at = min(verdict.n_accepted + 1, len(draft_tokens))
         drafted = []
         for i in range(looked_at):
             token = draft_tokens[i]
             accepted = i < verdict.n_accepted
             drafted.append(DraftedToken(
-                token_id=token, text=self._text(token), p=float(target_probs[i, token]),
-                q=float(draft_probs[i, token]), r=verdict.draws[i] if verdict.draws else None, accepted=accepted,
-                top_p=() if accepted else self._top(target_probs[i]),
-                top_q=() if accepted else self._top(draft_probs[i]),
+                token_id=token, text=text.push(token) if accepted else text.peek(token),
+                p=float(target_probs[i, token]), q=float(draft_probs[i, token]),
+                r=verdict.draws[i] if verdict.draws else None, accepted=accepted,
+                top_p=() if accepted else self._top(target_probs[i], text),
+                top_q=() if accepted else self._top(draft_probs[i], text),
             ))
         return tuple(drafted)
 
-    def _top(self, probs: torch.Tensor) -> tuple[TokenProb, ...]:
-        values, ids = probs.topk(TOP_N_INSPECT)
-        return tuple(TokenProb(i, self._text(i), v) for v, i in zip(values.tolist(), ids.tolist()))
-
-    def _text(self, token: int) -> str:
-        return self.tokenizer.decode([token])
+    def _top(self, probs: torch.Tensor, text: TextStream) -> tuple[TokenProb, ...]:
+        values, ids = probs.topk(min(TOP_N_INSPECT, probs.shape[-1]))
+        return tuple(TokenProb(i, text.label(i), v) for v, i in zip(values.tolist(), ids.tolist()))
 
 
 def _eos_ids(model: LoadedModel) -> set[int]:
