@@ -25,7 +25,7 @@ def supports(model) -> bool:
     config = model.config
     layer_types = getattr(config, "layer_types", None) or []
     devices = {p.device for p in model.parameters()}
-    rope = getattr(getattr(model.model, "rotary_emb", None), "rope_type", None)
+    rope = getattr(getattr(getattr(model, "model", None), "rotary_emb", None), "rope_type", None)  # GPT-2 has no .model
     return (config.model_type in ARCHITECTURES and not getattr(config, "attention_bias", False)
             and not getattr(config, "mlp_bias", False) and getattr(config, "hidden_act", "silu") == "silu"
             and all(t == "full_attention" for t in layer_types) and rope in POSITION_ONLY_ROPE
