@@ -10,11 +10,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import huggingface_hub
 import torch
+from huggingface_hub.errors import HFValidationError, HfHubHTTPError, RepositoryNotFoundError
 from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from engine.events import ModelInfo
 
+HUB_PROBE_TIMEOUT_S = 5  # seconds to wait for the hub's answer before treating it as unreachable
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -98,18 +101,57 @@ def _user_facing_errors(name: str):
         raise ModelLoadError(f"cannot load model {name!r}{offline}: {str(exc).splitlines()[0]}") from exc
 
 
+def _check_source(name: str, source: str, path: Path) -> dict:
+    """Refuse what cannot be a model before transformers tries it (its messages mislead: a folder of other files
+    asks for sentencepiece), and find out at once whether a hub id can be downloaded, instead of after a minute of
+    retries. Returns extra `from_pretrained` arguments."""
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file not found: {path}")
+        return {}
+    if path.is_file():
+        raise ModelLoadError(f"{path} is a file, not a model: give a model directory (holding config.json), "
+                             "a .gguf file or a hub id")
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"{path} is a directory but not a model: it holds no config.json")
+        return {}
+    if name.startswith(("embedded", "/", ".", "~")):
+        raise ModelLoadError(f"model directory not found: {path} (for the embedded pair run `specdec prepare`)")
+    return _hub_access(source)
+
+
+def _hub_access(repo_id: str) -> dict:
+    """One quick metadata request: a missing repository or an unreachable hub is said in one line; a model
+    already in the local cache is then loaded from there alone."""
+    if huggingface_hub.constants.HF_HUB_OFFLINE:
+        return {}  # transformers reads the local cache alone and fails at once if the model is not there
+    try:
+        huggingface_hub.model_info(repo_id, timeout=HUB_PROBE_TIMEOUT_S)
+    except HFValidationError:
+        raise ModelLoadError(f"{repo_id!r} is neither a local path nor a valid hub id") from None
+    except RepositoryNotFoundError:
+        raise ModelLoadError(f"no model {repo_id!r} on the Hugging Face Hub (if it is private or gated, log in "
+                             "with `hf auth login`)") from None
+    except HfHubHTTPError:
+        return {}  # the hub answered (gated, rate-limited, ...): transformers says what the matter is
+    except Exception:  # noqa: BLE001 - no answer at all: the HTTP client's own connection and timeout errors
+        if isinstance(huggingface_hub.try_to_load_from_cache(repo_id, "config.json"), str):
+            return {"local_files_only": True}
+        raise ModelLoadError(f"cannot download {repo_id!r}: the Hugging Face Hub cannot be reached and the model "
+                             "is not in the local cache") from None
+    return {}
+
+
 def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     """The tokenizer alone (cheap): used to check a pair before any weights are loaded."""
     source = resolve(name)
     path = Path(source).expanduser()
     with _user_facing_errors(name):
+        hub = _check_source(name, source, path)
         if path.suffix == ".gguf":
-            if not path.is_file():
-                raise ModelLoadError(f"GGUF file not found: {path}")
             return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-        if name.startswith(("embedded", "/", ".", "~")) and not path.is_dir():
-            raise ModelLoadError(f"model directory not found: {path} (for the embedded pair run `specdec prepare`)")
-        return AutoTokenizer.from_pretrained(source)
+        return AutoTokenizer.from_pretrained(source, **hub)
 
 
 def load_model(name: str, device: torch.device, dtype: torch.dtype, *, shard: bool = False,
@@ -123,6 +165,7 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, *, shard: bo
         kwargs["device_map"] = "auto"
     with _user_facing_errors(name):
         tokenizer = tokenizer or load_tokenizer(name)
+        kwargs.update(_check_source(name, source, path))
         if path.suffix == ".gguf":
             model = AutoModelForCausalLM.from_pretrained(
                 path.parent, gguf_file=path.name, quantization_config=GgufConfig(dequantize=True), **kwargs
