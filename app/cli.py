@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 DEFAULT_TARGET = "embedded"
@@ -22,12 +24,20 @@ STOP_BELOW_HELP = ("stop a round's drafting before γ once the draft's own estim
                    "accepted falls below this (0: always γ drafts)")
 
 
+def _finite(text: str) -> float:
+    """A float argument; NaN and infinity are refused here rather than decoding nonsense later."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text!r}")
+    return value
+
+
 def _csv_ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
 def _csv_floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x]
+    return [_finite(x) for x in text.split(",") if x]
 
 
 def _csv_words(text: str) -> list[str]:
@@ -55,17 +65,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     gen = sub.add_parser("generate", help="generate a reply to one prompt")
-    gen.add_argument("prompt")
+    gen.add_argument("prompt", nargs="?", help="the message; '-' reads it from standard input")
+    gen.add_argument("--prompt-file", type=Path, help="read the message from this UTF-8 text file")
     _add_model_arguments(gen)
     gen.add_argument("--gamma", type=int, default=defaults.gamma, help="most draft tokens per round (γ)")
-    gen.add_argument("--stop-below", type=float, default=defaults.stop_below, help=STOP_BELOW_HELP)
+    gen.add_argument("--stop-below", type=_finite, default=defaults.stop_below, help=STOP_BELOW_HELP)
     mode = gen.add_mutually_exclusive_group()
     mode.add_argument("--greedy", action="store_true", help="greedy decoding (the default)")
-    mode.add_argument("--temperature", type=float, default=None, help="sample at this temperature")
+    mode.add_argument("--temperature", type=_finite, default=None, help="sample at this temperature")
     gen.add_argument("--top-k", type=int, default=0)
-    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--top-p", type=_finite, default=1.0)
     gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
+    gen.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens,
+                     help="most tokens in the reply (cut, with a note, to what the model's window leaves)")
     gen.add_argument("--mode", choices=["spec", "ar"], default="spec")
     gen.add_argument("--no-lookup", dest="lookup", action="store_false",
                      help="draft with the draft model only, never by copying from the conversation")
@@ -79,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--stop-below", type=_csv_floats, default=[defaults.stop_below],
                        help="adaptive draft length for spec and spec_draft, one row per value (0: always γ drafts)")
     bench.add_argument("--decoding", type=_csv_words, default=["greedy", "sample"])
-    bench.add_argument("--temperature", type=float, default=0.7)
+    bench.add_argument("--temperature", type=_finite, default=0.7)
     bench.add_argument("--repeats", type=int, default=1)
     bench.add_argument("--methods", type=_csv_words, default=list(METHODS))
     bench.add_argument("--seed", type=int, default=0)
@@ -125,11 +137,59 @@ def resolve_pair(args) -> tuple[str, str | None]:
     return target, target
 
 
+def read_prompt(args) -> str:
+    """The message from the argument, standard input ('-') or --prompt-file, refused unless it is UTF-8 text."""
+    from engine.decoding.context import require_text
+
+    if (args.prompt is None) == (args.prompt_file is None):
+        raise ValueError("give the prompt as an argument, '-' for standard input, or --prompt-file (one of them)")
+    if args.prompt_file is not None:
+        if not args.prompt_file.is_file():
+            raise ValueError(f"prompt file not found (or not a file): {args.prompt_file}")
+        raw, where = args.prompt_file.read_bytes(), str(args.prompt_file)
+    elif args.prompt == "-":
+        raw, where = sys.stdin.buffer.read(), "standard input"
+    else:
+        require_text(args.prompt)  # undecodable bytes in the argument arrive as lone surrogates
+        return args.prompt
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"the prompt in {where} is not valid UTF-8 text (byte 0x{raw[exc.start]:02x} at byte "
+                         f"{exc.start})") from None
+
+
+class PrefillBar:
+    """A progress bar on stderr while a long prompt is read (a terminal only, and only for several chunks)."""
+
+    WIDTH = 30
+
+    def __init__(self):
+        from engine.decoding.caches import PREFILL_CHUNK
+
+        self.min_total = PREFILL_CHUNK
+        self.shown = False
+
+    def update(self, progress) -> None:
+        if progress.total <= self.min_total or not sys.stderr.isatty():
+            return
+        filled = self.WIDTH * progress.done // progress.total
+        print(f"\rreading the prompt [{'#' * filled}{'.' * (self.WIDTH - filled)}] {progress.done}/{progress.total}"
+              " tokens", end="", file=sys.stderr, flush=True)
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            print("\r\033[K", end="", file=sys.stderr, flush=True)
+            self.shown = False
+
+
 def cmd_generate(args) -> int:
     from engine.decoding.decoder import Decoder
-    from engine.events import DecodeSettings
+    from engine.events import ContextNotice, DecodeSettings, PrefillProgress
     from engine.stats import reply_stats
 
+    prompt = read_prompt(args)
     target, draft = resolve_pair(args)
     settings = DecodeSettings(
         mode=args.mode, gamma=args.gamma, greedy=args.temperature is None,
@@ -139,20 +199,31 @@ def cmd_generate(args) -> int:
     )
     decoder = Decoder.load(target, draft if args.mode == "spec" else None, args.device, args.dtype,
                            draft_int8=args.draft_weights == "int8")
-    events = []
+    events, notice, bar = [], None, PrefillBar()
     colour = sys.stdout.isatty() and not args.json
-    for event in decoder.generate([{"role": "user", "content": args.prompt}], settings):
-        events.append(event)
-        if args.json:
-            continue
-        if colour:
-            shown = [t for t in event.drafted if not t.accepted]
-            text = "".join(f"{COLOURS[t.fate.value]}{t.text}{RESET}" for t in event.emitted[:event.n_accepted])
-            text += "".join(f"{COLOURS['rejected']}{t.text}{RESET}" for t in shown)
-            text += "".join(f"{COLOURS[t.fate.value]}{t.text}{RESET}" for t in event.emitted[event.n_accepted:])
-            print(text, end="", flush=True)
-        else:
-            print(event.text_delta, end="", flush=True)
+    try:
+        for event in decoder.stream([{"role": "user", "content": prompt}], settings):
+            if isinstance(event, PrefillProgress):
+                bar.update(event)
+                continue
+            bar.close()
+            if isinstance(event, ContextNotice):
+                notice = event
+                print(f"specdec: note: {notice.message}", file=sys.stderr)
+                continue
+            events.append(event)
+            if args.json:
+                continue
+            if colour:
+                shown = [t for t in event.drafted if not t.accepted]
+                text = "".join(f"{COLOURS[t.fate.value]}{t.text}{RESET}" for t in event.emitted[:event.n_accepted])
+                text += "".join(f"{COLOURS['rejected']}{t.text}{RESET}" for t in shown)
+                text += "".join(f"{COLOURS[t.fate.value]}{t.text}{RESET}" for t in event.emitted[event.n_accepted:])
+                print(text, end="", flush=True)
+            else:
+                print(event.text_delta, end="", flush=True)
+    finally:
+        bar.close()
     stats = reply_stats(events)
     if args.json:
         info = decoder.info()
@@ -162,9 +233,10 @@ def cmd_generate(args) -> int:
             "settings": settings.__dict__, "target": info.target.__dict__,
             "draft": info.draft.__dict__ if info.draft else None, "device": info.device, "dtype": info.dtype,
             "finish_reason": events[-1].finish_reason,
+            "context": None if notice is None else {**notice.__dict__, "message": notice.message},
             "stats": stats.as_dict(),
             "rounds": [event_dict(e) for e in events],
-        }))
+        }, allow_nan=False))
     else:
         print()
         print(f"\n[{stats.n_tokens} tokens in {stats.wall_s:.2f}s = {stats.tokens_per_s:.1f} tok/s; "
@@ -212,10 +284,35 @@ def cmd_presets(args) -> int:
 def cmd_bench(args) -> int:
     from engine.benchmark.bench import run_cli
 
+    # Checked before the models load and the benchmark runs, not after it
+    if args.prompts is not None and not args.prompts.is_file():
+        what = "a directory" if args.prompts.is_dir() else "not found"
+        raise ValueError(f"--prompts must be a text file with one prompt per line: {args.prompts} is {what}")
+    if args.out is not None:
+        check_writable_dir(args.out, "--out")
     return run_cli(args, *resolve_pair(args))
 
 
+def check_writable_dir(path: Path, option: str) -> None:
+    """Make `path` if needed and write a scratch file in it, so a bad destination fails at once."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise ValueError(f"cannot write to {option} {path}: {exc.strerror or exc}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
+    # Ctrl+C can come at any moment, the first seconds of imports (torch, transformers) included
+    try:
+        return run(argv)
+    except KeyboardInterrupt:
+        print("\nspecdec: interrupted", file=sys.stderr)
+        return 130
+
+
+def run(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     from engine.models.loading import ModelLoadError
     from engine.models.pairing import PairingError
@@ -227,9 +324,6 @@ def main(argv: list[str] | None = None) -> int:
     except (ModelLoadError, PairingError, FileNotFoundError, ValueError) as exc:
         print(f"specdec: error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("specdec: interrupted", file=sys.stderr)
-        return 130
     except Exception as exc:  # anything unforeseen still gets one line; SPECDEC_DEBUG=1 shows the traceback
         if os.environ.get("SPECDEC_DEBUG"):
             raise

@@ -36,13 +36,13 @@ def test_no_lookup_and_stop_below_reach_the_decoder(monkeypatch, capsys):
     from tests.tiny import tiny_decoder
 
     decoder, seen = tiny_decoder(), []
-    generate = decoder.generate
+    stream = decoder.stream
 
-    def recording_generate(messages, settings):
+    def recording_stream(messages, settings):
         seen.append(settings)
-        return generate(messages, settings)
+        return stream(messages, settings)
 
-    monkeypatch.setattr(decoder, "generate", recording_generate)
+    monkeypatch.setattr(decoder, "stream", recording_stream)
     monkeypatch.setattr(Decoder, "load", classmethod(lambda cls, *a, **k: decoder))
     for flags in ([], ["--no-lookup", "--stop-below", "0"]):
         assert main(["generate", "w3 w7", "--target", "tiny-0", "--draft", "tiny-1", "--max-new-tokens", "4", "--json",
