@@ -202,6 +202,10 @@ class ChatStore:
         with self.db:
             self.db.execute("UPDATE turns SET comparison = ? WHERE id = ?", (to_json(comparison), turn_id))
 
+    def delete_turn(self, turn_id: int) -> None:
+        with self.db:
+            self.db.execute("DELETE FROM turns WHERE id = ?", (turn_id,))
+
     def rename_chat(self, chat_id: int, title: str) -> None:
         with self.db:
             self.db.execute("UPDATE chats SET title = ? WHERE id = ?", (title.strip(), chat_id))
@@ -276,3 +280,9 @@ class ChatRecorder:
     def comparison_finished(self, comparison: Comparison) -> None:
         if self.turn_id is not None:
             self.store.add_comparison(self.turn_id, comparison)
+
+    def turn_failed(self) -> None:
+        """The worker failed before finishing the reply: the window drops the turn, so the store does too."""
+        if self.turn_id is not None:
+            self.store.delete_turn(self.turn_id)
+            self.turn_id = None

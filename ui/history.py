@@ -1,0 +1,122 @@
+"""The history sidebar: past chats from the chats database, newest first; click to reopen, right-click to rename,
+export or delete."""
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QFileDialog, QInputDialog, QListWidget, QListWidgetItem, QMenu, QMessageBox,
+                               QVBoxLayout, QWidget)
+
+from ui.chat_store import ChatStore, ChatSummary
+from ui.export import export_session
+from ui.session import Session
+
+CHAT_ID = Qt.ItemDataRole.UserRole
+
+
+def when(stamp: datetime, today: datetime | None = None) -> str:
+    """A chat's last use, as short as it can be: a time today, a date this year, a full date before."""
+    local = stamp.astimezone()
+    today = today or datetime.now().astimezone()
+    if local.date() == today.date():
+        return local.strftime("today %H:%M")
+    return local.strftime("%d %b" if local.year == today.year else "%d %b %Y")
+
+
+class HistoryPanel(QWidget):
+    chat_chosen = Signal(int)  # chat id: the user clicked a chat to reopen it
+    chat_deleted = Signal(int)
+    status_posted = Signal(str)  # a one-line result for the status bar (an export written or failed)
+
+    def __init__(self, store: ChatStore, parent=None):
+        super().__init__(parent)
+        self.store = store
+        self.current_id: int | None = None
+        self.list = QListWidget()
+        self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.list.setWordWrap(True)
+        self.list.setToolTip("Click a chat to reopen it; right-click to rename, export or delete it")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.list)
+        self.setMinimumWidth(140)
+        self.list.itemClicked.connect(self._on_item_clicked)
+        self.list.customContextMenuRequested.connect(self._on_context_menu_requested)
+        self.refresh()
+
+    def refresh(self, current_id: int | None = None) -> None:
+        """Reload the list from the database and highlight the chat on screen (if it is saved yet)."""
+        self.current_id = current_id
+        self.list.clear()
+        for chat in self.store.list_chats():
+            self.list.addItem(self._item(chat))
+            if chat.id == current_id:
+                self.list.setCurrentRow(self.list.count() - 1)
+
+    def chat_ids(self) -> list[int]:
+        return [self.list.item(row).data(CHAT_ID) for row in range(self.list.count())]
+
+    def rename_chat(self, chat_id: int, title: str) -> None:
+        if title.strip():
+            self.store.rename_chat(chat_id, title)
+            self.refresh(self.current_id)
+
+    def delete_chat(self, chat_id: int) -> None:
+        self.store.delete_chat(chat_id)
+        self.refresh(None if chat_id == self.current_id else self.current_id)
+        self.chat_deleted.emit(chat_id)
+
+    def export_chat(self, chat_id: int, base: Path) -> list[Path]:
+        """Export a saved chat as the window exports the one on screen (JSON and CSV; no chart image)."""
+        chat = self.store.load_chat(chat_id)
+        session = Session(pair=chat.pair, replies=chat.replies, comparisons=chat.comparisons)
+        return export_session(session, base)
+
+    # -- user actions --------------------------------------------------------------------------------------
+
+    def _item(self, chat: ChatSummary) -> QListWidgetItem:
+        replies = f"{chat.n_replies} repl{'y' if chat.n_replies == 1 else 'ies'}"
+        item = QListWidgetItem(f"{chat.title or 'Untitled chat'}\n{when(chat.updated_at)} · {replies}")
+        item.setData(CHAT_ID, chat.id)
+        item.setToolTip(f"{chat.title}\nstarted {chat.created_at.astimezone():%Y-%m-%d %H:%M}")
+        return item
+
+    def _on_item_clicked(self, item: QListWidgetItem) -> None:
+        self.chat_chosen.emit(item.data(CHAT_ID))
+
+    def _on_context_menu_requested(self, pos) -> None:
+        item = self.list.itemAt(pos)
+        if item is None:
+            return
+        chat_id = item.data(CHAT_ID)
+        menu = QMenu(self)
+        menu.addAction("Open", lambda: self.chat_chosen.emit(chat_id))
+        menu.addAction("Rename…", lambda: self._ask_rename(chat_id, item.text().split("\n")[0]))
+        menu.addAction("Export…", lambda: self._ask_export(chat_id))
+        menu.addSeparator()
+        menu.addAction("Delete…", lambda: self._ask_delete(chat_id, item.text().split("\n")[0]))
+        menu.exec(self.list.viewport().mapToGlobal(pos))
+
+    def _ask_rename(self, chat_id: int, title: str) -> None:
+        new_title, ok = QInputDialog.getText(self, "Rename chat", "Title:", text=title)
+        if ok:
+            self.rename_chat(chat_id, new_title)
+
+    def _ask_export(self, chat_id: int) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export chat", "specdec-chat.json",
+                                              "Session stats (*.json *.csv)")
+        if not path:
+            return
+        try:
+            written = self.export_chat(chat_id, Path(path))
+        except OSError as exc:
+            self.status_posted.emit(f"Export failed: {exc}")
+            return
+        self.status_posted.emit("Wrote " + ", ".join(p.name for p in written))
+
+    def _ask_delete(self, chat_id: int, title: str) -> None:
+        answer = QMessageBox.question(self, "Delete chat", f"Delete “{title}” and all its replies?")
+        if answer == QMessageBox.StandardButton.Yes:
+            self.delete_chat(chat_id)

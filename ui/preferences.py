@@ -1,0 +1,94 @@
+"""What outlasts a session besides the chats: decoding settings, the model pair, the system prompt and the window
+layout (geometry, splitter positions, hidden panes), kept with QSettings."""
+from __future__ import annotations
+
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QSplitter
+
+from engine.events import DecodeSettings
+
+
+def apply_settings(controls, settings: DecodeSettings) -> None:
+    """Show `settings` in the decoding controls (the inverse of `controls.settings()`)."""
+    controls.mode.setCurrentIndex(max(0, controls.mode.findData(settings.mode)))
+    (controls.greedy if settings.greedy else controls.sampling).setChecked(True)
+    controls.gamma.setValue(settings.gamma)
+    controls.temperature.setValue(settings.temperature)
+    controls.top_p.setValue(settings.top_p)
+    controls.top_k.setValue(settings.top_k)
+    controls.stop_below.setValue(settings.stop_below)
+    controls.max_new_tokens.setValue(settings.max_new_tokens)
+    controls.seed.setValue(settings.seed)
+    controls.lookup.setChecked(settings.lookup)
+
+
+def apply_pair(picker, target: str, draft: str | None, device: str, dtype: str) -> None:
+    """Show a model pair in the picker, the preset box included (it is not loaded until asked)."""
+    picker.target.setText(target)
+    picker.draft.setText(draft or "")
+    picker.device.setCurrentText(device)
+    picker.dtype.setCurrentText(dtype)
+    picker.draft.textEdited.emit(picker.draft.text())  # the preset box follows edits, so it shows the pair
+
+
+def _splitters(window) -> list[QSplitter]:
+    # In creation order, which is stable from one run to the next; names would break when the layout is edited.
+    return window.findChildren(QSplitter)
+
+
+def save_preferences(preferences: QSettings, window) -> None:
+    settings = window.controls.settings()
+    preferences.beginGroup("decoding")
+    for key in ("mode", "gamma", "greedy", "temperature", "top_p", "top_k", "stop_below", "max_new_tokens",
+                "seed", "lookup"):
+        preferences.setValue(key, getattr(settings, key))
+    preferences.setValue("compare_ar", window.controls.compare_ar.isChecked())
+    preferences.endGroup()
+    preferences.beginGroup("pair")
+    picker = window.picker
+    for key, value in (("target", picker.target.text()), ("draft", picker.draft.text()),
+                       ("device", picker.device.currentText()), ("dtype", picker.dtype.currentText())):
+        preferences.setValue(key, value)
+    preferences.endGroup()
+    preferences.setValue("chat/system_prompt", window.system_prompt)
+    preferences.setValue("window/geometry", window.saveGeometry())
+    preferences.setValue("window/docks", window.saveState())
+    for i, splitter in enumerate(_splitters(window)):
+        preferences.setValue(f"window/splitter{i}", splitter.saveState())
+        hidden = [j for j in range(splitter.count()) if splitter.widget(j).isHidden()]
+        preferences.setValue(f"window/splitter{i}_hidden", ",".join(map(str, hidden)))
+    preferences.sync()
+
+
+def restore_preferences(preferences: QSettings, window, decoding: bool = True, pair: bool = True) -> None:
+    """Apply what `save_preferences` kept; `decoding` / `pair` False keep what the command line asked for."""
+    if decoding and preferences.contains("decoding/gamma"):
+        defaults = window.controls.settings()
+        preferences.beginGroup("decoding")
+        try:
+            settings = DecodeSettings(**{
+                key: preferences.value(key, getattr(defaults, key), type=type(getattr(defaults, key)))
+                for key in ("mode", "gamma", "greedy", "temperature", "top_p", "top_k", "stop_below",
+                            "max_new_tokens", "seed", "lookup")})
+        except ValueError:  # edited by hand or from another version: keep the defaults
+            settings = defaults
+        compare_ar = preferences.value("compare_ar", False, type=bool)
+        preferences.endGroup()
+        apply_settings(window.controls, settings)
+        window.controls.compare_ar.setChecked(compare_ar)
+    if pair and preferences.contains("pair/target"):
+        apply_pair(window.picker, preferences.value("pair/target", type=str),
+                   preferences.value("pair/draft", "", type=str), preferences.value("pair/device", "auto", type=str),
+                   preferences.value("pair/dtype", "auto", type=str))
+    window.system_prompt = preferences.value("chat/system_prompt", "", type=str)
+    if preferences.contains("window/geometry"):
+        window.restoreGeometry(preferences.value("window/geometry"))
+    if preferences.contains("window/docks"):
+        window.restoreState(preferences.value("window/docks"))
+    for i, splitter in enumerate(_splitters(window)):
+        state = preferences.value(f"window/splitter{i}")
+        if state is not None:
+            splitter.restoreState(state)
+        hidden = preferences.value(f"window/splitter{i}_hidden", "", type=str)
+        for j in range(splitter.count()):
+            splitter.widget(j).setHidden(str(j) in hidden.split(","))
