@@ -24,7 +24,7 @@ STOP_BELOW_HELP = ("stop a round's drafting before γ once the draft's own estim
                    "accepted falls below this (0: always γ drafts)")
 
 
-def _finite(text: str) -> float:
+def finite_float(text: str) -> float:
     """A float argument; NaN and infinity are refused here rather than decoding nonsense later."""
     value = float(text)
     if not math.isfinite(value):
@@ -37,7 +37,7 @@ def _csv_ints(text: str) -> list[int]:
 
 
 def _csv_floats(text: str) -> list[float]:
-    return [_finite(x) for x in text.split(",") if x]
+    return [finite_float(x) for x in text.split(",") if x]
 
 
 def _csv_words(text: str) -> list[str]:
@@ -69,12 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--prompt-file", type=Path, help="read the message from this UTF-8 text file")
     _add_model_arguments(gen)
     gen.add_argument("--gamma", type=int, default=defaults.gamma, help="most draft tokens per round (γ)")
-    gen.add_argument("--stop-below", type=_finite, default=defaults.stop_below, help=STOP_BELOW_HELP)
+    gen.add_argument("--stop-below", type=finite_float, default=defaults.stop_below, help=STOP_BELOW_HELP)
     mode = gen.add_mutually_exclusive_group()
     mode.add_argument("--greedy", action="store_true", help="greedy decoding (the default)")
-    mode.add_argument("--temperature", type=_finite, default=None, help="sample at this temperature")
+    mode.add_argument("--temperature", type=finite_float, default=None, help="sample at this temperature")
     gen.add_argument("--top-k", type=int, default=0)
-    gen.add_argument("--top-p", type=_finite, default=1.0)
+    gen.add_argument("--top-p", type=finite_float, default=1.0)
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens,
                      help="most tokens in the reply (cut, with a note, to what the model's window leaves)")
@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--stop-below", type=_csv_floats, default=[defaults.stop_below],
                        help="adaptive draft length for spec and spec_draft, one row per value (0: always γ drafts)")
     bench.add_argument("--decoding", type=_csv_words, default=["greedy", "sample"])
-    bench.add_argument("--temperature", type=_finite, default=0.7)
+    bench.add_argument("--temperature", type=finite_float, default=0.7)
     bench.add_argument("--repeats", type=int, default=1)
     bench.add_argument("--methods", type=_csv_words, default=list(METHODS))
     bench.add_argument("--seed", type=int, default=0)

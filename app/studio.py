@@ -5,6 +5,7 @@ With --prompt it drives itself: load the pair, send the prompt, and after the re
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, QThread, QTimer
 from PySide6.QtWidgets import QApplication
 
-from app.cli import STOP_BELOW_HELP
+from app.cli import STOP_BELOW_HELP, finite_float
 from app.worker import DecodeWorker
 from engine.decoding.decoder import Decoder
 from engine.events import DecodeSettings
@@ -54,6 +55,8 @@ def build(decoder: Decoder | None = None, target: str = "embedded", draft: str |
     window.stop_requested.connect(worker.request_stop, direct)
     window.gamma_requested.connect(worker.request_gamma, direct)
     worker.models_loaded.connect(window.on_models_loaded)
+    worker.context_fitted.connect(window.on_context_fitted)
+    worker.prefill_progressed.connect(window.on_prefill_progressed)
     worker.round_finished.connect(window.on_round_finished)
     worker.reply_finished.connect(window.on_reply_finished)
     worker.comparison_finished.connect(window.on_comparison_finished)
@@ -69,7 +72,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     parser.add_argument("--gamma", type=int, default=defaults.gamma, help="most drafts per round (γ)")
-    parser.add_argument("--stop-below", type=float, default=defaults.stop_below, help=STOP_BELOW_HELP)
+    parser.add_argument("--stop-below", type=finite_float, default=defaults.stop_below, help=STOP_BELOW_HELP)
     parser.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--sampling", action="store_true", help="sample instead of greedy decoding")
@@ -78,6 +81,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quit-after-reply", action="store_true", help="exit 0 after the reply to --prompt")
     parser.add_argument("--screenshot", type=Path, help="after the reply, save a PNG of the whole window here")
     return parser.parse_args(argv)
+
+
+def quit_on_interrupt(window) -> QTimer:
+    """Ctrl+C in the terminal closes the window, as its close button would (a reply in flight is stopped).
+    Python runs signal handlers only when the main thread runs Python code, and Qt's event loop is C++: a timer
+    gives it that chance five times a second."""
+    signal.signal(signal.SIGINT, lambda *_: window.close())
+    timer = QTimer(window)
+    timer.timeout.connect(lambda: None)
+    timer.start(200)
+    return timer
 
 
 class Automation(QObject):
@@ -123,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     studio.window.controls.compare_ar.setChecked(args.compare_ar)
     automation = Automation(studio, args) if args.prompt else None
     app.aboutToQuit.connect(studio.shutdown)
+    quit_on_interrupt(studio.window)
     studio.start()
     studio.window.show()
     studio.window.picker.request_load()

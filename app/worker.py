@@ -1,7 +1,8 @@
 """The decoding worker: lives on a QThread, loads models and iterates the engine's round generator.
 
 It never touches a widget. Each slot runs on the worker thread (queued from the window); `request_stop` and
-`request_gamma` are called directly from the GUI thread and only set values the round loop reads between rounds.
+`request_gamma` are called directly from the GUI thread and only set values the round loop reads between rounds
+(and between the chunks of a long prompt's prefill, so Stop and closing the window are heard within one chunk).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import traceback
 from PySide6.QtCore import QObject, Signal, Slot
 
 from engine.decoding.decoder import Decoder
+from engine.events import ContextNotice, PrefillProgress
 from engine.models.loading import ModelLoadError
 from engine.models.pairing import PairingError
 from engine.stats import reply_stats
@@ -30,9 +32,12 @@ def user_message(exc: BaseException) -> str:
 
 class DecodeWorker(QObject):
     models_loaded = Signal(object)  # PairInfo
+    context_fitted = Signal(object)  # ContextNotice: turns were left out or the budget cut, before the prefill
+    prefill_progressed = Signal(object)  # PrefillProgress, after each chunk of the prompt
     round_finished = Signal(object)  # RoundEvent
     reply_finished = Signal(object)  # Reply
     comparison_finished = Signal(object)  # Comparison
+    comparison_progressed = Signal(int)  # tokens the plain AR run behind a comparison has produced so far
     failed = Signal(str)
 
     def __init__(self, decoder: Decoder | None = None):
@@ -89,22 +94,34 @@ class DecodeWorker(QObject):
     # -- helpers ---------------------------------------------------------------------------------------
 
     def _decode(self, request: ReplyRequest, emit: bool) -> tuple[list, str, bool]:
-        """Run the round generator to its end or to a stop request (checked between rounds)."""
+        """Run the engine's stream to its end or to a stop request (checked between rounds and prefill chunks)."""
         events, pieces = [], []
         if emit and request.settings.mode == "spec":
             self.decoder.measure_target_step()  # fresh, so the live AR-speedup estimate tracks machine load
-        rounds = self.decoder.generate([dict(m) for m in request.messages], request.settings)
+        stream = self.decoder.stream([dict(m) for m in request.messages], request.settings)
         try:
-            for event in rounds:
-                events.append(event)
-                pieces.append(event.text_delta)
-                if emit:
-                    self.rounds_emitted += 1
-                    self.round_finished.emit(event)
+            for item in stream:
+                if isinstance(item, ContextNotice):
+                    if emit:
+                        self.context_fitted.emit(item)
+                    continue
+                finished = False
+                if isinstance(item, PrefillProgress):
+                    if emit:
+                        self.prefill_progressed.emit(item)
+                else:
+                    events.append(item)
+                    pieces.append(item.text_delta)
+                    finished = item.finish_reason is not None
+                    if emit:
+                        self.rounds_emitted += 1
+                        self.round_finished.emit(item)
+                    else:
+                        self.comparison_progressed.emit(len(events))  # plain AR: one token per round
                 if self._stop.is_set():
-                    return events, "".join(pieces), event.finish_reason is None
+                    return events, "".join(pieces), not finished
         finally:
-            rounds.close()
+            stream.close()
         return events, "".join(pieces), False
 
     def _compare(self, request: ReplyRequest, reply: Reply) -> Comparison:

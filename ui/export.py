@@ -1,9 +1,14 @@
-"""Export a session: JSON (settings, models, environment, every round), CSV (one row per round), PNG (charts)."""
+"""Export a session: JSON (settings, models, environment, every round), CSV (one row per round), PNG (charts).
+
+All or nothing: every file is written beside its destination under a temporary name and renamed into place
+only once all of them are written, so a failure leaves no partial export (and no half-written file).
+"""
 from __future__ import annotations
 
 import csv
 import dataclasses
 import json
+import os
 import platform
 import sys
 from datetime import datetime, timezone
@@ -82,13 +87,48 @@ def write_csv(session: Session, path: Path) -> None:
                 writer.writerow(round_row(i, reply.request.settings.mode, event))
 
 
-def export_session(session: Session, base: Path, charts=None) -> list[Path]:
-    """Write base.json, base.csv and (given the charts widget) base.png; returns the paths written."""
+class ExportError(Exception):
+    """An export failed and wrote nothing; the message names the file and the reason, for the user."""
+
+
+def export_paths(base: Path) -> tuple[Path, Path, Path]:
+    """base.json, base.csv and base.png (a base already ending in one of those suffixes loses it)."""
     base = base.with_suffix("") if base.suffix in (".json", ".csv", ".png") else base
-    json_path, csv_path, png_path = (base.with_name(base.name + ext) for ext in (".json", ".csv", ".png"))
-    json_path.write_text(json.dumps(session_json(session), indent=1, ensure_ascii=False), encoding="utf-8")
-    write_csv(session, csv_path)
-    written = [json_path, csv_path]
-    if charts is not None and charts.grab().save(str(png_path)):
-        written.append(png_path)
-    return written
+    return tuple(base.with_name(base.name + ext) for ext in (".json", ".csv", ".png"))
+
+
+def export_session(session: Session, base: Path, charts=None) -> list[Path]:
+    """Write base.json, base.csv and (given the charts widget) base.png, all or none; returns the paths written."""
+    json_path, csv_path, png_path = export_paths(base)
+
+    def write_json(path: Path) -> None:
+        path.write_text(json.dumps(session_json(session), indent=1, ensure_ascii=False), encoding="utf-8")
+
+    def write_png(path: Path) -> None:
+        if not charts.grab().save(str(path), "PNG"):
+            raise OSError("Qt could not save the image there")
+
+    writers = [(json_path, write_json), (csv_path, lambda path: write_csv(session, path))]
+    if charts is not None:
+        writers.append((png_path, write_png))
+    for destination, _ in writers:
+        if destination.is_dir():  # a rename onto it would fail only after the other files were in place
+            raise ExportError(f"could not write {destination}: a directory of that name is in the way")
+    written: list[tuple[Path, Path]] = []  # (temporary, destination)
+    try:
+        for destination, write in writers:
+            temporary = destination.with_name(f".{destination.name}.{os.getpid()}.part")
+            written.append((temporary, destination))
+            try:
+                write(temporary)
+            except OSError as exc:
+                raise ExportError(f"could not write {destination}: {exc.strerror or exc}") from exc
+        for temporary, destination in written:
+            try:
+                os.replace(temporary, destination)
+            except OSError as exc:
+                raise ExportError(f"could not write {destination}: {exc.strerror or exc}") from exc
+    finally:
+        for temporary, _ in written:
+            temporary.unlink(missing_ok=True)
+    return [destination for _, destination in written]

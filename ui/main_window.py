@@ -8,11 +8,11 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressDialog,
                                QPushButton, QScrollArea, QSplitter, QVBoxLayout, QWidget)
 
-from engine.events import DecodeSettings, Fate, PairInfo, RoundEvent
+from engine.events import ContextNotice, DecodeSettings, Fate, PairInfo, PrefillProgress, RoundEvent
 from ui.charts import ChartsPanel
 from ui.chat_view import ChatView
 from ui.controls import DecodingControls, ModelPicker
-from ui.export import export_session
+from ui.export import ExportError, export_session
 from ui.inspector import TokenInspector
 from ui.legend import Legend
 from ui.message_box import MessageBox
@@ -212,10 +212,18 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage("Nothing to export yet", 4000)
             return
         path, _ = QFileDialog.getSaveFileName(self, "Export session stats", "specdec-session.json",
-                                              "Session stats (*.json)")
-        if path:
+                                              "Session stats: NAME.json, NAME.csv and NAME.png charts (*.json)")
+        if not path:
+            return
+        try:
             written = self.export_to(Path(path))
-            self.statusBar().showMessage("Wrote " + ", ".join(p.name for p in written), 6000)
+        except ExportError as exc:
+            self.statusBar().showMessage(f"Export failed, nothing written: {exc}", 10000)
+            self.error_box = QMessageBox(QMessageBox.Icon.Warning, "Export failed", f"Nothing was written: {exc}",
+                                         QMessageBox.StandardButton.Ok, self)
+            self.error_box.open()
+            return
+        self.statusBar().showMessage("Wrote " + ", ".join(p.name for p in written), 6000)
 
     def export_to(self, base: Path) -> list[Path]:
         self.charts.refresh()
@@ -259,6 +267,18 @@ class MainWindow(QMainWindow):
         self.statusBar().clearMessage()
         self.reply_label.setText(self.reply_label.text() + " · " + f"measured {comparison.speedup:.2f}× vs AR")
         self._finish_turn()
+
+    def on_context_fitted(self, notice: ContextNotice) -> None:
+        """Never silent: a note under the reply it applies to, once that is on screen (a note drawn now would end
+        the reply's live drawing)."""
+        self.turn_completed.connect(lambda: self.chat.add_note("Context: " + notice.message),
+                                    Qt.ConnectionType.SingleShotConnection)
+
+    def on_prefill_progressed(self, progress: PrefillProgress) -> None:
+        if progress.done < progress.total:
+            self.statusBar().showMessage(f"Reading the prompt: {progress.done} of {progress.total} tokens…")
+        else:
+            self.statusBar().clearMessage()
 
     def on_failed(self, message: str) -> None:
         self._close_progress()

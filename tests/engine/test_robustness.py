@@ -1,0 +1,260 @@
+"""Nothing garbled, nothing hangs, nothing lost: text across tokens, the context policy, chunked prefill, bad input
+and other architectures, each followed by a request that must still work."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from engine.decoding.caches import PREFILL_CHUNK
+from engine.decoding.context import ContextError
+from engine.decoding.decoder import Decoder
+from engine.decoding.drafters import DraftModelDrafter
+from engine.decoding.sampling import warp
+from engine.decoding.text import TextStream
+from engine.events import ContextNotice, DecodeSettings, PrefillProgress, RoundEvent
+from engine.models.loading import LoadedModel
+from tests.chain import CHAIN_TEXT, byte_tokenizer, chain_ids, chain_model
+from tests.tiny import PROMPT, WORDS, tiny_decoder, tiny_model, tiny_tokenizer
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+def emitted(events) -> list:
+    return [t for e in events if isinstance(e, RoundEvent) for t in e.emitted]
+
+
+def long_prompt(n_words: int) -> list[dict]:
+    return [{"role": "user", "content": " ".join(WORDS[2 + i % 62] for i in range(n_words))}]
+
+
+# -- 1. per-token text ------------------------------------------------------------------------------------
+
+
+def test_each_character_is_carried_by_the_token_that_completes_it():
+    tokenizer = byte_tokenizer()
+    stream = TextStream(tokenizer)
+    texts = [stream.push(t) for t in chain_ids(tokenizer) + [tokenizer.eos_token_id]]
+    assert [t for t in texts if t] == list(CHAIN_TEXT)  # one piece per character, none garbled
+    assert texts[:4] == ["", "", "", "🐉"]  # 🐉 is 4 bytes, 4 tokens
+    assert texts[-1] == ""  # <|im_end|> is special: no text
+
+
+def test_an_incomplete_character_at_the_end_is_flushed_and_peek_consumes_nothing():
+    tokenizer = byte_tokenizer()
+    first_bytes = chain_ids(tokenizer)[:2]  # half of 🐉
+    stream = TextStream(tokenizer)
+    assert [stream.push(t) for t in first_bytes] == ["", ""]
+    assert stream.peek(chain_ids(tokenizer)[2]) == "\ufffd"  # still incomplete, shown as such for a rejected draft
+    assert stream.label(tokenizer.eos_token_id) == "<|im_end|>"  # candidates name a special token
+    assert stream.flush() == "\ufffd"
+
+
+def test_replies_across_multi_byte_characters_are_never_garbled_in_ar_or_speculative_mode():
+    tokenizer = byte_tokenizer()
+    chain = chain_ids(tokenizer)
+    target = chain_model(tokenizer, chain)
+    wrong = list(chain)
+    wrong[5] = tokenizer("x", add_special_tokens=False)["input_ids"][0]  # the draft gets 日's second byte wrong
+    draft = chain_model(tokenizer, wrong)
+    for decoder, mode in ((Decoder(target), "ar"), (Decoder(target, DraftModelDrafter(draft, len(tokenizer)), draft),
+                                                    "spec")):
+        events = list(decoder.generate(HI, DecodeSettings(mode=mode, stop_below=0.0)))
+        tokens = emitted(events)
+        assert "".join(t.text for t in tokens) == "".join(e.text_delta for e in events) == CHAIN_TEXT
+        assert [t.text for t in tokens if t.text] == list(CHAIN_TEXT)
+        assert events[-1].finish_reason == "eos" and tokens[-1].text == ""  # no literal <|im_end|>
+    rejected = [d for e in events for d in e.drafted if not d.accepted]
+    # read after the accepted prefix: the held-back first byte of 日, then 'x'
+    assert rejected and rejected[0].text == "\ufffdx"
+
+
+def test_a_reply_cut_inside_a_character_ends_with_the_replacement_character():
+    tokenizer = byte_tokenizer()
+    decoder = Decoder(chain_model(tokenizer, chain_ids(tokenizer)))
+    events = list(decoder.generate(HI, DecodeSettings(mode="ar", max_new_tokens=6)))
+    assert "".join(e.text_delta for e in events) == "🐉\ufffd"  # 日 was cut after 2 of its 3 bytes
+
+
+# -- 2. the context policy -------------------------------------------------------------------------------
+
+
+def test_a_prompt_longer_than_the_window_is_refused_with_the_numbers_and_the_next_request_works():
+    decoder = tiny_decoder()
+    with pytest.raises(ContextError, match=r"the prompt is 1100 tokens .*window is 1024 positions"):
+        list(decoder.generate(long_prompt(1100), DecodeSettings()))
+    assert len(emitted(decoder.generate(PROMPT, DecodeSettings(max_new_tokens=5)))) == 5
+
+
+def test_max_new_tokens_is_cut_to_the_window_with_a_notice():
+    decoder = tiny_decoder(draft_seed=None)
+    decoder.eos_ids = set()
+    items = list(decoder.stream(long_prompt(1000), DecodeSettings(mode="ar", max_new_tokens=100_000)))
+    notice = items[0]
+    assert isinstance(notice, ContextNotice)
+    assert (notice.window, notice.prompt_tokens, notice.max_new_tokens, notice.dropped_messages) == (1024, 1000, 24, 0)
+    assert "cut the reply to at most 24 new tokens (asked for 100000)" in notice.message
+    assert len(emitted(items)) == 24
+
+
+def test_a_long_conversation_drops_its_oldest_turns_with_a_notice_and_keeps_the_system_message():
+    decoder = tiny_decoder()
+    decoder.eos_ids = set()
+    turn = " ".join(["w5"] * 300)
+    messages = [{"role": "system", "content": "w1"}]
+    for _ in range(3):
+        messages += [{"role": "user", "content": turn}, {"role": "assistant", "content": turn}]
+    messages.append({"role": "user", "content": "w3 w4"})
+    seen = []
+    chat_ids = decoder.chat_ids
+    decoder.chat_ids = lambda kept: seen.append(kept) or chat_ids(kept)
+    items = list(decoder.stream(messages, DecodeSettings(max_new_tokens=100)))
+    notice = items[0]
+    assert isinstance(notice, ContextNotice) and notice.dropped_messages == 4  # two whole turns
+    assert "left out the oldest 4 messages" in notice.message
+    assert seen[-1][0]["role"] == "system" and seen[-1][1]["role"] == "user" and len(seen[-1]) == 4
+    assert notice.prompt_tokens + 100 <= 1024 and len(emitted(items)) == 100
+
+
+def test_drafting_never_reaches_past_the_window():
+    # GPT-2 has learned positions: a draft past n_positions would index out of range
+    decoder = gpt_decoder(gpt2_model, window=40)
+    events = list(decoder.generate(PROMPT, DecodeSettings(gamma=8, max_new_tokens=1000, stop_below=0.0)))
+    assert len(emitted(events)) == 40 - len(decoder.chat_ids(PROMPT))
+
+
+def test_a_prompt_of_no_tokens_is_a_clear_error_and_the_next_request_works():
+    decoder = tiny_decoder()
+    with pytest.raises(ContextError, match="tokenizes to no tokens"):
+        list(decoder.generate([{"role": "user", "content": ""}], DecodeSettings()))
+    assert emitted(decoder.generate(PROMPT, DecodeSettings(max_new_tokens=3)))
+
+
+def test_text_that_is_not_utf8_is_refused_before_tokenizing():
+    decoder = tiny_decoder()
+    with pytest.raises(ContextError, match="not valid UTF-8 text \\(byte 0xff at character 3\\)"):
+        list(decoder.generate([{"role": "user", "content": "w3 \udcff"}], DecodeSettings()))
+    assert emitted(decoder.generate(PROMPT, DecodeSettings(max_new_tokens=3)))
+
+
+# -- 3. chunked prefill -----------------------------------------------------------------------------------
+
+
+def test_prefill_runs_in_chunks_reporting_progress():
+    decoder = tiny_decoder()
+    items = list(decoder.stream(long_prompt(700), DecodeSettings(max_new_tokens=4)))
+    progress = [i for i in items if isinstance(i, PrefillProgress)]
+    assert [(p.done, p.total) for p in progress] == [(256, 699), (512, 699), (699, 699)]
+    assert len(emitted(items)) == 4
+
+
+def test_closing_the_stream_during_prefill_stops_within_one_chunk_and_the_next_reply_is_right():
+    decoder = tiny_decoder()
+    stream = decoder.stream(long_prompt(900), DecodeSettings(max_new_tokens=8))
+    assert isinstance(next(stream), PrefillProgress)
+    stream.close()
+    assert len(decoder.runner) == PREFILL_CHUNK and decoder.drafter.cached_length() == PREFILL_CHUNK
+    resumed = [t.token_id for t in emitted(decoder.stream(long_prompt(900), DecodeSettings(max_new_tokens=8)))]
+    fresh = [t.token_id for t in emitted(tiny_decoder().stream(long_prompt(900), DecodeSettings(max_new_tokens=8)))]
+    assert resumed == fresh
+
+
+def test_ar_and_speculative_mode_prefill_the_target_in_the_same_chunks():
+    sizes = {}
+    for mode in ("ar", "spec"):
+        decoder = tiny_decoder()
+        forward = decoder.runner.cache.forward
+        calls = sizes[mode] = []
+        decoder.runner.cache.forward = lambda ids, keep, calls=calls, forward=forward: calls.append(len(ids)) or \
+            forward(ids, keep)
+        next(emitted_tokens(decoder.generate(long_prompt(600), DecodeSettings(mode=mode, max_new_tokens=1))))
+        del calls[3:]  # the rounds after the prefill differ by design
+    assert sizes["ar"] == sizes["spec"] == [256, 256, 87]
+
+
+def emitted_tokens(events):
+    for event in events:
+        yield from event.emitted
+
+
+def test_the_draft_catches_up_in_chunks_after_plain_ar_turns():
+    decoder = tiny_decoder()
+    messages = long_prompt(600)
+    list(decoder.generate(messages, DecodeSettings(mode="ar", max_new_tokens=2)))
+    items = list(decoder.stream(messages, DecodeSettings(mode="spec", max_new_tokens=4)))
+    assert [p.done for p in items if isinstance(p, PrefillProgress)] == [256, 512, 599]
+    assert len(emitted(items)) == 4
+
+
+# -- 4. bad numbers and sampling edges --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field", ["temperature", "top_p", "stop_below"])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_non_finite_settings_are_refused(field, value):
+    with pytest.raises(ValueError, match=f"{field} must be a finite number"):
+        DecodeSettings(greedy=False, **{field: value})
+
+
+def test_top_p_at_an_exact_boundary_keeps_what_transformers_keeps():
+    from transformers.generation.logits_process import TopPLogitsWarper
+
+    logits = torch.log(torch.tensor([0.3, 0.1, 0.1, 0.5]))
+    probs = warp(logits, DecodeSettings(greedy=False, top_p=0.8))
+    assert (probs > 0).tolist() == [True, False, False, True]
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        vocab = int(torch.randint(2, 12, (), generator=generator))
+        logits = torch.randn(vocab, generator=generator) * 3
+        logits[torch.rand(vocab, generator=generator) < 0.2] = logits.max()  # ties with the top
+        top_p = float(torch.rand((), generator=generator))
+        expected = TopPLogitsWarper(top_p)(None, logits[None])[0] > float("-inf")
+        assert torch.equal(warp(logits, DecodeSettings(greedy=False, top_p=max(top_p, 1e-6))) > 0, expected)
+
+
+# -- 5. any causal LM through the transformers fallback ---------------------------------------------------
+
+
+def gpt2_model(seed: int, layers: int, window: int):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    return GPT2LMHeadModel(GPT2Config(vocab_size=len(WORDS), n_positions=window, n_embd=32, n_layer=layers,
+                                      n_head=4, eos_token_id=1, bos_token_id=None, initializer_range=0.3))
+
+
+def neox_model(seed: int, layers: int, window: int):
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    torch.manual_seed(seed)
+    return GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=len(WORDS), max_position_embeddings=window, hidden_size=32,
+                                            intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
+                                            eos_token_id=1, bos_token_id=None))
+
+
+def gpt_decoder(make, window: int = 256) -> Decoder:
+    target, draft = (LoadedModel(f"m{seed}", f"m{seed}", make(seed, layers, window).eval(), tiny_tokenizer())
+                     for seed, layers in ((0, 2), (1, 1)))
+    decoder = Decoder(target, DraftModelDrafter(draft, target.vocab_size), draft)
+    decoder.eos_ids = set()
+    return decoder
+
+
+@pytest.mark.parametrize("make", [gpt2_model, neox_model], ids=["gpt2", "gpt-neox"])
+def test_models_without_the_fast_path_decode_through_transformers_in_both_modes(make):
+    from engine.decoding.caches import TransformersCache
+
+    decoder = gpt_decoder(make)
+    assert isinstance(decoder.runner.cache, TransformersCache)
+    ar = [t.token_id for t in emitted(decoder.generate(PROMPT, DecodeSettings(mode="ar", max_new_tokens=30)))]
+    ids = decoder.chat_ids(PROMPT)
+    reference = decoder.target.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids),
+                                              dtype=torch.long), max_new_tokens=30, do_sample=False,
+                                              eos_token_id=None, pad_token_id=0)
+    assert ar == reference[0, len(ids):].tolist()
+    events = list(decoder.generate(PROMPT, DecodeSettings(gamma=4, max_new_tokens=30, stop_below=0.0)))
+    assert any(not d.accepted for e in events for d in e.drafted)  # rollbacks happened
+    assert [t.token_id for t in emitted(events)] == ar
+    sampled = list(decoder.generate(PROMPT, DecodeSettings(greedy=False, gamma=4, max_new_tokens=30)))
+    assert len(emitted(sampled)) == 30

@@ -1,0 +1,115 @@
+"""The app after things go wrong: a failed export, an over-long prompt, a long prefill stopped, Ctrl+C; each
+followed by a request that must still work."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFileDialog
+
+from engine.decoding.caches import PREFILL_CHUNK
+from tests.tiny import WORDS
+from tests.ui.helpers import send
+
+
+def words(n: int) -> str:
+    return " ".join(WORDS[2 + i % 62] for i in range(n))
+
+
+def test_a_failed_export_writes_nothing_says_why_and_the_next_export_works(make_studio, mixed_decoder, qtbot,
+                                                                            tmp_path, monkeypatch):
+    studio = make_studio(mixed_decoder, max_new_tokens=4)
+    send(qtbot, studio)
+    window = studio.window
+    chosen = []
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(chosen[-1]), "json"))
+
+    chosen.append(tmp_path / "missing-dir" / "session.json")  # nowhere to write
+    window.export_dialog()
+    assert "Nothing was written: could not write" in window.error_box.text()
+    assert "missing-dir" in window.statusBar().currentMessage()
+    window.error_box.close()
+
+    (tmp_path / "session.csv").mkdir()  # the JSON could be written, the CSV cannot: neither is
+    chosen.append(tmp_path / "session.json")
+    window.export_dialog()
+    assert "session.csv" in window.error_box.text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["session.csv"]  # no lone JSON, no temporary file
+    window.error_box.close()
+
+    chosen.append(tmp_path / "ok.json")
+    window.export_dialog()
+    assert sorted(p.name for p in tmp_path.glob("ok.*")) == ["ok.csv", "ok.json", "ok.png"]
+    assert json.loads((tmp_path / "ok.json").read_text())["replies"]
+
+
+def test_a_write_failing_half_way_leaves_nothing_behind(make_studio, mixed_decoder, qtbot, tmp_path, monkeypatch):
+    from ui import export
+
+    studio = make_studio(mixed_decoder, max_new_tokens=4)
+    send(qtbot, studio)
+
+    def full_disk(session, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(export, "write_csv", full_disk)
+    try:
+        studio.window.export_to(tmp_path / "s")
+    except export.ExportError as exc:
+        assert str(exc).endswith("s.csv: No space left on device")
+    else:
+        raise AssertionError("the export should have failed")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_over_long_prompt_gets_a_dialog_with_the_numbers_and_the_chat_goes_on(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, max_new_tokens=4)
+    window = studio.window
+    with qtbot.waitSignal(window.turn_completed, timeout=30_000):
+        window.message_box.setPlainText(words(1100))
+        window.message_box.submit()
+    assert "the prompt is 1100 tokens" in window.error_box.text() and "1024 positions" in window.error_box.text()
+    window.error_box.close()
+    assert send(qtbot, studio).events
+
+
+def test_a_conversation_cut_to_the_window_says_so_in_the_chat(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, max_new_tokens=300)
+    send(qtbot, studio, words(400))
+    send(qtbot, studio, words(300))  # 400 + ~300 + 300 + 300 no longer fits 1024 positions
+    text = studio.window.chat.toPlainText()
+    assert "Context: left out the oldest 2 messages" in text
+
+
+def test_stop_during_a_long_prefill_takes_effect_within_one_chunk(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, max_new_tokens=4)
+    shown, progress = [], []
+    studio.window.statusBar().messageChanged.connect(shown.append)
+
+    def stop_at_the_first_chunk(item):
+        progress.append(item)
+        studio.worker.request_stop()
+
+    studio.worker.prefill_progressed.connect(stop_at_the_first_chunk, Qt.ConnectionType.DirectConnection)
+    reply = send(qtbot, studio, words(900))
+    assert reply.stopped and reply.events == ()
+    assert [(p.done, p.total) for p in progress] == [(PREFILL_CHUNK, 899)]
+    assert len(mixed_decoder.runner) == PREFILL_CHUNK  # no second chunk was read
+    assert f"Reading the prompt: {PREFILL_CHUNK} of 899 tokens…" in shown
+    studio.worker.prefill_progressed.disconnect(stop_at_the_first_chunk)
+    assert send(qtbot, studio).events
+
+
+def test_ctrl_c_closes_the_window(make_studio, mixed_decoder, qtbot):
+    from app.studio import quit_on_interrupt
+
+    studio = make_studio(mixed_decoder, max_new_tokens=4)
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        quit_on_interrupt(studio.window)
+        os.kill(os.getpid(), signal.SIGINT)
+        qtbot.waitUntil(lambda: not studio.window.isVisible(), timeout=3000)
+    finally:
+        signal.signal(signal.SIGINT, previous)
