@@ -1,0 +1,108 @@
+"""A small Markdown reader for chat replies: line blocks (text, headings, lists, quotes, rules, fenced code) and
+inline bold / italic / code, as offsets into the source.
+
+Offsets instead of HTML because the chat pane draws each character in its token's colour: it needs to know
+which source characters are shown and in which style, not a rendered string. Lines stay lines (a chat reply's
+single newline is a line break, as in other chat apps), and a reply still streaming parses as far as it goes:
+an unclosed fence is a code block up to the end, an unclosed `**` is literal text until it closes.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+FENCE = re.compile(r"\s*(```|~~~)\s*([\w+#.-]*)")
+HEADING = re.compile(r"(#{1,6})\s+")
+BULLET = re.compile(r"(\s*)[-*+]\s+")
+NUMBER = re.compile(r"(\s*)(\d{1,3}[.)])\s+")
+QUOTE = re.compile(r">\s?")
+RULE = re.compile(r"\s*([-*_])(\s*\1){2,}\s*")
+INLINE = re.compile(
+    r"`(?P<code>[^`\n]+)`"
+    r"|\*\*(?P<bold>\S(?:.*?\S)?)\*\*"
+    r"|(?<!\w)__(?P<bold2>\S(?:.*?\S)?)__(?!\w)"
+    r"|\*(?P<italic>[^*\s](?:[^*\n]*?[^*\s])?)\*"
+    r"|(?<!\w)_(?P<italic2>[^_\s](?:[^_\n]*?[^_\s])?)_(?!\w)"
+)
+STYLE_OF_GROUP = {"code": "code", "bold": "bold", "bold2": "bold", "italic": "italic", "italic2": "italic"}
+
+
+@dataclass(frozen=True)
+class Block:
+    """One line-level block; `start`/`end` delimit its shown content in the source (markers excluded)."""
+
+    kind: str  # "text", "heading", "bullet", "number", "quote", "rule" or "code"
+    start: int
+    end: int
+    gap: bool = False  # a blank line (or the start of a code block) before it: drawn with space above
+    level: int = 0  # heading level, or list nesting
+    marker: str = ""  # what a list item shows in front: "•" or "3."
+    closed: bool = True  # code blocks: whether the closing fence has arrived
+
+
+def _lines(source: str) -> list[tuple[int, str]]:
+    """(offset, text) of every line, without the newline."""
+    lines, offset = [], 0
+    for line in source.split("\n"):
+        lines.append((offset, line))
+        offset += len(line) + 1
+    return lines
+
+
+def parse_blocks(source: str) -> list[Block]:
+    blocks: list[Block] = []
+    lines = _lines(source)
+    gap = False
+    i = 0
+    while i < len(lines):
+        start, line = lines[i]
+        fence = FENCE.fullmatch(line)
+        if fence:
+            # The code runs to the closing fence, or to the end of what has streamed so far.
+            j = next((k for k in range(i + 1, len(lines)) if lines[k][1].strip().startswith(fence.group(1))),
+                     len(lines))
+            content_start = lines[i + 1][0] if i + 1 < len(lines) else len(source)
+            content_end = lines[j][0] - 1 if j < len(lines) else len(source)
+            if j == len(lines) and source.endswith("\n"):
+                content_end -= 1  # the newline that will precede the closing fence
+            blocks.append(Block("code", content_start, max(content_start, content_end), gap=True,
+                                closed=j < len(lines)))
+            gap = True
+            i = j + 1
+            continue
+        i += 1
+        if not line.strip():
+            gap = bool(blocks)
+            continue
+        if RULE.fullmatch(line):
+            blocks.append(Block("rule", start, start, gap=gap))
+        elif m := HEADING.match(line):
+            blocks.append(Block("heading", start + m.end(), start + len(line), gap=True, level=len(m.group(1))))
+        elif m := BULLET.match(line):
+            blocks.append(Block("bullet", start + m.end(), start + len(line), gap=gap,
+                                level=len(m.group(1).expandtabs(4)) // 2, marker="•"))
+        elif m := NUMBER.match(line):
+            blocks.append(Block("number", start + m.end(), start + len(line), gap=gap,
+                                level=len(m.group(1).expandtabs(4)) // 2, marker=m.group(2)))
+        elif m := QUOTE.match(line):
+            blocks.append(Block("quote", start + m.end(), start + len(line), gap=gap))
+        else:
+            indent = len(line) - len(line.lstrip())
+            blocks.append(Block("text", start + indent, start + len(line), gap=gap))
+        gap = False
+    return blocks
+
+
+def inline_runs(source: str, start: int, end: int) -> list[tuple[int, int, str]]:
+    """(start, end, style) of the shown characters in source[start:end]; style is '', 'bold', 'italic' or
+    'code'. The characters between runs are Markdown markers and are not shown."""
+    runs, position = [], start
+    for match in INLINE.finditer(source, start, end):
+        group = match.lastgroup
+        if match.start() > position:
+            runs.append((position, match.start(), ""))
+        runs.append((match.start(group), match.end(group), STYLE_OF_GROUP[group]))
+        position = match.end()
+    if position < end:
+        runs.append((position, end, ""))
+    return runs
