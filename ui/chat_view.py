@@ -1,150 +1,525 @@
-"""The conversation pane: user turns as plain text, replies as coloured tokens that can be hovered and clicked."""
+"""The conversation pane: user turns, and replies that can be read two ways without re-running anything.
+
+The clean view (the default) is what a chat shows: rendered Markdown, code in a monospace font, each token in
+its fate's colour, rejected drafts and chat-template tokens absent. The speculative trace shows every draft on
+its tinted background, rejected ones struck. Both keep every token hoverable for the inspector, and copying
+always gives the clean text. An empty pane shows a short guide with example prompts.
+"""
 from __future__ import annotations
 
-from PySide6.QtCore import QTimer, QUrl, Signal
-from PySide6.QtGui import QColor, QFont, QTextBlockFormat, QTextCharFormat, QTextCursor
-from PySide6.QtWidgets import QTextBrowser
+from dataclasses import dataclass, field
 
-from engine.events import Fate, RoundEvent
-from ui.palette import STYLES
+from PySide6.QtCore import QMimeData, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import (QColor, QFont, QFontDatabase, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextLength,
+                           QTextTableFormat)
+from PySide6.QtWidgets import QTextBrowser, QTextEdit
+
+from engine.events import RoundEvent
+from ui.markdown import Block, inline_runs, parse_blocks
+from ui.palette import CODE_BACKGROUND, DIFFERENCE_BACKGROUND, LEGEND_FATES, NOTE_COLOUR, STYLES, WARNING_COLOUR
 from ui.tokens import TokenSpan, round_spans
 
-ANCHOR_SCHEME = "token"
+TOKEN_SCHEME = "token"
+EXAMPLE_SCHEME = "example"
+CLEAN, TRACE = "clean", "trace"
 FLUSH_MS = 50  # new tokens reach the document at most this often: one relayout per batch, not per round
+RETURN_MARK = "↵"  # a newline token in the trace, so it can be seen and hovered
+BOTTOM_SLACK = 4  # pixels from the bottom that still count as "at the bottom"
+
+# The guide's examples: one the draft can copy from the prompt, one code answer, one where the small draft
+# guesses badly (free invention), so rejected drafts show up.
+EXAMPLES = (
+    ("copying", "Repeat this sentence exactly, then write it once more: The quick brown fox jumps over the "
+                "lazy dog near the river bank."),
+    ("a code answer", "Write a Python function that checks whether a word is a palindrome."),
+    ("many rejections", "Invent a strange name for a dragon and describe its cave in three sentences."),
+)
 
 
-def token_format(fate: Fate, index: int) -> QTextCharFormat:
-    """The look of one token; the anchor href carries its index into the pane's span list."""
-    style = STYLES[fate]
-    fmt = QTextCharFormat()
-    if style.foreground:
-        fmt.setForeground(QColor(style.foreground))
-    if style.background:
-        fmt.setBackground(QColor(style.background))
-    fmt.setFontStrikeOut(style.strike)
-    fmt.setAnchor(True)
-    fmt.setAnchorHref(f"{ANCHOR_SCHEME}:{index}")
-    return fmt
+@dataclass
+class UserItem:
+    text: str
+
+
+@dataclass
+class Note:
+    text: str
+    warning: bool = False  # drawn in the warning colour: a reply cut at max tokens, a busy machine
+
+
+@dataclass(frozen=True)
+class ComparisonView:
+    """A reply beside its plain AR run: both texts as clean tokens, where they first part, and why."""
+
+    summary: str
+    explanation: str
+    reply_tokens: tuple[str, ...]
+    ar_tokens: tuple[str, ...]
+    first_difference: int | None  # token index; None when the texts agree
+
+
+@dataclass
+class ReplyItem:
+    header: str
+    first: int  # index of the reply's first span in ChatView.spans
+    end: int  # one past its last span
+    notes: list[Note | ComparisonView] = field(default_factory=list)
+
+
+@dataclass
+class _Live:
+    """Where the reply still streaming sits in the document, so a flush redraws only what may have changed."""
+
+    item: ReplyItem
+    start: int  # document position where the reply's region begins
+    marks: list[int] = field(default_factory=list)  # document position before each body block drawn
+    stable: int = 0  # clean: Markdown blocks drawn for good; trace: spans drawn
+
+
+def monospace_family() -> str:
+    return QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).family()
 
 
 class ChatView(QTextBrowser):
     token_hovered = Signal(int)  # index into `spans`
     token_clicked = Signal(int)
+    background_clicked = Signal()  # a click that hit no token: releases a pinned token
+    example_chosen = Signal(str)  # the text of a guide example the user clicked
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setOpenLinks(False)
-        self.setPlaceholderText("Load a model pair, type a message and press Enter.")
+        self.view = CLEAN
         self.spans: list[TokenSpan] = []
-        # The transcript as items, so the pane can be redrawn when rejected drafts are shown or hidden.
-        # ("user", text) | ("reply", header) | ("note", text) | ("token", index into spans)
-        self._items: list[tuple[str, object]] = []
-        self.hide_rejected = False
-        self._pending: list[int] = []  # span indices not yet in the document
+        self.items: list[UserItem | ReplyItem] = []
+        self.following = True  # keep the bottom in view; off once the user scrolls up
+        self._live: _Live | None = None
+        self._pending = False  # tokens arrived since the last flush
+        self._mono = monospace_family()
         self._flush_timer = QTimer(self)
         self._flush_timer.setInterval(FLUSH_MS)
         self._flush_timer.setSingleShot(True)
         self._flush_timer.timeout.connect(self.flush)
-        self.highlighted.connect(self._on_link)
-        self.anchorClicked.connect(lambda url: self._on_link(url, clicked=True))
+        self.highlighted.connect(self.on_highlighted)
+        self.anchorClicked.connect(self.on_anchor_clicked)
+        bar = self.verticalScrollBar()
+        bar.rangeChanged.connect(self.on_range_changed)
+        bar.actionTriggered.connect(self.on_action_triggered)
+        self._draw_all()
+
+    # -- what the window calls ----------------------------------------------------------------------------
 
     def clear_chat(self) -> None:
-        self._pending.clear()
         self.spans.clear()
-        self._items.clear()
-        self.clear()
+        self.items.clear()
+        self._live = None
+        self._pending = False
+        self.following = True
+        self._draw_all()
 
     def add_user_message(self, text: str) -> None:
-        self.flush()
-        self._items.append(("user", text))
+        self._end_live()
+        if not self.items:
+            self.clear()  # the guide goes once the conversation starts
+        self.items.append(UserItem(text))
         self._draw_user(text)
+        self.scroll_to_bottom()
 
     def begin_reply(self, header: str) -> None:
-        self.flush()
-        self._items.append(("reply", header))
-        self._draw_header(header)
+        self._end_live()
+        item = ReplyItem(header, len(self.spans), len(self.spans))
+        self.items.append(item)
+        self._live = _Live(item, self._end_position())
+        self._draw_reply(self._live)
 
-    def add_note(self, text: str) -> None:
-        """A grey line under a reply (its statistics, the AR comparison)."""
-        self.flush()
-        self._items.append(("note", text))
-        self._draw_note(text)
+    def set_reply_header(self, header: str) -> None:
+        """Change the last reply's header (γ moved mid-reply) in place."""
+        item = self._last_reply()
+        if item is None or item.header == header:
+            return
+        item.header = header
+        if self._live is not None and self._live.item is item:
+            self._remove_from(self._live.start)
+            self._live = _Live(item, self._live.start)
+            self._draw_reply(self._live)
+        else:
+            self._draw_all()
 
-    def add_round(self, event: RoundEvent) -> None:
-        for span in round_spans(event):
-            index = len(self.spans)
-            self.spans.append(span)
-            self._items.append(("token", index))
-            self._pending.append(index)
+    def add_round(self, event: RoundEvent, lookup: bool = False) -> None:
+        self.spans.extend(round_spans(event, lookup))
+        if self._live is not None:
+            self._live.item.end = len(self.spans)
+        self._pending = True
         if not self._flush_timer.isActive():
             self._flush_timer.start()
 
     def flush(self) -> None:
-        """Draw the tokens that arrived since the last flush, in one edit."""
-        if not self._pending:
+        """Draw what arrived since the last flush, in one edit."""
+        if not self._pending or self._live is None:
             return
-        bottom = self._at_bottom()
+        self._pending = False
         cursor = self._end()
         cursor.beginEditBlock()
-        for index in self._pending:
-            self._draw_token(cursor, index)
+        self._draw_body(self._live, final=False)
         cursor.endEditBlock()
-        self._pending.clear()
-        if bottom:
-            self.verticalScrollBar().setValue(self.verticalScrollBar().maximum())
 
-    def set_hide_rejected(self, hide: bool) -> None:
-        self.hide_rejected = hide
-        self._pending.clear()  # the redraw below covers them
+    def add_note(self, text: str, warning: bool = False) -> None:
+        """A line under the last reply (its statistics, a warning)."""
+        self._add_to_reply(Note(text, warning))
+
+    def add_comparison(self, comparison: ComparisonView) -> None:
+        self._add_to_reply(comparison)
+
+    def set_view(self, view: str) -> None:
+        if view != self.view:
+            self.view = view
+            self._draw_all()
+
+    def scroll_to_bottom(self) -> None:
+        self.following = True
+        self.verticalScrollBar().setValue(self.verticalScrollBar().maximum())
+
+    def mark_pinned(self, index: int | None) -> None:
+        """Outline the pinned token (or none), wherever the current view draws it."""
+        selections = []
+        cursor = self._token_cursor(index) if index is not None else None
+        if cursor is not None:
+            selection = QTextEdit.ExtraSelection()
+            selection.cursor = cursor
+            selection.format.setBackground(QColor("#37474f"))
+            selection.format.setForeground(QColor("#ffffff"))
+            selections.append(selection)
+        self.setExtraSelections(selections)
+
+    def clean_text(self, item: ReplyItem) -> str:
+        return self._clean_source(item)[0]
+
+    def selected_clean_text(self) -> str:
+        """The selection as plain text, without rejected drafts and chat-template tokens (what copy copies)."""
+        cursor = self.textCursor()
+        start, end = cursor.selectionStart(), cursor.selectionEnd()
+        text = []
+        block = self.document().findBlock(start)
+        while block.isValid() and block.position() <= end:
+            newline = True
+            it = block.begin()
+            while not it.atEnd():
+                fragment = it.fragment()
+                low = max(start, fragment.position())
+                high = min(end, fragment.position() + fragment.length())
+                if low < high:
+                    href = fragment.charFormat().anchorHref()
+                    if self._copied(href):
+                        piece = fragment.text()[low - fragment.position():high - fragment.position()]
+                        text.append(piece.replace(RETURN_MARK, ""))
+                        newline = True
+                    else:  # the line break a hidden token (a rejected "\n" draft) ends with is not copied either
+                        newline = not self.spans[int(href.partition(":")[2])].text.endswith("\n")
+                it += 1
+            if block.next().isValid() and block.next().position() < end and newline:
+                text.append("\n")
+            block = block.next()
+        return "".join(text)
+
+    # -- slots and Qt overrides ----------------------------------------------------------------------------
+
+    def on_highlighted(self, url: QUrl) -> None:
+        if url.scheme() == TOKEN_SCHEME:
+            self.token_hovered.emit(int(url.path()))
+
+    def on_anchor_clicked(self, url: QUrl) -> None:
+        if url.scheme() == TOKEN_SCHEME:
+            self.token_clicked.emit(int(url.path()))
+        elif url.scheme() == EXAMPLE_SCHEME:
+            self.example_chosen.emit(EXAMPLES[int(url.path())][1])
+
+    def on_range_changed(self, _minimum: int, maximum: int) -> None:
+        if self.following:
+            self.verticalScrollBar().setValue(maximum)
+
+    def on_action_triggered(self, _action: int) -> None:
+        """The user moved the scroll bar (wheel, drag, keys): follow again only if they went to the bottom."""
+        bar = self.verticalScrollBar()
+        self.following = bar.sliderPosition() >= bar.maximum() - BOTTOM_SLACK
+
+    def createMimeDataFromSelection(self) -> QMimeData:  # noqa: N802 (Qt's name)
+        mime = QMimeData()
+        mime.setText(self.selected_clean_text())
+        return mime
+
+    def mouseReleaseEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        on_anchor = bool(self.anchorAt(event.position().toPoint()))
+        super().mouseReleaseEvent(event)
+        if event.button() == Qt.MouseButton.LeftButton and not on_anchor and not self.textCursor().hasSelection():
+            self.background_clicked.emit()
+
+    # -- drawing -------------------------------------------------------------------------------------------
+
+    def _draw_all(self) -> None:
+        self._pending = False
         self.clear()
+        live_item = self._live.item if self._live is not None else None
+        self._live = None
+        if not self.items:
+            self._draw_guide()
+        for item in self.items:
+            if isinstance(item, UserItem):
+                self._draw_user(item.text)
+                continue
+            state = _Live(item, self._end_position())
+            self._draw_reply(state, final=item is not live_item)
+            if item is live_item:
+                self._live = state
+        if self.following:
+            self.scroll_to_bottom()
+
+    def _draw_reply(self, state: _Live, final: bool = False) -> None:
+        self._draw_label(state.item.header, top_margin=10)
+        self._draw_body(state, final)
+        if final:
+            for note in state.item.notes:
+                self._draw_note(note)
+
+    def _draw_body(self, state: _Live, final: bool) -> None:
+        if self.view == TRACE:
+            self._draw_trace(state)
+            return
+        source, owners = self._clean_source(state.item)
+        blocks = parse_blocks(source)
+        if len(state.marks) > state.stable:
+            self._remove_from(state.marks[state.stable])
+            del state.marks[state.stable:]
+        for i in range(state.stable, len(blocks)):
+            state.marks.append(self._end_position())
+            self._draw_block(source, owners, blocks[i], first=i == 0)
+        # The last block may still grow (a line, an open code fence): it is redrawn by the next flush.
+        state.stable = len(blocks) if final else max(0, len(blocks) - 1)
+
+    def _draw_trace(self, state: _Live) -> None:
+        if not state.marks:
+            state.marks.append(self._end_position())
+            self._insert_block(top_margin=2)
         cursor = self._end()
-        for kind, value in self._items:
-            if kind == "user":
-                self._draw_user(value)
-            elif kind == "reply":
-                self._draw_header(value)
-            elif kind == "note":
-                self._draw_note(value)
-            else:
-                self._draw_token(cursor, value)
-            cursor = self._end()
+        for index in range(state.item.first + state.stable, state.item.end):
+            span = self.spans[index]
+            style = STYLES[span.fate]
+            fmt = self._token_format(index, style.foreground)
+            if style.background:
+                fmt.setBackground(QColor(style.background))
+            fmt.setFontStrikeOut(style.strike)
+            text = span.text.replace("\n", RETURN_MARK + "\n") if span.text.strip() == "" else span.text
+            cursor.insertText(text, fmt)
+        state.stable = state.item.end - state.item.first
+
+    def _draw_block(self, source: str, owners: list[int], block: Block, first: bool) -> None:
+        top = 2 if first else (8 if block.gap else 1)
+        if block.kind == "code":
+            self._draw_code(source, owners, block, top)
+            return
+        indent = 16 * (block.level + 1) if block.kind in ("bullet", "number") else 12 if block.kind == "quote" else 0
+        cursor = self._insert_block(top_margin=top, left_margin=indent)
+        if block.kind == "rule":
+            cursor.insertText("—" * 16, self._plain_format(NOTE_COLOUR))
+            return
+        if block.marker:
+            cursor.insertText(block.marker + " ", self._plain_format(NOTE_COLOUR))
+        for start, end, style in inline_runs(source, block.start, block.end):
+            heading = block.kind == "heading"
+            self._insert_owned(cursor, source, owners, start, end, "bold" if heading and not style else style,
+                               size_step=max(0, 4 - block.level) if heading else 0)
+
+    def _draw_code(self, source: str, owners: list[int], block: Block, top: int) -> None:
+        """One document block per code line, so the grey box has no gaps and leading spaces are kept."""
+        offset = block.start
+        for n, line in enumerate(source[block.start:block.end].split("\n")):
+            cursor = self._insert_block(top_margin=top if n == 0 else 0, left_margin=4, background=CODE_BACKGROUND)
+            self._insert_owned(cursor, source, owners, offset, offset + len(line), "code")
+            offset += len(line) + 1
+
+    def _insert_owned(self, cursor: QTextCursor, source: str, owners: list[int], start: int, end: int, style: str,
+                      size_step: int = 0) -> None:
+        """Insert source[start:end], one run per token, each in its fate's reading colour and the given style."""
+        run = start
+        while run < end:
+            owner = owners[run]
+            stop = run + 1
+            while stop < end and owners[stop] == owner:
+                stop += 1
+            fmt = self._token_format(owner, STYLES[self.spans[owner].fate].reading)
+            if style == "bold":
+                fmt.setFontWeight(QFont.Weight.Bold)
+            elif style == "italic":
+                fmt.setFontItalic(True)
+            elif style == "code":
+                fmt.setFontFamilies([self._mono])
+                fmt.setBackground(QColor(CODE_BACKGROUND))
+            if size_step:
+                fmt.setFontPointSize(self.font().pointSizeF() + size_step)
+            cursor.insertText(source[run:stop], fmt)
+            run = stop
 
     def _draw_user(self, text: str) -> None:
-        cursor = self._new_block(top_margin=14)
-        cursor.insertText("You\n", self._label_format("#555555"))
+        self._draw_label("You", top_margin=14)
+        cursor = self._insert_block(top_margin=2)
         cursor.insertText(text, QTextCharFormat())
 
-    def _draw_header(self, header: str) -> None:
-        cursor = self._new_block(top_margin=10)
-        cursor.insertText(header + "\n", self._label_format("#555555"))
-
-    def _draw_note(self, text: str) -> None:
-        cursor = self._new_block(top_margin=4)
-        fmt = QTextCharFormat()
-        fmt.setForeground(QColor("#777777"))
-        fmt.setFontPointSize(max(6.0, self.font().pointSizeF() - 1))
-        cursor.insertText(text, fmt)
-
-    def _draw_token(self, cursor: QTextCursor, index: int) -> None:
-        span = self.spans[index]
-        if span.fate is Fate.REJECTED and self.hide_rejected:
+    def _draw_note(self, note: Note | ComparisonView) -> None:
+        if isinstance(note, ComparisonView):
+            self._draw_comparison(note)
             return
-        cursor.insertText(span.text, token_format(span.fate, index))
+        cursor = self._insert_block(top_margin=4)
+        fmt = self._plain_format(WARNING_COLOUR if note.warning else NOTE_COLOUR)
+        fmt.setFontPointSize(max(6.0, self.font().pointSizeF() - 1))
+        cursor.insertText(note.text, fmt)
 
-    def _new_block(self, top_margin: int) -> QTextCursor:
+    def _draw_comparison(self, comparison: ComparisonView) -> None:
+        self._draw_note(Note(comparison.summary))
+        if comparison.explanation:
+            self._draw_note(Note(comparison.explanation))
+        if comparison.first_difference is None:
+            return
+        self._insert_block(top_margin=4)
+        table_format = QTextTableFormat()
+        table_format.setCellPadding(4)
+        table_format.setCellSpacing(0)
+        table_format.setBorder(0.5)
+        table_format.setWidth(QTextLength(QTextLength.Type.PercentageLength, 100))
+        table = self._end().insertTable(2, 2, table_format)
+        for column, (title, tokens) in enumerate((("this reply (speculative)", comparison.reply_tokens),
+                                                  ("plain AR", comparison.ar_tokens))):
+            title_cursor = table.cellAt(0, column).firstCursorPosition()
+            title_cursor.insertText(title, self._label_format(NOTE_COLOUR))
+            cursor = table.cellAt(1, column).firstCursorPosition()
+            for i, token in enumerate(tokens):
+                fmt = QTextCharFormat()
+                if i == comparison.first_difference:
+                    fmt.setBackground(QColor(DIFFERENCE_BACKGROUND))
+                    fmt.setFontWeight(QFont.Weight.Bold)
+                elif i > comparison.first_difference:
+                    fmt.setForeground(QColor(NOTE_COLOUR))
+                cursor.insertText(token, fmt)
+
+    def _draw_guide(self) -> None:
+        chips = " ".join(f"<span style='background:{STYLES[f].background};color:{STYLES[f].foreground}'>"
+                         f"&nbsp;{STYLES[f].label}&nbsp;</span>" for f in LEGEND_FATES)
+        examples = "".join(f"<li><a href='{EXAMPLE_SCHEME}:{i}'>{text}</a> <span style='color:{NOTE_COLOUR}'>"
+                           f"({what})</span></li>" for i, (what, text) in enumerate(EXAMPLES))
+        self._end().insertHtml(
+            "<h3>Watch speculative decoding work</h3>"
+            "<p>A small draft model guesses the next few tokens; the large target model checks all of them in one "
+            "pass and keeps the longest prefix it agrees with. Each reply is coloured by what happened to its "
+            f"tokens:</p><p>{chips}</p>"
+            "<p>Replies read as a clean answer by default; <b>View → Speculative trace</b> (Ctrl+T) shows every "
+            "draft, rejected ones struck through. Hover a token to inspect p, q and the acceptance test; click to "
+            "pin it.</p>"
+            "<p>The charts on the right follow the reply: α (the share of drafts kept), tokens per round against "
+            "the formula E(α, γ), and the estimated speedup over plain autoregressive decoding.</p>"
+            f"<p>Try one:</p><ul>{examples}</ul>")
+
+    # -- document helpers --------------------------------------------------------------------------------------
+
+    def _draw_label(self, text: str, top_margin: int) -> None:
+        self._insert_block(top_margin=top_margin).insertText(text, self._label_format("#555555"))
+
+    def _insert_block(self, top_margin: int, left_margin: int = 0, background: str = "") -> QTextCursor:
         cursor = self._end()
         block = QTextBlockFormat()
         block.setTopMargin(top_margin)
+        block.setLeftMargin(left_margin)
+        if background:
+            block.setBackground(QColor(background))
         if self.document().isEmpty():
             cursor.setBlockFormat(block)
         else:
             cursor.insertBlock(block, QTextCharFormat())
         return cursor
 
+    def _add_to_reply(self, note: Note | ComparisonView) -> None:
+        self._end_live()
+        item = self._last_reply()
+        if item is None:
+            return
+        item.notes.append(note)
+        if item is self.items[-1]:
+            self._draw_note(note)
+        else:
+            self._draw_all()
+
+    def _end_live(self) -> None:
+        """Draw the streaming reply for good: later notes and turns go below it."""
+        if self._live is not None:
+            self._pending = False
+            self._draw_body(self._live, final=True)
+            self._live = None
+
+    def _clean_source(self, item: ReplyItem) -> tuple[str, list[int]]:
+        """The reply's clean text and, for each of its characters, the index of the span it came from."""
+        pieces, owners = [], []
+        for index in range(item.first, item.end):
+            span = self.spans[index]
+            if span.clean:
+                pieces.append(span.text)
+                owners.extend([index] * len(span.text))
+        return "".join(pieces), owners
+
+    def _last_reply(self) -> ReplyItem | None:
+        return next((item for item in reversed(self.items) if isinstance(item, ReplyItem)), None)
+
+    def _copied(self, href: str) -> bool:
+        if not href.startswith(TOKEN_SCHEME + ":"):
+            return True
+        return self.spans[int(href.partition(":")[2])].clean
+
+    def _token_cursor(self, index: int) -> QTextCursor | None:
+        """A selection over every fragment of the token (a token can span Markdown styles)."""
+        href = f"{TOKEN_SCHEME}:{index}"
+        first = last = None
+        block = self.document().begin()
+        while block.isValid():
+            it = block.begin()
+            while not it.atEnd():
+                fragment = it.fragment()
+                if fragment.charFormat().anchorHref() == href:
+                    first = fragment.position() if first is None else first
+                    last = fragment.position() + fragment.length()
+                it += 1
+            block = block.next()
+        if first is None:
+            return None
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(first)
+        cursor.setPosition(last, QTextCursor.MoveMode.KeepAnchor)
+        return cursor
+
+    def _remove_from(self, position: int) -> None:
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(position)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+
     def _end(self) -> QTextCursor:
         cursor = QTextCursor(self.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
         return cursor
+
+    def _end_position(self) -> int:
+        return self.document().characterCount() - 1
+
+    @staticmethod
+    def _token_format(index: int, colour: str) -> QTextCharFormat:
+        """A token's look; the anchor href carries its index into the pane's span list."""
+        fmt = QTextCharFormat()
+        if colour:
+            fmt.setForeground(QColor(colour))
+        fmt.setAnchor(True)
+        fmt.setAnchorHref(f"{TOKEN_SCHEME}:{index}")
+        return fmt
+
+    @staticmethod
+    def _plain_format(colour: str) -> QTextCharFormat:
+        fmt = QTextCharFormat()
+        fmt.setForeground(QColor(colour))
+        return fmt
 
     @staticmethod
     def _label_format(colour: str) -> QTextCharFormat:
@@ -152,13 +527,3 @@ class ChatView(QTextBrowser):
         fmt.setFontWeight(QFont.Weight.Bold)
         fmt.setForeground(QColor(colour))
         return fmt
-
-    def _at_bottom(self) -> bool:
-        bar = self.verticalScrollBar()
-        return bar.value() >= bar.maximum() - 4
-
-    def _on_link(self, url: QUrl, clicked: bool = False) -> None:
-        if url.scheme() != ANCHOR_SCHEME:
-            return
-        index = int(url.path())
-        (self.token_clicked if clicked else self.token_hovered).emit(index)

@@ -1,9 +1,13 @@
-"""The colour legend above the chat pane, and the switch that hides rejected drafts."""
+"""The colour legend above the chat pane, and the switch between the clean view and the speculative trace."""
 from __future__ import annotations
 
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QWidget
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 
 from ui.palette import LEGEND_FATES, STYLES
+
+SHORT_LABELS = {fate: STYLES[fate].label.split(" /")[0].removesuffix(" draft").removesuffix(" token")
+                for fate in LEGEND_FATES}  # "accepted", "rejected", "resampled", "bonus": fits 1000 px
 
 
 class Legend(QWidget):
@@ -11,14 +15,22 @@ class Legend(QWidget):
         super().__init__(parent)
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(4)
         for fate in LEGEND_FATES:
             style = STYLES[fate]
-            chip = QLabel(style.label)
+            chip = QLabel(SHORT_LABELS[fate])
+            chip.setToolTip(style.label)
             strike = "text-decoration: line-through;" if style.strike else ""
             chip.setStyleSheet(f"background:{style.background}; color:{style.foreground}; {strike}"
-                               "padding:1px 5px; border-radius:3px;")
+                               "padding:1px 3px; border-radius:3px; font-size:8pt;")
             row.addWidget(chip)
         row.addStretch(1)
-        self.hide_rejected = QCheckBox("hide rejected drafts")
-        self.hide_rejected.setToolTip("A clean reading view: only the tokens that joined the reply")
-        row.addWidget(self.hide_rejected)
+        self.trace_action = QAction("Speculative &trace", self)
+        self.trace_action.setIconText("Trace")  # the button's text; the View menu shows the full name
+        self.trace_action.setCheckable(True)
+        self.trace_action.setShortcut(QKeySequence("Ctrl+T"))
+        self.trace_action.setToolTip("Show every draft, rejected ones struck through (Ctrl+T); off: the clean "
+                                     "answer, tokens in their colour")
+        self.trace_button = QToolButton()
+        self.trace_button.setDefaultAction(self.trace_action)
+        row.addWidget(self.trace_button)

@@ -9,18 +9,24 @@ from engine.events import Fate
 @dataclass(frozen=True)
 class FateStyle:
     label: str
-    foreground: str  # text colour, '#rrggbb'
-    background: str  # tint behind the token; '' for none
+    foreground: str  # text colour in the trace, '#rrggbb'
+    background: str  # tint behind the token in the trace; '' for none
     strike: bool = False
+    reading: str = ""  # text colour in the clean view: the fate stays visible without tints between the words
 
 
 STYLES = {
-    Fate.ACCEPTED: FateStyle("accepted draft", "#1b5e20", "#c8efcf"),
+    Fate.ACCEPTED: FateStyle("accepted draft", "#1b5e20", "#c8efcf", reading="#2e7d32"),
     Fate.REJECTED: FateStyle("rejected draft", "#b71c1c", "#fbd0d0", strike=True),
-    Fate.RESAMPLED: FateStyle("resampled / corrected by target", "#0d47a1", "#cfe0fb"),
-    Fate.CORRECTED: FateStyle("corrected by target (greedy)", "#0d47a1", "#cfe0fb"),
-    Fate.BONUS: FateStyle("bonus token", "#7a4a00", "#ffe2a8"),
+    Fate.RESAMPLED: FateStyle("resampled / corrected by target", "#0d47a1", "#cfe0fb", reading="#1565c0"),
+    Fate.CORRECTED: FateStyle("corrected by target (greedy)", "#0d47a1", "#cfe0fb", reading="#1565c0"),
+    Fate.BONUS: FateStyle("bonus token", "#7a4a00", "#ffe2a8", reading="#b26a00"),
     Fate.TARGET: FateStyle("target (plain AR)", "", ""),  # AR replies stay uncoloured
 }
 
 LEGEND_FATES = (Fate.ACCEPTED, Fate.REJECTED, Fate.RESAMPLED, Fate.BONUS)
+
+CODE_BACKGROUND = "#f3f4f6"
+NOTE_COLOUR = "#6b6b6b"
+WARNING_COLOUR = "#a64d00"  # the cut-at-max-tokens mark and the busy-machine warning
+DIFFERENCE_BACKGROUND = "#ffe066"  # the first token where a reply and its plain AR run part

@@ -1,0 +1,125 @@
+"""Reading a reply: the clean view (Markdown, no rejected drafts or special tokens) by default, the speculative
+trace one toggle away on the same reply, copy giving the clean text, and the pane following the conversation."""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QAbstractSlider
+
+from engine.events import Fate
+from tests.ui.helpers import REPLY_TIMEOUT_MS, send
+from tests.ui.synthetic import markdown_reply
+from ui.chat_view import CLEAN, TRACE, ChatView, monospace_family
+from ui.palette import STYLES
+
+
+def shown_reply(qtbot) -> ChatView:
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    chat.resize(600, 400)
+    chat.add_user_message("Show me code")
+    chat.begin_reply("Assistant")
+    for event in markdown_reply():
+        chat.add_round(event)
+    chat.add_note("stats")
+    return chat
+
+
+def fragments(chat: ChatView):
+    """(text, char format, block format) of every fragment that belongs to a token."""
+    found = []
+    block = chat.document().begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            if fragment.charFormat().anchorHref().startswith("token:"):
+                found.append((fragment.text(), fragment.charFormat(), block.blockFormat()))
+            it += 1
+        block = block.next()
+    return found
+
+
+def test_clean_view_renders_markdown_without_rejected_drafts_or_special_tokens(qtbot):
+    chat = shown_reply(qtbot)
+    assert chat.view == CLEAN
+    text = chat.toPlainText()
+    assert "Here is fast code:\ndef f():\n    return 1\nDone.\nstats" in text
+    for absent in ("**", "```", "<|im_end|>", " pass"):
+        assert absent not in text
+    code = [fmt for piece, fmt, _ in fragments(chat) if piece in ("def", "    return")]
+    assert code and all(fmt.fontFamilies() == [monospace_family()] for fmt in code)
+    bold = next(fmt for piece, fmt, _ in fragments(chat) if piece == "fast")
+    assert bold.fontWeight() > 500
+    # each token keeps its fate as a text colour
+    colours = {fmt.foreground().color().name() for _, fmt, _ in fragments(chat)}
+    assert {STYLES[Fate.ACCEPTED].reading, STYLES[Fate.BONUS].reading, STYLES[Fate.CORRECTED].reading} <= colours
+    # a newline is a line, not a paragraph gap
+    assert max(block.topMargin() for _, _, block in fragments(chat)) <= 8
+
+
+def test_trace_shows_every_draft_on_the_same_reply_and_copy_stays_clean(qtbot):
+    chat = shown_reply(qtbot)
+    chat.set_view(TRACE)
+    struck = [piece for piece, fmt, _ in fragments(chat) if fmt.fontStrikeOut()]
+    assert struck == [" pass"]
+    assert "<|im_end|>" in chat.toPlainText() and "```python" in chat.toPlainText()
+    chat.selectAll()
+    copied = chat.selected_clean_text()
+    assert " pass" not in copied and "<|im_end|>" not in copied
+    assert "Here is **fast** code:\n\n```python\ndef f():\n    return 1\n```\nDone.\nstats" in copied
+    chat.set_view(CLEAN)
+    assert " pass" not in chat.toPlainText()
+
+
+def test_ctrl_a_ctrl_c_copies_the_clean_reply(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=24, stop_below=0.0)
+    reply = send(qtbot, studio)
+    window = studio.window
+    rejected = [s.text for s in window.chat.spans if s.fate is Fate.REJECTED]
+    assert rejected
+    for trace in (False, True):
+        window.legend.trace_action.setChecked(trace)
+        QGuiApplication.clipboard().clear()
+        window.chat.setFocus()
+        qtbot.keyClick(window.chat, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+        qtbot.keyClick(window.chat, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier)
+        copied = QGuiApplication.clipboard().text()
+        assert "".join(t.text for e in reply.events for t in e.emitted).strip() in copied
+        assert "w3 w7 w11 w5" in copied  # the user's message too
+
+
+def test_the_view_toggle_has_a_shortcut_and_redraws_without_rerunning(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=16, stop_below=0.0)
+    send(qtbot, studio)
+    window = studio.window
+    rounds = studio.worker.rounds_emitted
+    qtbot.keyClick(window.message_box, Qt.Key.Key_T, Qt.KeyboardModifier.ControlModifier)
+    assert window.chat.view == TRACE and window.legend.trace_action.isChecked()
+    qtbot.keyClick(window.message_box, Qt.Key.Key_T, Qt.KeyboardModifier.ControlModifier)
+    assert window.chat.view == CLEAN
+    assert studio.worker.rounds_emitted == rounds
+
+
+def test_the_chat_follows_a_new_message_unless_the_user_scrolls_up(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=60)
+    window = studio.window
+    window.resize(1000, 700)
+    bar = window.chat.verticalScrollBar()
+    for _ in range(3):
+        send(qtbot, studio)
+    assert bar.maximum() > 0, "the chat should be taller than the pane by now"
+    bar.triggerAction(QAbstractSlider.SliderAction.SliderToMinimum)  # read an older reply
+    assert not window.chat.following
+    send(qtbot, studio)  # sending jumps to the bottom and follows the streaming reply
+    assert bar.value() == bar.maximum() and window.chat.following
+
+    def scroll_up_once(event):
+        if event.index == 2:
+            bar.triggerAction(QAbstractSlider.SliderAction.SliderToMinimum)
+
+    window.round_shown.connect(scroll_up_once)
+    with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        window.message_box.setPlainText("w3 w9")
+        window.message_box.submit()
+    assert bar.value() == 0 and not window.chat.following  # the reader's position was left alone
