@@ -12,10 +12,12 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from engine.events import RoundEvent
 from engine.stats import expected_tokens_per_round, round_alpha
+from ui.timing import StepReference
 
 REFRESH_MS = 100
 BOTTOM_RIGHT, TOP_RIGHT = (-6, -6), (-6, 6)  # legend corners, away from where each chart's data usually sits
 X_STEP = 20  # the x axis grows in steps of this many rounds
+MIN_CHART_HEIGHT = 105
 COLUMNS = ("alpha", "alpha_mean", "tokens", "tokens_mean", "expected", "speedup", "speedup_mean")
 
 
@@ -32,7 +34,8 @@ class RoundBuffers:
     def clear(self) -> None:
         self.__init__(len(self.x))
 
-    def append(self, event: RoundEvent) -> None:
+    def append(self, event: RoundEvent, reference_s: float, most_per_round: float) -> None:
+        """`reference_s` is the robust single-token step time; no estimate exceeds `most_per_round` (γ + 1)."""
         if self.n == len(self.x):  # rare: grow by doubling, still no per-round allocation
             self.x = np.arange(1, 2 * self.n + 1, dtype=float)
             self.y = {k: np.concatenate([v, np.full(self.n, np.nan)]) for k, v in self.y.items()}
@@ -49,8 +52,10 @@ class RoundBuffers:
         self.y["tokens_mean"][i] = self.tokens / (i + 1)
         self.y["expected"][i] = (expected_tokens_per_round(running_alpha, event.gamma)
                                  if running_alpha is not None and event.gamma else 1.0)
-        self.y["speedup"][i] = n_tokens * event.target_step_s / event.round_s if event.round_s > 0 else np.nan
-        self.y["speedup_mean"][i] = self.tokens * event.target_step_s / self.rounds_s if self.rounds_s > 0 else np.nan
+        self.y["speedup"][i] = (min(most_per_round, n_tokens * reference_s / event.round_s)
+                                if event.round_s > 0 and reference_s > 0 else np.nan)
+        self.y["speedup_mean"][i] = (min(most_per_round, self.tokens * reference_s / self.rounds_s)
+                                     if self.rounds_s > 0 and reference_s > 0 else np.nan)
         self.n += 1
 
     def series(self, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -58,13 +63,16 @@ class RoundBuffers:
 
 
 def _plot(title: str, tooltip: str, y_label: str, legend_at: tuple[int, int]) -> pg.PlotWidget:
-    plot = pg.PlotWidget(title=title)
+    plot = pg.PlotWidget()
+    plot.setTitle(title, size="9pt")
     plot.setToolTip(tooltip)
-    plot.setLabel("bottom", "round")
-    plot.setLabel("left", y_label)
+    plot.setLabel("bottom", "round", **{"font-size": "8pt"})
+    plot.setLabel("left", y_label, **{"font-size": "8pt"})
     plot.setMouseEnabled(x=False, y=False)
-    plot.addLegend(offset=legend_at, labelTextSize="8pt", brush=pg.mkBrush(255, 255, 255, 150))
-    plot.setMinimumHeight(120)
+    plot.addLegend(offset=legend_at, labelTextSize="7pt", brush=pg.mkBrush(255, 255, 255, 170),
+                   verSpacing=-6)
+    # Three charts fit the right pane at 1000×700 with room for the inspector; below this they stop being legible.
+    plot.setMinimumHeight(MIN_CHART_HEIGHT)
     # Fixed ranges, widened in steps by `refresh`: re-ticking axes on every refresh costs more than the curves.
     plot.disableAutoRange()
     plot.setXRange(0, X_STEP, padding=0)
@@ -76,6 +84,8 @@ class ChartsPanel(QWidget):
         super().__init__(parent)
         pg.setConfigOptions(background="w", foreground="#333", antialias=False)
         self.buffers = RoundBuffers()
+        self.reference = StepReference()  # the window's; it adds samples as rounds arrive
+        self.most_per_round = 2.0  # γ + 1 of the reply being drawn
         self._dirty = False
         self.alpha_plot = _plot("acceptance α per round", "α = accepted drafts / drafts the target verified "
                                 "(the accepted prefix plus the first rejection), per round and running mean", "α", BOTTOM_RIGHT)
@@ -83,8 +93,9 @@ class ChartsPanel(QWidget):
         self.tokens_plot = _plot("tokens per round", "tokens emitted per round (accepted drafts + the correction "
                                  "or bonus token) beside the seed's E = (1 − α^(γ+1)) / (1 − α) at the running α "
                                  "and current γ", "tokens", BOTTOM_RIGHT)
-        self.speedup_plot = _plot("speedup vs plain AR", "estimated speedup = tokens × measured single-token target "
-                                  "step / round time; the dashed line is the measured AR comparison", "×", TOP_RIGHT)
+        self.speedup_plot = _plot("speedup vs plain AR", "estimated speedup = tokens × single-token target step "
+                                  "(median of recent measurements) / round time, at most γ + 1; the dashed line "
+                                  "is the measured AR comparison", "×", TOP_RIGHT)
         thin = dict(width=1)
         self.curves = {
             "alpha": self.alpha_plot.plot(pen=pg.mkPen("#7cb342", **thin), name="round α", connect="finite"),
@@ -115,13 +126,14 @@ class ChartsPanel(QWidget):
         self.timer.timeout.connect(self.refresh)
         self.timer.start()
 
-    def start_reply(self) -> None:
+    def start_reply(self, gamma: int = 1) -> None:
+        self.most_per_round = gamma + 1.0
         self.buffers.clear()
         self.measured.setVisible(False)
         self._dirty = True
 
     def on_round_finished(self, event: RoundEvent) -> None:
-        self.buffers.append(event)
+        self.buffers.append(event, self.reference.seconds, self.most_per_round)
         self._dirty = True
 
     def show_measured_speedup(self, speedup: float) -> None:
@@ -147,7 +159,8 @@ class ChartsPanel(QWidget):
         tokens_max = float(np.nanmax(self.buffers.y["tokens"][:n], initial=4.0))
         speedup_max = float(np.nanmax(self.buffers.y["speedup"][:n], initial=1.0))
         wanted = {self.alpha_plot: (x_max, 1.05), self.tokens_plot: (x_max, np.ceil(tokens_max) + 1),
-                  self.speedup_plot: (x_max, max(2.0, np.ceil(speedup_max * 2) / 2 + 0.5))}
+                  self.speedup_plot: (x_max, min(self.most_per_round,
+                                                 max(2.0, np.ceil(speedup_max * 2) / 2 + 0.5)))}
         for plot, (x_max, y_max) in wanted.items():
             if plot.viewRange()[0][1] != x_max or plot.viewRange()[1][1] != y_max:
                 plot.setRange(xRange=(0, x_max), yRange=(0, y_max), padding=0)
