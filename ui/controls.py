@@ -1,4 +1,8 @@
-"""The side panel: which model pair to load, and how to decode (mode, greedy/sampling, γ, budget, seed)."""
+"""The side panel: which model pair to load, and how to decode (mode, greedy/sampling, γ, budget, seed).
+
+The window gets the machine's devices and dtypes and which presets are on disk from app/ (this module never
+imports torch), so the boxes offer only what can work here.
+"""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
@@ -10,6 +14,15 @@ from engine.events import DecodeSettings
 
 CUSTOM = "custom"
 GAMMA_MAX = 16
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def narrow(box: QComboBox) -> None:
+    """Let a combo box be narrower than its longest item (shown in full when opened), so the side pane fits
+    a 1000 px window."""
+    box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    box.setMinimumContentsLength(8)
 
 
 class ModelPicker(QGroupBox):
@@ -17,36 +30,43 @@ class ModelPicker(QGroupBox):
 
     load_requested = Signal(str, object, str, str)  # target, draft (None: AR only), device, dtype
 
-    def __init__(self, presets: dict, target: str, draft: str | None, device: str, dtype: str, parent=None):
+    def __init__(self, presets: dict, target: str, draft: str | None, device: str, dtype: str,
+                 devices: tuple[str, ...] = DEVICES, dtypes: tuple[str, ...] = DTYPES,
+                 offline: dict[str, bool] | None = None, parent=None):
+        """`offline` says, per preset name, whether both models are already on disk (missing names: unknown)."""
         super().__init__("Model pair", parent)
         self.presets = presets
         self.preset = QComboBox()
+        offline = offline or {}
         for name, preset in presets.items():
-            self.preset.addItem(name)
+            where = {True: " — on this machine", False: " — needs a download"}.get(offline.get(name), "")
+            self.preset.addItem(name + where, name)
             self.preset.setItemData(self.preset.count() - 1, preset.note, Qt.ItemDataRole.ToolTipRole)
-        self.preset.addItem(CUSTOM)
+        self.preset.addItem(CUSTOM, CUSTOM)
         self.target = QLineEdit(target)
         self.draft = QLineEdit(draft or "")
         self.draft.setPlaceholderText("none: plain AR only")
         self.device = QComboBox()
-        self.device.addItems(["auto", "cpu", "cuda", "mps"])
-        self.device.setCurrentText(device)
+        self.device.addItems(list(devices))
+        self.device.setCurrentText(device if device in devices else "auto")
+        self.device.setToolTip("Where the models run; only devices this machine has are listed")
         self.dtype = QComboBox()
-        self.dtype.addItems(["auto", "float32", "bfloat16", "float16"])
-        self.dtype.setCurrentText(dtype)
+        self.dtype.addItems(list(dtypes))
+        self.dtype.setCurrentText(dtype if dtype in dtypes else "auto")
+        self.dtype.setToolTip("The models' number format; auto picks the fastest this device supports")
         self.load_button = QPushButton("Load pair")
         self.load_button.setToolTip("Load the target and draft models (this can take a while)")
+        for box in (self.preset, self.device, self.dtype):
+            narrow(box)
         form = QFormLayout(self)
         form.addRow("preset", self.preset)
         form.addRow("target", self._with_browse(self.target))
         form.addRow("draft", self._with_browse(self.draft))
-        row = QHBoxLayout()
-        row.addWidget(self.device)
-        row.addWidget(self.dtype)
-        form.addRow("device", row)
+        form.addRow("device", self.device)
+        form.addRow("dtype", self.dtype)
         form.addRow(self.load_button)
         self._select_matching_preset()
-        self.preset.currentTextChanged.connect(self._on_preset_chosen)
+        self.preset.currentIndexChanged.connect(self._on_preset_chosen)
         self.target.textEdited.connect(self._select_matching_preset)
         self.draft.textEdited.connect(self._select_matching_preset)
         self.load_button.clicked.connect(self.request_load)
@@ -81,7 +101,17 @@ class ModelPicker(QGroupBox):
             line.setText(path)
             self._select_matching_preset()
 
-    def _on_preset_chosen(self, name: str) -> None:
+    def show_pair(self, target: str, draft: str | None, device: str | None = None, dtype: str | None = None) -> None:
+        """Show a pair (the one still loaded, after a failed load) without asking to load it."""
+        self.target.setText(target)
+        self.draft.setText(draft or "")
+        for box, value in ((self.device, device), (self.dtype, dtype)):
+            if value is not None and box.findText(value) >= 0:
+                box.setCurrentText(value)
+        self._select_matching_preset()
+
+    def _on_preset_chosen(self) -> None:
+        name = self.preset.currentData()
         if name in self.presets:
             self.target.setText(self.presets[name].target)
             self.draft.setText(self.presets[name].draft)
@@ -90,7 +120,7 @@ class ModelPicker(QGroupBox):
         pair = (self.target.text(), self.draft.text())
         match = next((n for n, p in self.presets.items() if (p.target, p.draft) == pair), CUSTOM)
         self.preset.blockSignals(True)
-        self.preset.setCurrentText(match)
+        self.preset.setCurrentIndex(self.preset.findData(match))
         self.preset.blockSignals(False)
 
 
@@ -104,6 +134,7 @@ class DecodingControls(QGroupBox):
         self.mode = QComboBox()
         self.mode.addItem("speculative", "spec")
         self.mode.addItem("plain AR", "ar")
+        narrow(self.mode)
         self.greedy = QRadioButton("greedy")
         self.sampling = QRadioButton("sampling")
         group = QButtonGroup(self)
@@ -143,7 +174,7 @@ class DecodingControls(QGroupBox):
 
         self.sampling_box = QWidget()
         sampling_form = QFormLayout(self.sampling_box)
-        sampling_form.setContentsMargins(12, 0, 0, 0)
+        sampling_form.setContentsMargins(0, 0, 0, 0)
         sampling_form.addRow("temperature", self.temperature)
         sampling_form.addRow("top-p", self.top_p)
         sampling_form.addRow("top-k", self.top_k)
@@ -161,15 +192,16 @@ class DecodingControls(QGroupBox):
         gamma_row.addWidget(self.gamma)
         gamma_row.addWidget(self.gamma_label)
         form.addRow("γ", gamma_row)
-        form.addRow("stop drafting below", self.stop_below)
-        form.addRow("max new tokens", self.max_new_tokens)
+        form.addRow("stop below", self.stop_below)
+        form.addRow("max tokens", self.max_new_tokens)
         form.addRow("seed", self.seed)
         form.addRow(self.lookup)
         form.addRow(self.compare_ar)
         layout.addLayout(form)
 
-        self.sampling_box.setVisible(not defaults.greedy)
-        self.sampling.toggled.connect(self.sampling_box.setVisible)
+        # Greyed out rather than hidden in greedy mode: rows appearing would move the γ slider under a drag.
+        self.sampling_box.setEnabled(not defaults.greedy)
+        self.sampling.toggled.connect(self.sampling_box.setEnabled)
         self.gamma.valueChanged.connect(self._on_gamma_moved)
         self.mode.currentIndexChanged.connect(self._on_mode_chosen)
 
