@@ -10,15 +10,23 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, QThread, QTimer
+from PySide6.QtCore import QObject, QSettings, QStandardPaths, Qt, QThread, QTimer
 from PySide6.QtWidgets import QApplication
 
+from app import machine
 from app.cli import STOP_BELOW_HELP, finite_float
 from app.worker import DecodeWorker
 from engine.decoding.decoder import Decoder
 from engine.events import DecodeSettings
 from engine.models.pairing import PRESETS
+from ui.chat_store import ChatStore, ChatStoreError
 from ui.main_window import MainWindow
+from ui.preferences import apply_pair, apply_settings
+
+
+# The window's defaults: sampling at T = 0.7, where the embedded pair writes real words and the README measures
+# (the engine's DecodeSettings keeps T = 1.0, the plain definition, for the CLI and the tests).
+APP_DEFAULTS = DecodeSettings(temperature=0.7)
 
 
 @dataclass
@@ -38,10 +46,14 @@ class Studio:
 
 
 def build(decoder: Decoder | None = None, target: str = "embedded", draft: str | None = "embedded-draft",
-          device: str = "auto", dtype: str = "auto", defaults: DecodeSettings = DecodeSettings()) -> Studio:
+          device: str = "auto", dtype: str = "auto", defaults: DecodeSettings = DecodeSettings(),
+          store: ChatStore | None = None, preferences: QSettings | None = None) -> Studio:
     """The window and a worker on its own (not yet started) thread, wired together; an injected decoder skips
-    loading: the worker announces it with `models_loaded` as soon as the thread starts."""
-    window = MainWindow(PRESETS, target, draft, device, dtype, defaults)
+    loading: the worker announces it with `models_loaded` as soon as the thread starts. `store` and
+    `preferences` are where chats and settings are kept (in memory / not at all when None)."""
+    available = machine.devices()
+    window = MainWindow(PRESETS, target, draft, device, dtype, defaults, store, preferences, devices=available,
+                        dtypes=machine.dtypes(available), offline=machine.offline_presets(PRESETS))
     worker = DecodeWorker(decoder)
     thread = QThread()
     thread.setObjectName("decode-worker")
@@ -60,12 +72,13 @@ def build(decoder: Decoder | None = None, target: str = "embedded", draft: str |
     worker.round_finished.connect(window.on_round_finished)
     worker.reply_finished.connect(window.on_reply_finished)
     worker.comparison_finished.connect(window.on_comparison_finished)
+    worker.comparison_progressed.connect(window.on_comparison_progressed)
     worker.failed.connect(window.on_failed)
     return Studio(window, worker, thread)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    defaults = DecodeSettings()
+    defaults = APP_DEFAULTS
     parser = argparse.ArgumentParser(prog="specdec-studio", description="A chat app that shows speculative decoding")
     parser.add_argument("--target", default="embedded", help="hub id, local directory, .gguf file or 'embedded'")
     parser.add_argument("--draft", default="embedded-draft", help="as --target; 'none' for plain AR only")
@@ -76,11 +89,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--sampling", action="store_true", help="sample instead of greedy decoding")
+    parser.add_argument("--temperature", type=finite_float, default=defaults.temperature, help="sampling temperature")
     parser.add_argument("--compare-ar", action="store_true", help="also decode with plain AR and measure the speedup")
     parser.add_argument("--prompt", help="send this message once the models are loaded")
     parser.add_argument("--quit-after-reply", action="store_true", help="exit 0 after the reply to --prompt")
     parser.add_argument("--screenshot", type=Path, help="after the reply, save a PNG of the whole window here")
+    parser.add_argument("--data-dir", type=Path, help="where chats (chats.sqlite3) and settings (settings.ini) are "
+                        "kept; default: the user's data directory for SpecDec Studio")
     return parser.parse_args(argv)
+
+
+def open_data_dir(data_dir: Path | None) -> tuple[ChatStore, QSettings, str | None]:
+    """The chats database and the settings file in the data directory (Qt's AppDataLocation unless given).
+    A database that cannot be used leaves chats in memory for this session, with a message saying so."""
+    if data_dir is None:
+        data_dir = Path(QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation))
+    preferences = QSettings(str(data_dir / "settings.ini"), QSettings.Format.IniFormat)
+    try:
+        return ChatStore(data_dir / "chats.sqlite3"), preferences, None
+    except (ChatStoreError, OSError) as exc:
+        return ChatStore(":memory:"), preferences, f"Chats will not be saved in this session: {exc}"
 
 
 def quit_on_interrupt(window) -> QTimer:
@@ -132,9 +160,19 @@ def main(argv: list[str] | None = None) -> int:
     app.setApplicationName("SpecDec Studio")
     draft = None if args.draft.lower() == "none" else args.draft
     settings = DecodeSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                              greedy=not args.sampling, stop_below=args.stop_below)
-    studio = build(target=args.target, draft=draft, device=args.device, dtype=args.dtype, defaults=settings)
-    studio.window.controls.compare_ar.setChecked(args.compare_ar)
+                              greedy=not args.sampling, stop_below=args.stop_below, temperature=args.temperature)
+    store, preferences, problem = open_data_dir(args.data_dir)
+    studio = build(target=args.target, draft=draft, device=args.device, dtype=args.dtype, defaults=settings,
+                   store=store, preferences=preferences)
+    # The window came up as it was left; options given on the command line still win.
+    if settings != APP_DEFAULTS:
+        apply_settings(studio.window.controls, settings)
+    if args.compare_ar:
+        studio.window.controls.compare_ar.setChecked(True)
+    if (args.target, draft, args.device, args.dtype) != ("embedded", "embedded-draft", "auto", "auto"):
+        apply_pair(studio.window.picker, args.target, draft, args.device, args.dtype)
+    if problem:
+        studio.window.on_failed(problem)
     automation = Automation(studio, args) if args.prompt else None
     app.aboutToQuit.connect(studio.shutdown)
     quit_on_interrupt(studio.window)

@@ -19,14 +19,15 @@ def test_reply_shows_a_colour_for_each_fate_that_occurred(make_studio, mixed_dec
     reply = send(qtbot, studio)
     fates = {t.fate for e in reply.events for t in e.emitted}
     assert {Fate.ACCEPTED, Fate.BONUS, Fate.RESAMPLED} <= fates  # the fixture's pair is built to show all three
+    studio.window.legend.trace_action.trigger()  # the speculative trace: every draft on its tint
     shown = {(colour, strike) for _, colour, strike in token_fragments(studio.window.chat)}
     assert shown == expected_colours(list(reply.events))
     assert (STYLES[Fate.REJECTED].background, True) in shown
     assert "rejected draft" in studio.window.inspector.label.text()  # opened on the first rejection
-    # the clean reading view hides exactly the rejected drafts
-    studio.window.legend.hide_rejected.setChecked(True)
+    # back to the clean view, the default: exactly the rejected drafts go, the fates stay as text colours
+    studio.window.legend.trace_action.trigger()
     clean = token_fragments(studio.window.chat)
-    assert all(not strike for _, _, strike in clean)
+    assert all(not strike and not colour for _, colour, strike in clean)
     assert "".join(text for text, _, _ in clean) == "".join(t.text for e in reply.events for t in e.emitted)
 
 
@@ -34,6 +35,7 @@ def test_greedy_corrections_are_blue_and_plain_ar_is_uncoloured(make_studio, gre
     studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=12)
     reply = send(qtbot, studio)
     assert Fate.CORRECTED in {t.fate for e in reply.events for t in e.emitted}
+    studio.window.legend.trace_action.setChecked(True)
     assert (STYLES[Fate.CORRECTED].background, False) in {(c, s) for _, c, s in token_fragments(studio.window.chat)}
     studio.window.new_chat()
     studio.window.controls.mode.setCurrentIndex(studio.window.controls.mode.findData("ar"))
@@ -120,6 +122,7 @@ def test_hovering_a_rejected_token_shows_p_q_r_and_the_top_tokens(make_studio, m
     studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=16, stop_below=0.0)
     send(qtbot, studio)
     chat = studio.window.chat
+    studio.window.legend.trace_action.setChecked(True)  # rejected drafts are only drawn in the trace
     index = next(i for i, s in enumerate(chat.spans) if s.fate is Fate.REJECTED)
     cursor = _cursor_at_token(chat, index)
     point = chat.cursorRect(cursor).center() + QPoint(2, 0)
@@ -128,7 +131,7 @@ def test_hovering_a_rejected_token_shows_p_q_r_and_the_top_tokens(make_studio, m
     assert hovered.args == [index]
     shown = studio.window.inspector.label.text()
     span = chat.spans[index]
-    for needle in ("rejected draft", "p(x)", "q(x)", "min(1, p/q)", "draw r", f"{span.drafted.r:.4f}",
+    for needle in ("rejected draft", "sampling", "p(x)", "q(x)", "min(1, p/q)", "draw r", f"{span.drafted.r:.4f}",
                    "top of p", "top of q", span.drafted.top_q[0].text):
         assert needle in shown
 
@@ -160,12 +163,22 @@ def test_shift_enter_adds_a_line_and_enter_sends(make_studio, mixed_decoder, qtb
     assert box.toPlainText() == "" and studio.window.messages[0] == {"role": "user", "content": "w3\nw7"}
 
 
-def test_a_model_that_cannot_load_gives_a_dialog_not_a_traceback(make_studio, mixed_decoder, qtbot, tmp_path):
-    studio = make_studio(mixed_decoder)
-    with qtbot.waitSignal(studio.window.turn_completed, timeout=REPLY_TIMEOUT_MS):
-        studio.window.request_load(str(tmp_path / "missing"), None, "cpu", "auto")
-    assert "model directory not found" in studio.window.error_box.text()
-    assert studio.window.progress is None and not studio.window.ready
+def test_a_failed_load_gives_a_dialog_and_keeps_the_previous_pair_working(make_studio, mixed_decoder, qtbot,
+                                                                           tmp_path):
+    studio = make_studio(mixed_decoder, max_new_tokens=4)
+    window = studio.window
+    pair_shown = window.pair_label.text()
+    window.picker.target.setText(str(tmp_path / "missing"))
+    with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        window.picker.load_button.click()
+    assert "model directory not found" in window.error_box.text()
+    assert window.progress is None and window.ready and window.send_button.isEnabled()
+    # the controls show the pair that still answers, not the one that failed
+    assert window.pair_label.text() == pair_shown
+    assert window.picker.target.text() == mixed_decoder.info().target.name
+    assert "still using" in window.statusBar().currentMessage()
+    window.error_box.close()
+    assert send(qtbot, studio).events
 
 
 def test_keyboard_shortcuts_stop_and_start_a_new_chat(make_studio, mixed_decoder, qtbot):

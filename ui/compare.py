@@ -1,0 +1,63 @@
+"""A reply beside its plain AR run: where the two texts part and one sentence on why.
+
+Greedy speculative decoding emits the target's argmax at every position, so it matches plain AR exactly when
+the target scores a position the same way in a multi-token verification pass as in a one-token step. On the
+fast path the engine guarantees that (PairInfo.greedy_exact); elsewhere the two passes can round differently,
+and a near-tie between the two best tokens then flips. Sampling runs draw different random numbers.
+"""
+from __future__ import annotations
+
+from engine.events import EmittedToken, PairInfo
+from ui.chat_view import ComparisonView
+from ui.session import Comparison, Reply
+
+
+def first_difference(left: list[int], right: list[int]) -> int | None:
+    """The first index where two token sequences differ (the shorter one's end counts); None when equal."""
+    for i, (a, b) in enumerate(zip(left, right)):
+        if a != b:
+            return i
+    return None if len(left) == len(right) else min(len(left), len(right))
+
+
+def greedy_is_exact(pair: PairInfo | None) -> bool:
+    """Whether the engine promises greedy speculative = greedy AR token for token for this pair (the field
+    arrives with the exactness work; pairs from before it are treated as exact only up to rounding)."""
+    return bool(getattr(pair, "greedy_exact", False))
+
+
+def explain(comparison: Comparison, reply: Reply, exact: bool) -> str:
+    ours = [t for e in reply.events for t in e.emitted]
+    theirs = [t for e in comparison.ar_events for t in e.emitted]
+    at = first_difference([t.token_id for t in ours], [t.token_id for t in theirs])
+    if comparison.stopped:
+        return "The plain AR run was stopped early, so only the speed of what it produced is compared."
+    if not reply.request.settings.greedy:
+        if at is None:
+            return "Sampling: both runs drew the same tokens."
+        return (f"Sampling: the texts part at token {at + 1} because the two runs draw different random numbers; "
+                "both follow the target's distribution, and only the speed is compared.")
+    if at is None:
+        if exact:
+            return f"Plain AR produced the same {len(ours)} tokens: greedy speculative decoding is exact here."
+        return (f"Plain AR produced the same {len(ours)} tokens (on this path greedy is exact only up to "
+                "rounding).")
+    return (f"The texts part at token {at + 1}: this reply has {_token(ours, at)} where plain AR has "
+            f"{_token(theirs, at)}, a near-tie between the target's best tokens that the multi-token verification "
+            "pass and the one-token AR step round differently"
+            + ("." if exact else "; off the fast path greedy is exact only up to rounding."))
+
+
+def _token(tokens: list[EmittedToken], at: int) -> str:
+    if at >= len(tokens):
+        return "the end of the text"
+    return f"“{tokens[at].text}” (p = {tokens[at].p:.3f})"
+
+
+def comparison_view(comparison: Comparison, reply: Reply, summary: str, pair: PairInfo | None) -> ComparisonView:
+    ours = [t for e in reply.events for t in e.emitted]
+    theirs = [t for e in comparison.ar_events for t in e.emitted]
+    at = first_difference([t.token_id for t in ours], [t.token_id for t in theirs])
+    return ComparisonView(summary=summary, explanation=explain(comparison, reply, greedy_is_exact(pair)),
+                          reply_tokens=tuple(t.text for t in ours), ar_tokens=tuple(t.text for t in theirs),
+                          first_difference=at)
