@@ -1,4 +1,7 @@
-"""The CLI's argument handling, without loading models."""
+"""The CLI: argument handling and bad input (tiny in-memory models), and what a terminal shows (a pty)."""
+import json
+import re
+
 import pytest
 
 from app.cli import build_parser, main, resolve_pair
@@ -87,3 +90,181 @@ def test_train_draft_passes_the_chosen_layers_to_the_recipe(monkeypatch, capsys)
     assert "layers" not in calls[1]  # the recipe's own default
     assert calls[1]["steps"] == 3 and not {"n_prompts", "seed"} & calls[1].keys()
     capsys.readouterr()
+
+
+# -- bad input: one line, a non-zero exit, and the next command works ---------------------------------------
+
+
+def chain_decoder(monkeypatch, window: int = 512):
+    """Make every `Decoder.load` return a decoder whose target spells tests.chain.CHAIN_TEXT."""
+    from engine.decoding.decoder import Decoder
+    from tests.chain import byte_tokenizer, chain_ids, chain_model
+
+    tokenizer = byte_tokenizer()
+    monkeypatch.setattr(Decoder, "load", classmethod(
+        lambda cls, *a, **k: cls(chain_model(tokenizer, chain_ids(tokenizer), window))))
+
+
+def one_error_line(capsys, *needles: str) -> str:
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("specdec: error:"), err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+def test_paths_that_are_not_models_are_named_for_what_they_are(tmp_path, capsys):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("x")
+    (tmp_path / "weights.bin").write_bytes(b"x")
+    assert main(["generate", "hi", "--target", str(tmp_path / "notes"), "--mode", "ar"]) == 1
+    one_error_line(capsys, "is a directory but not a model: it holds no config.json")
+    assert main(["generate", "hi", "--target", str(tmp_path / "weights.bin"), "--mode", "ar"]) == 1
+    one_error_line(capsys, "weights.bin is a file, not a model")
+
+
+def test_an_unreachable_hub_fails_at_once_with_one_line(monkeypatch, capsys):
+    import huggingface_hub
+
+    def no_network(repo_id, **kwargs):
+        raise ConnectionError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(huggingface_hub, "model_info", no_network)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    assert main(["generate", "hi", "--target", "nobody/no-such-model", "--mode", "ar"]) == 1
+    one_error_line(capsys, "cannot download 'nobody/no-such-model': the Hugging Face Hub cannot be reached")
+
+
+def test_non_finite_numbers_are_refused_at_the_argument(capsys):
+    for flags in (["--temperature", "nan"], ["--temperature", "inf"], ["--top-p", "nan"], ["--stop-below=-inf"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(["generate", "hi", *flags])
+        assert exit_.value.code == 2
+        assert "must be a finite number" in capsys.readouterr().err
+
+
+def test_a_prompt_that_is_not_utf8_is_refused_before_any_model_loads(monkeypatch, tmp_path, capsys):
+    import io
+
+    from engine.decoding.decoder import Decoder
+
+    monkeypatch.setattr(Decoder, "load", classmethod(lambda *a, **k: pytest.fail("models were loaded")))
+    assert main(["generate", "w3 \udcff"]) == 1
+    one_error_line(capsys, "not valid UTF-8 text (byte 0xff at character 3)")
+    (tmp_path / "p.txt").write_bytes(b"w3 \xe6\x97")
+    assert main(["generate", "--prompt-file", str(tmp_path / "p.txt")]) == 1
+    one_error_line(capsys, "p.txt is not valid UTF-8 text (byte 0xe6 at byte 3)")
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"\xff")))
+    assert main(["generate", "-"]) == 1
+    one_error_line(capsys, "standard input is not valid UTF-8")
+
+
+def test_long_prompts_come_from_stdin_or_a_file_and_max_new_tokens_is_cut_with_a_note(monkeypatch, tmp_path,
+                                                                                       capsys):
+    import io
+
+    from tests.chain import CHAIN_TEXT
+
+    chain_decoder(monkeypatch, window=512)
+    prompt = "hello " * 70  # 420 bytes, one token each
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(prompt.encode())))
+    assert main(["generate", "-", "--mode", "ar", "--json", "--max-new-tokens", "100000"]) == 0
+    out, err = capsys.readouterr()
+    reply = json.loads(out)
+    assert reply["text"] == CHAIN_TEXT
+    assert reply["context"]["max_new_tokens"] == 512 - 420 and reply["context"]["prompt_tokens"] == 420
+    assert "specdec: note: cut the reply to at most 92 new tokens (asked for 100000)" in err
+    (tmp_path / "long.txt").write_text("x" * 600)
+    assert main(["generate", "--prompt-file", str(tmp_path / "long.txt"), "--mode", "ar"]) == 1
+    one_error_line(capsys, "the prompt is 600 tokens on its own, but the model's window is 512 positions")
+    assert main(["generate", "hi", "--mode", "ar"]) == 0
+    assert capsys.readouterr().out.startswith(CHAIN_TEXT)
+
+
+def test_bench_checks_its_prompts_and_out_before_running(monkeypatch, tmp_path, capsys):
+    from engine.benchmark import bench
+
+    monkeypatch.setattr(bench, "run_cli", lambda *a: pytest.fail("the benchmark ran"))
+    assert main(["bench", "--prompts", str(tmp_path)]) == 1
+    one_error_line(capsys, f"--prompts must be a text file with one prompt per line: {tmp_path} is a directory")
+    (tmp_path / "file").write_text("x")
+    assert main(["bench", "--out", str(tmp_path / "file" / "plots")]) == 1
+    one_error_line(capsys, "cannot write to --out")
+
+
+def run_in_terminal(args: list[str], interrupt_after: float | None = None, timeout: float = 120) -> tuple[str, int]:
+    """Run the `specdec` script with a pseudo-terminal as stdout and stderr; optionally press Ctrl+C."""
+    import os
+    import pty
+    import select
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    main_fd, child_fd = pty.openpty()
+    script = Path(sys.executable).parent / "specdec"
+    process = subprocess.Popen([str(script), *args], stdin=subprocess.DEVNULL, stdout=child_fd, stderr=child_fd,
+                               close_fds=True)
+    os.close(child_fd)
+    chunks, start, interrupted = [], time.monotonic(), False
+    while True:
+        if interrupt_after is not None and not interrupted and time.monotonic() - start > interrupt_after:
+            process.send_signal(signal.SIGINT)
+            interrupted = True
+        if time.monotonic() - start > timeout:
+            process.kill()
+            raise AssertionError("specdec did not finish: " + b"".join(chunks).decode(errors="replace"))
+        ready, _, _ = select.select([main_fd], [], [], 0.1)
+        if ready:
+            try:
+                data = os.read(main_fd, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif process.poll() is not None:
+            break
+    os.close(main_fd)
+    return b"".join(chunks).decode("utf-8"), process.wait()
+
+
+def saved_chain_pair(tmp_path):
+    """The chain target and a draft that gets one byte wrong, saved as model directories."""
+    from tests.chain import byte_tokenizer, chain_ids, chain_model
+
+    tokenizer = byte_tokenizer()
+    chain = chain_ids(tokenizer)
+    wrong = list(chain)
+    wrong[5] = tokenizer("x", add_special_tokens=False)["input_ids"][0]
+    paths = []
+    for name, ids in (("target", chain), ("draft", wrong)):
+        loaded = chain_model(tokenizer, ids, window=1024)
+        loaded.model.save_pretrained(tmp_path / name)
+        tokenizer.save_pretrained(tmp_path / name)
+        paths.append(str(tmp_path / name))
+    return paths
+
+
+def test_the_terminal_shows_whole_characters_in_colour_and_a_prefill_progress_bar(tmp_path):
+    from tests.chain import CHAIN_TEXT
+
+    target, draft = saved_chain_pair(tmp_path)
+    (tmp_path / "prompt.txt").write_text("a" * 700)
+    output, code = run_in_terminal(["generate", "--prompt-file", str(tmp_path / "prompt.txt"), "--target", target,
+                                    "--draft", draft, "--stop-below", "0", "--draft-weights", "dtype"])
+    assert code == 0, output
+    assert "reading the prompt [" in output and "699/699 tokens" in output
+    reply = output.split("\x1b[K")[1].split("\r\n")[0]  # after the progress bar is cleared
+    assert "\x1b[9;31m\ufffdx\x1b[0m" in reply  # a rejected draft, read after the accepted bytes: ½ 日, then x
+    kept = re.sub("\x1b\\[9;31m.*?\x1b\\[0m", "", reply)  # rejected drafts are struck out; the rest is the reply
+    assert re.sub("\x1b\\[[0-9;]*m", "", kept) == CHAIN_TEXT  # whole characters, no '�', no <|im_end|>
+    assert {"\x1b[32m", "\x1b[34m", "\x1b[33m"} <= set(re.findall("\x1b\\[[0-9;]*m", kept))
+
+
+def test_ctrl_c_while_starting_up_quits_without_a_traceback():
+    output, code = run_in_terminal(["generate", "hi", "--mode", "ar"], interrupt_after=1.0)
+    assert code == 130, output
+    assert "Traceback" not in output and "specdec: interrupted" in output
