@@ -6,7 +6,7 @@ explained. Hovering shows a token; a click pins it until the next click.
 """
 from __future__ import annotations
 
-from html import escape
+from html import escape as html_escape
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QScrollArea
@@ -14,6 +14,11 @@ from PySide6.QtWidgets import QLabel, QScrollArea
 from engine.events import DraftedToken, Fate, TokenProb
 from ui.palette import NOTE_COLOUR, STYLES
 from ui.tokens import TokenSpan
+
+def escape(text: str) -> str:
+    """Text for an HTML text node: < > & escaped; quotes stay readable (no attribute takes dynamic text)."""
+    return html_escape(text, quote=False)
+
 
 HINT = "Hover a token in the reply to inspect it; click to pin it."
 

@@ -25,7 +25,7 @@ from ui.session import Comparison, Reply, ReplyRequest, Session
 from ui.timing import StepReference, estimated_speedup, machine_was_busy
 
 MIN_WIDTH, MIN_HEIGHT = 1000, 700
-PANE_MIN_WIDTH = {"side": 250, "chat": 315, "right": 215}  # with the history dock, still under 1000 px
+PANE_MIN_WIDTH = {"side": 240, "chat": 305, "right": 205}  # with the history dock, still under 1000 px
 PANE_WIDTH = {"side": 290, "chat": 640, "right": 470}  # what a pane comes back at
 
 
@@ -432,12 +432,16 @@ class MainWindow(QMainWindow):
         self.models_shown.emit(info)
 
     def on_round_finished(self, event: RoundEvent) -> None:
-        self.timing.add_round(event)
-        self.chat.add_round(event, lookup=self.request is not None and self.request.settings.lookup)
-        self.charts.on_round_finished(event)
+        self._show_round(event)
         self.reply_chars.append(event.text_delta)
         self.recorder.round_finished(event)
         self.round_shown.emit(event)
+
+    def _show_round(self, event: RoundEvent) -> None:
+        """What a round changes on screen, live or replayed from a saved chat."""
+        self.timing.add_round(event)
+        self.chat.add_round(event, lookup=self.request is not None and self.request.settings.lookup)
+        self.charts.on_round_finished(event)
 
     def on_reply_finished(self, reply: Reply) -> None:
         self._show_reply(reply)
@@ -559,8 +563,7 @@ class MainWindow(QMainWindow):
             self.messages = [dict(m) for m in reply.request.messages if m["role"] != "system"]
             self._show_request(reply.request)
             for event in reply.events:
-                self.chat.add_round(event, lookup=reply.request.settings.lookup)
-                self.charts.on_round_finished(event)
+                self._show_round(event)
             self._show_reply(reply)
             if index in comparisons:
                 self._show_comparison(comparisons[index])
@@ -670,10 +673,15 @@ class MainWindow(QMainWindow):
         if not shown:
             pane.hide()
             return
+        # The sizes' sum is the splitter's width even before a hide has been laid out; only visible panes keep one.
         sizes = dict(zip(self.panes, self.splitter.sizes()))
-        spare = sizes["chat"] - PANE_MIN_WIDTH["chat"]
-        sizes[name] = max(PANE_MIN_WIDTH[name], min(PANE_WIDTH[name], spare))
-        sizes["chat"] -= sizes[name]
+        total = sum(sizes.values())
+        for other in self.panes:
+            if other not in (name, "chat") and not self.panes[other].isVisible():
+                sizes[other] = 0
+        others = sum(size for other, size in sizes.items() if other not in (name, "chat"))
+        sizes[name] = max(PANE_MIN_WIDTH[name], min(PANE_WIDTH[name], total - others - PANE_MIN_WIDTH["chat"]))
+        sizes["chat"] = total - others - sizes[name]
         pane.show()
         self.splitter.setSizes(list(sizes.values()))
 

@@ -87,6 +87,14 @@ def test_gamma_change_applies_from_the_next_round(make_studio, mixed_decoder, qt
     gammas = [e.gamma for e in reply.events]
     assert gammas[0] == 4
     assert set(gammas[already + 1:]) == {2}, gammas
+    assert "γ=4→2" in studio.window.chat.toPlainText()  # the reply's header says so too
+
+
+def test_a_reply_cut_at_max_tokens_carries_a_visible_mark(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, max_new_tokens=6)
+    reply = send(qtbot, studio)
+    assert reply.events[-1].finish_reason == "length"
+    assert "cut at max new tokens" in studio.window.chat.toPlainText()
 
 
 def test_stop_ends_the_reply_within_one_round(make_studio, mixed_decoder, qtbot):

@@ -2,14 +2,14 @@
 trace one toggle away on the same reply, copy giving the clean text, and the pane following the conversation."""
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QAbstractSlider
 
 from engine.events import Fate
 from tests.ui.helpers import REPLY_TIMEOUT_MS, send
 from tests.ui.synthetic import markdown_reply
-from ui.chat_view import CLEAN, TRACE, ChatView, monospace_family
+from ui.chat_view import CLEAN, EXAMPLE_SCHEME, EXAMPLES, TRACE, ChatView, monospace_family
 from ui.palette import STYLES
 
 
@@ -123,3 +123,13 @@ def test_the_chat_follows_a_new_message_unless_the_user_scrolls_up(make_studio, 
         window.message_box.setPlainText("w3 w9")
         window.message_box.submit()
     assert bar.value() == 0 and not window.chat.following  # the reader's position was left alone
+
+
+def test_an_example_in_the_empty_chat_guide_is_sent_with_one_click(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, max_new_tokens=4)
+    chat = studio.window.chat
+    assert "Try one" in chat.toPlainText()
+    with qtbot.waitSignal(studio.window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        chat.anchorClicked.emit(QUrl(f"{EXAMPLE_SCHEME}:1"))
+    assert studio.window.messages[0] == {"role": "user", "content": EXAMPLES[1][1]}
+    assert "Try one" not in chat.toPlainText()

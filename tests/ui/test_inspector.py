@@ -1,0 +1,76 @@
+"""The inspector's words per mode: greedy never mentions r or min(1, p/q), text is escaped, copied drafts are
+named, padding tokens are left out, the bonus sentence counts the round's drafts, and a click pins."""
+from __future__ import annotations
+
+from PySide6.QtCore import QPoint, Qt
+
+from engine.events import Fate
+from tests.ui.helpers import send
+from tests.ui.synthetic import accepted_round, rejected_round
+from ui.inspector import span_html
+from ui.tokens import round_spans
+
+
+def spans_of(event, lookup=False):
+    return {s.fate: s for s in round_spans(event, lookup)}
+
+
+def test_greedy_rejection_names_the_targets_choice_without_the_sampling_test():
+    spans = spans_of(rejected_round(0, ["a"], "b", "c", greedy=True))
+    html = span_html(spans[Fate.REJECTED])
+    assert "greedy" in html and "top choice" in html and "target's choice" in html
+    for sampling_only in ("min(1, p/q)", "draw r", "r ≥", "r &lt;"):
+        assert sampling_only not in html
+    assert "greedy" in span_html(spans[Fate.ACCEPTED]) and "min(1" not in span_html(spans[Fate.ACCEPTED])
+
+
+def test_sampling_shows_the_draw_against_min_1_p_over_q_escaped():
+    spans = spans_of(rejected_round(0, ["a"], "b", "c", greedy=False))
+    accepted = span_html(spans[Fate.ACCEPTED])
+    assert "r fell below min(1, p/q)" in accepted and "0.1000 &lt; 1.0000" in accepted
+    rejected = span_html(spans[Fate.REJECTED])
+    assert "at or above min(1, p/q)" in rejected and "0.9500 ≥ 0.4286" in rejected
+    assert "norm(max(0, p − q))" in span_html(spans[Fate.RESAMPLED])
+
+
+def test_token_text_is_escaped_and_padding_is_left_out_of_the_top_lists():
+    spans = spans_of(rejected_round(0, [], "<b>", "x", greedy=False))
+    html = span_html(spans[Fate.REJECTED])
+    assert "&lt;b&gt;" in html and "<b>&lt;" not in html.replace("<b>&lt;b&gt;</b>", "")
+    assert "im_start" not in html  # the zero-probability padding of the top-q list
+
+
+def test_copied_drafts_are_named_with_q_equal_to_one_explained():
+    spans = spans_of(rejected_round(0, [], "copy", "x", greedy=False, rejected_q=1.0), lookup=True)
+    html = span_html(spans[Fate.REJECTED])
+    assert "copied from the conversation" in html and "q = 1" in html and "1 (copied)" in html
+    # without prompt lookup a q of 1.0 is just a confident draft model
+    assert "copied" not in span_html(spans_of(rejected_round(0, [], "d", "x", rejected_q=1.0))[Fate.REJECTED])
+
+
+def test_the_bonus_sentence_counts_the_drafts_of_its_round():
+    one = span_html(spans_of(accepted_round(0, ["a"], "b"))[Fate.BONUS])
+    three = span_html(spans_of(accepted_round(0, ["a", "b", "c"], "d", greedy=False))[Fate.BONUS])
+    assert "the round's only draft was accepted" in one and "all γ" not in one
+    assert "all 3 of the round's drafts were accepted" in three and "a draw from p" in three
+
+
+def test_a_click_pins_a_token_until_another_click(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=16, stop_below=0.0)
+    send(qtbot, studio)
+    window, chat = studio.window, studio.window.chat
+    clean = [i for i, s in enumerate(chat.spans) if s.clean]
+    first, second = clean[0], clean[-1]
+    window.on_token_clicked(first)
+    assert window.inspector.pinned and window.inspector.span is chat.spans[first]
+    assert "pinned" in window.inspector.label.text()
+    with qtbot.waitSignal(chat.token_hovered, timeout=2000):
+        chat.token_hovered.emit(second)  # hovering elsewhere leaves the pinned token shown
+    assert window.inspector.span is chat.spans[first]
+    window.on_token_clicked(second)
+    assert window.inspector.span is chat.spans[second]
+    # a click on empty space releases it
+    with qtbot.waitSignal(chat.background_clicked, timeout=2000):
+        bottom_left = QPoint(5, chat.viewport().height() - 5)
+        qtbot.mouseClick(chat.viewport(), Qt.MouseButton.LeftButton, pos=bottom_left)
+    assert not window.inspector.pinned

@@ -1,0 +1,90 @@
+"""A layout that holds from 1000×700 up: panes at readable sizes, handles that move, panes that come back, and
+controls that stay where they are."""
+from __future__ import annotations
+
+from PySide6.QtCore import QPoint
+from PySide6.QtWidgets import QApplication
+
+from engine.models.pairing import PRESETS
+from ui.charts import MIN_CHART_HEIGHT
+from ui.main_window import MIN_HEIGHT, MIN_WIDTH, PANE_MIN_WIDTH, PANE_WIDTH, MainWindow
+
+
+def shown_window(qtbot, width: int, height: int, **machine) -> MainWindow:
+    window = MainWindow(PRESETS, **machine)
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitExposed(window)
+    window.resize(width, height)
+    QApplication.processEvents()
+    return window
+
+
+def pane_widths(window: MainWindow) -> dict[str, int]:
+    return dict(zip(window.panes, window.splitter.sizes()))
+
+
+def test_at_1000_by_700_every_pane_is_usable(qtbot):
+    window = shown_window(qtbot, MIN_WIDTH, MIN_HEIGHT)
+    assert (window.width(), window.height()) == (MIN_WIDTH, MIN_HEIGHT)
+    widths = pane_widths(window)
+    assert all(widths[name] >= PANE_MIN_WIDTH[name] for name in widths), widths
+    for plot in (window.charts.alpha_plot, window.charts.tokens_plot, window.charts.speedup_plot):
+        assert plot.height() >= MIN_CHART_HEIGHT and plot.width() >= PANE_MIN_WIDTH["right"] - 10
+    assert window.inspector.height() >= 90
+    side = window.panes["side"]
+    assert not side.horizontalScrollBar().isVisible(), "the controls should fit the side pane's width"
+
+
+def test_the_window_cannot_shrink_below_1000_by_700(qtbot):
+    window = shown_window(qtbot, 800, 500)
+    assert window.width() >= MIN_WIDTH and window.height() >= MIN_HEIGHT
+
+
+def test_handles_move_at_the_smallest_size(qtbot):
+    window = shown_window(qtbot, MIN_WIDTH, MIN_HEIGHT)
+    before = pane_widths(window)
+    handle = window.splitter.handle(2)  # between the chat and the right pane: widen the charts
+    window.splitter.moveSplitter(handle.pos().x() - 15, 2)
+    after = pane_widths(window)
+    assert after["right"] > before["right"] and after["chat"] >= PANE_MIN_WIDTH["chat"]
+
+
+def test_a_hidden_pane_comes_back_at_a_sensible_width_and_a_bigger_window_is_shared(qtbot):
+    window = shown_window(qtbot, 1600, 1000)
+    widths = pane_widths(window)
+    assert widths["right"] > PANE_WIDTH["right"] * 0.8  # not everything went to the chat
+    window.pane_actions["right"].trigger()
+    assert window.panes["right"].isHidden()
+    window.pane_actions["right"].trigger()
+    QApplication.processEvents()
+    assert PANE_MIN_WIDTH["right"] <= pane_widths(window)["right"] <= PANE_WIDTH["right"] + 1
+    window.resize(MIN_WIDTH, MIN_HEIGHT)
+    QApplication.processEvents()
+    small = pane_widths(window)
+    assert all(small[name] >= PANE_MIN_WIDTH[name] for name in small), small
+
+
+def test_the_gamma_slider_stays_put_when_sampling_is_chosen(qtbot):
+    window = shown_window(qtbot, MIN_WIDTH, MIN_HEIGHT)
+    controls = window.controls
+    where = controls.gamma.mapTo(window, QPoint(0, 0))
+    controls.sampling.setChecked(True)
+    QApplication.processEvents()
+    assert controls.gamma.mapTo(window, QPoint(0, 0)) == where
+    assert controls.temperature.isEnabled()
+    controls.greedy.setChecked(True)
+    assert not controls.temperature.isEnabled()
+
+
+def test_device_and_dtype_boxes_offer_only_what_the_machine_has(qtbot):
+    window = shown_window(qtbot, MIN_WIDTH, MIN_HEIGHT, devices=("auto", "cpu"), dtypes=("auto", "float32"),
+                          offline={"embedded": True, "qwen3-4b": False})
+    picker = window.picker
+    assert [picker.device.itemText(i) for i in range(picker.device.count())] == ["auto", "cpu"]
+    assert [picker.dtype.itemText(i) for i in range(picker.dtype.count())] == ["auto", "float32"]
+    names = [picker.preset.itemText(i) for i in range(picker.preset.count())]
+    assert "embedded — on this machine" in names and "qwen3-4b — needs a download" in names
+    # choosing a preset still fills in its models
+    picker.preset.setCurrentIndex(picker.preset.findData("qwen3-4b"))
+    assert picker.target.text() == PRESETS["qwen3-4b"].target

@@ -1,0 +1,28 @@
+"""The Markdown reader gives line blocks and inline runs as offsets, and copes with a reply still streaming."""
+from ui.markdown import inline_runs, parse_blocks
+
+
+def shown(source: str) -> list[tuple[str, str]]:
+    return [(b.kind, source[b.start:b.end]) for b in parse_blocks(source)]
+
+
+def test_blocks_of_a_typical_answer():
+    source = "Use this:\n\n```python\ndef f():\n    return 1\n```\n# Notes\n- one\n2. two\n> quoted\n---\nend"
+    assert shown(source) == [("text", "Use this:"), ("code", "def f():\n    return 1"), ("heading", "Notes"),
+                             ("bullet", "one"), ("number", "two"), ("quote", "quoted"), ("rule", ""),
+                             ("text", "end")]
+    assert [b.marker for b in parse_blocks(source) if b.marker] == ["•", "2."]
+
+
+def test_an_unclosed_fence_is_code_up_to_what_has_streamed():
+    blocks = parse_blocks("Here:\n```py\nx = 1\n")
+    assert blocks[-1].kind == "code" and not blocks[-1].closed
+    assert "Here:\n```py\nx = 1\n"[blocks[-1].start:blocks[-1].end] == "x = 1"
+
+
+def test_inline_markers_are_hidden_and_unclosed_ones_stay_literal():
+    source = "a **bold** and *it* with `code` but **open"
+    runs = [(source[a:b], style) for a, b, style in inline_runs(source, 0, len(source))]
+    assert runs == [("a ", ""), ("bold", "bold"), (" and ", ""), ("it", "italic"), (" with ", ""),
+                    ("code", "code"), (" but **open", "")]
+    assert inline_runs("snake_case_name", 0, 15) == [(0, 15, "")]

@@ -1,0 +1,89 @@
+"""Numbers a user can trust: a robust step reference, estimates clamped to γ + 1, a busy machine said out loud,
+and a comparison with plain AR that shows its progress, the AR text and why the two differ."""
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+from engine.events import DecodeSettings, EmittedToken, Fate, RoundEvent
+from tests.ui.helpers import send
+from tests.ui.synthetic import accepted_round
+from ui.compare import comparison_view, explain, first_difference
+from ui.main_window import stats_line
+from ui.session import Comparison, Reply, ReplyRequest
+from ui.timing import StepReference, estimated_speedup, machine_was_busy
+
+
+def ar_step(index: int, token_id: int, text: str, p: float, step_s: float = 0.03) -> RoundEvent:
+    return RoundEvent(index=index, gamma=0, drafted=(), emitted=(EmittedToken(token_id, text, Fate.TARGET, p),),
+                      text_delta=text, draft_s=0.0, verify_s=step_s, round_s=step_s, target_step_s=step_s)
+
+
+def test_one_slow_measurement_does_not_move_the_reference():
+    reference = StepReference()
+    for seconds in (0.030, 0.031, 0.029, 0.030, 1.21):  # one sample taken while the machine was busy
+        reference.add(seconds)
+    assert reference.seconds == 0.030
+
+
+def test_the_estimate_never_exceeds_gamma_plus_one():
+    events = [accepted_round(i, ["a", "b"], "c") for i in range(4)]  # 3 tokens per 30 ms round
+    assert estimated_speedup(events, reference_s=0.02, gamma=2) == 2.0
+    assert estimated_speedup(events, reference_s=1.21, gamma=2) == 3.0  # 121× before the clamp
+    reply = Reply(ReplyRequest(({"role": "user", "content": "x"},), DecodeSettings(gamma=2)), tuple(events),
+                  "abc", False)
+    assert "est. 3.00× vs AR" in stats_line(reply, reference_s=1.21)
+
+
+def test_a_reply_measured_on_a_busy_machine_is_flagged():
+    reference = StepReference()
+    for _ in range(5):
+        reference.add(0.03)
+    quiet = [accepted_round(i, ["a"], "b") for i in range(5)]
+    assert not machine_was_busy(quiet, reference)
+    busy_step = [dataclasses.replace(e, target_step_s=1.21) for e in quiet]  # the fresh measurement was slow
+    assert machine_was_busy(busy_step, reference)
+    stalled = [dataclasses.replace(e, verify_s=0.5) for e in quiet]  # the rounds themselves were slow
+    assert machine_was_busy(stalled, reference)
+
+
+def greedy_pair(ar_texts: list[tuple[int, str, float]]) -> tuple[Reply, Comparison]:
+    reply_events = (accepted_round(0, ["The", " cat"], " sat", finish="length"),)
+    reply = Reply(ReplyRequest(({"role": "user", "content": "x"},), DecodeSettings()), reply_events,
+                  "The cat sat", False)
+    ar_events = tuple(ar_step(i, token_id, text, p) for i, (token_id, text, p) in enumerate(ar_texts))
+    comparison = Comparison(ar_events, "".join(t for _, t, _ in ar_texts), 0.03, 0.09, 100.0, 33.0,
+                            identical=[e.emitted[0].token_id for e in ar_events] == [100, 101, 99])
+    return reply, comparison
+
+
+def test_a_greedy_difference_is_located_and_explained_with_its_p_values():
+    reply, comparison = greedy_pair([(100, "The", 0.9), (101, " cat", 0.9), (7, " lay", 0.41)])
+    assert first_difference([100, 101, 99], [100, 101, 7]) == 2
+    sentence = explain(comparison, reply, exact=False)
+    assert "part at token 3" in sentence and "“ sat” (p = 0.700)" in sentence and "“ lay” (p = 0.410)" in sentence
+    assert "near-tie" in sentence and "exact only up to rounding" in sentence
+    view = comparison_view(comparison, reply, "summary", pair=None)
+    assert view.first_difference == 2 and view.ar_tokens == ("The", " cat", " lay")
+
+
+def test_identical_greedy_outputs_simply_say_so_where_greedy_is_exact():
+    reply, comparison = greedy_pair([(100, "The", 0.9), (101, " cat", 0.9), (99, " sat", 0.7)])
+    exact = comparison_view(comparison, reply, "summary", pair=SimpleNamespace(greedy_exact=True))
+    assert exact.first_difference is None and "exact here" in exact.explanation
+    assert "up to rounding" in comparison_view(comparison, reply, "summary", pair=None).explanation
+
+
+def test_compare_with_ar_shows_progress_then_the_ar_text_beside_the_reply(make_studio, greedy_mixed_decoder,
+                                                                          qtbot):
+    studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=10)
+    window = studio.window
+    window.controls.compare_ar.setChecked(True)
+    progressed = []
+    studio.worker.comparison_progressed.connect(progressed.append)
+    send(qtbot, studio)
+    assert progressed[-1] == 10 and progressed == sorted(progressed)
+    assert not window.comparison_progress.isVisible()
+    shown = window.chat.toPlainText()
+    assert "plain AR: 10 tokens" in shown and "greedy outputs identical" in shown
+    assert "Plain AR produced the same 10 tokens" in shown
