@@ -5,15 +5,18 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QFileDialog, QInputDialog, QListWidget, QListWidgetItem, QMenu, QMessageBox,
-                               QVBoxLayout, QWidget)
+from PySide6.QtCore import QRect, QSize, Qt, Signal
+from PySide6.QtGui import QFont, QFontMetrics
+from PySide6.QtWidgets import (QFileDialog, QInputDialog, QListWidget, QListWidgetItem, QMenu, QMessageBox, QStyle,
+                               QStyledItemDelegate, QStyleOptionViewItem, QVBoxLayout, QWidget)
 
 from ui.chat_store import ChatStore, ChatSummary
 from ui.export import export_session
 from ui.session import Session
 
 CHAT_ID = Qt.ItemDataRole.UserRole
+SUBTITLE = Qt.ItemDataRole.UserRole + 1  # when the chat was last used and how many replies it holds
+PADDING = 6
 
 
 def when(stamp: datetime, today: datetime | None = None) -> str:
@@ -23,6 +26,43 @@ def when(stamp: datetime, today: datetime | None = None) -> str:
     if local.date() == today.date():
         return local.strftime("today %H:%M")
     return local.strftime("%d %b" if local.year == today.year else "%d %b %Y")
+
+
+class ChatDelegate(QStyledItemDelegate):
+    """Two lines per chat: its title (elided to the panel's width) and, in grey, when it was last used."""
+
+    def paint(self, painter, option, index) -> None:
+        option = QStyleOptionViewItem(option)
+        self.initStyleOption(option, index)
+        title, option.text = option.text, ""
+        option.widget.style().drawControl(QStyle.ControlElement.CE_ItemViewItem, option, painter, option.widget)
+        selected = bool(option.state & QStyle.StateFlag.State_Selected)
+        title_font, small_font = self._fonts(option.font)
+        rect = option.rect.adjusted(PADDING, PADDING // 2, -PADDING, -PADDING // 2)
+        title_height = QFontMetrics(title_font).height()
+        painter.save()
+        painter.setPen(option.palette.highlightedText().color() if selected else option.palette.text().color())
+        painter.setFont(title_font)
+        painter.drawText(QRect(rect.left(), rect.top(), rect.width(), title_height), Qt.AlignmentFlag.AlignLeft,
+                         QFontMetrics(title_font).elidedText(title, Qt.TextElideMode.ElideRight, rect.width()))
+        if not selected:
+            painter.setPen(option.palette.placeholderText().color())
+        painter.setFont(small_font)
+        painter.drawText(QRect(rect.left(), rect.top() + title_height, rect.width(), rect.height() - title_height),
+                         Qt.AlignmentFlag.AlignLeft, index.data(SUBTITLE) or "")
+        painter.restore()
+
+    def sizeHint(self, option, index) -> QSize:  # noqa: N802 (Qt's name)
+        title_font, small_font = self._fonts(option.font)
+        height = QFontMetrics(title_font).height() + QFontMetrics(small_font).height() + PADDING
+        return QSize(option.rect.width(), height)
+
+    @staticmethod
+    def _fonts(base: QFont) -> tuple[QFont, QFont]:
+        title, small = QFont(base), QFont(base)
+        title.setWeight(QFont.Weight.DemiBold)
+        small.setPointSizeF(max(6.0, base.pointSizeF() - 1))
+        return title, small
 
 
 class HistoryPanel(QWidget):
@@ -36,7 +76,8 @@ class HistoryPanel(QWidget):
         self.current_id: int | None = None
         self.list = QListWidget()
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        self.list.setWordWrap(True)
+        self.list.setItemDelegate(ChatDelegate(self.list))
+        self.list.setUniformItemSizes(True)
         self.list.setToolTip("Click a chat to reopen it; right-click to rename, export or delete it")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -78,8 +119,9 @@ class HistoryPanel(QWidget):
 
     def _item(self, chat: ChatSummary) -> QListWidgetItem:
         replies = f"{chat.n_replies} repl{'y' if chat.n_replies == 1 else 'ies'}"
-        item = QListWidgetItem(f"{chat.title or 'Untitled chat'}\n{when(chat.updated_at)} · {replies}")
+        item = QListWidgetItem(chat.title or "Untitled chat")
         item.setData(CHAT_ID, chat.id)
+        item.setData(SUBTITLE, f"{when(chat.updated_at)} · {replies}")
         item.setToolTip(f"{chat.title}\nstarted {chat.created_at.astimezone():%Y-%m-%d %H:%M}")
         return item
 
@@ -93,10 +135,10 @@ class HistoryPanel(QWidget):
         chat_id = item.data(CHAT_ID)
         menu = QMenu(self)
         menu.addAction("Open", lambda: self.chat_chosen.emit(chat_id))
-        menu.addAction("Rename…", lambda: self._ask_rename(chat_id, item.text().split("\n")[0]))
+        menu.addAction("Rename…", lambda: self._ask_rename(chat_id, item.text()))
         menu.addAction("Export…", lambda: self._ask_export(chat_id))
         menu.addSeparator()
-        menu.addAction("Delete…", lambda: self._ask_delete(chat_id, item.text().split("\n")[0]))
+        menu.addAction("Delete…", lambda: self._ask_delete(chat_id, item.text()))
         menu.exec(self.list.viewport().mapToGlobal(pos))
 
     def _ask_rename(self, chat_id: int, title: str) -> None:

@@ -1,0 +1,300 @@
+"""Saved chats through the real window and worker: history across a restart, settings kept with QSettings,
+regenerate / edit-and-resend / continue / copy / system prompt, New chat during a reply, and a killed app."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QTextCursor
+from PySide6.QtWidgets import QApplication
+
+from engine.events import DecodeSettings
+from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, token_fragments
+from ui.chat_store import ChatStore
+from ui.history import SUBTITLE
+from ui.main_window import stats_line
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def make_window(qtbot, tmp_path):
+    """Like `make_studio`, with the chats database and the settings file in tmp_path; each call is one run of the
+    app, and closing it (`close`) is a quit: the window saves its settings, the worker thread is joined."""
+    from app.studio import build
+
+    running = []
+
+    def make(decoder, **settings):
+        decoder.reset()
+        preferences = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+        studio = build(decoder, defaults=DecodeSettings(**settings), store=ChatStore(tmp_path / "chats.sqlite3"),
+                       preferences=preferences)
+        qtbot.addWidget(studio.window)
+        studio.window.show()
+        qtbot.waitExposed(studio.window)
+        running.append(studio)
+        with qtbot.waitSignal(studio.window.models_shown, timeout=10_000):
+            studio.start()
+        return studio
+
+    def close(studio):
+        studio.window.close()
+        studio.shutdown()
+        studio.window.store.close()
+        running.remove(studio)
+
+    make.close = close
+    yield make
+    for studio in running:
+        studio.shutdown()
+
+
+def click_chat(qtbot, window, row: int) -> None:
+    history = window.history.list
+    rect = history.visualItemRect(history.item(row))
+    qtbot.mouseClick(history.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+
+
+def test_history_survives_a_restart_and_restores_text_colours_charts_and_stats(make_window, mixed_decoder, qtbot):
+    first = make_window(mixed_decoder, greedy=False, max_new_tokens=24, stop_below=0.0)
+    replies = [send(qtbot, first, "w3 w7 w11 w5"), send(qtbot, first, "w9 w2")]
+    shown = token_fragments(first.window.chat)
+    make_window.close(first)
+
+    second = make_window(mixed_decoder, greedy=False, max_new_tokens=24)
+    window = second.window
+    assert window.session.replies == []
+    assert window.history.list.count() == 1
+    assert window.history.list.item(0).text() == "w3 w7 w11 w5"
+    assert window.history.list.item(0).data(SUBTITLE).startswith("today ")
+    click_chat(qtbot, window, 0)
+    assert window.session.replies == replies  # every round event, the request and the settings came back
+    assert token_fragments(window.chat) == shown  # same tokens, colours and strike-outs as when they streamed
+    window.legend.trace_action.setChecked(True)  # the trace view: every draft, coloured by its fate
+    window.chat.flush()
+    trace = {(c, s) for _, c, s in token_fragments(window.chat)}
+    assert trace == expected_colours([e for r in replies for e in r.events])
+    assert window.reply_label.text() == "last reply: " + stats_line(replies[-1])
+    window.charts.refresh()
+    assert window.charts.point_count("alpha") == len(replies[-1].events)  # the charts show the last reply
+    assert [m["role"] for m in window.messages] == ["user", "assistant", "user", "assistant"]
+
+    third = send(qtbot, second, "w4")  # carrying on in the restored chat writes to it, not to a new one
+    assert third.request.messages[:4] == tuple(window.messages[:4])
+    assert [c.n_replies for c in window.store.list_chats()] == [3]
+
+
+def test_settings_and_layout_persist_through_qsettings(make_window, mixed_decoder, qtbot):
+    first = make_window(mixed_decoder)
+    window = first.window
+    controls = window.controls
+    controls.sampling.setChecked(True)
+    controls.temperature.setValue(0.7)
+    controls.gamma.setValue(3)
+    controls.max_new_tokens.setValue(77)
+    controls.stop_below.setValue(0.5)
+    window.picker.target.setText("HuggingFaceTB/SmolLM2-360M-Instruct")
+    window.system_prompt = "w9 w9"
+    window.resize(1100, 760)
+    window.history_dock.hide()
+    make_window.close(first)
+
+    window = make_window(mixed_decoder).window
+    settings = window.controls.settings()
+    assert (settings.greedy, settings.temperature, settings.gamma, settings.max_new_tokens, settings.stop_below) == \
+        (False, 0.7, 3, 77, 0.5)
+    assert window.controls.sampling_box.isVisibleTo(window)
+    assert window.picker.target.text() == "HuggingFaceTB/SmolLM2-360M-Instruct"
+    assert window.system_prompt == "w9 w9"
+    assert window.height() == 760  # (the width is clamped: the offscreen platform's screen is 800 px wide)
+    assert window.history_dock.isHidden()
+
+
+def test_regenerate_replaces_the_last_reply_here_and_on_disk(make_window, mixed_decoder, qtbot):
+    studio = make_window(mixed_decoder, greedy=False, max_new_tokens=12)
+    window = studio.window
+    send(qtbot, studio, "w3 w4")
+    old = send(qtbot, studio, "w5 w6")
+    window.controls.seed.setValue(7)
+    with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        window.regenerate_action.trigger()
+    new = window.session.replies[-1]
+    assert len(window.session.replies) == 2 and new.request.settings.seed == 7
+    assert new.request.messages == old.request.messages and new.text != old.text
+    assert window.chat.toPlainText().count("w5 w6") == 1  # the old reply is gone from the pane, not repeated
+    saved = window.store.load_chat(window.recorder.chat_id)
+    assert [r.text for r in saved.replies] == [r.text for r in window.session.replies]
+
+
+def test_edit_and_resend_replaces_that_turn(make_window, mixed_decoder, qtbot):
+    studio = make_window(mixed_decoder, greedy=True, max_new_tokens=8)
+    window = studio.window
+    send(qtbot, studio, "w3 w4")
+    send(qtbot, studio, "w5 w6")
+    window.edit_action.trigger()
+    assert window.message_box.toPlainText() == "w5 w6"
+    window.message_box.setPlainText("w7 w8")
+    with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        qtbot.keyClick(window.message_box, Qt.Key.Key_Return)
+    assert [r.request.messages[-1]["content"] for r in window.session.replies] == ["w3 w4", "w7 w8"]
+    assert window.chat.toPlainText().count("w5 w6") == 0
+    saved = window.store.load_chat(window.recorder.chat_id)
+    assert [r.request.messages[-1]["content"] for r in saved.replies] == ["w3 w4", "w7 w8"]
+
+
+def test_continue_carries_on_a_reply_cut_at_max_tokens(make_window, mixed_decoder, qtbot):
+    studio = make_window(mixed_decoder, greedy=True, max_new_tokens=6)
+    window = studio.window
+    cut = send(qtbot, studio, "w3 w4")
+    assert cut.events[-1].finish_reason == "length"
+    assert window.continue_button.isVisible() and window.continue_action.isEnabled()
+    with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        qtbot.mouseClick(window.continue_button, Qt.MouseButton.LeftButton)
+    more = window.session.replies[-1]
+    assert more.request.messages[-1] == {"role": "assistant", "content": cut.text}
+    assert window.messages[-1] == {"role": "assistant", "content": cut.text + more.text}
+    assert window.chat.toPlainText().count("w3 w4") == 1  # no new user message for a continuation
+
+
+def test_copy_gives_the_clean_reply_and_the_system_prompt_goes_first(make_window, mixed_decoder, qtbot):
+    studio = make_window(mixed_decoder, greedy=False, max_new_tokens=16, stop_below=0.0)
+    window = studio.window
+    window.system_prompt = "w9 w10"
+    reply = send(qtbot, studio, "w3 w4")
+    assert reply.request.messages[0] == {"role": "system", "content": "w9 w10"}
+    assert window.store.load_chat(window.recorder.chat_id).system_prompt == "w9 w10"
+    window.copy_action.trigger()
+    assert QApplication.clipboard().text() == reply.text
+
+
+def test_new_chat_during_a_reply_stops_it_and_keeps_it_in_the_old_chat(make_window, mixed_decoder, qtbot):
+    studio = make_window(mixed_decoder, greedy=False, max_new_tokens=600)
+    window = studio.window
+    with qtbot.waitSignal(window.round_shown, timeout=REPLY_TIMEOUT_MS):
+        qtbot.keyClicks(window.message_box, "w3 w4")
+        qtbot.keyClick(window.message_box, Qt.Key.Key_Return)
+    old_chat = window.recorder.chat_id
+    with qtbot.waitSignal(window.new_chat_requested, timeout=REPLY_TIMEOUT_MS):
+        qtbot.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    assert not window.busy and window.session.replies == [] and window.messages == []
+    assert "w3 w4" not in window.chat.toPlainText() and window.reply_label.text() == ""
+    assert window.inspector.span is None
+    assert window.recorder.chat_id is None  # the next message starts a new saved chat
+    [stopped] = window.store.load_chat(old_chat).replies
+    assert stopped.stopped and 0 < len(stopped.events) < 600
+
+
+def test_rename_delete_and_export_a_saved_chat(make_window, mixed_decoder, qtbot, tmp_path):
+    studio = make_window(mixed_decoder, greedy=False, max_new_tokens=8)
+    window = studio.window
+    reply = send(qtbot, studio, "w3 w4")
+    chat_id = window.recorder.chat_id
+    window.history.rename_chat(chat_id, "Tiny words")
+    assert window.history.list.item(0).text() == "Tiny words"
+    written = window.history.export_chat(chat_id, tmp_path / "again")
+    data = json.loads((tmp_path / "again.json").read_text())
+    assert [p.suffix for p in written] == [".json", ".csv"] and data["replies"][0]["text"] == reply.text
+    window.history.delete_chat(chat_id)
+    assert window.history.list.count() == 0 and window.session.replies == []  # the open chat was the one deleted
+
+
+APP = textwrap.dedent("""
+    import sys
+    from PySide6.QtWidgets import QApplication
+    from app.studio import build
+    from engine.events import DecodeSettings
+    from tests.ui.conftest import DRAFT_NOISE, near_copy_decoder
+    from ui.chat_store import ChatStore
+
+    app = QApplication([])
+    studio = build(near_copy_decoder(DRAFT_NOISE["mixed"]), defaults=DecodeSettings(greedy=False, max_new_tokens=8),
+                   store=ChatStore(sys.argv[1]))
+    window = studio.window
+    rounds = []
+
+    def on_round_shown(event):  # the window wrote the round before it announced it
+        rounds.append(event)
+        print("round", len(rounds), flush=True)
+
+    def on_turn_completed():
+        print("turn", len(window.session.replies), flush=True)
+        if len(window.session.replies) == 1:
+            window.controls.max_new_tokens.setValue(5000)  # a reply that outlives the kill
+            window.send("w5 w6")
+
+    window.models_shown.connect(lambda _info: window.send("w3 w4"))
+    window.round_shown.connect(on_round_shown)
+    window.turn_completed.connect(on_turn_completed)
+    studio.start()
+    app.exec()
+""")
+
+
+def test_killing_the_app_mid_reply_keeps_every_earlier_turn(tmp_path):
+    db = tmp_path / "chats.sqlite3"
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    child = subprocess.Popen([sys.executable, "-c", APP, str(db)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                             text=True)
+    kinds = []
+    try:
+        for line in child.stdout:  # kill once the second reply has streamed ten rounds
+            kinds.append(line.split()[0])
+            if "turn" in kinds and len(kinds) - kinds.index("turn") > 10:
+                break
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.wait(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+    first_turn_rounds = kinds.index("turn")
+    rounds_in_flight = len(kinds) - first_turn_rounds - 1
+
+    store = ChatStore(db)
+    assert store.db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    [chat] = store.list_chats()
+    finished, killed = store.load_chat(chat.id).replies
+    assert not finished.stopped and len(finished.events) == first_turn_rounds
+    assert finished.request.messages[-1]["content"] == "w3 w4"
+    assert killed.stopped and killed.request.messages[-1]["content"] == "w5 w6"
+    assert len(killed.events) >= rounds_in_flight  # at most the round in flight is lost
+
+
+def test_the_chat_menu_acts_on_the_reply_under_the_mouse(make_window, mixed_decoder, qtbot):
+    studio = make_window(mixed_decoder, greedy=True, max_new_tokens=8)
+    window = studio.window
+    first, _ = send(qtbot, studio, "w3 w4"), send(qtbot, studio, "w5 w6")
+    cursor = token_position(window.chat, first_span=window.chat.items[1].first)
+    cursor.movePosition(QTextCursor.MoveOperation.Right)  # inside the token, not on its left edge
+    on_first_reply = window.chat.cursorRect(cursor).center()
+    assert window._turn_at(on_first_reply) == 0
+    window.copy_turn(0)
+    assert QApplication.clipboard().text() == first.text
+    window.edit_turn(0)
+    assert window.message_box.toPlainText() == "w3 w4"
+    window.message_box.setPlainText("w9")
+    with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        qtbot.keyClick(window.message_box, Qt.Key.Key_Return)
+    assert [r.request.messages[-1]["content"] for r in window.session.replies] == ["w9"]
+
+
+def token_position(chat, first_span: int) -> QTextCursor:
+    """A cursor at the start of the token with this span index in the chat pane's document."""
+    block = chat.document().begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            if fragment.charFormat().anchorHref() == f"token:{first_span}":
+                cursor = QTextCursor(chat.document())
+                cursor.setPosition(fragment.position())
+                return cursor
+            it += 1
+        block = block.next()
+    raise AssertionError(f"token {first_span} is not in the pane")
