@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from engine.models import fast_llama
+from engine.models import fast_llama, gguf_native
 
 # Prompt positions per prefill forward. A 256-token chunk of SmolLM2-135M takes ~0.3 s on 2 CPU cores even deep
 # into its 8192-position window, so Stop is heard within a second; larger chunks are barely faster.
@@ -50,8 +50,11 @@ class CachedModel:
         self.tokens: list[int] = []
         # A draft vocabulary (FR-Spec) scores only its frequent tokens: a smaller LM head, same model.
         self.draft_vocab = None if draft_vocab is None else torch.tensor(draft_vocab, device=model.device)
-        head = model.get_output_embeddings().weight
-        head = head.detach() if self.draft_vocab is None else head[self.draft_vocab].detach()
+        output = model.get_output_embeddings()
+        if isinstance(output, gguf_native.Int4Linear):  # a native GGUF target's head: its int4 kernel as it is
+            head = output.native()
+        else:
+            head = output.weight.detach() if self.draft_vocab is None else output.weight[self.draft_vocab].detach()
         if fast_llama.supports(model):
             self.cache = fast_llama.FastLlama(model, head, int8=int8)
         else:

@@ -46,13 +46,15 @@ class Decoder:
 
     @classmethod
     def load(cls, target: str, draft: str | None, device: str = "auto", dtype: str = "auto", *,
-             draft_int8: bool = True) -> "Decoder":
+             draft_int8: bool = True, target_weights: str = "auto") -> "Decoder":
+        """`target_weights`: a GGUF target's int4 blocks kept ("native"), de-quantised ("dtype"), or native where
+        that is fast ("auto"; see loading.TARGET_WEIGHTS)."""
         dev = pick_device(device)
         dt = pick_dtype(dev, dtype)
         if draft is None:
-            return cls(load_model(target, dev, dt, shard=True))
+            return cls(load_model(target, dev, dt, shard=True, weights=target_weights))
         target_tok, draft_tok = preflight(target, draft)
-        target_model = load_model(target, dev, dt, shard=True, tokenizer=target_tok)
+        target_model = load_model(target, dev, dt, shard=True, tokenizer=target_tok, weights=target_weights)
         return cls(target_model, draft=load_model(draft, dev, dt, tokenizer=draft_tok), draft_int8=draft_int8)
 
     def info(self) -> PairInfo:

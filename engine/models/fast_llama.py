@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engine.models import gguf_native
+
 ARCHITECTURES = ("llama", "qwen3")
 POSITION_ONLY_ROPE = ("default", "linear", "llama3")  # RoPE whose angles depend on the position alone
 INT8_ALIGNMENT = 16  # the CPU int8 kernel returns garbage unless the input width is a multiple of 16 (measured)
@@ -79,15 +81,16 @@ class _Weights:
     def of(cls, model, int8: bool) -> "_Weights":
         built = cls._built.setdefault(model, {})
         # Moving or converting the model reallocates its weights: arrange them again.
-        if int8 not in built or built[int8].source != model.model.embed_tokens.weight.data_ptr():
+        if int8 not in built or built[int8].source != model.model.norm.weight.data_ptr():
             built[int8] = cls(model, int8)
         return built[int8]
 
     def __init__(self, model, int8: bool):
         config, decoder = model.config, model.model
-        self.source = decoder.embed_tokens.weight.data_ptr()
-        self.device = decoder.embed_tokens.weight.device
-        self.embed = decoder.embed_tokens.weight
+        # Keyed on the final norm: a native GGUF model's embeddings are file blocks, not one weight tensor.
+        self.source = decoder.norm.weight.data_ptr()
+        self.device, self.dtype = decoder.norm.weight.device, decoder.norm.weight.dtype
+        self.embed = decoder.embed_tokens
         self.eps = config.rms_norm_eps
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
@@ -99,14 +102,23 @@ class _Weights:
             attn, mlp = layer.self_attn, layer.mlp
             self.layers.append(_Layer(
                 attn_norm=layer.input_layernorm.weight,
-                qkv=linear(_fused([attn.q_proj, attn.k_proj, attn.v_proj]), int8),
+                qkv=_projection([attn.q_proj, attn.k_proj, attn.v_proj], int8),
                 q_norm=attn.q_norm.weight if hasattr(attn, "q_norm") else None,
                 k_norm=attn.k_norm.weight if hasattr(attn, "k_norm") else None,
-                o=linear(attn.o_proj.weight, int8),
+                o=_projection([attn.o_proj], int8),
                 mlp_norm=layer.post_attention_layernorm.weight,
-                gate_up=linear(_fused([mlp.gate_proj, mlp.up_proj]), int8),
-                down=linear(mlp.down_proj.weight, int8),
+                gate_up=_projection([mlp.gate_proj, mlp.up_proj], int8),
+                down=_projection([mlp.down_proj], int8),
             ))
+
+
+def _projection(modules: list[torch.nn.Module], int8: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    """One callable for projections of the same input: a native GGUF model's int4 weights as they are (`int8`
+    does not apply: they are the target's own), else one weight fused from the modules'."""
+    if isinstance(modules[0], gguf_native.Int4Linear):
+        kernels = [m.native() for m in modules]
+        return gguf_native.fused(modules) or (lambda x: torch.cat([k(x) for k in kernels], -1))
+    return linear(_fused(modules) if len(modules) > 1 else modules[0].weight, int8)
 
 
 def _fused(projections: list[torch.nn.Linear]) -> torch.Tensor:
@@ -124,9 +136,10 @@ def _fused(projections: list[torch.nn.Linear]) -> torch.Tensor:
 class FastLlama:
     """One KV cache over a Llama-family model: `forward` feeds tokens after the cached ones, `crop` rolls back."""
 
-    def __init__(self, model, head: torch.Tensor, *, int8: bool = False):
+    def __init__(self, model, head: torch.Tensor | Callable, *, int8: bool = False):
+        """`head`: the LM head's weight, or a native GGUF head's kernel."""
         self.weights = _Weights.of(model, int8)
-        self.head = linear(head, int8)
+        self.head = linear(head, int8) if isinstance(head, torch.Tensor) else head
         self.length = 0
         self.k = self.v = self.cos = self.sin = None
 
@@ -138,12 +151,12 @@ class FastLlama:
         w = self.weights
         capacity = max(needed, 2 * capacity, 256)
         shape = (len(w.layers), w.kv_heads, capacity, w.head_dim)
-        k, v = (torch.zeros(shape, dtype=w.embed.dtype, device=w.device) for _ in range(2))
+        k, v = (torch.zeros(shape, dtype=w.dtype, device=w.device) for _ in range(2))
         if self.k is not None:
             k[:, :, : self.length], v[:, :, : self.length] = self.k[:, :, : self.length], self.v[:, :, : self.length]
         self.k, self.v = k, v
         positions = torch.arange(capacity, device=w.device)[None]
-        cos, sin = w.rotary(torch.zeros(1, dtype=w.embed.dtype, device=w.device), positions)
+        cos, sin = w.rotary(torch.zeros(1, dtype=w.dtype, device=w.device), positions)
         self.cos, self.sin = cos[0], sin[0]
 
     def crop(self, length: int) -> None:
@@ -155,7 +168,7 @@ class FastLlama:
         n, start = len(ids), self.length
         end = start + n
         self._reserve(end)
-        x = w.embed[ids]
+        x = w.embed(ids)
         cos, sin = self.cos[start:end], self.sin[start:end]
         # One query attends to everything cached; several (prefill, verification) also need the causal mask.
         mask = torch.ones(n, end, dtype=torch.bool, device=w.device).tril(start) if n > 1 else None

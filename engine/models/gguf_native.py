@@ -1,0 +1,242 @@
+"""GGUF weights at their native precision: Q4_0 / Q4_1 / Q4_K blocks fed to torch's CPU int4 kernel as they are.
+
+`torch._weight_int4pack_mm_for_cpu` multiplies by 4-bit weights q stored in groups of 32 along the input, each
+group with a scale s and a zero z, de-quantising as (q − 8)·s + z (an fma in float32). The GGUF block types map
+onto it exactly: Q4_0 (w = d·(q − 8)) is s = d, z = 0; Q4_1 (w = d·q + m) is s = d, z = m + 8d; Q4_K's 32-weight
+sub-blocks (w = d·sc·q − dmin·mn) are s = d·sc, z = 8s − dmin·mn. Where the kernel is fast (bfloat16 activations)
+it takes s and z in bfloat16: that rounding is the one difference from the file's values (docs/gguf-native.md).
+
+A Q8_0 LM head (SmolLM2's tied embeddings) also goes through the int4 kernel, exactly: q + 128 = 16h + l with
+nibbles h, l, so w = d·q = (h − 8)·16d + (l − 8)·d + 8d is two int4 groups over the input fed twice.
+Embedding rows are de-quantised from the file's own blocks when looked up (a handful per step), so no dense
+table is kept. The model is an ordinary transformers model whose projections are `Int4Linear` modules; the fast
+forward (`fast_llama`) calls the same kernels.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType, GGUFReader
+from gguf.quants import Q4_K, dequantize
+
+GROUP = 32  # weights per Q4_0 / Q4_1 block and per Q4_K sub-block: the kernel's group size
+# The kernel packs rows in blocks of 64 (AVX-512) or 32 (AVX2, scalar): packed weights whose row counts are
+# multiples of 64 can be concatenated as they are.
+ROW_BLOCK = 64
+PACK_ROWS = 4096  # rows packed at a time: the kernel's packer wants int32 nibbles, 8x the bytes of the result
+INT4_TYPES = {GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q4_K}
+ARCHITECTURES = ("llama",)  # the GGUF layouts mapped below (llama.cpp permutes llama's q and k rows)
+PROJECTIONS = {  # GGUF name in block i -> (module path in a transformers decoder layer)
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+NORMS = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
+
+
+class NotNative(ValueError):
+    """This GGUF (or device, or dtype) cannot run on the int4 kernel; the message says why, in one line."""
+
+
+# ---------------------------------------------------------------------------------------------------- blocks
+
+
+def int4_groups(raw: np.ndarray, qtype: GGMLQuantizationType, rows: int, cols: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Nibbles q (rows, cols) uint8 and per-32 scales s and zeros z (rows, cols / 32) float32 with
+    (q − 8)·s + z equal to gguf's de-quantisation of `raw` (the tensor's bytes, one row of blocks per row)."""
+    if qtype == GGMLQuantizationType.Q4_K:
+        blocks = raw.reshape(-1, 144)  # d, dmin (fp16), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
+        d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)
+        dmin = blocks[:, 2:4].copy().view(np.float16).astype(np.float32)
+        sc, mn = Q4_K.get_scale_min(blocks[:, 4:16])
+        qs = blocks[:, 16:].reshape(-1, 4, 1, 32)  # 4 chunks of 64: low nibbles first, then high
+        nibbles = np.concatenate((qs & 0x0F, qs >> 4), axis=2)  # (blocks, 4, 2, 32): sub-block 2c, 2c + 1
+        scales = d * sc.astype(np.float32)
+        zeros = 8 * scales - dmin * mn.astype(np.float32)
+    else:
+        size = 18 if qtype == GGMLQuantizationType.Q4_0 else 20
+        blocks = raw.reshape(-1, size)
+        d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)
+        qs = blocks[:, size - 16:]
+        nibbles = np.concatenate((qs & 0x0F, qs >> 4), axis=1)  # weights 0-15 low, 16-31 high
+        scales = d
+        if qtype == GGMLQuantizationType.Q4_0:
+            zeros = np.zeros_like(d)
+        else:
+            zeros = blocks[:, 2:4].copy().view(np.float16).astype(np.float32) + 8 * d
+    groups = cols // GROUP
+    return nibbles.reshape(rows, cols), scales.reshape(rows, groups), zeros.reshape(rows, groups)
+
+
+def q8_0_as_int4_groups(raw: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Q8_0 (w = d·q, q int8) as int4 groups over the input fed twice: (rows, 2·cols) nibbles, high ones first."""
+    blocks = raw.reshape(rows, cols // GROUP, 34)
+    d = blocks[..., 0:2].copy().view(np.float16).astype(np.float32)[..., 0]  # (rows, groups)
+    offset = blocks[..., 2:].view(np.int8).astype(np.int16) + 128  # 0..255
+    high, low = (offset >> 4).astype(np.uint8), (offset & 0x0F).astype(np.uint8)
+    nibbles = np.concatenate((high.reshape(rows, cols), low.reshape(rows, cols)), axis=1)
+    scales = np.concatenate((16 * d, d), axis=1)
+    zeros = np.concatenate((np.zeros_like(d), 8 * d), axis=1)
+    return nibbles, scales, zeros
+
+
+def pack(nibbles: np.ndarray, scales: np.ndarray, zeros: np.ndarray, dtype: torch.dtype
+         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's layout: packed weights (rows, cols / 2) uint8 and scales_and_zeros (cols / 32, rows, 2)."""
+    chunks = [torch._convert_weight_to_int4pack_for_cpu(torch.from_numpy(nibbles[i:i + PACK_ROWS].astype(np.int32)), 1)
+              for i in range(0, len(nibbles), PACK_ROWS)]
+    scales_and_zeros = torch.from_numpy(np.stack((scales, zeros), -1).transpose(1, 0, 2).copy()).to(dtype)
+    return torch.cat(chunks), scales_and_zeros
+
+
+# ---------------------------------------------------------------------------------------------------- modules
+
+
+class Int4Weight:
+    """x ↦ x @ wᵀ on the int4 kernel: the callable `fast_llama` uses, like its Int8Weight."""
+
+    def __init__(self, packed: torch.Tensor, scales_and_zeros: torch.Tensor, input_copies: int = 1):
+        self.packed, self.scales_and_zeros, self.input_copies = packed, scales_and_zeros, input_copies
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.input_copies > 1:
+            x = x.repeat(1, self.input_copies)
+        return torch._weight_int4pack_mm_for_cpu(x.contiguous(), self.packed, GROUP, self.scales_and_zeros)
+
+
+class Int4Linear(torch.nn.Module):
+    """A bias-free linear layer holding GGUF int4 groups; its scales follow `model.to(dtype)` as buffers do."""
+
+    def __init__(self, packed: torch.Tensor, scales_and_zeros: torch.Tensor, in_features: int, input_copies: int = 1):
+        super().__init__()
+        self.in_features, self.out_features, self.input_copies = in_features, packed.shape[0], input_copies
+        self.register_buffer("packed", packed)
+        self.register_buffer("scales_and_zeros", scales_and_zeros)
+
+    @property
+    def n_weights(self) -> int:
+        return self.in_features * self.out_features
+
+    def native(self) -> Int4Weight:
+        return Int4Weight(self.packed, self.scales_and_zeros, self.input_copies)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.native()(x.reshape(-1, self.in_features)).reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int4 groups of {GROUP}"
+
+
+def fused(modules: list[Int4Linear]) -> Int4Weight | None:
+    """One int4 weight for projections of the same input (q/k/v, gate/up), or None where the rows do not fall on
+    the kernel's row blocks. The modules' packed weights become views of it, so nothing is stored twice."""
+    if any(m.out_features % ROW_BLOCK or m.input_copies != 1 for m in modules):
+        return None
+    packed = torch.cat([m.packed for m in modules])
+    scales_and_zeros = torch.cat([m.scales_and_zeros for m in modules], 1)
+    start = 0
+    for m in modules:
+        m.packed = packed[start:start + m.out_features]
+        start += m.out_features
+    return Int4Weight(packed, scales_and_zeros)
+
+
+class GGUFEmbedding(torch.nn.Module):
+    """Token embeddings kept as the file's blocks; the rows looked up are de-quantised exactly (gguf's numpy)."""
+
+    def __init__(self, raw: np.ndarray, qtype: GGMLQuantizationType, dim: int, dtype: torch.dtype):
+        super().__init__()
+        self.raw, self.qtype = torch.from_numpy(raw.copy()), qtype  # (vocab, bytes per row)
+        self.num_embeddings, self.embedding_dim = raw.shape[0], dim
+        self.register_buffer("dtype_marker", torch.empty(0, dtype=dtype))  # follows model.to(dtype)
+
+    @property
+    def n_weights(self) -> int:
+        return self.num_embeddings * self.embedding_dim
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = dequantize(self.raw[ids.reshape(-1).cpu()].numpy(), self.qtype)
+        out = torch.from_numpy(rows).to(self.dtype_marker.dtype)
+        return out.reshape(*ids.shape, self.embedding_dim).to(self.dtype_marker.device)
+
+
+# ---------------------------------------------------------------------------------------------------- loading
+
+
+def _rows_to_hf(rows: int, n_head: int) -> np.ndarray:
+    """Undo llama.cpp's q/k row permutation (as transformers' GGUF loader does) as an index over rows."""
+    dim = rows // n_head // 2
+    return np.arange(rows).reshape(n_head, dim, 2).swapaxes(2, 1).reshape(rows)
+
+
+def _linear(tensor, dtype: torch.dtype, row_order: np.ndarray | None = None) -> Int4Linear:
+    cols, rows = (int(n) for n in tensor.shape)  # GGUF lists the contiguous (input) dimension first
+    raw = np.asarray(tensor.data).reshape(rows, -1)
+    if tensor.tensor_type == GGMLQuantizationType.Q8_0:
+        nibbles, scales, zeros = q8_0_as_int4_groups(raw, rows, cols)
+        copies = 2
+    else:
+        nibbles, scales, zeros = int4_groups(raw, tensor.tensor_type, rows, cols)
+        copies = 1
+    if row_order is not None:
+        nibbles, scales, zeros = nibbles[row_order], scales[row_order], zeros[row_order]
+    packed, scales_and_zeros = pack(nibbles, scales, zeros, dtype)
+    return Int4Linear(packed, scales_and_zeros, cols, copies)
+
+
+def _vector(tensor, dtype: torch.dtype) -> torch.nn.Parameter:
+    return torch.nn.Parameter(torch.from_numpy(np.array(tensor.data, dtype=np.float32)).to(dtype), requires_grad=False)
+
+
+def check(tensors: dict, architecture: str, device: torch.device) -> None:
+    """Raise NotNative unless every projection can go to the int4 kernel on `device`."""
+    if device.type != "cpu":
+        raise NotNative(f"native GGUF weights run on torch's CPU int4 kernel, not on {device.type}")
+    if architecture not in ARCHITECTURES:
+        raise NotNative(f"native GGUF weights cover {', '.join(ARCHITECTURES)}, not {architecture}")
+    for name, tensor in tensors.items():
+        if name.startswith("blk.") and name.split(".")[2] in PROJECTIONS and tensor.tensor_type not in INT4_TYPES:
+            raise NotNative(f"{name} is {tensor.tensor_type.name}; the int4 kernel takes Q4_0, Q4_1 and Q4_K")
+
+
+def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.device("cpu")):
+    """A transformers model for `config` whose weights are read from the GGUF at `path` without de-quantising:
+    int4 projections (and a Q4 / Q8_0 head), embeddings as file blocks, norms in `dtype`."""
+    from transformers import AutoModelForCausalLM
+
+    reader = GGUFReader(path)
+    architecture = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    tensors = {t.name: t for t in reader.tensors}
+    check(tensors, architecture, device)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    decoder = model.model
+    decoder.rotary_emb = type(decoder.rotary_emb)(config=config)  # its inverse frequencies were built on meta
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    for i, layer in enumerate(decoder.layers):
+        for gguf_name, module_path in PROJECTIONS.items():
+            order = {"attn_q": heads, "attn_k": kv_heads}.get(gguf_name)
+            tensor = tensors[f"blk.{i}.{gguf_name}.weight"]
+            owner_name, attr = module_path.split(".")
+            module = _linear(tensor, dtype, None if order is None else _rows_to_hf(int(tensor.shape[1]), order))
+            setattr(getattr(layer, owner_name), attr, module)
+        for gguf_name, attr in NORMS.items():
+            getattr(layer, attr).weight = _vector(tensors[f"blk.{i}.{gguf_name}.weight"], dtype)
+    decoder.norm.weight = _vector(tensors["output_norm.weight"], dtype)
+    embed = tensors["token_embd.weight"]
+    decoder.embed_tokens = GGUFEmbedding(np.asarray(embed.data), embed.tensor_type, config.hidden_size, dtype)
+    head = tensors.get("output.weight", embed)
+    if head.tensor_type in INT4_TYPES or head.tensor_type == GGMLQuantizationType.Q8_0:
+        model.lm_head = _linear(head, dtype)
+    else:  # F16, F32, other k-quants: a dense head, de-quantised once
+        weight = dequantize(np.asarray(head.data), head.tensor_type).reshape(int(head.shape[1]), -1)
+        model.lm_head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=dtype)
+        model.lm_head.weight = torch.nn.Parameter(torch.from_numpy(weight).to(dtype), requires_grad=False)
+    del reader, tensors  # closes the file's memory map: everything kept was copied out
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise NotNative(f"no GGUF tensor for {left[0]}")
+    return model.eval().requires_grad_(False)
