@@ -11,7 +11,7 @@ from PySide6.QtWidgets import (QFileDialog, QInputDialog, QListWidget, QListWidg
                                QStyledItemDelegate, QStyleOptionViewItem, QVBoxLayout, QWidget)
 
 from ui.chat_store import ChatStore, ChatSummary
-from ui.export import export_session
+from ui.export import ExportError, export_session
 from ui.session import Session
 
 CHAT_ID = Qt.ItemDataRole.UserRole
@@ -83,8 +83,8 @@ class HistoryPanel(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.list)
         self.setMinimumWidth(140)
-        self.list.itemClicked.connect(self._on_item_clicked)
-        self.list.customContextMenuRequested.connect(self._on_context_menu_requested)
+        self.list.itemClicked.connect(self.on_item_clicked)
+        self.list.customContextMenuRequested.connect(self.on_context_menu_requested)
         self.refresh()
 
     def refresh(self, current_id: int | None = None) -> None:
@@ -95,9 +95,6 @@ class HistoryPanel(QWidget):
             self.list.addItem(self._item(chat))
             if chat.id == current_id:
                 self.list.setCurrentRow(self.list.count() - 1)
-
-    def chat_ids(self) -> list[int]:
-        return [self.list.item(row).data(CHAT_ID) for row in range(self.list.count())]
 
     def rename_chat(self, chat_id: int, title: str) -> None:
         if title.strip():
@@ -125,10 +122,10 @@ class HistoryPanel(QWidget):
         item.setToolTip(f"{chat.title}\nstarted {chat.created_at.astimezone():%Y-%m-%d %H:%M}")
         return item
 
-    def _on_item_clicked(self, item: QListWidgetItem) -> None:
+    def on_item_clicked(self, item: QListWidgetItem) -> None:
         self.chat_chosen.emit(item.data(CHAT_ID))
 
-    def _on_context_menu_requested(self, pos) -> None:
+    def on_context_menu_requested(self, pos) -> None:
         item = self.list.itemAt(pos)
         if item is None:
             return
@@ -148,13 +145,14 @@ class HistoryPanel(QWidget):
 
     def _ask_export(self, chat_id: int) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Export chat", "specdec-chat.json",
-                                              "Session stats (*.json *.csv)")
+                                              "Session stats: NAME.json and NAME.csv (*.json)")
         if not path:
             return
         try:
             written = self.export_chat(chat_id, Path(path))
-        except OSError as exc:
-            self.status_posted.emit(f"Export failed: {exc}")
+        except ExportError as exc:
+            self.status_posted.emit(f"Export failed, nothing written: {exc}")
+            QMessageBox.warning(self, "Export failed", f"Nothing was written: {exc}")
             return
         self.status_posted.emit("Wrote " + ", ".join(p.name for p in written))
 

@@ -16,8 +16,10 @@ from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QApplication
 
 from engine.events import DecodeSettings
+from tests.tiny import tiny_decoder
 from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, token_fragments
 from ui.chat_store import ChatStore
+from ui.export import ExportError
 from ui.history import SUBTITLE
 from ui.main_window import stats_line
 
@@ -164,6 +166,16 @@ def test_continue_carries_on_a_reply_cut_at_max_tokens(make_window, mixed_decode
     assert window.chat.toPlainText().count("w3 w4") == 1  # no new user message for a continuation
 
 
+def test_a_continuation_carries_on_the_assistant_message_in_the_chat_template():
+    decoder = tiny_decoder(draft_seed=None)
+    decoder.tokenizer.chat_template = ("{% for m in messages %} {{ m.content }}{% endfor %}"
+                                       "{% if add_generation_prompt %} w63{% endif %}")  # w63 opens a reply
+    asked = [{"role": "user", "content": "w3 w4"}]
+    ids = decoder.tokenizer.convert_tokens_to_ids
+    assert decoder.chat_ids(asked) == ids(["w3", "w4", "w63"])
+    assert decoder.chat_ids(asked + [{"role": "assistant", "content": "w5 w6"}]) == ids(["w3", "w4", "w5", "w6"])
+
+
 def test_copy_gives_the_clean_reply_and_the_system_prompt_goes_first(make_window, mixed_decoder, qtbot):
     studio = make_window(mixed_decoder, greedy=False, max_new_tokens=16, stop_below=0.0)
     window = studio.window
@@ -202,6 +214,9 @@ def test_rename_delete_and_export_a_saved_chat(make_window, mixed_decoder, qtbot
     written = window.history.export_chat(chat_id, tmp_path / "again")
     data = json.loads((tmp_path / "again.json").read_text())
     assert [p.suffix for p in written] == [".json", ".csv"] and data["replies"][0]["text"] == reply.text
+    (tmp_path / "blocked.csv").mkdir()
+    with pytest.raises(ExportError, match="blocked.csv"):
+        window.history.export_chat(chat_id, tmp_path / "blocked")
     window.history.delete_chat(chat_id)
     assert window.history.list.count() == 0 and window.session.replies == []  # the open chat was the one deleted
 
