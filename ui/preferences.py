@@ -1,11 +1,14 @@
 """What outlasts a session besides the chats: decoding settings, the model pair, the system prompt and the window
-layout (geometry, splitter positions, hidden panes), kept with QSettings."""
+layout (geometry, the history dock, splitter positions, hidden panes), kept with QSettings."""
 from __future__ import annotations
 
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QSplitter
 
 from engine.events import DecodeSettings
+
+DECODING_KEYS = ("mode", "gamma", "greedy", "temperature", "top_p", "top_k", "stop_below", "max_new_tokens", "seed",
+                 "lookup")
 
 
 def apply_settings(controls, settings: DecodeSettings) -> None:
@@ -38,45 +41,36 @@ def _splitters(window) -> list[QSplitter]:
 
 def save_preferences(preferences: QSettings, window) -> None:
     settings = window.controls.settings()
-    preferences.beginGroup("decoding")
-    for key in ("mode", "gamma", "greedy", "temperature", "top_p", "top_k", "stop_below", "max_new_tokens",
-                "seed", "lookup"):
-        preferences.setValue(key, getattr(settings, key))
-    preferences.setValue("compare_ar", window.controls.compare_ar.isChecked())
-    preferences.endGroup()
-    preferences.beginGroup("pair")
+    for key in DECODING_KEYS:
+        preferences.setValue(f"decoding/{key}", getattr(settings, key))
+    preferences.setValue("decoding/compare_ar", window.controls.compare_ar.isChecked())
     picker = window.picker
     for key, value in (("target", picker.target.text()), ("draft", picker.draft.text()),
                        ("device", picker.device.currentText()), ("dtype", picker.dtype.currentText())):
-        preferences.setValue(key, value)
-    preferences.endGroup()
+        preferences.setValue(f"pair/{key}", value)
     preferences.setValue("chat/system_prompt", window.system_prompt)
     preferences.setValue("window/geometry", window.saveGeometry())
     preferences.setValue("window/docks", window.saveState())
     for i, splitter in enumerate(_splitters(window)):
         preferences.setValue(f"window/splitter{i}", splitter.saveState())
-        hidden = [j for j in range(splitter.count()) if splitter.widget(j).isHidden()]
-        preferences.setValue(f"window/splitter{i}_hidden", ",".join(map(str, hidden)))
+    for name, action in window.pane_actions.items():
+        preferences.setValue(f"window/show_{name}", action.isChecked())
     preferences.sync()
 
 
-def restore_preferences(preferences: QSettings, window, decoding: bool = True, pair: bool = True) -> None:
-    """Apply what `save_preferences` kept; `decoding` / `pair` False keep what the command line asked for."""
-    if decoding and preferences.contains("decoding/gamma"):
+def restore_preferences(preferences: QSettings, window) -> None:
+    """Apply what `save_preferences` kept, before the window is first shown."""
+    if preferences.contains("decoding/gamma"):
         defaults = window.controls.settings()
-        preferences.beginGroup("decoding")
         try:
             settings = DecodeSettings(**{
-                key: preferences.value(key, getattr(defaults, key), type=type(getattr(defaults, key)))
-                for key in ("mode", "gamma", "greedy", "temperature", "top_p", "top_k", "stop_below",
-                            "max_new_tokens", "seed", "lookup")})
+                key: preferences.value(f"decoding/{key}", getattr(defaults, key), type=type(getattr(defaults, key)))
+                for key in DECODING_KEYS})
         except ValueError:  # edited by hand or from another version: keep the defaults
             settings = defaults
-        compare_ar = preferences.value("compare_ar", False, type=bool)
-        preferences.endGroup()
         apply_settings(window.controls, settings)
-        window.controls.compare_ar.setChecked(compare_ar)
-    if pair and preferences.contains("pair/target"):
+        window.controls.compare_ar.setChecked(preferences.value("decoding/compare_ar", False, type=bool))
+    if preferences.contains("pair/target"):
         apply_pair(window.picker, preferences.value("pair/target", type=str),
                    preferences.value("pair/draft", "", type=str), preferences.value("pair/device", "auto", type=str),
                    preferences.value("pair/dtype", "auto", type=str))
@@ -89,6 +83,10 @@ def restore_preferences(preferences: QSettings, window, decoding: bool = True, p
         state = preferences.value(f"window/splitter{i}")
         if state is not None:
             splitter.restoreState(state)
-        hidden = preferences.value(f"window/splitter{i}_hidden", "", type=str)
-        for j in range(splitter.count()):
-            splitter.widget(j).setHidden(str(j) in hidden.split(","))
+    for name, action in window.pane_actions.items():
+        shown = preferences.value(f"window/show_{name}", True, type=bool)
+        # Not through the action's slot: it sizes a pane from the laid-out window, which is not shown yet.
+        action.blockSignals(True)
+        action.setChecked(shown)
+        action.blockSignals(False)
+        window.panes[name].setVisible(shown)

@@ -107,6 +107,7 @@ def test_settings_and_layout_persist_through_qsettings(make_window, mixed_decode
     window.system_prompt = "w9 w9"
     window.resize(1100, 760)
     window.history_dock.hide()
+    window.pane_actions["right"].setChecked(False)  # View ▸ Inspector and charts
     make_window.close(first)
 
     window = make_window(mixed_decoder).window
@@ -118,6 +119,8 @@ def test_settings_and_layout_persist_through_qsettings(make_window, mixed_decode
     assert window.system_prompt == "w9 w9"
     assert window.height() == 760  # (the width is clamped: the offscreen platform's screen is 800 px wide)
     assert window.history_dock.isHidden()
+    assert window.panes["right"].isHidden() and not window.pane_actions["right"].isChecked()
+    assert not window.panes["side"].isHidden() and window.pane_actions["side"].isChecked()
 
 
 def test_regenerate_replaces_the_last_reply_here_and_on_disk(make_window, mixed_decoder, qtbot):
