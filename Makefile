@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test prepare bench train-draft clean
+.PHONY: run test prepare bench train-draft peers clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,10 @@ bench: prepare
 
 train-draft: $(STAMP)
 	$(BIN)/specdec train-draft
+
+# llama.cpp for the bench's llama_cpp rows (optional: the tests never need it)
+peers: $(STAMP)
+	$(BIN)/pip install -e '.[peers]'
 
 clean:
 	rm -rf $(VENV) runs

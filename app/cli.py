@@ -54,6 +54,9 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-weights", default="int8", choices=["int8", "dtype"],
                         help="the draft's weights on CPU: weight-only int8 (default: half the bytes, same α), "
                              "or kept in --dtype")
+    parser.add_argument("--target-weights", default="auto", choices=["auto", "native", "dtype"],
+                        help="a GGUF target's weights: its own 4-bit blocks on torch's int4 kernel (native), "
+                             "de-quantised into --dtype (dtype), or native where that is fast: bfloat16 (auto)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -198,7 +201,7 @@ def cmd_generate(args) -> int:
         stop_below=args.stop_below,
     )
     decoder = Decoder.load(target, draft if args.mode == "spec" else None, args.device, args.dtype,
-                           draft_int8=args.draft_weights == "int8")
+                           draft_int8=args.draft_weights == "int8", target_weights=args.target_weights)
     events, notice, bar = [], None, PrefillBar()
     colour = sys.stdout.isatty() and not args.json
     try:

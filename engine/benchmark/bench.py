@@ -21,8 +21,12 @@ from pathlib import Path
 from engine.events import RoundEvent
 from engine.stats import expected_tokens_per_round, modelled_speedup, per_position_acceptance, reply_stats
 
-# spec: our decoder with its default drafter (draft model + context lookup); spec_draft: the draft model alone.
-METHODS = ("ar", "spec", "spec_draft", "hf_generate", "hf_assisted", "naive")
+# spec: our decoder with its default drafter (draft model + context lookup); spec_draft: the draft model alone;
+# llama_cpp(_lookup): llama.cpp through llama-cpp-python on the target's GGUF, plain or with its prompt lookup.
+METHODS = ("ar", "spec", "spec_draft", "hf_generate", "hf_assisted", "naive", "llama_cpp", "llama_cpp_lookup")
+LLAMA_CPP = ("llama_cpp", "llama_cpp_lookup")
+ONE_TOKEN_PER_ROUND = ("ar", "hf_generate", "llama_cpp")
+PEERS_INSTALL = "pip install -e '.[peers]' (or make peers)"
 ENGINE_DRAFTING = ("spec", "spec_draft")
 DECODINGS = ("greedy", "sample")
 NEEDS_DRAFT = ("spec", "spec_draft", "hf_assisted", "naive")
@@ -104,7 +108,7 @@ def plan(methods: Sequence[str], decodings: Sequence[str], gammas: Sequence[int]
         for method in METHODS:  # a fixed order, whatever order the user named them in
             if method not in methods:
                 continue
-            if method in ("ar", "hf_generate"):
+            if method in ("ar", "hf_generate", *LLAMA_CPP):
                 configs.append(Config(method, decoding))
             elif method == "hf_assisted":
                 configs += [Config(method, decoding, g, "constant") for g in gammas]
@@ -149,12 +153,14 @@ class Bench:
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.device = decoder.target.device
+        self.llamas: dict[str, object] = {}  # llama_cpp.Llama per method, loaded on first use
 
     def run(self, config: Config, prompt: str, seed: int, max_new_tokens: int | None = None) -> Run:
         max_new = max_new_tokens or self.max_new_tokens
         messages = [{"role": "user", "content": prompt}]
         method = {"ar": self._engine, "spec": self._engine, "spec_draft": self._engine, "hf_generate": self._hf,
-                  "hf_assisted": self._hf, "naive": self._naive}[config.method]
+                  "hf_assisted": self._hf, "naive": self._naive, "llama_cpp": self._llama_cpp,
+                  "llama_cpp_lookup": self._llama_cpp}[config.method]
         return method(config, messages, seed, max_new)
 
     def _engine(self, config: Config, messages: list[dict], seed: int, max_new: int) -> Run:
@@ -237,6 +243,62 @@ class Bench:
         tokens = cut_at_eos(output[0, len(prompt):].tolist(), self.decoder.eos_ids)
         return Run(config, 0, 0, tokens, wall_s, target_calls=counters.get("target"),
                    draft_calls=counters.get("draft"))
+
+
+    def _llama(self, method: str):
+        """llama.cpp on the target's GGUF with as many threads as torch uses; `llama_cpp_lookup` adds its prompt
+        lookup drafting (llama-cpp-python's defaults: 10 drafts from 2-gram matches)."""
+        if method not in self.llamas:
+            import torch
+            from llama_cpp import Llama
+            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+            from engine.models.loading import gguf_file
+
+            draft = LlamaPromptLookupDecoding() if method == "llama_cpp_lookup" else None
+            self.llamas[method] = Llama(model_path=str(gguf_file(self.decoder.target.name)), n_ctx=4096,
+                                        n_threads=torch.get_num_threads(), draft_model=draft, verbose=False)
+        return self.llamas[method]
+
+    def _llama_cpp(self, config: Config, messages: list[dict], seed: int, max_new: int) -> Run:
+        llm = self._llama(config.method)
+        prompt = self.decoder.chat_ids(messages)  # our chat template and tokenizer: the same ids as ours
+        llm.reset()  # no KV prefix kept from the previous run, as our decoder is reset
+        llm.set_seed(seed)
+        sampling = dict(temp=0.0) if config.greedy else dict(temp=self.temperature, top_k=0, top_p=1.0)
+        tokens: list[int] = []
+        start = time.perf_counter()
+        for token in llm.generate(prompt, min_p=0.0, typical_p=1.0, repeat_penalty=1.0, reset=True, **sampling):
+            tokens.append(token)
+            if token in self.decoder.eos_ids or len(tokens) >= max_new:
+                break
+        wall_s = time.perf_counter() - start
+        return Run(config, 0, 0, tokens, wall_s)
+
+
+def llama_cpp_missing() -> bool:
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return True
+    return False
+
+
+def available_methods(methods: Sequence[str], target_name: str) -> list[str]:
+    """`methods` less the llama.cpp peers where they cannot run (the package missing, a target that is no
+    GGUF), each said in one line on stderr."""
+    from engine.models.loading import gguf_file
+
+    if not any(m in LLAMA_CPP for m in methods):
+        return list(methods)
+    if llama_cpp_missing():
+        reason = f"llama-cpp-python is not installed: {PEERS_INSTALL}"
+    elif gguf_file(target_name) is None:
+        reason = f"{target_name} is not a GGUF file"
+    else:
+        return list(methods)
+    print(f"specdec bench: no llama_cpp rows ({reason})", file=sys.stderr)
+    return [m for m in methods if m not in LLAMA_CPP]
 
 
 def _counter(counters: dict, name: str) -> Callable:
@@ -351,7 +413,7 @@ def summarize_row(row: Row, ar: Row | None) -> dict:
         record["identical_to_ar"] = f"{same[0]}/{same[1]}"
 
     events = [e for r in row.runs for e in (r.events or [])]
-    if config.method in ("ar", "hf_generate"):
+    if config.method in ONE_TOKEN_PER_ROUND:
         record["tokens_per_round"] = 1.0  # one target forward per token
         record["rounds"] = tokens
     elif events:
@@ -394,7 +456,7 @@ def markdown_table(records: list[dict]) -> str:
         config = Config(r["method"], r["decoding"], r["gamma"], r.get("schedule"), r.get("stop_below"))
         cells = [
             r["method"], r["decoding"], config.gamma_label, str(r["tokens"]), f"{r['wall_s']:.2f}",
-            f"{r['tokens_per_s']:.1f}", "" if r["method"] in ("ar", "hf_generate") else _fmt(r["alpha"], ".2f"),
+            f"{r['tokens_per_s']:.1f}", "" if r["method"] in ONE_TOKEN_PER_ROUND else _fmt(r["alpha"], ".2f"),
             "" if r.get("drafts_per_round") is None else _fmt(r["drafts_per_round"], ".2f"),
             _fmt(r["tokens_per_round"], ".2f"), _fmt(r["speedup_vs_ar"], ".2f") + ("x" if r["speedup_vs_ar"] else ""),
             r.get("identical_to_ar") or "",
@@ -416,12 +478,22 @@ def environment(decoder, prompts: list[str], args) -> dict:
         "target": info.target.__dict__, "draft": info.draft.__dict__ if info.draft else None,
         "prompts": len(prompts), "repeats": args.repeats, "max_new_tokens": args.max_new_tokens,
         "temperature": args.temperature, "seed": args.seed, "draft_weights": args.draft_weights,
+        "target_weights": decoder.target.weights, "llama_cpp": _llama_cpp_version(),
         "hf_assisted_schedules": {"constant": "γ drafts every round, confidence early stop off", **HF_SCHEDULES},
         "timing": "wall clock from prompt ids to the last token; model loading and tokenisation excluded",
     }
 
 
 # ---------------------------------------------------------------------------------------------------- plots
+
+
+def _llama_cpp_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llama-cpp-python")
+    except PackageNotFoundError:
+        return None
 
 
 def write_plots(records: list[dict], out: Path) -> list[Path]:
@@ -502,7 +574,7 @@ def write_plots(records: list[dict], out: Path) -> list[Path]:
 def run_cli(args, target_name: str, draft_name: str | None) -> int:
     from engine.decoding.decoder import Decoder
 
-    configs = plan(args.methods, args.decoding, args.gammas, args.stop_below)
+    configs = plan(available_methods(args.methods, target_name), args.decoding, args.gammas, args.stop_below)
     if args.repeats < 1:
         raise ValueError("--repeats must be >= 1")
     if args.max_new_tokens < 1:
@@ -515,7 +587,7 @@ def run_cli(args, target_name: str, draft_name: str | None) -> int:
         raise ValueError(f"the {', '.join(NEEDS_DRAFT)} methods need a draft model (--draft)")
     print(f"loading {target_name}" + (f" + draft {draft_name}" if needs_draft else ""), file=sys.stderr)
     decoder = Decoder.load(target_name, draft_name if needs_draft else None, args.device, args.dtype,
-                           draft_int8=args.draft_weights == "int8")
+                           draft_int8=args.draft_weights == "int8", target_weights=args.target_weights)
 
     from transformers.utils import logging as hf_logging
 

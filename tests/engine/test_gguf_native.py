@@ -1,5 +1,7 @@
 """Native GGUF weights: the int4 mappings reproduce gguf's own de-quantisation, and a tiny Llama written as a GGUF
 decodes on the int4 kernel exactly as its de-quantised copy does (float32)."""
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -8,6 +10,7 @@ from gguf import GGUFReader, GGUFWriter
 from gguf.quants import dequantize, quantize
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from engine.benchmark import bench
 from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import DraftModelDrafter
 from engine.events import DecodeSettings
@@ -200,3 +203,11 @@ def test_projections_of_other_types_are_refused_in_one_line(tmp_path):
     write_gguf(tmp_path / "q8.gguf", {"blk.0.attn_q.weight": (np.zeros((64, 64), np.float32), Q.Q8_0)})
     with pytest.raises(gguf_native.NotNative, match="Q8_0"):
         gguf_native.check(read(tmp_path / "q8.gguf"), "llama", torch.device("cpu"))
+
+
+def test_bench_goes_on_without_the_llama_cpp_rows_when_the_package_is_missing(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # `import llama_cpp` raises ImportError, as if absent
+    methods = bench.available_methods(["ar", "spec", "llama_cpp", "llama_cpp_lookup"], str(tmp_path / "m.gguf"))
+    assert methods == ["ar", "spec"]
+    assert "pip install -e '.[peers]'" in capsys.readouterr().err
+    assert [c.method for c in bench.plan(["llama_cpp", "ar"], ["greedy"], [2])] == ["ar", "llama_cpp"]
