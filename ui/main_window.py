@@ -432,6 +432,7 @@ class MainWindow(QMainWindow):
         self.models_shown.emit(info)
 
     def on_round_finished(self, event: RoundEvent) -> None:
+        self.timing.add_round(event)  # live rounds only: a replayed chat's timings are from another moment
         self._show_round(event)
         self.reply_chars.append(event.text_delta)
         self.recorder.round_finished(event)
@@ -439,7 +440,6 @@ class MainWindow(QMainWindow):
 
     def _show_round(self, event: RoundEvent) -> None:
         """What a round changes on screen, live or replayed from a saved chat."""
-        self.timing.add_round(event)
         self.chat.add_round(event, lookup=self.request is not None and self.request.settings.lookup)
         self.charts.on_round_finished(event)
 
@@ -562,11 +562,15 @@ class MainWindow(QMainWindow):
             self.request = reply.request
             self.messages = [dict(m) for m in reply.request.messages if m["role"] != "system"]
             self._show_request(reply.request)
+            # Charted against the step time measured with the reply, as its stats line is, not today's median.
+            self.charts.reference = StepReference()
             for event in reply.events:
+                self.charts.reference.add_round(event)
                 self._show_round(event)
             self._show_reply(reply)
             if index in comparisons:
                 self._show_comparison(comparisons[index])
+        self.charts.reference = self.timing
         self._set_busy(False)
 
     def _truncate(self, n_replies: int) -> None:

@@ -86,7 +86,8 @@ def test_history_survives_a_restart_and_restores_text_colours_charts_and_stats(m
     assert trace == expected_colours([e for r in replies for e in r.events])
     assert window.reply_label.text() == "last reply: " + stats_line(replies[-1])
     window.charts.refresh()
-    assert window.charts.point_count("alpha") == len(replies[-1].events)  # the charts show the last reply
+    for series in ("alpha", "tokens", "speedup_mean"):  # the charts show the last reply, its speedup included
+        assert window.charts.point_count(series) == len(replies[-1].events)
     assert [m["role"] for m in window.messages] == ["user", "assistant", "user", "assistant"]
 
     third = send(qtbot, second, "w4")  # carrying on in the restored chat writes to it, not to a new one
