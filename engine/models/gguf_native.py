@@ -14,11 +14,13 @@ forward (`fast_llama`) calls the same kernels.
 """
 from __future__ import annotations
 
+import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFReader
+from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType
 from gguf.quants import Q4_K, dequantize
 
 GROUP = 32  # weights per Q4_0 / Q4_1 block and per Q4_K sub-block: the kernel's group size
@@ -38,6 +40,82 @@ NORMS = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
 
 class NotNative(ValueError):
     """This GGUF (or device, or dtype) cannot run on the int4 kernel; the message says why, in one line."""
+
+
+# ---------------------------------------------------------------------------------------------------- the file
+
+
+@dataclass
+class Tensor:
+    """One tensor of a GGUF, as gguf.GGUFReader gives it: `shape` lists the contiguous dimension first; `data` is
+    (rows, bytes a row) uint8 for block types, float32 / float16 values otherwise."""
+
+    name: str
+    tensor_type: GGMLQuantizationType
+    shape: list[int]
+    data: np.ndarray
+
+
+_SCALARS = {GGUFValueType.UINT8: 1, GGUFValueType.INT8: 1, GGUFValueType.UINT16: 2, GGUFValueType.INT16: 2,
+            GGUFValueType.UINT32: 4, GGUFValueType.INT32: 4, GGUFValueType.FLOAT32: 4, GGUFValueType.BOOL: 1,
+            GGUFValueType.UINT64: 8, GGUFValueType.INT64: 8, GGUFValueType.FLOAT64: 8}
+
+
+def read_tensors(path: Path) -> tuple[str, dict[str, Tensor]]:
+    """The architecture and the tensors (memory-mapped) of a GGUF. gguf.GGUFReader parses every metadata value
+    into numpy views first, ~4 s for SmolLM2's 100k tokenizer strings; this skips them."""
+    mapped = np.memmap(path, mode="r")
+    buffer = memoryview(mapped)
+    magic, version, n_tensors, n_fields = struct.unpack_from("<IIQQ", buffer, 0)
+    if magic != 0x46554747 or version < 2:
+        raise NotNative(f"{path.name} is not a GGUF file of version 2 or later")
+    offset = 24
+
+    def string(at: int) -> tuple[str, int]:
+        (length,) = struct.unpack_from("<Q", buffer, at)
+        return bytes(buffer[at + 8: at + 8 + length]).decode(), at + 8 + length
+
+    def skip(kind: int, at: int) -> int:
+        if kind == GGUFValueType.STRING:
+            return string(at)[1]
+        if kind == GGUFValueType.ARRAY:
+            item, count = struct.unpack_from("<IQ", buffer, at)
+            at += 12
+            if item in _SCALARS:
+                return at + count * _SCALARS[item]
+            for _ in range(count):
+                at = skip(item, at)
+            return at
+        return at + _SCALARS[kind]
+
+    fields = {}
+    for _ in range(n_fields):
+        key, offset = string(offset)
+        (kind,) = struct.unpack_from("<I", buffer, offset)
+        offset += 4
+        if key in ("general.architecture", "general.alignment"):
+            fields[key] = string(offset)[0] if kind == GGUFValueType.STRING else struct.unpack_from("<I", buffer, offset)[0]
+        offset = skip(kind, offset)
+    infos = []
+    for _ in range(n_tensors):
+        name, offset = string(offset)
+        (n_dims,) = struct.unpack_from("<I", buffer, offset)
+        shape = list(struct.unpack_from(f"<{n_dims}Q", buffer, offset + 4))
+        qtype, start = struct.unpack_from("<IQ", buffer, offset + 4 + 8 * n_dims)
+        offset += 4 + 8 * n_dims + 12
+        infos.append((name, GGMLQuantizationType(qtype), shape, start))
+    alignment = fields.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
+    data_start = -(-offset // alignment) * alignment
+    tensors = {}
+    for name, qtype, shape, start in infos:
+        block, size = GGML_QUANT_SIZES[qtype]
+        rows = int(np.prod(shape[1:]))
+        row_bytes = shape[0] // block * size
+        data = mapped[data_start + start: data_start + start + rows * row_bytes].reshape(rows, row_bytes)
+        if qtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+            data = data.view(np.float32 if qtype == GGMLQuantizationType.F32 else np.float16).reshape(shape[::-1])
+        tensors[name] = Tensor(name, qtype, shape, data)
+    return fields.get("general.architecture", ""), tensors
 
 
 # ---------------------------------------------------------------------------------------------------- blocks
@@ -89,7 +167,7 @@ def pack(nibbles: np.ndarray, scales: np.ndarray, zeros: np.ndarray, dtype: torc
     chunks = [torch._convert_weight_to_int4pack_for_cpu(torch.from_numpy(nibbles[i:i + PACK_ROWS].astype(np.int32)), 1)
               for i in range(0, len(nibbles), PACK_ROWS)]
     scales_and_zeros = torch.from_numpy(np.stack((scales, zeros), -1).transpose(1, 0, 2).copy()).to(dtype)
-    return torch.cat(chunks), scales_and_zeros
+    return chunks[0] if len(chunks) == 1 else torch.cat(chunks), scales_and_zeros
 
 
 # ---------------------------------------------------------------------------------------------------- modules
@@ -207,9 +285,7 @@ def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.de
     int4 projections (and a Q4 / Q8_0 head), embeddings as file blocks, norms in `dtype`."""
     from transformers import AutoModelForCausalLM
 
-    reader = GGUFReader(path)
-    architecture = bytes(reader.fields["general.architecture"].parts[-1]).decode()
-    tensors = {t.name: t for t in reader.tensors}
+    architecture, tensors = read_tensors(Path(path))
     check(tensors, architecture, device)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
@@ -235,7 +311,7 @@ def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.de
         weight = dequantize(np.asarray(head.data), head.tensor_type).reshape(int(head.shape[1]), -1)
         model.lm_head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=dtype)
         model.lm_head.weight = torch.nn.Parameter(torch.from_numpy(weight).to(dtype), requires_grad=False)
-    del reader, tensors  # closes the file's memory map: everything kept was copied out
+    del tensors  # closes the file's memory map: everything kept was copied out
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
         raise NotNative(f"no GGUF tensor for {left[0]}")
