@@ -77,7 +77,11 @@ class Decoder:
         for message in messages:
             require_text(message["content"])
         if self.tokenizer.chat_template:
-            return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+            # A conversation that ends with the assistant's own words (the app's Continue) carries on that
+            # message rather than opening a new one.
+            continuing = messages[-1]["role"] == "assistant"
+            return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=not continuing,
+                                                           continue_final_message=continuing, tokenize=True,
                                                            return_dict=False))
         return self.tokenizer("\n".join(m["content"] for m in messages))["input_ids"]
 
