@@ -317,3 +317,16 @@ def token_position(chat, first_span: int) -> QTextCursor:
             it += 1
         block = block.next()
     raise AssertionError(f"token {first_span} is not in the pane")
+
+
+def test_a_chats_database_that_cannot_be_used_leaves_chats_in_memory_and_says_so(tmp_path):
+    from app.studio import open_data_dir
+
+    store, preferences, problem = open_data_dir(tmp_path)
+    assert Path(store.path) == tmp_path / "chats.sqlite3" and problem is None
+    assert Path(preferences.fileName()) == tmp_path / "settings.ini"
+    store.close()
+    (tmp_path / "chats.sqlite3").write_bytes(b"not a database" * 100)
+    store, _, problem = open_data_dir(tmp_path)
+    assert store.path == ":memory:"
+    assert problem.startswith("Chats will not be saved in this session") and "not a readable chat database" in problem
