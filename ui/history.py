@@ -95,6 +95,11 @@ class HistoryPanel(QWidget):
             self.list.addItem(self._item(chat))
             if chat.id == current_id:
                 self.list.setCurrentRow(self.list.count() - 1)
+        if self.list.count() == 0:  # first run, or everything deleted: say what will appear here
+            hint = QListWidgetItem("No saved chats yet")
+            hint.setData(SUBTITLE, "each chat is kept here as you go")
+            hint.setFlags(Qt.ItemFlag.NoItemFlags)
+            self.list.addItem(hint)
 
     def rename_chat(self, chat_id: int, title: str) -> None:
         if title.strip():
@@ -123,11 +128,12 @@ class HistoryPanel(QWidget):
         return item
 
     def on_item_clicked(self, item: QListWidgetItem) -> None:
-        self.chat_chosen.emit(item.data(CHAT_ID))
+        if item.data(CHAT_ID) is not None:
+            self.chat_chosen.emit(item.data(CHAT_ID))
 
     def on_context_menu_requested(self, pos) -> None:
         item = self.list.itemAt(pos)
-        if item is None:
+        if item is None or item.data(CHAT_ID) is None:
             return
         chat_id = item.data(CHAT_ID)
         menu = QMenu(self)

@@ -20,7 +20,7 @@ from tests.tiny import tiny_decoder
 from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, token_fragments
 from ui.chat_store import ChatStore
 from ui.export import ExportError
-from ui.history import SUBTITLE
+from ui.history import CHAT_ID, SUBTITLE
 from ui.main_window import stats_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -222,7 +222,9 @@ def test_rename_delete_and_export_a_saved_chat(make_window, mixed_decoder, qtbot
     with pytest.raises(ExportError, match="blocked.csv"):
         window.history.export_chat(chat_id, tmp_path / "blocked")
     window.history.delete_chat(chat_id)
-    assert window.history.list.count() == 0 and window.session.replies == []  # the open chat was the one deleted
+    assert window.session.replies == []  # the open chat was the one deleted
+    [hint] = [window.history.list.item(row) for row in range(window.history.list.count())]
+    assert hint.text() == "No saved chats yet" and hint.data(CHAT_ID) is None
 
 
 APP = textwrap.dedent("""
