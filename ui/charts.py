@@ -18,6 +18,7 @@ REFRESH_MS = 100
 BOTTOM_RIGHT, TOP_RIGHT = (-6, -6), (-6, 6)  # legend corners, away from where each chart's data usually sits
 X_STEP = 20  # the x axis grows in steps of this many rounds
 MIN_CHART_HEIGHT = 105
+LEGEND_MIN_WIDTH = 320  # below this a chart's legend would hide its data
 COLUMNS = ("alpha", "alpha_mean", "tokens", "tokens_mean", "expected", "speedup", "speedup_mean")
 
 
@@ -125,6 +126,12 @@ class ChartsPanel(QWidget):
         self.timer.setInterval(REFRESH_MS)
         self.timer.timeout.connect(self.refresh)
         self.timer.start()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        """In a narrow pane the legends would cover the curves; the charts' tooltips still name them."""
+        super().resizeEvent(event)
+        for plot in (self.alpha_plot, self.tokens_plot, self.speedup_plot):
+            plot.plotItem.legend.setVisible(self.width() >= LEGEND_MIN_WIDTH)
 
     def start_reply(self, gamma: int = 1) -> None:
         self.most_per_round = gamma + 1.0

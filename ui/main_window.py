@@ -25,7 +25,7 @@ from ui.session import Comparison, Reply, ReplyRequest, Session
 from ui.timing import StepReference, estimated_speedup, machine_was_busy
 
 MIN_WIDTH, MIN_HEIGHT = 1000, 700
-PANE_MIN_WIDTH = {"side": 240, "chat": 305, "right": 205}  # with the history dock, still under 1000 px
+PANE_MIN_WIDTH = {"side": 250, "chat": 315, "right": 200}  # with the history dock, still under 1000 px
 PANE_WIDTH = {"side": 290, "chat": 640, "right": 470}  # what a pane comes back at
 
 
@@ -189,7 +189,7 @@ class MainWindow(QMainWindow):
             self.splitter.addWidget(widget)
         self.splitter.setChildrenCollapsible(False)
         self.splitter.setSizes([PANE_WIDTH[name] for name in self.panes])
-        for index, stretch in enumerate((0, 3, 2)):
+        for index, stretch in enumerate((1, 3, 2)):
             self.splitter.setStretchFactor(index, stretch)
         return self.splitter
 
@@ -200,7 +200,7 @@ class MainWindow(QMainWindow):
         dock.setWidget(self.history)
         dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetClosable)
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, dock)
-        self.resizeDocks([dock], [210], Qt.Orientation.Horizontal)
+        self.resizeDocks([dock], [180], Qt.Orientation.Horizontal)
         return dock
 
     def _menus(self) -> None:
