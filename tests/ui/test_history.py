@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from tests.tiny import tiny_decoder
 from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, token_fragments
 from ui.chat_store import ChatStore
 from ui.export import ExportError
-from ui.history import CHAT_ID, SUBTITLE
+from ui.history import CHAT_ID, SUBTITLE, when
 from ui.main_window import stats_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -332,3 +333,10 @@ def test_a_chats_database_that_cannot_be_used_leaves_chats_in_memory_and_says_so
     store, _, problem = open_data_dir(tmp_path)
     assert store.path == ":memory:"
     assert problem.startswith("Chats will not be saved in this session") and "not a readable chat database" in problem
+
+
+def test_a_chats_date_is_as_short_as_it_can_be():
+    now = datetime(2026, 11, 30, 18, 0, tzinfo=timezone.utc).astimezone()
+    assert when(now - timedelta(hours=1), now) == (now - timedelta(hours=1)).strftime("today %H:%M")
+    assert when(now - timedelta(days=40), now) == (now - timedelta(days=40)).strftime("%d %b")
+    assert when(now - timedelta(days=400), now).endswith(" 2025")
