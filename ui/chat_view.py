@@ -14,7 +14,7 @@ from PySide6.QtGui import (QColor, QFont, QFontDatabase, QTextBlockFormat, QText
                            QTextTableFormat)
 from PySide6.QtWidgets import QTextBrowser, QTextEdit
 
-from engine.events import RoundEvent
+from engine.events import Fate, RoundEvent
 from ui.markdown import Block, inline_runs, parse_blocks
 from ui.palette import CODE_BACKGROUND, DIFFERENCE_BACKGROUND, LEGEND_FATES, NOTE_COLOUR, STYLES, WARNING_COLOUR
 from ui.tokens import TokenSpan, round_spans
@@ -96,6 +96,7 @@ class ChatView(QTextBrowser):
         self._live: _Live | None = None
         self._pending = False  # tokens arrived since the last flush
         self._mono = monospace_family()
+        self._formats: dict[tuple, QTextCharFormat] = {}  # (fate, style, size step) -> a token's look, unanchored
         self._flush_timer = QTimer(self)
         self._flush_timer.setInterval(FLUSH_MS)
         self._flush_timer.setSingleShot(True)
@@ -302,11 +303,7 @@ class ChatView(QTextBrowser):
         cursor = self._end()
         for index in range(state.item.first + state.stable, state.item.end):
             span = self.spans[index]
-            style = STYLES[span.fate]
-            fmt = self._token_format(index, style.foreground)
-            if style.background:
-                fmt.setBackground(QColor(style.background))
-            fmt.setFontStrikeOut(style.strike)
+            fmt = self._token_format(index, span.fate, TRACE)
             text = span.text.replace("\n", RETURN_MARK + "\n") if span.text.strip() == "" else span.text
             cursor.insertText(text, fmt)
         state.stable = state.item.end - state.item.first
@@ -345,17 +342,7 @@ class ChatView(QTextBrowser):
             stop = run + 1
             while stop < end and owners[stop] == owner:
                 stop += 1
-            fmt = self._token_format(owner, STYLES[self.spans[owner].fate].reading)
-            if style == "bold":
-                fmt.setFontWeight(QFont.Weight.Bold)
-            elif style == "italic":
-                fmt.setFontItalic(True)
-            elif style == "code":
-                fmt.setFontFamilies([self._mono])
-                fmt.setBackground(QColor(CODE_BACKGROUND))
-            if size_step:
-                fmt.setFontPointSize(self.font().pointSizeF() + size_step)
-            cursor.insertText(source[run:stop], fmt)
+            cursor.insertText(source[run:stop], self._token_format(owner, self.spans[owner].fate, style, size_step))
             run = stop
 
     def _draw_user(self, text: str) -> None:
@@ -505,14 +492,39 @@ class ChatView(QTextBrowser):
     def _end_position(self) -> int:
         return self.document().characterCount() - 1
 
-    @staticmethod
-    def _token_format(index: int, colour: str) -> QTextCharFormat:
-        """A token's look; the anchor href carries its index into the pane's span list."""
+    def _token_format(self, index: int, fate: Fate, style: str, size_step: int = 0) -> QTextCharFormat:
+        """A token's look in the trace (style TRACE) or the clean view (a Markdown style); the anchor href
+        carries its index into the pane's span list.
+
+        Each look is built once and copied: PySide6 6.12.0 loses a reference to None on every call of a method
+        returning void (a crash once None's count reaches zero), and a reply is drawn token by token."""
+        key = (fate, style, size_step)
+        if key not in self._formats:
+            self._formats[key] = self._look(fate, style, size_step)
+        fmt = QTextCharFormat(self._formats[key])
+        fmt.setAnchorHref(f"{TOKEN_SCHEME}:{index}")
+        return fmt
+
+    def _look(self, fate: Fate, style: str, size_step: int) -> QTextCharFormat:
+        look = STYLES[fate]
         fmt = QTextCharFormat()
+        fmt.setAnchor(True)
+        colour = look.foreground if style == TRACE else look.reading
         if colour:
             fmt.setForeground(QColor(colour))
-        fmt.setAnchor(True)
-        fmt.setAnchorHref(f"{TOKEN_SCHEME}:{index}")
+        if style == TRACE:
+            if look.background:
+                fmt.setBackground(QColor(look.background))
+            fmt.setFontStrikeOut(look.strike)
+        elif style == "bold":
+            fmt.setFontWeight(QFont.Weight.Bold)
+        elif style == "italic":
+            fmt.setFontItalic(True)
+        elif style == "code":
+            fmt.setFontFamilies([self._mono])
+            fmt.setBackground(QColor(CODE_BACKGROUND))
+        if size_step:
+            fmt.setFontPointSize(self.font().pointSizeF() + size_step)
         return fmt
 
     @staticmethod
