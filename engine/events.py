@@ -172,3 +172,6 @@ class PairInfo:
     draft: ModelInfo | None
     device: str
     dtype: str
+    # Greedy speculative output is exactly greedy AR's (the target's batch-invariant fast forward); False where
+    # the target runs on transformers' forward, whose blocks and single steps agree only up to rounding.
+    greedy_exact: bool = False

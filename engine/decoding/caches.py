@@ -25,6 +25,8 @@ class TransformersCache:
         self.model = model
         self.head = head  # None: the model's own LM head
         self.cache = DynamicCache(config=model.config)
+        # transformers' attention over a block is not the attention of single steps in the last bits.
+        self.batch_invariant = False
 
     @property
     def length(self) -> int:
@@ -62,6 +64,12 @@ class CachedModel:
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    @property
+    def batch_invariant(self) -> bool:
+        """Whether a position's logits are the same bits fed alone or in a block (then greedy speculative
+        decoding returns exactly greedy AR's tokens)."""
+        return self.cache.batch_invariant
 
     @property
     def device(self) -> torch.device:

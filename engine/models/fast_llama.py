@@ -3,13 +3,21 @@
 transformers' forward is general: every call builds masks and position tensors, and its DynamicCache grows by
 concatenation. Decoding feeds 1 to γ+1 tokens at a time, so that bookkeeping is a large share of a step
 (SmolLM2-135M, bf16, 2 CPU cores: 40.8 → 31.7 ms a target step, 4.7 → 3.5 ms a draft step). Here the KV cache
-is preallocated and rolled back by moving its length, and q/k/v and gate/up are one matmul each. The logits
-equal transformers' bit for bit (tested); models this does not cover keep transformers' own forward.
+is preallocated and rolled back by moving its length, and q/k/v and gate/up are one matmul each. Models this
+does not cover keep transformers' own forward.
+
+It is also batch-invariant: a position's logits are the same bits whether it is fed alone (an AR step) or inside
+a verification block, so greedy speculative decoding returns exactly greedy AR's tokens. Two things make it so
+(docs/batch-invariance.md has the measurements): linear layers run on oneDNN with weights packed once, whose
+kernels sum each output row in the same order for any number of rows (MKL's float32 GEMM, behind F.linear, does
+not, and is 2-4x slower for a few rows); and a decoding block's attention runs one query row at a time, each
+exactly the call an AR step makes. Only a prompt, longer than any block, takes one causal attention.
 """
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from functools import cached_property
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +28,19 @@ from engine.models import gguf_native
 ARCHITECTURES = ("llama", "qwen3")
 POSITION_ONLY_ROPE = ("default", "linear", "llama3")  # RoPE whose angles depend on the position alone
 INT8_ALIGNMENT = 16  # the CPU int8 kernel returns garbage unless the input width is a multiple of 16 (measured)
+# The longest block a decoding round feeds: γ ≤ 64 drafts (DecodeSettings) and the position after them. Blocks up
+# to this length attend row by row; only a longer one (a prompt, fed the same way in AR and speculative decoding)
+# takes the cheaper causal attention.
+ROW_BY_ROW_MAX = 65
+# A linear layer's kernel is probed with blocks of every length up to 9 (typical rounds) and a few up to the
+# longest; their first PROBED_ROWS rows are compared with single rows.
+PROBED_BLOCKS = (2, 3, 4, 5, 6, 7, 8, 9, 16, 33, ROW_BY_ROW_MAX)
+PROBED_ROWS = 9
+PACKED_FOR_ROWS = 8  # the row count oneDNN lays packed weights out for: a decoding block has 1 to ~8 rows
+# oneDNN multiplies 1 row with another kernel (another summation order where the input is 1536 wide or more), and
+# 1 or 2 rows more slowly than 3 (embedded target, float32: 39, 46 and 35 ms of CPU for all layers): fewer rows
+# are padded to this many.
+PACKED_MIN_ROWS = 3
 
 
 def supports(model) -> bool:
@@ -42,10 +63,14 @@ class Int8Weight:
         w = weight.float()
         scales = (w.abs().amax(1) / 127).clamp_min(1e-12)
         self.values = (w / scales[:, None]).round().clamp(-127, 127).to(torch.int8)
-        self.scales = scales.to(weight.dtype)
+        # The kernel is 4.5x slower on float32 activations than on bfloat16 ones (a draft token of the embedded
+        # draft: 16.8 vs 3.8 ms of CPU, measured), so a float32 draft multiplies in bfloat16: it only proposes,
+        # and verification keeps every output distributed as the target's whatever it proposes.
+        self.dtype = torch.bfloat16 if weight.dtype == torch.float32 else weight.dtype
+        self.scales = scales.to(self.dtype)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch._weight_int8pack_mm(x, self.values, self.scales)
+        return torch._weight_int8pack_mm(x.to(self.dtype), self.values, self.scales).to(x.dtype)
 
     @staticmethod
     def usable(weight: torch.Tensor) -> bool:
@@ -53,10 +78,39 @@ class Int8Weight:
                 and weight.shape[1] % INT8_ALIGNMENT == 0)
 
 
+class PackedWeight:
+    """A weight in oneDNN's packed layout, multiplied by oneDNN's blocked kernels.
+
+    For float32 and bfloat16 on CPU these are both faster than F.linear for 1-9 rows (the float32 LM head of the
+    embedded target: 2.6 ms for one row vs 9.6 ms) and row-invariant: a row's output does not depend on how many
+    rows are multiplied with it, once `__call__` steers around a single row. The packed copy is extra memory
+    (the model keeps its own weights for transformers' forward).
+    """
+
+    def __init__(self, weight: torch.Tensor):
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, PACKED_FOR_ROWS)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.shape[0]
+        if rows < PACKED_MIN_ROWS:
+            x = torch.cat((x, x[:1].expand(PACKED_MIN_ROWS - rows, -1)))
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")[:rows]
+
+    @staticmethod
+    def usable(weight: torch.Tensor) -> bool:
+        if weight.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+            return False
+        if weight.dtype == torch.float32:
+            return True
+        return weight.dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
 def linear(weight: torch.Tensor, int8: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
-    """x ↦ x @ weightᵀ, int8 where asked for and the kernel can take it."""
+    """x ↦ x @ weightᵀ: int8 where asked for and the kernel can take it, else packed for oneDNN where it can be."""
     if int8 and Int8Weight.usable(weight):
         return Int8Weight(weight)
+    if PackedWeight.usable(weight):
+        return PackedWeight(weight)
     return lambda x: F.linear(x, weight)
 
 
@@ -94,6 +148,7 @@ class _Weights:
         self.eps = config.rms_norm_eps
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.hidden = config.hidden_size
         self.intermediate = config.intermediate_size
         self.final_norm = decoder.norm.weight
         self.rotary = decoder.rotary_emb
@@ -111,6 +166,15 @@ class _Weights:
                 down=_projection([mlp.down_proj], int8),
             ))
 
+    @cached_property
+    def row_invariant(self) -> bool:
+        """Whether every linear layer gives a row the same bits alone and in a block (`rows_agree`), probed once
+        per projection and kernel: the layers share their shapes."""
+        widths = {"qkv": self.hidden, "o": self.heads * self.head_dim, "gate_up": self.hidden,
+                  "down": self.intermediate}
+        kinds = {(name, type(getattr(layer, name))): getattr(layer, name) for layer in self.layers for name in widths}
+        return all(rows_agree(multiply, widths[name], self.dtype, self.device) for (name, _), multiply in kinds.items())
+
 
 def _projection(modules: list[torch.nn.Module], int8: bool) -> Callable[[torch.Tensor], torch.Tensor]:
     """One callable for projections of the same input: a native GGUF model's int4 weights as they are (`int8`
@@ -119,6 +183,19 @@ def _projection(modules: list[torch.nn.Module], int8: bool) -> Callable[[torch.T
         kernels = [m.native() for m in modules]
         return gguf_native.fused(modules) or (lambda x: torch.cat([k(x) for k in kernels], -1))
     return linear(_fused(modules) if len(modules) > 1 else modules[0].weight, int8)
+
+
+@torch.inference_mode()
+def rows_agree(multiply: Callable[[torch.Tensor], torch.Tensor], width: int, dtype: torch.dtype,
+               device: torch.device) -> bool:
+    """Whether `multiply` gives a row the same bits alone and inside a block of any length a round can feed.
+
+    Probed rather than assumed: kernels pick their summation order by shape, dtype and CPU, never by the values,
+    so a few random rows tell, and a new kernel (another CPU, int4 weights) is checked the same way.
+    """
+    x = torch.randn(ROW_BY_ROW_MAX, width, generator=torch.Generator().manual_seed(0)).to(device, dtype)
+    alone = torch.cat([multiply(x[r:r + 1]) for r in range(PROBED_ROWS)])
+    return all(torch.equal(multiply(x[:n])[:PROBED_ROWS], alone[:n]) for n in PROBED_BLOCKS)
 
 
 def _fused(projections: list[torch.nn.Linear]) -> torch.Tensor:
@@ -150,17 +227,26 @@ class FastLlama:
             return
         w = self.weights
         capacity = max(needed, 2 * capacity, 256)
+        # Keys and values are kept in float32 whatever the model's dtype: CPU attention over bfloat16 is ~6x
+        # slower for one query (227 vs 35 µs at 400 positions, measured), and float32 holds them exactly.
         shape = (len(w.layers), w.kv_heads, capacity, w.head_dim)
-        k, v = (torch.zeros(shape, dtype=w.dtype, device=w.device) for _ in range(2))
+        k, v = (torch.zeros(shape, dtype=torch.float32, device=w.device) for _ in range(2))
         if self.k is not None:
             k[:, :, : self.length], v[:, :, : self.length] = self.k[:, :, : self.length], self.v[:, :, : self.length]
         self.k, self.v = k, v
         positions = torch.arange(capacity, device=w.device)[None]
         cos, sin = w.rotary(torch.zeros(1, dtype=w.dtype, device=w.device), positions)
-        self.cos, self.sin = cos[0], sin[0]
+        self.cos, self.sin = cos[0, :, None], sin[0, :, None]  # (capacity, 1, head_dim): broadcast over heads
 
     def crop(self, length: int) -> None:
         self.length = length
+
+    @cached_property
+    def batch_invariant(self) -> bool:
+        """Whether blocks score each position with the same bits as single steps (see the module docstring):
+        attention is by construction, the linear layers where their kernels are (probed once)."""
+        w = self.weights
+        return w.row_invariant and rows_agree(self.head, w.hidden, w.dtype, w.device)
 
     def forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
         """Float logits (keep, head rows) of the last `keep` of `ids` (a 1-d tensor), fed after the cached ones."""
@@ -170,8 +256,6 @@ class FastLlama:
         self._reserve(end)
         x = w.embed(ids)
         cos, sin = self.cos[start:end], self.sin[start:end]
-        # One query attends to everything cached; several (prefill, verification) also need the causal mask.
-        mask = torch.ones(n, end, dtype=torch.bool, device=w.device).tril(start) if n > 1 else None
         q_width, kv_width = w.heads * w.head_dim, w.kv_heads * w.head_dim
         for i, layer in enumerate(w.layers):
             qkv = layer.qkv(_rms_norm(x, layer.attn_norm, w.eps))
@@ -180,16 +264,35 @@ class FastLlama:
             if layer.q_norm is not None:
                 qk = torch.cat((_rms_norm(qk[:, : w.heads], layer.q_norm, w.eps),
                                 _rms_norm(qk[:, w.heads:], layer.k_norm, w.eps)), 1)
-            qk = _rope(qk.transpose(0, 1), cos, sin)
-            q, k = qk[: w.heads], qk[w.heads:]
-            self.k[i, :, start:end], self.v[i, :, start:end] = k, v.transpose(0, 1)
-            attn = F.scaled_dot_product_attention(q[None], self.k[i, None, :, :end], self.v[i, None, :, :end],
-                                                  attn_mask=mask, scale=w.head_dim ** -0.5, enable_gqa=True)
-            x = x + layer.o(attn[0].transpose(0, 1).reshape(n, q_width))
+            qk = _rope(qk, cos, sin)
+            q, k = qk[:, : w.heads].float(), qk[:, w.heads:]  # (n, heads, head_dim), (n, kv_heads, head_dim)
+            self.k[i, :, start:end], self.v[i, :, start:end] = k.transpose(0, 1), v.transpose(0, 1)
+            attn = self._attention(q, self.k[i], self.v[i], start).to(x.dtype)
+            x = x + layer.o(attn)
             gate, up = layer.gate_up(_rms_norm(x, layer.mlp_norm, w.eps)).split(w.intermediate, -1)
             x = x + layer.down(F.silu(gate) * up)
         self.length = end
         return self.head(_rms_norm(x[-keep:], w.final_norm, w.eps)).float()
+
+    def _attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int) -> torch.Tensor:
+        """(n, heads·head_dim) attention of queries q (n, heads, head_dim) at positions start..start+n-1 over one
+        layer's cache (kv_heads, capacity, head_dim)."""
+        n, heads, head_dim = q.shape
+        end = start + n
+        scale = head_dim ** -0.5
+        if n > ROW_BY_ROW_MAX:
+            mask = torch.ones(n, end, dtype=torch.bool, device=q.device).tril(start)
+            out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys[None, :, :end], values[None, :, :end],
+                                                 attn_mask=mask, scale=scale, enable_gqa=True)
+            return out[0].transpose(0, 1).reshape(n, heads * head_dim)
+        # Row r is exactly the call an AR step at its position makes: the same contiguous (heads, head_dim) query
+        # over the same keys, without a mask, so its result is the same bits. One call over the block with a
+        # causal mask would differ in the last bits; per row it costs about the same for the 1-3 rows of an
+        # average round (docs/batch-invariance.md).
+        rows = [F.scaled_dot_product_attention(q[r][None, :, None], keys[None, :, : start + r + 1],
+                                               values[None, :, : start + r + 1], scale=scale, enable_gqa=True)
+                for r in range(n)]  # each (1, heads, 1, head_dim)
+        return torch.cat(rows).view(n, heads * head_dim)
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
