@@ -61,6 +61,7 @@ class Decoder:
         return PairInfo(
             target=self.target.info(), draft=self.draft.info() if self.draft else None,
             device=str(self.target.device), dtype=str(self.target.model.dtype).removeprefix("torch."),
+            greedy_exact=self.runner.batch_invariant,
         )
 
     def request_gamma(self, gamma: int) -> None:
