@@ -235,7 +235,7 @@ def cmd_generate(args) -> int:
             "text": "".join(e.text_delta for e in events), "token_ids": token_ids,
             "settings": settings.__dict__, "target": info.target.__dict__,
             "draft": info.draft.__dict__ if info.draft else None, "device": info.device, "dtype": info.dtype,
-            "finish_reason": events[-1].finish_reason,
+            "greedy_exact": info.greedy_exact, "finish_reason": events[-1].finish_reason,
             "context": None if notice is None else {**notice.__dict__, "message": notice.message},
             "stats": stats.as_dict(),
             "rounds": [event_dict(e) for e in events],
@@ -245,6 +245,11 @@ def cmd_generate(args) -> int:
         print(f"\n[{stats.n_tokens} tokens in {stats.wall_s:.2f}s = {stats.tokens_per_s:.1f} tok/s; "
               f"α {stats.alpha:.2f}, {stats.tokens_per_round:.2f} tokens/round over {stats.n_rounds} rounds]",
               file=sys.stderr)
+        if settings.mode == "spec" and settings.greedy:
+            exact = decoder.info().greedy_exact
+            print("[greedy: exactly the tokens of greedy AR decoding]" if exact else
+                  "[greedy: the tokens of greedy AR decoding up to rounding; this target is off the batch-invariant "
+                  "fast path, so a near-tie can flip]", file=sys.stderr)
     return 0
 
 
