@@ -11,6 +11,8 @@ import json
 import sqlite3
 import types
 import typing
+from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
@@ -216,15 +218,28 @@ class ChatStore:
 
     # -- reading --------------------------------------------------------------------------------------------
 
+    @contextmanager
+    def _reading(self):
+        """A read that fails (the file removed, the disk failing) raises ChatStoreError, for the window to show."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise ChatStoreError(f"could not read {self.path}: {exc}") from exc
+
     def list_chats(self) -> list[ChatSummary]:
         """Chats with at least one turn, most recently used first."""
-        rows = self.db.execute(
-            "SELECT c.id, c.title, c.created_at, c.updated_at, COUNT(t.id) FROM chats c "
-            "JOIN turns t ON t.chat_id = c.id GROUP BY c.id ORDER BY c.updated_at DESC, c.id DESC").fetchall()
+        with self._reading():
+            rows = self.db.execute(
+                "SELECT c.id, c.title, c.created_at, c.updated_at, COUNT(t.id) FROM chats c "
+                "JOIN turns t ON t.chat_id = c.id GROUP BY c.id ORDER BY c.updated_at DESC, c.id DESC").fetchall()
         return [ChatSummary(i, title, datetime.fromisoformat(created), datetime.fromisoformat(updated), n)
                 for i, title, created, updated, n in rows]
 
     def load_chat(self, chat_id: int) -> StoredChat:
+        with self._reading():
+            return self._load_chat(chat_id)
+
+    def _load_chat(self, chat_id: int) -> StoredChat:
         row = self.db.execute("SELECT title, pair, system_prompt FROM chats WHERE id = ?", (chat_id,)).fetchone()
         if row is None:
             raise KeyError(chat_id)
@@ -248,11 +263,14 @@ class ChatRecorder:
     """Follows the chat on screen and writes it to the store: which chat is current and which turn is in flight.
 
     A chat row is created lazily on its first request, so opening the app and pressing New chat leaves no empty
-    chats behind.
+    chats behind. A write that fails (disk full, the file removed) stops the saving for the rest of the session,
+    reported once through `on_failure`: the chat on screen goes on.
     """
 
-    def __init__(self, store: ChatStore):
+    def __init__(self, store: ChatStore, on_failure: Callable[[str], None] | None = None):
         self.store = store
+        self.on_failure = on_failure
+        self.failure: str | None = None
         self.chat_id: int | None = None
         self.turn_id: int | None = None
 
@@ -265,24 +283,38 @@ class ChatRecorder:
 
     def turn_started(self, position: int, request: ReplyRequest, pair: PairInfo | None) -> None:
         system = next((m["content"] for m in request.messages if m["role"] == "system"), "")
+        self.turn_id = None
         if self.chat_id is None:
-            self.chat_id = self.store.create_chat(pair, system)
-        self.turn_id = self.store.begin_turn(self.chat_id, position, request, pair, system)
+            self.chat_id = self._write(self.store.create_chat, pair, system)
+        if self.chat_id is not None:
+            self.turn_id = self._write(self.store.begin_turn, self.chat_id, position, request, pair, system)
 
     def round_finished(self, event: RoundEvent) -> None:
         if self.turn_id is not None:
-            self.store.add_round(self.turn_id, event)
+            self._write(self.store.add_round, self.turn_id, event)
 
     def reply_finished(self, reply: Reply) -> None:
         if self.turn_id is not None:
-            self.store.finish_turn(self.turn_id, reply)
+            self._write(self.store.finish_turn, self.turn_id, reply)
 
     def comparison_finished(self, comparison: Comparison) -> None:
         if self.turn_id is not None:
-            self.store.add_comparison(self.turn_id, comparison)
+            self._write(self.store.add_comparison, self.turn_id, comparison)
 
     def turn_failed(self) -> None:
         """The worker failed before finishing the reply: the window drops the turn, so the store does too."""
         if self.turn_id is not None:
-            self.store.delete_turn(self.turn_id)
+            self._write(self.store.delete_turn, self.turn_id)
             self.turn_id = None
+
+    def _write(self, write, *args):
+        if self.failure is not None:
+            return None
+        try:
+            return write(*args)
+        except sqlite3.Error as exc:
+            self.failure = f"Chats are no longer being saved ({exc}); this one stays on screen until you close it"
+            self.turn_id = None
+            if self.on_failure is not None:
+                self.on_failure(self.failure)
+            return None

@@ -10,7 +10,7 @@ from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import (QFileDialog, QInputDialog, QListWidget, QListWidgetItem, QMenu, QMessageBox, QStyle,
                                QStyledItemDelegate, QStyleOptionViewItem, QVBoxLayout, QWidget)
 
-from ui.chat_store import ChatStore, ChatSummary
+from ui.chat_store import ChatStore, ChatStoreError, ChatSummary
 from ui.export import ExportError, export_session
 from ui.session import Session
 
@@ -90,8 +90,13 @@ class HistoryPanel(QWidget):
     def refresh(self, current_id: int | None = None) -> None:
         """Reload the list from the database and highlight the chat on screen (if it is saved yet)."""
         self.current_id = current_id
+        try:
+            chats = self.store.list_chats()
+        except ChatStoreError as exc:  # the list stays as it was
+            self.status_posted.emit(str(exc))
+            return
         self.list.clear()
-        for chat in self.store.list_chats():
+        for chat in chats:
             self.list.addItem(self._item(chat))
             if chat.id == current_id:
                 self.list.setCurrentRow(self.list.count() - 1)

@@ -11,7 +11,7 @@ from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QHBoxLayo
 
 from engine.events import ContextNotice, DecodeSettings, Fate, PairInfo, PrefillProgress, RoundEvent
 from ui.charts import ChartsPanel
-from ui.chat_store import ChatRecorder, ChatStore
+from ui.chat_store import ChatRecorder, ChatStore, ChatStoreError
 from ui.chat_view import CLEAN, TRACE, ChatView, ReplyItem
 from ui.compare import comparison_view
 from ui.controls import DTYPES, DEVICES, DecodingControls, ModelPicker
@@ -96,7 +96,7 @@ class MainWindow(QMainWindow):
         self.progress: QProgressDialog | None = None
         self.error_box: QMessageBox | None = None
         self.store = store or ChatStore(":memory:")
-        self.recorder = ChatRecorder(self.store)
+        self.recorder = ChatRecorder(self.store, on_failure=self.show_store_failure)
         self.preferences = preferences
         self.system_prompt = ""
         self.editing: int | None = None  # index of the reply whose user message is being edited and resent
@@ -322,7 +322,11 @@ class MainWindow(QMainWindow):
         """Reopen a saved chat as it was left: text, colours, notes, the last reply's charts, and carry on in it."""
         if self._after_stop(lambda: self.on_chat_chosen(chat_id)):
             return
-        chat = self.store.load_chat(chat_id)
+        try:
+            chat = self.store.load_chat(chat_id)
+        except ChatStoreError as exc:
+            self.statusBar().showMessage(f"Could not open that chat: {exc}", 10000)
+            return
         self.recorder.resume(chat_id)
         self.system_prompt = chat.system_prompt
         self._replay(chat.replies, chat.comparisons)
@@ -331,6 +335,13 @@ class MainWindow(QMainWindow):
     def on_chat_deleted(self, chat_id: int) -> None:
         if chat_id == self.recorder.chat_id:
             self.new_chat()
+
+    def show_store_failure(self, message: str) -> None:
+        """Saving failed mid-session (disk full, file removed): say so once, without interrupting the reply."""
+        self.statusBar().showMessage(message)
+        self.error_box = QMessageBox(QMessageBox.Icon.Warning, "SpecDec Studio", message,
+                                     QMessageBox.StandardButton.Ok, self)
+        self.error_box.open()
 
     def copy_reply(self) -> None:
         if self.session.replies:

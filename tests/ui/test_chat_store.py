@@ -159,3 +159,17 @@ def test_sigkill_mid_reply_keeps_every_committed_turn_and_round(tmp_path):
     assert len(in_flight.events) >= 21 and in_flight.stopped  # every round printed before the kill is there
     assert [e.index for e in in_flight.events] == list(range(len(in_flight.events)))
     assert in_flight.text == "ab" * len(in_flight.events)
+
+
+def test_a_failing_write_stops_saving_once_and_says_so(tmp_path):
+    store = ChatStore(tmp_path / "chats.sqlite3")
+    reported = []
+    recorder = ChatRecorder(store, on_failure=reported.append)
+    recorder.turn_started(0, request("hi"), None)
+    store.db.close()  # as if the file went away: every later write raises sqlite3.Error
+    recorder.round_finished(round_event(0))
+    recorder.round_finished(round_event(1))
+    recorder.reply_finished(Reply(request("hi"), (round_event(0),), "ab", False))
+    recorder.turn_started(1, request("hi", "ab", "more"), None)
+    assert len(reported) == 1 and reported[0].startswith("Chats are no longer being saved")
+    assert recorder.turn_id is None

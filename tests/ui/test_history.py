@@ -340,3 +340,14 @@ def test_a_chats_date_is_as_short_as_it_can_be():
     assert when(now - timedelta(hours=1), now) == (now - timedelta(hours=1)).strftime("today %H:%M")
     assert when(now - timedelta(days=40), now) == (now - timedelta(days=40)).strftime("%d %b")
     assert when(now - timedelta(days=400), now).endswith(" 2025")
+
+
+def test_a_database_failing_mid_session_is_reported_and_the_chat_goes_on(make_window, mixed_decoder, qtbot):
+    studio = make_window(mixed_decoder, greedy=False, max_new_tokens=8)
+    window = studio.window
+    send(qtbot, studio, "w3 w4")
+    window.store.db.close()  # the next write raises, as on a full disk or a removed file
+    reply = send(qtbot, studio, "w5 w6")
+    assert window.error_box.text().startswith("Chats are no longer being saved")
+    assert window.session.replies[-1] is reply and reply.text
+    send(qtbot, studio, "w7")  # and the chat goes on
