@@ -21,9 +21,8 @@ def first_difference(left: list[int], right: list[int]) -> int | None:
 
 
 def greedy_is_exact(pair: PairInfo | None) -> bool:
-    """Whether the engine promises greedy speculative = greedy AR token for token for this pair (the field
-    arrives with the exactness work; pairs from before it are treated as exact only up to rounding)."""
-    return bool(getattr(pair, "greedy_exact", False))
+    """Whether the engine promises greedy speculative = greedy AR token for token for this pair."""
+    return pair is not None and pair.greedy_exact
 
 
 def explain(comparison: Comparison, reply: Reply, exact: bool) -> str:
