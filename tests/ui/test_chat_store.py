@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -141,12 +142,15 @@ WRITER = textwrap.dedent("""
 def test_sigkill_mid_reply_keeps_every_committed_turn_and_round(tmp_path):
     path = tmp_path / "chats.sqlite3"
     child = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    watchdog = threading.Timer(120, child.kill)  # a child that hangs fails the test, not hangs it
+    watchdog.start()
     try:
         for line in child.stdout:  # a line is printed only after its round's transaction committed
             if int(line) >= 20:
                 break
         os.kill(child.pid, signal.SIGKILL)
     finally:
+        watchdog.cancel()
         child.wait(timeout=30)
     assert child.returncode == -signal.SIGKILL
 

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -266,6 +267,8 @@ def test_killing_the_app_mid_reply_keeps_every_earlier_turn(tmp_path):
     child = subprocess.Popen([sys.executable, "-c", APP, str(db)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                              text=True)
     kinds = []
+    watchdog = threading.Timer(120, child.kill)  # a child that hangs fails the test, not hangs it
+    watchdog.start()
     try:
         for line in child.stdout:  # kill once the second reply has streamed ten rounds
             kinds.append(line.split()[0])
@@ -273,6 +276,7 @@ def test_killing_the_app_mid_reply_keeps_every_earlier_turn(tmp_path):
                 break
         os.kill(child.pid, signal.SIGKILL)
     finally:
+        watchdog.cancel()
         child.wait(timeout=60)
     assert child.returncode == -signal.SIGKILL
     first_turn_rounds = kinds.index("turn")
