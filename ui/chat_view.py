@@ -192,9 +192,6 @@ class ChatView(QTextBrowser):
             selections.append(selection)
         self.setExtraSelections(selections)
 
-    def clean_text(self, item: ReplyItem) -> str:
-        return self._clean_source(item)[0]
-
     def selected_clean_text(self) -> str:
         """The selection as plain text, without rejected drafts and chat-template tokens (what copy copies)."""
         cursor = self.textCursor()

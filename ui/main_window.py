@@ -105,7 +105,6 @@ class MainWindow(QMainWindow):
         self.loading = False  # a load was asked for and has not yet succeeded or failed
         self.load_request: tuple | None = None  # (target, draft, device, dtype) of the load in flight
         self.loaded_request: tuple | None = None  # ... and of the pair loaded (None: injected, or none yet)
-        self.pinned_index: int | None = None  # the token pinned in the inspector
         self.gammas: list[int] = []  # every γ the current reply ran with, for its header
 
         self.history = HistoryPanel(self.store)
@@ -306,6 +305,10 @@ class MainWindow(QMainWindow):
     def stop(self) -> None:
         if self.busy:
             self.stop_requested.emit()
+        elif self.editing is not None:  # Esc also leaves edit-and-resend
+            self.editing = None
+            self.message_box.clear()
+            self.statusBar().showMessage("Edit cancelled", 3000)
 
     def new_chat(self) -> None:
         """Start a fresh chat (saved once its first message is sent); a reply in flight is stopped and kept in
@@ -650,22 +653,26 @@ class MainWindow(QMainWindow):
 
     def on_trace_toggled(self, trace: bool) -> None:
         self.chat.set_view(TRACE if trace else CLEAN)
-        self.chat.mark_pinned(self.pinned_index)  # the redrawn document lost the outline
+        self.chat.mark_pinned(self._pinned_index())  # the redrawn document lost the outline
 
     def on_token_clicked(self, index: int) -> None:
         """A click pins a token in the inspector; clicking the pinned token again releases it."""
-        if self.pinned_index == index:
+        if self._pinned_index() == index:
             self.on_background_clicked()
             return
-        self.pinned_index = index
         self.inspector.pin(self.chat.spans[index])
         self.chat.mark_pinned(index)
 
     def on_background_clicked(self) -> None:
-        if self.pinned_index is not None:
-            self.pinned_index = None
+        if self.inspector.pinned:
             self.inspector.unpin()
             self.chat.mark_pinned(None)
+
+    def _pinned_index(self) -> int | None:
+        """Where the inspector's pinned token is in the chat (None when nothing is pinned, or after New chat)."""
+        if not self.inspector.pinned:
+            return None
+        return next((i for i, span in enumerate(self.chat.spans) if span is self.inspector.span), None)
 
     def on_example_chosen(self, text: str) -> None:
         self.message_box.setPlainText(text)
