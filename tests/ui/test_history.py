@@ -149,6 +149,9 @@ def test_edit_and_resend_replaces_that_turn(make_window, mixed_decoder, qtbot):
     send(qtbot, studio, "w5 w6")
     window.edit_action.trigger()
     assert window.message_box.toPlainText() == "w5 w6"
+    qtbot.keyClick(window.message_box, Qt.Key.Key_Escape)  # Esc leaves the edit
+    assert window.editing is None and window.message_box.toPlainText() == ""
+    window.edit_action.trigger()
     window.message_box.setPlainText("w7 w8")
     with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         qtbot.keyClick(window.message_box, Qt.Key.Key_Return)
