@@ -13,8 +13,9 @@ from transformers import DynamicCache, PreTrainedModel
 
 from engine.models import fast_llama, gguf_native
 
-# Prompt positions per prefill forward. A 256-token chunk of SmolLM2-135M takes ~0.3 s on 2 CPU cores even deep
-# into its 8192-position window, so Stop is heard within a second; larger chunks are barely faster.
+# Prompt positions per prefill forward; Stop is heard between chunks, so one chunk bounds its delay. The embedded
+# target read 1.5-2x more tokens per CPU second in 256-token chunks than in 128-token ones (94-142 vs 46-68, positions
+# 512-1024, 2 CPU cores shared with other jobs, where a chunk took 2-5 s).
 PREFILL_CHUNK = 256
 
 

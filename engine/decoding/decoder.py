@@ -151,9 +151,10 @@ class Decoder:
             round_start = time.perf_counter()
             # 1) draft up to γ tokens (fewer when the draft's confidence runs out, or at the window's end)
             if speculative:
-                gamma = self._gamma_request if self.window is None else min(self._gamma_request,
-                                                                             self.window - len(sequence))
-                proposal = self.drafter.propose(sequence, gamma, settings, generator)
+                asked = self._gamma_request
+                if self.window is not None:  # a draft past the window would have no position to go to
+                    asked = min(asked, self.window - len(sequence))
+                proposal = self.drafter.propose(sequence, asked, settings, generator)
                 draft_tokens, draft_probs = proposal.tokens, proposal.probs.to(device)
             else:
                 draft_tokens, draft_probs = [], torch.empty((0, self.vocab_size), device=device)
