@@ -155,10 +155,17 @@ class ChatStore:
             raise ChatStoreError(f"{self.path} was written by a newer SpecDec Studio (schema {version}; this one "
                                  f"reads up to {SCHEMA_VERSION}); it was left untouched")
         for step in range(version + 1, SCHEMA_VERSION + 1):
-            with self.db:
+            # One explicit transaction per step: sqlite3 would commit DDL statement by statement, and a crash
+            # mid-upgrade must leave the previous version whole.
+            self.db.execute("BEGIN")
+            try:
                 for statement in MIGRATIONS[step]:
                     self.db.execute(statement)
                 self.db.execute(f"PRAGMA user_version = {step}")
+            except sqlite3.Error:
+                self.db.rollback()
+                raise
+            self.db.commit()
 
     def close(self) -> None:
         self.db.close()

@@ -14,7 +14,7 @@ import pytest
 
 from engine.events import (DecodeSettings, DraftedToken, EmittedToken, Fate, ModelInfo, PairInfo, RoundEvent,
                            TokenProb)
-from ui.chat_store import SCHEMA_VERSION, ChatRecorder, ChatStore, ChatStoreError
+from ui.chat_store import MIGRATIONS, SCHEMA_VERSION, ChatRecorder, ChatStore, ChatStoreError
 from ui.session import Comparison, Reply, ReplyRequest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,3 +177,16 @@ def test_a_failing_write_stops_saving_once_and_says_so(tmp_path):
     recorder.turn_started(1, request("hi", "ab", "more"), None)
     assert len(reported) == 1 and reported[0].startswith("Chats are no longer being saved")
     assert recorder.turn_id is None
+
+
+def test_an_upgrade_that_fails_half_way_leaves_the_previous_version_whole(tmp_path, monkeypatch):
+    path = tmp_path / "chats.sqlite3"
+    monkeypatch.setitem(MIGRATIONS, 1, ("CREATE TABLE chats (id INTEGER PRIMARY KEY)", "NOT SQL AT ALL"))
+    with pytest.raises(ChatStoreError):
+        ChatStore(path)
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 0
+        assert db.execute("SELECT name FROM sqlite_master").fetchall() == []  # the first CREATE was rolled back
+    monkeypatch.undo()
+    store = ChatStore(path)  # the real upgrade then runs from version 0
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION and store.list_chats() == []
