@@ -120,14 +120,14 @@ class ChatView(QTextBrowser):
 
     def add_user_message(self, text: str) -> None:
         self._end_live()
-        if not self.items:
-            self.clear()  # the guide goes once the conversation starts
+        self._leave_guide()
         self.items.append(UserItem(text))
         self._draw_user(text)
         self.scroll_to_bottom()
 
     def begin_reply(self, header: str) -> None:
         self._end_live()
+        self._leave_guide()
         item = ReplyItem(header, len(self.spans), len(self.spans))
         self.items.append(item)
         self._live = _Live(item, self._end_position())
@@ -428,6 +428,10 @@ class ChatView(QTextBrowser):
             self._draw_note(note)
         else:
             self._draw_all()
+
+    def _leave_guide(self) -> None:
+        if not self.items:
+            self.clear()  # the guide goes once the conversation starts
 
     def _end_live(self) -> None:
         """Draw the streaming reply for good: later notes and turns go below it."""

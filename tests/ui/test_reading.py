@@ -133,3 +133,12 @@ def test_an_example_in_the_empty_chat_guide_is_sent_with_one_click(make_studio, 
         chat.anchorClicked.emit(QUrl(f"{EXAMPLE_SCHEME}:1"))
     assert studio.window.messages[0] == {"role": "user", "content": EXAMPLES[1][1]}
     assert "Try one" not in chat.toPlainText()
+
+
+def test_the_guide_goes_with_the_first_item_and_comes_back_for_a_new_chat(qtbot):
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    chat.begin_reply("Assistant · continued")  # a chat may open on a reply (a continuation)
+    assert "Try one" not in chat.toPlainText() and chat.toPlainText().startswith("Assistant")
+    chat.clear_chat()
+    assert "Try one" in chat.toPlainText()
