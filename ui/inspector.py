@@ -64,8 +64,8 @@ def copy_note(span: TokenSpan) -> str:
         return ""
     test = ("greedy keeps it only if it is also the target's top choice" if span.greedy
             else "it is kept with probability min(1, p/1) = p")
-    return ("Copied from the conversation: the last tokens occurred earlier, and prompt lookup proposes what "
-            f"followed them with certainty, so q = 1; {test}.")
+    return ("Why q = 1: the last few tokens occurred earlier in the conversation, and prompt lookup proposes "
+            f"what followed them there with certainty; {test}.")
 
 
 def span_html(span: TokenSpan, pinned: bool = False) -> str:
