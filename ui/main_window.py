@@ -51,7 +51,8 @@ def stats_line(reply: Reply, reference_s: float = 0.0) -> str:
     line = f"{s.n_tokens} tokens in {s.n_rounds} rounds · {s.tokens_per_s:.1f} tok/s"
     if reply.request.settings.mode == "spec":
         reference = reference_s or (reply.events[0].target_step_s if reply.events else 0.0)
-        estimate = estimated_speedup(reply.events, reference, reply.request.settings.gamma)
+        gamma = max([reply.request.settings.gamma] + [e.gamma for e in reply.events])  # γ may rise mid-reply
+        estimate = estimated_speedup(reply.events, reference, gamma)
         line += f" · α {s.alpha:.2f} · {s.tokens_per_round:.2f} tok/round · est. {estimate:.2f}× vs AR"
     return line + (" · stopped" if reply.stopped else "")
 
@@ -686,6 +687,7 @@ class MainWindow(QMainWindow):
         if self.busy and self.request is not None and self.request.settings.mode == "spec" and gamma != self.gammas[-1]:
             self.gammas.append(gamma)
             self.chat.set_reply_header(self._header(self.request))
+            self.charts.most_per_round = max(self.charts.most_per_round, gamma + 1.0)
 
     def show_pane(self, name: str, shown: bool) -> None:
         """Hide a side pane, or bring it back at a sensible width taken from the chat."""
