@@ -18,6 +18,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig, PreTra
 
 from engine.events import ModelInfo
 
+# A directory holding any of these can give a tokenizer (a pair is checked from its tokenizers alone)
+TOKENIZER_MARKERS = ("config.json", "tokenizer_config.json", "tokenizer.json")
 HUB_PROBE_TIMEOUT_S = 5  # seconds to wait for the hub's answer before treating it as unreachable
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # A GGUF target's weights: "native" keeps its 4-bit blocks for torch's int4 kernel (engine.models.gguf_native),
@@ -108,10 +110,10 @@ def _user_facing_errors(name: str):
         raise ModelLoadError(f"cannot load model {name!r}{offline}: {str(exc).splitlines()[0]}") from exc
 
 
-def _check_source(name: str, source: str, path: Path) -> dict:
+def _check_source(name: str, source: str, path: Path, markers: tuple[str, ...] = ("config.json",)) -> dict:
     """Refuse what cannot be a model before transformers tries it (its messages mislead: a folder of other files
     asks for sentencepiece), and find out at once whether a hub id can be downloaded, instead of after a minute of
-    retries. Returns extra `from_pretrained` arguments."""
+    retries. A directory must hold one of `markers`. Returns extra `from_pretrained` arguments."""
     if path.suffix == ".gguf":
         if not path.is_file():
             raise ModelLoadError(f"GGUF file not found: {path}")
@@ -120,8 +122,8 @@ def _check_source(name: str, source: str, path: Path) -> dict:
         raise ModelLoadError(f"{path} is a file, not a model: give a model directory (holding config.json), "
                              "a .gguf file or a hub id")
     if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ModelLoadError(f"{path} is a directory but not a model: it holds no config.json")
+        if not any((path / marker).is_file() for marker in markers):
+            raise ModelLoadError(f"{path} is a directory but not a model: it holds no {' or '.join(markers)}")
         return {}
     if name.startswith(("embedded", "/", ".", "~")):
         raise ModelLoadError(f"model directory not found: {path} (for the embedded pair run `specdec prepare`)")
@@ -155,7 +157,7 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     source = resolve(name)
     path = Path(source).expanduser()
     with _user_facing_errors(name):
-        hub = _check_source(name, source, path)
+        hub = _check_source(name, source, path, TOKENIZER_MARKERS)
         if path.suffix == ".gguf":
             return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         return AutoTokenizer.from_pretrained(source, **hub)
