@@ -77,7 +77,11 @@ def pick_dtype(device: torch.device, requested: str = "auto") -> torch.dtype:
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     if device.type == "mps":
         return torch.float16
-    # Measured on a 2-core AVX-512-bf16 CPU: a bf16 decode step of SmolLM2-135M is ~1.5x faster than fp32.
+    # bfloat16 where the CPU multiplies it natively (AVX-512-bf16): there a SmolLM2-135M target step costs 27.6 ms
+    # of CPU against 42.5 in float32, and a 3-token block barely more (29.6 / 45.1). On an AVX2-only CPU (emulated
+    # with ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2) bfloat16 linear layers cost in proportion to the rows
+    # (17 / 28 / 41 ms for 1 / 2 / 3), so verification blocks would eat what speculation saves, while float32 costs
+    # 37-40 ms for 1-3 rows. ARM is not measured and gets float32. (docs/batch-invariance.md, one core each.)
     return torch.bfloat16 if torch.cpu._is_avx512_bf16_supported() else torch.float32
 
 
