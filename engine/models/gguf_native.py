@@ -223,12 +223,18 @@ def fused(modules: list[Int4Linear]) -> Int4Weight | None:
 
 
 class GGUFEmbedding(torch.nn.Module):
-    """Token embeddings kept as the file's blocks; the rows looked up are de-quantised exactly (gguf's numpy)."""
+    """Token embeddings kept as the file's blocks; the rows looked up are de-quantised exactly: Q8_0 (SmolLM2's)
+    in torch, d·q, ~10 µs a step; other types with gguf's numpy de-quantiser, ~45 µs."""
 
     def __init__(self, raw: np.ndarray, qtype: GGMLQuantizationType, dim: int, dtype: torch.dtype):
         super().__init__()
-        self.raw, self.qtype = torch.from_numpy(raw.copy()), qtype  # (vocab, bytes per row)
-        self.num_embeddings, self.embedding_dim = raw.shape[0], dim
+        self.qtype, self.num_embeddings, self.embedding_dim = qtype, raw.shape[0], dim
+        if qtype == GGMLQuantizationType.Q8_0:
+            blocks = raw.reshape(raw.shape[0], dim // GROUP, 34)
+            self.values = torch.from_numpy(blocks[..., 2:].copy().view(np.int8))  # (vocab, groups, 32)
+            self.scales = torch.from_numpy(blocks[..., 0:2].copy().view(np.float16).astype(np.float32))
+        else:
+            self.raw = torch.from_numpy(raw.copy())  # (vocab, bytes per row)
         self.register_buffer("dtype_marker", torch.empty(0, dtype=dtype))  # follows model.to(dtype)
 
     @property
@@ -236,8 +242,12 @@ class GGUFEmbedding(torch.nn.Module):
         return self.num_embeddings * self.embedding_dim
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        rows = dequantize(self.raw[ids.reshape(-1).cpu()].numpy(), self.qtype)
-        out = torch.from_numpy(rows).to(self.dtype_marker.dtype)
+        flat = ids.reshape(-1).cpu()
+        if self.qtype == GGMLQuantizationType.Q8_0:
+            rows = self.values[flat].float() * self.scales[flat]  # d·q: exact in float32, as gguf computes it
+        else:
+            rows = torch.from_numpy(dequantize(self.raw[flat].numpy(), self.qtype))
+        out = rows.to(self.dtype_marker.dtype)
         return out.reshape(*ids.shape, self.embedding_dim).to(self.dtype_marker.device)
 
 

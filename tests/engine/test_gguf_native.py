@@ -211,3 +211,14 @@ def test_bench_goes_on_without_the_llama_cpp_rows_when_the_package_is_missing(mo
     assert methods == ["ar", "spec"]
     assert "pip install -e '.[peers]'" in capsys.readouterr().err
     assert [c.method for c in bench.plan(["llama_cpp", "ar"], ["greedy"], [2])] == ["ar", "llama_cpp"]
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_1])
+def test_embedding_rows_are_gguf_s_own_de_quantisation(tmp_path, qtype):
+    weight = np.random.default_rng(4).standard_normal((64, 128)).astype(np.float32)
+    write_gguf(tmp_path / "e.gguf", {"e": (weight, qtype)})
+    tensor = read(tmp_path / "e.gguf")["e"]
+    reference = dequantize(np.asarray(tensor.data), qtype).reshape(64, 128)
+    embedding = gguf_native.GGUFEmbedding(np.asarray(tensor.data), qtype, 128, torch.float32)
+    ids = torch.tensor([[5, 0, 63], [7, 7, 1]])
+    np.testing.assert_array_equal(embedding(ids).numpy(), reference[ids.numpy()])
