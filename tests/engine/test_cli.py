@@ -61,7 +61,7 @@ def test_draft_weights_choose_int8_or_the_load_dtype(monkeypatch, capsys):
 
     draft_qkv = []
 
-    def load(cls, target, draft, device, dtype, *, draft_int8):
+    def load(cls, target, draft, device, dtype, *, draft_int8, **_other_options):
         decoder = cls(tiny_model(0), draft=tiny_model(1, layers=1), draft_int8=draft_int8)
         draft_qkv.append(decoder.drafter.runner.cache.weights.layers[0].qkv)
         return decoder
