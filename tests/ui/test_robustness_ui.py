@@ -113,3 +113,13 @@ def test_ctrl_c_closes_the_window(make_studio, mixed_decoder, qtbot):
         qtbot.waitUntil(lambda: not studio.window.isVisible(), timeout=3000)
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_an_export_holds_only_the_current_chat(make_studio, mixed_decoder, qtbot, tmp_path):
+    studio = make_studio(mixed_decoder, max_new_tokens=3)
+    send(qtbot, studio, "w3 w4")
+    studio.window.new_chat()
+    second = send(qtbot, studio, "w5 w6")
+    studio.window.export_to(tmp_path / "chat")
+    replies = json.loads((tmp_path / "chat.json").read_text())["replies"]
+    assert [r["messages"][-1]["content"] for r in replies] == ["w5 w6"] and replies[0]["text"] == second.text
