@@ -268,3 +268,18 @@ def test_ctrl_c_while_starting_up_quits_without_a_traceback():
     output, code = run_in_terminal(["generate", "hi", "--mode", "ar"], interrupt_after=1.0)
     assert code == 130, output
     assert "Traceback" not in output and "specdec: interrupted" in output
+
+
+@pytest.mark.parametrize("mode", ["ar", "spec"])
+def test_a_saved_gpt2_decodes_from_its_directory_through_the_fallback(tmp_path, capsys, mode):
+    from tests.engine.test_robustness import gpt2_model
+    from tests.tiny import tiny_tokenizer
+
+    gpt2_model(0, layers=2, window=64).save_pretrained(tmp_path / "gpt2")
+    tiny_tokenizer().save_pretrained(tmp_path / "gpt2")
+    assert main(["generate", "w3 w4", "--target", str(tmp_path / "gpt2"), "--mode", mode, "--json",
+                 "--max-new-tokens", "200", "--dtype", "float32"]) == 0
+    out, err = capsys.readouterr()
+    reply = json.loads(out)
+    assert len(reply["token_ids"]) <= 64 - 2 and reply["context"]["window"] == 64
+    assert "cut the reply to at most 62 new tokens" in err
