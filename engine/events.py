@@ -1,4 +1,5 @@
-"""Plain, immutable records that leave the engine: settings in, one event per decoding round out.
+"""Plain, immutable records that leave the engine: settings in, one event per decoding round out (before the first
+round: a notice if the conversation was fitted into the window, and the prefill's progress).
 
 Nothing here imports torch, so the UI thread and the exporters can use these types freely.
 """
