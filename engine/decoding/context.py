@@ -3,8 +3,9 @@
 The CLI and the app both decode through `Decoder.stream`, so both apply this one policy:
 - the window is the smallest `max_position_embeddings` of the models decoding (positions past it are either
   undefined, for learned position embeddings, or never trained on);
-- a conversation too long for the window leaves out its oldest turns (system messages stay), a whole turn at a
-  time, until prompt + max_new_tokens fits;
+- a conversation too long for the window leaves out its oldest turns (system messages stay), whole turns, until
+  prompt + max_new_tokens fits; the cut then moves on in steps of about a quarter of the window, so the next turns
+  keep the same first message and reuse the cached prefix instead of prefilling the whole window again;
 - the token budget is cut to what the window leaves after the prompt;
 - a prompt that fills the window alone, or tokenizes to nothing, is refused with the numbers.
 Anything dropped or cut is reported in a ContextNotice, which the CLI prints and the app shows.
@@ -53,14 +54,13 @@ def fit(messages: list[dict], max_new_tokens: int, window: int | None,
         tokenize: Callable[[list[dict]], list[int]]) -> FittedPrompt:
     """Token ids of `messages` and the token budget, fitted into `window` as the module docstring says."""
     ids = tokenize(messages)
-    dropped = 0
-    kept = list(messages)
-    first = next((i for i, m in enumerate(kept) if m.get("role") != "system"), len(kept))
-    while window is not None and len(ids) + max_new_tokens > window and _has_earlier_turn(kept, first):
-        turn_end = next(i for i in range(first + 1, len(kept)) if kept[i].get("role") == "user")
-        dropped += turn_end - first
-        del kept[first:turn_end]
-        ids = tokenize(kept)
+    first = next((i for i, m in enumerate(messages) if m.get("role") != "system"), len(messages))
+    kept, dropped = list(messages), 0
+    if window is not None and len(ids) + max_new_tokens > window:
+        start = _first_kept(messages, first, max_new_tokens, window, tokenize)
+        kept, dropped = messages[:first] + messages[start:], start - first
+        if dropped:
+            ids = tokenize(kept)
     if not ids:
         raise ContextError("the prompt tokenizes to no tokens at all (the model has no chat template and no "
                            "beginning-of-text token): write something")
@@ -78,6 +78,21 @@ def fit(messages: list[dict], max_new_tokens: int, window: int | None,
     return FittedPrompt(ids, budget, notice)
 
 
-def _has_earlier_turn(messages: list[dict], first: int) -> bool:
-    """Whether a user message follows messages[first], i.e. the turn at `first` is not the one being answered."""
-    return any(m.get("role") == "user" for m in messages[first + 1:])
+def _first_kept(messages: list[dict], first: int, max_new_tokens: int, window: int,
+                tokenize: Callable[[list[dict]], list[int]]) -> int:
+    """Index of the first message kept after the system messages (messages[:first]): the start of a turn (a user
+    message), never later than the last one. Of the starts late enough for the rest to fit, the first one at or past
+    the next multiple of a quarter of the window, counted in tokens from the conversation's start: earlier messages
+    never change, so the next turns of a growing chat keep this start (and the cache its prefix) until it no longer
+    fits. The price: up to a quarter of the window more is left out than strictly needed."""
+    system = messages[:first]
+    turns = [i for i in range(first, len(messages)) if messages[i].get("role") == "user"]
+    if not turns:
+        return first
+    needed = next((s for s in turns if len(tokenize(system + messages[s:])) + max_new_tokens <= window), turns[-1])
+    offsets = [0]  # tokens before each message from `first` on, each message tokenized alone (stable, if rough)
+    for message in messages[first:]:
+        offsets.append(offsets[-1] + len(tokenize([message])))
+    step = max(1, window // 4)
+    anchor = -(-offsets[needed - first] // step) * step
+    return next((s for s in turns if s >= needed and offsets[s - first] >= anchor), turns[-1])

@@ -101,20 +101,41 @@ def test_max_new_tokens_is_cut_to_the_window_with_a_notice():
 def test_a_long_conversation_drops_its_oldest_turns_with_a_notice_and_keeps_the_system_message():
     decoder = tiny_decoder()
     decoder.eos_ids = set()
-    turn = " ".join(["w5"] * 300)
+    turn = " ".join(["w5"] * 100)
     messages = [{"role": "system", "content": "w1"}]
-    for _ in range(3):
+    for _ in range(6):
         messages += [{"role": "user", "content": turn}, {"role": "assistant", "content": turn}]
     messages.append({"role": "user", "content": "w3 w4"})
     seen = []
     chat_ids = decoder.chat_ids
     decoder.chat_ids = lambda kept: seen.append(kept) or chat_ids(kept)
-    items = list(decoder.stream(messages, DecodeSettings(max_new_tokens=100)))
+    items = list(decoder.stream(messages, DecodeSettings(max_new_tokens=300)))
     notice = items[0]
-    assert isinstance(notice, ContextNotice) and notice.dropped_messages == 4  # two whole turns
-    assert "left out the oldest 4 messages" in notice.message
-    assert seen[-1][0]["role"] == "system" and seen[-1][1]["role"] == "user" and len(seen[-1]) == 4
-    assert notice.prompt_tokens + 100 <= 1024 and len(emitted(items)) == 100
+    assert isinstance(notice, ContextNotice) and notice.dropped_messages % 2 == 0  # whole turns
+    assert f"left out the oldest {notice.dropped_messages} messages" in notice.message
+    kept = seen[-1]
+    assert kept[0]["role"] == "system" and kept[1]["role"] == "user" and kept[-1]["content"] == "w3 w4"
+    assert len(kept) == len(messages) - notice.dropped_messages
+    assert notice.prompt_tokens + 300 <= 1024 and len(emitted(items)) == 300
+
+
+def test_a_growing_conversation_keeps_its_first_kept_message_for_several_turns():
+    from engine.decoding.context import fit
+
+    decoder = tiny_decoder()
+    turn = " ".join(["w5"] * 60)
+    messages, starts = [], []
+    for _ in range(40):
+        messages += [{"role": "user", "content": turn}]
+        fitted = fit(messages, 100, 1024, decoder.chat_ids)
+        assert len(fitted.ids) + fitted.max_new_tokens <= 1024 and fitted.max_new_tokens == 100
+        dropped = fitted.notice.dropped_messages if fitted.notice else 0
+        starts.append(dropped)
+        assert messages[dropped]["role"] == "user"
+        messages += [{"role": "assistant", "content": turn}]
+    changes = [i for i in range(1, len(starts)) if starts[i] != starts[i - 1]]
+    assert starts == sorted(starts) and len(changes) >= 3  # the cut moves on as the chat grows...
+    assert min(b - a for a, b in zip(changes, changes[1:])) >= 2  # ...but not every turn: the prefix is reused
 
 
 def test_drafting_never_reaches_past_the_window():
