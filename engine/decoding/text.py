@@ -7,9 +7,13 @@ make a whole character yet are held back, and the token that completes the chara
 """
 from __future__ import annotations
 
+from functools import cached_property
+
 from transformers import PreTrainedTokenizerBase
+from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 INCOMPLETE = "\ufffd"  # what decode() makes of bytes that are not (yet) a whole character
+BYTE_OF = {char: byte for byte, char in bytes_to_unicode().items()}  # byte-level BPE's alphabet, read back
 
 
 class TextStream:
@@ -37,10 +41,21 @@ class TextStream:
         return self._new_text(self.ids + [token])
 
     def label(self, token: int) -> str:
-        """As `peek`, but a special token is named (<|im_end|>) rather than empty: for lists of candidates."""
+        """As `peek`, for lists of candidates: a special token is named (<|im_end|>) rather than empty, and a piece
+        of a character as its bytes (‹e6 97›) rather than '�', where the tokenizer says what they are."""
+        piece = self.tokenizer.convert_ids_to_tokens(token)
         if token in self.tokenizer.all_special_ids:
-            return self.tokenizer.convert_ids_to_tokens(token)
-        return self.peek(token)
+            return piece
+        text = self.peek(token)
+        if INCOMPLETE in text and self._byte_level:
+            return "‹" + " ".join(f"{BYTE_OF[char]:02x}" for char in piece) + "›"
+        return text
+
+    @cached_property
+    def _byte_level(self) -> bool:
+        """Whether tokens are spelled in GPT-2's byte alphabet (one character per byte), as byte-level BPE does."""
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        return type(getattr(backend, "decoder", None)).__name__ == "ByteLevel"
 
     def flush(self) -> str:
         """The text still held back at the end of a reply ('�' for a character its last tokens left incomplete)."""

@@ -47,7 +47,8 @@ def test_an_incomplete_character_at_the_end_is_flushed_and_peek_consumes_nothing
     stream = TextStream(tokenizer)
     assert [stream.push(t) for t in first_bytes] == ["", ""]
     assert stream.peek(chain_ids(tokenizer)[2]) == "\ufffd"  # still incomplete, shown as such for a rejected draft
-    assert stream.label(tokenizer.eos_token_id) == "<|im_end|>"  # candidates name a special token
+    assert stream.label(tokenizer.eos_token_id) == "<|im_end|>"  # candidates name a special token...
+    assert stream.label(chain_ids(tokenizer)[2]) == "‹90›"  # ...and the bytes of a piece of a character
     assert stream.flush() == "\ufffd"
 
 
