@@ -26,6 +26,17 @@ def near_copy_decoder(noise: float) -> Decoder:
     return decoder
 
 
+@pytest.fixture(autouse=True)
+def empty_clipboard():
+    """Leave the clipboard empty after each test: text the process still owns when the offscreen platform shuts
+    down crashes the interpreter at exit (segfault, exit 139) although every test passed."""
+    yield
+    from PySide6.QtGui import QGuiApplication
+
+    if QGuiApplication.instance() is not None:
+        QGuiApplication.clipboard().clear()
+
+
 @pytest.fixture(scope="session")
 def mixed_decoder() -> Decoder:
     return near_copy_decoder(DRAFT_NOISE["mixed"])
