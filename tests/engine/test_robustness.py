@@ -110,14 +110,14 @@ def test_a_long_conversation_drops_its_oldest_turns_with_a_notice_and_keeps_the_
     seen = []
     chat_ids = decoder.chat_ids
     decoder.chat_ids = lambda kept: seen.append(kept) or chat_ids(kept)
-    items = list(decoder.stream(messages, DecodeSettings(max_new_tokens=300)))
+    items = list(decoder.stream(messages, DecodeSettings(max_new_tokens=150)))
     notice = items[0]
     assert isinstance(notice, ContextNotice) and notice.dropped_messages % 2 == 0  # whole turns
     assert f"left out the oldest {notice.dropped_messages} messages" in notice.message
     kept = seen[-1]
     assert kept[0]["role"] == "system" and kept[1]["role"] == "user" and kept[-1]["content"] == "w3 w4"
     assert len(kept) == len(messages) - notice.dropped_messages
-    assert notice.prompt_tokens + 300 <= 1024 and len(emitted(items)) == 300
+    assert notice.prompt_tokens + 150 <= 1024 and len(emitted(items)) == 150
 
 
 def test_a_growing_conversation_keeps_its_first_kept_message_for_several_turns():
