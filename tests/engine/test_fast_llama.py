@@ -74,6 +74,27 @@ def test_int8_weights_stay_close_to_the_model_and_leave_it_untouched():
     assert not isinstance(fast_llama.linear(torch.randn(8, 24), int8=True), fast_llama.Int8Weight)
 
 
+def test_int8_weights_of_a_float32_model_multiply_in_bfloat16_and_answer_in_float32():
+    weight = torch.randn(32, 64)
+    int8 = fast_llama.linear(weight, int8=True)
+    x = torch.randn(3, 64)
+    out = int8(x)
+    assert int8.dtype == torch.bfloat16 and out.dtype == torch.float32  # the kernel's fast activation type
+    assert (out - x @ weight.T).abs().max() < 0.05 * (x @ weight.T).abs().max()
+
+
+def test_linear_layers_are_packed_for_onednn_and_equal_f_linear_closely():
+    for dtype in (torch.float32, torch.bfloat16):
+        weight, x = torch.randn(48, 64).to(dtype), torch.randn(5, 64).to(dtype)
+        packed = fast_llama.linear(weight)
+        if not fast_llama.PackedWeight.usable(weight):
+            continue  # a CPU or build without oneDNN's kernels for this dtype
+        assert isinstance(packed, fast_llama.PackedWeight)
+        for rows in (1, 2, 5):  # fewer rows than PACKED_MIN_ROWS are padded and cut back
+            assert packed(x[:rows]).shape == (rows, 48)
+            assert torch.allclose(packed(x[:rows]).float(), (x[:rows] @ weight.T).float(), atol=0.05, rtol=0.02)
+
+
 def test_converting_the_model_after_a_cache_was_built_rearranges_its_weights():
     model = build("llama")
     CachedModel(model, 64).forward([3, 9])
