@@ -11,14 +11,16 @@ a verification block, so greedy speculative decoding returns exactly greedy AR's
 (docs/batch-invariance.md has the measurements): linear layers run on oneDNN with weights packed once, whose
 kernels sum each output row in the same order for any number of rows (MKL's float32 GEMM, behind F.linear, does
 not, and is 2-4x slower for a few rows); and a decoding block's attention runs one query row at a time, each
-exactly the call an AR step makes. Only a prompt, longer than any block, takes one causal attention.
+exactly the call an AR step makes. Only a prompt, longer than any block, takes one causal attention. Whether the
+linear kernels really are row-invariant on this machine is probed once (`FastLlama.batch_invariant`, which the
+decoder reports as PairInfo.greedy_exact).
 """
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from functools import cached_property
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 import torch.nn.functional as F
