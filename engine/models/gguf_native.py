@@ -46,7 +46,7 @@ class NotNative(ValueError):
 
 
 @dataclass
-class Tensor:
+class GGUFTensor:
     """One tensor of a GGUF, as gguf.GGUFReader gives it: `shape` lists the contiguous dimension first; `data` is
     (rows, bytes a row) uint8 for block types, float32 / float16 values otherwise."""
 
@@ -61,7 +61,7 @@ _SCALARS = {GGUFValueType.UINT8: 1, GGUFValueType.INT8: 1, GGUFValueType.UINT16:
             GGUFValueType.UINT64: 8, GGUFValueType.INT64: 8, GGUFValueType.FLOAT64: 8}
 
 
-def read_tensors(path: Path) -> tuple[str, dict[str, Tensor]]:
+def read_tensors(path: Path) -> tuple[str, dict[str, GGUFTensor]]:
     """The architecture and the tensors (memory-mapped) of a GGUF. gguf.GGUFReader parses every metadata value
     into numpy views first, ~4 s for SmolLM2's 100k tokenizer strings; this skips them."""
     mapped = np.memmap(path, mode="r")
@@ -93,8 +93,10 @@ def read_tensors(path: Path) -> tuple[str, dict[str, Tensor]]:
         key, offset = string(offset)
         (kind,) = struct.unpack_from("<I", buffer, offset)
         offset += 4
-        if key in ("general.architecture", "general.alignment"):
-            fields[key] = string(offset)[0] if kind == GGUFValueType.STRING else struct.unpack_from("<I", buffer, offset)[0]
+        if key == "general.architecture":
+            fields[key] = string(offset)[0]
+        elif key == "general.alignment":
+            fields[key] = struct.unpack_from("<I", buffer, offset)[0]
         offset = skip(kind, offset)
     infos = []
     for _ in range(n_tensors):
@@ -114,7 +116,7 @@ def read_tensors(path: Path) -> tuple[str, dict[str, Tensor]]:
         data = mapped[data_start + start: data_start + start + rows * row_bytes].reshape(rows, row_bytes)
         if qtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
             data = data.view(np.float32 if qtype == GGMLQuantizationType.F32 else np.float16).reshape(shape[::-1])
-        tensors[name] = Tensor(name, qtype, shape, data)
+        tensors[name] = GGUFTensor(name, qtype, shape, data)
     return fields.get("general.architecture", ""), tensors
 
 
