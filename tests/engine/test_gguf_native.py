@@ -222,3 +222,23 @@ def test_embedding_rows_are_gguf_s_own_de_quantisation(tmp_path, qtype):
     embedding = gguf_native.GGUFEmbedding(np.asarray(tensor.data), qtype, 128, torch.float32)
     ids = torch.tensor([[5, 0, 63], [7, 7, 1]])
     np.testing.assert_array_equal(embedding(ids).numpy(), reference[ids.numpy()])
+
+
+@pytest.mark.embedded
+def test_embedded_target_s_int4_groups_are_the_prepared_float32_copy_exactly():
+    from safetensors.torch import load_file
+
+    from engine.models import embedded
+
+    _, tensors = gguf_native.read_tensors(embedded.gguf_path())
+    prepared = load_file(embedded.target_dir() / "model.safetensors")
+    for name, hf, heads in [("blk.0.attn_q.weight", "model.layers.0.self_attn.q_proj.weight", 9),
+                            ("blk.3.attn_k.weight", "model.layers.3.self_attn.k_proj.weight", 3),
+                            ("blk.29.ffn_down.weight", "model.layers.29.mlp.down_proj.weight", None)]:
+        tensor = tensors[name]
+        cols, rows = tensor.shape
+        q, s, z = gguf_native.int4_groups(tensor.data, tensor.tensor_type, rows, cols)
+        weight = (q - np.float32(8)) * np.repeat(s, 32, 1) + np.repeat(z, 32, 1)
+        if heads:
+            weight = weight[gguf_native._rows_to_hf(rows, heads)]
+        np.testing.assert_array_equal(weight, prepared[hf].numpy())
