@@ -56,7 +56,8 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
                              "or kept in --dtype")
     parser.add_argument("--target-weights", default="auto", choices=["auto", "native", "dtype"],
                         help="a GGUF target's weights: its own 4-bit blocks on torch's int4 kernel (native), "
-                             "de-quantised into --dtype (dtype), or native where that is fast: bfloat16 (auto)")
+                             "de-quantised into --dtype (dtype), or native where that is faster: bfloat16 without a "
+                             "draft (auto)")
 
 
 def build_parser() -> argparse.ArgumentParser:

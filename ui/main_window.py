@@ -59,6 +59,8 @@ def stats_line(reply: Reply, reference_s: float = 0.0) -> str:
 
 def comparison_line(comparison: Comparison, reply: Reply) -> str:
     ar_tokens = sum(len(e.emitted) for e in comparison.ar_events)
+    if comparison.stopped:  # a few AR tokens against a whole reply would claim a speedup nobody measured
+        return f"plain AR stopped after {ar_tokens} tokens: no measured speedup"
     line = (f"plain AR: {ar_tokens} tokens in {comparison.ar_wall_s:.2f} s ({comparison.ar_tokens_per_s:.1f} tok/s) vs "
             f"speculative {reply.stats.n_tokens} in {comparison.spec_wall_s:.2f} s "
             f"({comparison.spec_tokens_per_s:.1f} tok/s) → measured {comparison.speedup:.2f}×")
@@ -567,8 +569,9 @@ class MainWindow(QMainWindow):
         reply = self.session.replies[-1]
         self.chat.add_comparison(comparison_view(comparison, reply, comparison_line(comparison, reply),
                                                  self.session.pair))
-        self.charts.show_measured_speedup(comparison.speedup)
-        self.reply_label.setText(self.reply_label.text() + " · " + f"measured {comparison.speedup:.2f}× vs AR")
+        if not comparison.stopped:
+            self.charts.show_measured_speedup(comparison.speedup)
+            self.reply_label.setText(self.reply_label.text() + " · " + f"measured {comparison.speedup:.2f}× vs AR")
 
     def _replay(self, replies: list[Reply], comparisons: dict[int, Comparison]) -> None:
         """Show saved replies as they were streamed: the same calls as live, from the stored round events."""

@@ -9,7 +9,7 @@ from engine.events import DecodeSettings, EmittedToken, Fate, RoundEvent
 from tests.ui.helpers import send
 from tests.ui.synthetic import accepted_round
 from ui.compare import comparison_view, explain, first_difference
-from ui.main_window import stats_line
+from ui.main_window import comparison_line, stats_line
 from ui.session import Comparison, Reply, ReplyRequest
 from ui.timing import StepReference, estimated_speedup, machine_was_busy
 
@@ -87,3 +87,14 @@ def test_compare_with_ar_shows_progress_then_the_ar_text_beside_the_reply(make_s
     shown = window.chat.toPlainText()
     assert "plain AR: 10 tokens" in shown and "greedy outputs identical" in shown
     assert "Plain AR produced the same 10 tokens" in shown
+
+
+def test_a_stopped_ar_comparison_claims_no_speedup():
+    steps = tuple(ar_step(i, 5, "w5", 0.9) for i in range(2))
+    request = ReplyRequest(messages=({"role": "user", "content": "w3"},), settings=DecodeSettings())
+    reply = Reply(request, tuple(accepted_round(i, ["a", "b"], "c") for i in range(8)), "abc" * 8, False)
+    finished = Comparison(ar_events=steps, ar_text="w5 w5", spec_wall_s=0.24, ar_wall_s=0.06, spec_tokens_per_s=100.0,
+                          ar_tokens_per_s=33.0, identical=None)
+    assert "measured 3.03×" in comparison_line(finished, reply)
+    stopped = dataclasses.replace(finished, stopped=True)
+    assert comparison_line(stopped, reply) == "plain AR stopped after 2 tokens: no measured speedup"
