@@ -310,7 +310,8 @@ class ChatView(QTextBrowser):
         if block.kind == "code":
             self._draw_code(source, owners, block, top)
             return
-        indent = 16 * (block.level + 1) if block.kind in ("bullet", "number") else 12 if block.kind == "quote" else 0
+        indent = {"bullet": 16 * (block.level + 1), "number": 16 * (block.level + 1), "quote": 12,
+                  "text": block.level * self.fontMetrics().horizontalAdvance(" ")}.get(block.kind, 0)
         cursor = self._insert_block(top_margin=top, left_margin=indent)
         if block.kind == "rule":
             cursor.insertText("—" * 16, self._plain_format(NOTE_COLOUR))

@@ -35,7 +35,7 @@ class Block:
     start: int
     end: int
     gap: bool = False  # a blank line (or the start of a code block) before it: drawn with space above
-    level: int = 0  # heading level, or list nesting
+    level: int = 0  # heading level, list nesting, or a text line's leading spaces
     marker: str = ""  # what a list item shows in front: "•" or "3."
     closed: bool = True  # code blocks: whether the closing fence has arrived
 
@@ -87,8 +87,10 @@ def parse_blocks(source: str) -> list[Block]:
         elif m := QUOTE.match(line):
             blocks.append(Block("quote", start + m.end(), start + len(line), gap=gap))
         else:
+            # Kept as the line's indentation: models often write code without a fence, and Python needs it.
             indent = len(line) - len(line.lstrip())
-            blocks.append(Block("text", start + indent, start + len(line), gap=gap))
+            blocks.append(Block("text", start + indent, start + len(line), gap=gap,
+                                level=len(line[:indent].expandtabs(4))))
         gap = False
     return blocks
 

@@ -26,3 +26,9 @@ def test_inline_markers_are_hidden_and_unclosed_ones_stay_literal():
     assert runs == [("a ", ""), ("bold", "bold"), (" and ", ""), ("it", "italic"), (" with ", ""),
                     ("code", "code"), (" but **open", "")]
     assert inline_runs("snake_case_name", 0, 15) == [(0, 15, "")]
+
+
+def test_unfenced_code_keeps_its_indentation():
+    source = "def f(word):\n    return word\n\tpass"
+    assert [(b.kind, b.level, source[b.start:b.end]) for b in parse_blocks(source)] == [
+        ("text", 0, "def f(word):"), ("text", 4, "return word"), ("text", 4, "pass")]

@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QAbstractSlider
 
 from engine.events import Fate
 from tests.ui.helpers import REPLY_TIMEOUT_MS, send
-from tests.ui.synthetic import markdown_reply
+from tests.ui.synthetic import accepted_round, markdown_reply
 from ui.chat_view import CLEAN, EXAMPLE_SCHEME, EXAMPLES, TRACE, ChatView, monospace_family
 from ui.palette import STYLES
 
@@ -142,3 +142,17 @@ def test_the_guide_goes_with_the_first_item_and_comes_back_for_a_new_chat(qtbot)
     assert "Try one" not in chat.toPlainText() and chat.toPlainText().startswith("Assistant")
     chat.clear_chat()
     assert "Try one" in chat.toPlainText()
+
+
+def test_an_unfenced_indented_line_is_drawn_indented(qtbot):
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    chat.begin_reply("Assistant")
+    chat.add_round(accepted_round(0, ["def f():\n", "    return 1"], "\n"))
+    chat.flush()
+    margins = {}
+    block = chat.document().begin()
+    while block.isValid():
+        margins[block.text()] = block.blockFormat().leftMargin()
+        block = block.next()
+    assert margins["return 1"] == 4 * chat.fontMetrics().horizontalAdvance(" ") > margins["def f():"]
