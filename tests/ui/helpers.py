@@ -20,21 +20,29 @@ def send(qtbot, studio, text: str = "w3 w7 w11 w5"):
     return studio.window.session.replies[-1]
 
 
-def token_fragments(chat) -> list[tuple[str, str, bool]]:
-    """(text, background colour, struck out) of every token fragment in the chat pane's document."""
+def token_fragments_with_blocks(chat) -> list:
+    """(fragment, its block) for every fragment of the chat pane's document that belongs to a token."""
     found = []
     block = chat.document().begin()
     while block.isValid():
         it = block.begin()
         while not it.atEnd():
-            fragment = it.fragment()
-            fmt = fragment.charFormat()
+            fmt = it.fragment().charFormat()
             if fmt.isAnchor() and fmt.anchorHref().startswith("token:"):
-                has_background = fmt.hasProperty(QTextFormat.Property.BackgroundBrush)
-                colour = fmt.background().color().name() if has_background else ""
-                found.append((fragment.text(), colour, fmt.fontStrikeOut()))
+                found.append((it.fragment(), block))
             it += 1
         block = block.next()
+    return found
+
+
+def token_fragments(chat) -> list[tuple[str, str, bool]]:
+    """(text, background colour, struck out) of every token fragment in the chat pane's document."""
+    found = []
+    for fragment, _ in token_fragments_with_blocks(chat):
+        fmt = fragment.charFormat()
+        has_background = fmt.hasProperty(QTextFormat.Property.BackgroundBrush)
+        colour = fmt.background().color().name() if has_background else ""
+        found.append((fragment.text(), colour, fmt.fontStrikeOut()))
     return found
 
 

@@ -7,7 +7,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QAbstractSlider
 
 from engine.events import Fate
-from tests.ui.helpers import REPLY_TIMEOUT_MS, send
+from tests.ui.helpers import REPLY_TIMEOUT_MS, send, token_fragments_with_blocks
 from tests.ui.synthetic import accepted_round, markdown_reply
 from ui.chat_view import CLEAN, EXAMPLE_SCHEME, EXAMPLES, TRACE, ChatView, monospace_family
 from ui.palette import STYLES
@@ -27,17 +27,7 @@ def shown_reply(qtbot) -> ChatView:
 
 def fragments(chat: ChatView):
     """(text, char format, block format) of every fragment that belongs to a token."""
-    found = []
-    block = chat.document().begin()
-    while block.isValid():
-        it = block.begin()
-        while not it.atEnd():
-            fragment = it.fragment()
-            if fragment.charFormat().anchorHref().startswith("token:"):
-                found.append((fragment.text(), fragment.charFormat(), block.blockFormat()))
-            it += 1
-        block = block.next()
-    return found
+    return [(f.text(), f.charFormat(), b.blockFormat()) for f, b in token_fragments_with_blocks(chat)]
 
 
 def test_clean_view_renders_markdown_without_rejected_drafts_or_special_tokens(qtbot):
