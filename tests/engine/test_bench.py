@@ -9,7 +9,7 @@ from engine.benchmark.bench import Config, Row, Run
 from engine.events import DecodeSettings, DraftedToken, EmittedToken, Fate, RoundEvent
 from engine.benchmark.naive import speculative_decode
 from engine.stats import expected_tokens_per_round
-from tests.tiny import EOS_ID, PROMPT, tiny_decoder, tiny_model
+from tests.tiny import EOS_ID, PROMPT, tiny_decoder
 
 
 def event(gamma: int, n_accepted: int, draft_s: float = 0.0, verify_s: float = 0.01) -> RoundEvent:

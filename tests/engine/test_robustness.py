@@ -16,7 +16,7 @@ from engine.decoding.text import TextStream
 from engine.events import ContextNotice, DecodeSettings, PrefillProgress, RoundEvent
 from engine.models.loading import LoadedModel
 from tests.chain import CHAIN_TEXT, byte_tokenizer, chain_ids, chain_model
-from tests.tiny import PROMPT, WORDS, tiny_decoder, tiny_model, tiny_tokenizer
+from tests.tiny import PROMPT, WORDS, tiny_decoder, tiny_tokenizer
 
 HI = [{"role": "user", "content": "hi"}]
 

@@ -54,11 +54,12 @@ def make_studio(qtbot):
 
     built = []
 
-    def make(decoder, **settings):
+    def make(decoder, store=None, preferences=None, **settings):
+        """`store` and `preferences` as in `app.studio.build`; the rest are DecodeSettings fields."""
         from engine.events import DecodeSettings
 
         decoder.reset()
-        studio = build(decoder, defaults=DecodeSettings(**settings))
+        studio = build(decoder, defaults=DecodeSettings(**settings), store=store, preferences=preferences)
         qtbot.addWidget(studio.window)
         studio.window.show()
         studio.window.activateWindow()

@@ -17,7 +17,6 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QApplication
 
-from engine.events import DecodeSettings
 from tests.tiny import tiny_decoder
 from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, token_fragments
 from ui.chat_store import ChatStore
@@ -29,36 +28,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def make_window(qtbot, tmp_path):
-    """Like `make_studio`, with the chats database and the settings file in tmp_path; each call is one run of the
-    app, and closing it (`close`) is a quit: the window saves its settings, the worker thread is joined."""
-    from app.studio import build
-
-    running = []
+def make_window(make_studio, tmp_path):
+    """`make_studio` with the chats database and the settings file in tmp_path; each call is one run of the app,
+    and closing it (`close`) is a quit: the window saves its settings, the worker thread is joined."""
 
     def make(decoder, **settings):
-        decoder.reset()
         preferences = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-        studio = build(decoder, defaults=DecodeSettings(**settings), store=ChatStore(tmp_path / "chats.sqlite3"),
-                       preferences=preferences)
-        qtbot.addWidget(studio.window)
-        studio.window.show()
-        qtbot.waitExposed(studio.window)
-        running.append(studio)
-        with qtbot.waitSignal(studio.window.models_shown, timeout=10_000):
-            studio.start()
-        return studio
+        return make_studio(decoder, store=ChatStore(tmp_path / "chats.sqlite3"), preferences=preferences, **settings)
 
     def close(studio):
         studio.window.close()
         studio.shutdown()
         studio.window.store.close()
-        running.remove(studio)
 
     make.close = close
-    yield make
-    for studio in running:
-        studio.shutdown()
+    return make
 
 
 def click_chat(qtbot, window, row: int) -> None:
