@@ -19,6 +19,7 @@ BOTTOM_RIGHT, TOP_RIGHT = (-6, -6), (-6, 6)  # legend corners, away from where e
 X_STEP = 20  # the x axis grows in steps of this many rounds
 MIN_CHART_HEIGHT = 105
 LEGEND_MIN_WIDTH = 320  # below this a chart's legend would hide its data
+AXIS_END_ROOM = 16  # pixels right of the x axis: half of a four-digit tick label
 COLUMNS = ("alpha", "alpha_mean", "tokens", "tokens_mean", "expected", "speedup", "speedup_mean")
 
 
@@ -69,6 +70,10 @@ def _plot(title: str, tooltip: str, y_label: str, legend_at: tuple[int, int]) ->
     plot.setToolTip(tooltip)
     plot.setLabel("bottom", "round", **{"font-size": "8pt"})
     plot.setLabel("left", y_label, **{"font-size": "8pt"})
+    # The last x tick sits at the plot's right edge; pyqtgraph hides a label that leaves the axis' rectangle, so
+    # leave room for half of one and let the label use it.
+    plot.plotItem.layout.setContentsMargins(1, 1, AXIS_END_ROOM, 1)
+    plot.getAxis("bottom").setStyle(hideOverlappingLabels=AXIS_END_ROOM)
     plot.setMouseEnabled(x=False, y=False)
     plot.addLegend(offset=legend_at, labelTextSize="7pt", brush=pg.mkBrush(255, 255, 255, 170),
                    verSpacing=-6)

@@ -2,7 +2,9 @@
 controls that stay where they are."""
 from __future__ import annotations
 
-from PySide6.QtCore import QPoint
+import pytest
+from PySide6.QtCore import QPoint, QRect
+from PySide6.QtGui import QImage, QPainter
 from PySide6.QtWidgets import QApplication
 
 from engine.models.pairing import PRESETS
@@ -88,3 +90,23 @@ def test_device_and_dtype_boxes_offer_only_what_the_machine_has(qtbot):
     # choosing a preset still fills in its models
     picker.preset.setCurrentIndex(picker.preset.findData("qwen3-4b"))
     assert picker.target.text() == PRESETS["qwen3-4b"].target
+
+
+def drawn_x_labels(plot) -> dict[str, QRect]:
+    """The bottom axis' tick labels pyqtgraph draws, each with its place in the chart widget."""
+    axis = plot.getAxis("bottom")
+    image = QImage(1, 1, QImage.Format.Format_ARGB32)
+    painter = QPainter(image)
+    _, _, texts = axis.generateDrawSpecs(painter)
+    painter.end()
+    return {text: plot.mapFromScene(axis.mapRectToScene(rect)).boundingRect() for rect, _, text in texts}
+
+
+@pytest.mark.parametrize("size", [(MIN_WIDTH, MIN_HEIGHT), (1600, 1000)])
+def test_the_charts_x_axis_ends_inside_the_chart_with_its_last_label(qtbot, size):
+    window = shown_window(qtbot, *size)
+    for plot in (window.charts.alpha_plot, window.charts.tokens_plot, window.charts.speedup_plot):
+        last = f"{plot.viewRange()[0][1]:g}"
+        labels = drawn_x_labels(plot)
+        assert last in labels, f"{plot.plotItem.titleLabel.text}: the label at the axis end is hidden ({labels})"
+        assert plot.viewport().rect().contains(labels[last])
