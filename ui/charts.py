@@ -66,7 +66,7 @@ class RoundBuffers:
 
 def _plot(title: str, tooltip: str, y_label: str, legend_at: tuple[int, int]) -> pg.PlotWidget:
     plot = pg.PlotWidget()
-    plot.setTitle(title, size="9pt")
+    plot.setTitle(title, size="9pt")  # short: its width is a floor for the plot's, and the pane can be 200 px
     plot.setToolTip(tooltip)
     plot.setLabel("bottom", "round", **{"font-size": "8pt"})
     plot.setLabel("left", y_label, **{"font-size": "8pt"})
@@ -93,7 +93,7 @@ class ChartsPanel(QWidget):
         self.reference = StepReference()  # the window's; it adds samples as rounds arrive
         self.most_per_round = 2.0  # γ + 1 of the reply being drawn
         self._dirty = False
-        self.alpha_plot = _plot("acceptance α per round", "α = accepted drafts / drafts the target verified "
+        self.alpha_plot = _plot("α per round", "α = accepted drafts / drafts the target verified "
                                 "(the accepted prefix plus the first rejection), per round and running mean", "α", BOTTOM_RIGHT)
         self.alpha_plot.setYRange(0, 1.05, padding=0)
         self.tokens_plot = _plot("tokens per round", "tokens emitted per round (accepted drafts + the correction "

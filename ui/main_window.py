@@ -25,8 +25,12 @@ from ui.session import Comparison, Reply, ReplyRequest, Session
 from ui.timing import StepReference, estimated_speedup, machine_was_busy
 
 MIN_WIDTH, MIN_HEIGHT = 1000, 700
-PANE_MIN_WIDTH = {"side": 250, "chat": 315, "right": 200}  # with the history dock, still under 1000 px
-PANE_WIDTH = {"side": 290, "chat": 640, "right": 470}  # what a pane comes back at
+PANE_MIN_WIDTH = {"side": 235, "chat": 315, "right": 200}  # with the history dock, still under 1000 px
+# The splitter's first sizes. QSplitter shares a window's width in proportion to its panes' widths, never below a
+# pane's minimum, so at 1000 px the side panes sit at their minimums and the chat gets the rest; a hidden pane
+# comes back with its share.
+PANE_WIDTH = {"side": 280, "chat": 770, "right": 350}
+HISTORY_WIDTH = 150
 
 
 def short_name(name: str) -> str:
@@ -153,6 +157,7 @@ class MainWindow(QMainWindow):
         side_layout.addWidget(self.picker)
         side_layout.addWidget(self.controls)
         side_layout.addStretch(1)
+        side_layout.setContentsMargins(4, 4, 4, 4)  # the pane's minimum width is the controls' plus these
         side_scroll = QScrollArea()
         side_scroll.setWidget(side)
         side_scroll.setWidgetResizable(True)
@@ -183,16 +188,13 @@ class MainWindow(QMainWindow):
         right.setMinimumWidth(PANE_MIN_WIDTH["right"])
         self.inspector.setMinimumHeight(90)
 
-        # Minimum widths sum to less than MIN_WIDTH with the history dock open, so the handles always move;
-        # stretch factors share a larger window between the chat and the right pane, not the chat alone.
+        # Minimum widths sum to less than MIN_WIDTH with the history dock open, so the handles always move.
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.panes = {"side": side_scroll, "chat": chat, "right": right}
         for widget in self.panes.values():
             self.splitter.addWidget(widget)
         self.splitter.setChildrenCollapsible(False)
         self.splitter.setSizes([PANE_WIDTH[name] for name in self.panes])
-        for index, stretch in enumerate((1, 3, 2)):
-            self.splitter.setStretchFactor(index, stretch)
         return self.splitter
 
     def _history_dock(self) -> QDockWidget:
@@ -202,7 +204,7 @@ class MainWindow(QMainWindow):
         dock.setWidget(self.history)
         dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetClosable)
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, dock)
-        self.resizeDocks([dock], [180], Qt.Orientation.Horizontal)
+        self.resizeDocks([dock], [HISTORY_WIDTH], Qt.Orientation.Horizontal)
         return dock
 
     def _menus(self) -> None:
@@ -693,21 +695,25 @@ class MainWindow(QMainWindow):
             self.charts.most_per_round = max(self.charts.most_per_round, gamma + 1.0)
 
     def show_pane(self, name: str, shown: bool) -> None:
-        """Hide a side pane, or bring it back at a sensible width taken from the chat."""
+        """Hide a side pane, or bring it back, taking its width from the chat: the share a fresh window of this
+        width gives it, so a small window's chat stays the widest pane."""
         pane = self.panes[name]
         if shown == pane.isVisible():
             return
-        if not shown:
+        sizes = dict(zip(self.panes, self.splitter.sizes()))
+        if not shown:  # all of its width to the chat (the splitter would share it with the other pane)
+            sizes["chat"], sizes[name] = sizes["chat"] + sizes[name], 0
             pane.hide()
+            self.splitter.setSizes(list(sizes.values()))
             return
         # The sizes' sum is the splitter's width even before a hide has been laid out; only visible panes keep one.
-        sizes = dict(zip(self.panes, self.splitter.sizes()))
         total = sum(sizes.values())
         for other in self.panes:
             if other not in (name, "chat") and not self.panes[other].isVisible():
                 sizes[other] = 0
         others = sum(size for other, size in sizes.items() if other not in (name, "chat"))
-        sizes[name] = max(PANE_MIN_WIDTH[name], min(PANE_WIDTH[name], total - others - PANE_MIN_WIDTH["chat"]))
+        share = total * PANE_WIDTH[name] // sum(PANE_WIDTH.values())
+        sizes[name] = max(PANE_MIN_WIDTH[name], min(share, total - others - PANE_MIN_WIDTH["chat"]))
         sizes["chat"] = total - others - sizes[name]
         pane.show()
         self.splitter.setSizes(list(sizes.values()))

@@ -31,6 +31,9 @@ def test_at_1000_by_700_every_pane_is_usable(qtbot):
     assert (window.width(), window.height()) == (MIN_WIDTH, MIN_HEIGHT)
     widths = pane_widths(window)
     assert all(widths[name] >= PANE_MIN_WIDTH[name] for name in widths), widths
+    # the chat is what the window is for: the widest column, near half of the splitter
+    assert widths["chat"] > max(widths["side"], widths["right"], window.history_dock.width()), widths
+    assert widths["chat"] >= 0.45 * sum(widths.values()), widths
     for plot in (window.charts.alpha_plot, window.charts.tokens_plot, window.charts.speedup_plot):
         assert plot.height() >= MIN_CHART_HEIGHT and plot.width() >= PANE_MIN_WIDTH["right"] - 10
     assert window.inspector.height() >= 90
@@ -60,11 +63,23 @@ def test_a_hidden_pane_comes_back_at_a_sensible_width_and_a_bigger_window_is_sha
     assert window.panes["right"].isHidden()
     window.pane_actions["right"].trigger()
     QApplication.processEvents()
-    assert PANE_MIN_WIDTH["right"] <= pane_widths(window)["right"] <= PANE_WIDTH["right"] + 1
+    assert abs(pane_widths(window)["right"] - widths["right"]) <= 2  # back as a fresh window has it
     window.resize(MIN_WIDTH, MIN_HEIGHT)
     QApplication.processEvents()
     small = pane_widths(window)
     assert all(small[name] >= PANE_MIN_WIDTH[name] for name in small), small
+
+
+def test_at_1000_by_700_a_hidden_pane_comes_back_without_squeezing_the_chat(qtbot):
+    window = shown_window(qtbot, MIN_WIDTH, MIN_HEIGHT)
+    before = pane_widths(window)
+    window.pane_actions["side"].trigger()  # Ctrl+1
+    QApplication.processEvents()
+    assert window.panes["side"].isHidden() and pane_widths(window)["chat"] > before["chat"] + PANE_MIN_WIDTH["side"]
+    window.pane_actions["side"].trigger()
+    QApplication.processEvents()
+    after = pane_widths(window)
+    assert after["side"] == PANE_MIN_WIDTH["side"] and abs(after["chat"] - before["chat"]) <= 2, (before, after)
 
 
 def test_the_gamma_slider_stays_put_when_sampling_is_chosen(qtbot):
