@@ -5,9 +5,9 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QHBoxLayout, QInputDialog, QLabel,
-                               QMainWindow, QMessageBox, QProgressBar, QProgressDialog, QPushButton, QScrollArea,
-                               QSplitter, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QHBoxLayout, QInputDialog, QMainWindow,
+                               QMessageBox, QProgressBar, QProgressDialog, QPushButton, QScrollArea, QSplitter,
+                               QVBoxLayout, QWidget)
 
 from engine.events import ContextNotice, DecodeSettings, Fate, PairInfo, PrefillProgress, RoundEvent
 from ui.charts import ChartsPanel
@@ -22,6 +22,7 @@ from ui.legend import Legend
 from ui.message_box import MessageBox
 from ui.preferences import restore_preferences, save_preferences
 from ui.session import Comparison, Reply, ReplyRequest, Session
+from ui.status_bar import ElidedLabel
 from ui.timing import StepReference, estimated_speedup, machine_was_busy
 
 MIN_WIDTH, MIN_HEIGHT = 1000, 700
@@ -128,15 +129,19 @@ class MainWindow(QMainWindow):
         self.inspector = TokenInspector()
         self.charts = ChartsPanel()
         self.charts.reference = self.timing
-        self.pair_label = QLabel("no model loaded")
-        self.reply_label = QLabel("")
+        self.pair_label = ElidedLabel("no model loaded")
+        self.reply_label = ElidedLabel("")
         self.setCentralWidget(self._layout())
         self.history_dock = self._history_dock()
         self.statusBar().addWidget(self.pair_label)
         self.statusBar().addWidget(self.reply_label, 1)
         self.comparison_progress = QProgressBar()
-        self.comparison_progress.setFormat("plain AR for comparison: %v of ~%m tokens")
-        self.comparison_progress.setMaximumWidth(300)
+        self.comparison_progress.setFormat("plain AR: %v of ~%m tokens")
+        self.comparison_progress.setToolTip("Compare with AR: the same messages decoded with plain AR, to measure "
+                                            "the speedup")
+        # The text is drawn over the bar, so the bar is never narrower than it (the labels beside it elide).
+        widest = self.comparison_progress.format().replace("%v", "0000").replace("%m", "0000")
+        self.comparison_progress.setMinimumWidth(self.comparison_progress.fontMetrics().horizontalAdvance(widest) + 24)
         self.comparison_progress.hide()
         self.statusBar().addPermanentWidget(self.comparison_progress)
         self._menus()

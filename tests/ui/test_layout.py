@@ -125,3 +125,20 @@ def test_the_charts_x_axis_ends_inside_the_chart_with_its_last_label(qtbot, size
         labels = drawn_x_labels(plot)
         assert last in labels, f"{plot.plotItem.titleLabel.text}: the label at the axis end is hidden ({labels})"
         assert plot.viewport().rect().contains(labels[last])
+
+
+def test_at_1000_by_700_the_ar_comparison_progress_shows_its_text_whole(qtbot):
+    window = shown_window(qtbot, MIN_WIDTH, MIN_HEIGHT)
+    window.pair_label.setText("HuggingFaceTB/SmolLM2-1.7B-Instruct + HuggingFaceTB/SmolLM2-135M-Instruct · cpu · "
+                              "bfloat16")
+    window.reply_label.setText("last reply: 120 tokens in 37 rounds · 258.1 tok/s · α 0.71 · 3.24 tok/round · "
+                               "est. 1.22× vs AR · machine busy")
+    window.on_comparison_progressed(1234)
+    QApplication.processEvents()
+    bar = window.comparison_progress
+    assert bar.isVisible() and "1234" in bar.text()
+    assert bar.width() >= bar.fontMetrics().horizontalAdvance(bar.text()) + 8
+    assert window.statusBar().rect().contains(bar.geometry())
+    for label in (window.pair_label, window.reply_label):  # the labels give up width, not the bar
+        assert label.geometry().right() < bar.geometry().left()
+    assert window.reply_label.toolTip() == window.reply_label.text()  # and still say it all
