@@ -176,6 +176,10 @@ class ChatView(QTextBrowser):
             self.view = view
             self._draw_all()
 
+    def shows(self, span: TokenSpan) -> bool:
+        """Whether the current view draws this token (the clean view leaves rejected drafts and special tokens out)."""
+        return self.view == TRACE or span.clean
+
     def scroll_to_bottom(self) -> None:
         self.following = True
         self.verticalScrollBar().setValue(self.verticalScrollBar().maximum())

@@ -547,6 +547,8 @@ class MainWindow(QMainWindow):
         if last["role"] == "user":
             self.chat.add_user_message(last["content"])
         self.reply_span_start = len(self.chat.spans)
+        if not self.inspector.pinned:  # the last reply's token would pass for one of this reply
+            self.inspector.reset()
         self.gammas = [request.settings.gamma]
         self.chat.begin_reply(self._header(request))
         self.charts.start_reply(request.settings.gamma)
@@ -647,9 +649,12 @@ class MainWindow(QMainWindow):
             self.progress = None
 
     def _inspect_first_rejection(self) -> None:
-        """Open the inspector on this reply's first rejected draft, the most telling token to look at."""
+        """Open the inspector on this reply's first rejection, the most telling token to look at: the rejected
+        draft in the trace; in the clean view, which leaves drafts out, the token put in its place (its inspector
+        shows what the draft proposed too)."""
         for index in range(self.reply_span_start, len(self.chat.spans)):
-            if self.chat.spans[index].fate is Fate.REJECTED:
+            span = self.chat.spans[index]
+            if (span.fate is Fate.REJECTED or span.replaces is not None) and self.chat.shows(span):
                 self._inspect(index)
                 return
 
@@ -665,6 +670,9 @@ class MainWindow(QMainWindow):
     def on_trace_toggled(self, trace: bool) -> None:
         self.chat.set_view(TRACE if trace else CLEAN)
         self.chat.mark_pinned(self._pinned_index())  # the redrawn document lost the outline
+        if not self.inspector.pinned:  # what was shown may not be drawn in this view
+            self.inspector.reset()
+            self._inspect_first_rejection()
 
     def on_token_clicked(self, index: int) -> None:
         """A click pins a token in the inspector; clicking the pinned token again releases it."""

@@ -74,3 +74,38 @@ def test_a_click_pins_a_token_until_another_click(make_studio, mixed_decoder, qt
         bottom_left = QPoint(5, chat.viewport().height() - 5)
         qtbot.mouseClick(chat.viewport(), Qt.MouseButton.LeftButton, pos=bottom_left)
     assert not window.inspector.pinned
+
+
+def spans_shown_at_each_turn_start(window) -> list:
+    shown = []
+    window.prompt_submitted.connect(lambda _request: shown.append(window.inspector.span))
+    return shown
+
+
+def test_the_inspector_opens_on_a_token_the_view_draws_and_clears_for_a_new_reply(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=24, stop_below=0.0)
+    window = studio.window
+    send(qtbot, studio)
+    assert any(s.fate is Fate.REJECTED for s in window.chat.spans)
+    shown = window.inspector.span  # clean view: the token that replaced the first rejected draft, not the draft
+    assert shown.clean and shown.replaces is not None and window.chat.shows(shown)
+    assert "Where the draft proposed" in window.inspector.label.text()
+    window.legend.trace_action.trigger()
+    assert window.inspector.span.fate is Fate.REJECTED  # the trace draws the draft itself
+    window.legend.trace_action.trigger()
+    assert window.inspector.span is shown
+    at_start = spans_shown_at_each_turn_start(window)
+    send(qtbot, studio, "w9 w2")
+    assert at_start == [None] and window.inspector.span is not shown
+
+
+def test_a_pinned_token_stays_pinned_through_the_next_reply(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=24, stop_below=0.0)
+    window = studio.window
+    send(qtbot, studio)
+    first_clean = next(i for i, s in enumerate(window.chat.spans) if s.clean)
+    window.on_token_clicked(first_clean)
+    pinned = window.inspector.span
+    at_start = spans_shown_at_each_turn_start(window)
+    send(qtbot, studio, "w9 w2")
+    assert at_start == [pinned] and window.inspector.pinned and window.inspector.span is pinned
