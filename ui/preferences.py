@@ -1,5 +1,6 @@
-"""What outlasts a session besides the chats: decoding settings, the model pair, the system prompt and the window
-layout (geometry, the history dock, splitter positions, hidden panes), kept with QSettings."""
+"""What outlasts a session besides the chats: decoding settings, the model pair, the system prompt, the reading view
+(clean or trace) and the window layout (geometry, the history dock, splitter positions, hidden panes), kept with
+QSettings."""
 from __future__ import annotations
 
 from PySide6.QtCore import QSettings
@@ -49,6 +50,7 @@ def save_preferences(preferences: QSettings, window) -> None:
                        ("device", picker.device.currentText()), ("dtype", picker.dtype.currentText())):
         preferences.setValue(f"pair/{key}", value)
     preferences.setValue("chat/system_prompt", window.system_prompt)
+    preferences.setValue("view/trace", window.legend.trace_action.isChecked())
     preferences.setValue("window/geometry", window.saveGeometry())
     preferences.setValue("window/docks", window.saveState())
     for i, splitter in enumerate(_splitters(window)):
@@ -75,6 +77,7 @@ def restore_preferences(preferences: QSettings, window) -> None:
                    preferences.value("pair/draft", "", type=str), preferences.value("pair/device", "auto", type=str),
                    preferences.value("pair/dtype", "auto", type=str))
     window.system_prompt = preferences.value("chat/system_prompt", "", type=str)
+    window.legend.trace_action.setChecked(preferences.value("view/trace", False, type=bool))
     if preferences.contains("window/geometry"):
         window.restoreGeometry(preferences.value("window/geometry"))
     if preferences.contains("window/docks"):

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QApplication
 from tests.tiny import tiny_decoder
 from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, token_fragments
 from ui.chat_store import ChatStore
+from ui.chat_view import TRACE
 from ui.export import ExportError
 from ui.history import CHAT_ID, SUBTITLE, when
 from ui.main_window import stats_line
@@ -95,6 +96,7 @@ def test_settings_and_layout_persist_through_qsettings(make_window, mixed_decode
     window.resize(1100, 760)
     window.history_dock.hide()
     window.pane_actions["right"].setChecked(False)  # View ▸ Inspector and charts
+    qtbot.keyClick(window.message_box, Qt.Key.Key_T, Qt.KeyboardModifier.ControlModifier)  # the speculative trace
     make_window.close(first)
 
     window = make_window(mixed_decoder).window
@@ -108,6 +110,7 @@ def test_settings_and_layout_persist_through_qsettings(make_window, mixed_decode
     assert window.history_dock.isHidden()
     assert window.panes["right"].isHidden() and not window.pane_actions["right"].isChecked()
     assert not window.panes["side"].isHidden() and window.pane_actions["side"].isChecked()
+    assert window.legend.trace_action.isChecked() and window.chat.view == TRACE
 
 
 def test_regenerate_replaces_the_last_reply_here_and_on_disk(make_window, mixed_decoder, qtbot):
@@ -223,6 +226,7 @@ APP = textwrap.dedent("""
     from engine.events import DecodeSettings
     from tests.ui.conftest import DRAFT_NOISE, near_copy_decoder
     from ui.chat_store import ChatStore
+from ui.chat_view import TRACE
 
     app = QApplication([])
     studio = build(near_copy_decoder(DRAFT_NOISE["mixed"]), defaults=DecodeSettings(greedy=False, max_new_tokens=8),
