@@ -226,7 +226,6 @@ APP = textwrap.dedent("""
     from engine.events import DecodeSettings
     from tests.ui.conftest import DRAFT_NOISE, near_copy_decoder
     from ui.chat_store import ChatStore
-from ui.chat_view import TRACE
 
     app = QApplication([])
     studio = build(near_copy_decoder(DRAFT_NOISE["mixed"]), defaults=DecodeSettings(greedy=False, max_new_tokens=8),
