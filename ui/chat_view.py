@@ -3,15 +3,16 @@
 The clean view (the default) is what a chat shows: rendered Markdown, code in a monospace font, each token in
 its fate's colour, rejected drafts and chat-template tokens absent. The speculative trace shows every draft on
 its tinted background, rejected ones struck. Both keep every token hoverable for the inspector, and copying
-always gives the clean text. An empty pane shows a short guide with example prompts.
+always gives the clean text. Under each reply, links act on it (copy, edit its message, regenerate, continue). An
+empty pane shows a short guide with example prompts.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from PySide6.QtCore import QMimeData, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import (QColor, QFont, QFontDatabase, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextLength,
-                           QTextTableFormat)
+from PySide6.QtGui import (QColor, QFont, QFontDatabase, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFormat,
+                           QTextLength, QTextTableFormat)
 from PySide6.QtWidgets import QTextBrowser, QTextEdit
 
 from engine.events import Fate, RoundEvent
@@ -21,10 +22,21 @@ from ui.tokens import TokenSpan, round_spans
 
 TOKEN_SCHEME = "token"
 EXAMPLE_SCHEME = "example"
+ACTION_SCHEME = "action"
 CLEAN, TRACE = "clean", "trace"
 FLUSH_MS = 50  # new tokens reach the document at most this often: one relayout per batch, not per round
 RETURN_MARK = "↵"  # a newline token in the trace, so it can be seen and hovered
 BOTTOM_SLACK = 4  # pixels from the bottom that still count as "at the bottom"
+# The links under a reply (name: text, tooltip), in this order; the window's menus have the same actions.
+ACTIONS = {
+    "copy": ("Copy", "Copy this reply's text (Ctrl+Shift+C for the last reply)"),
+    "edit": ("Edit message", "Put the message this reply answers back in the box; sending it replaces this turn and "
+                             "what followed (Ctrl+Shift+E for the last message)"),
+    "regenerate": ("Regenerate", "Decode this reply again with the current settings (Ctrl+R)"),
+    "continue": ("Continue", "The reply was cut at max new tokens: let the model carry on (Ctrl+Shift+Enter)"),
+}
+LAST_REPLY_ONLY = ("regenerate", "continue")
+ACTION_ROW = QTextFormat.Property.UserProperty + 1  # block property of a reply's links: never copied with the text
 
 # The guide's examples: one the draft can copy from the prompt, one code answer, one where the small draft
 # guesses badly (free invention), so rejected drafts show up.
@@ -64,6 +76,8 @@ class ReplyItem:
     first: int  # index of the reply's first span in ChatView.spans
     end: int  # one past its last span
     notes: list[Note | ComparisonView] = field(default_factory=list)
+    turn: int | None = None  # the reply's index among the window's replies, once it has finished
+    actions: tuple[str, ...] = ()  # names from ACTIONS, drawn as links under the notes
 
 
 @dataclass
@@ -85,6 +99,7 @@ class ChatView(QTextBrowser):
     token_clicked = Signal(int)
     background_clicked = Signal()  # a click that hit no token: releases a pinned token
     example_chosen = Signal(str)  # the text of a guide example the user clicked
+    action_chosen = Signal(str, int)  # a link under a reply: its name in ACTIONS and the reply's turn
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -94,6 +109,7 @@ class ChatView(QTextBrowser):
         self.items: list[UserItem | ReplyItem] = []
         self.following = True  # keep the bottom in view; off once the user scrolls up
         self._live: _Live | None = None
+        self._links_at = 0  # where the last reply's links begin: they end the document while it is the last item
         self._pending = False  # tokens arrived since the last flush
         self._mono = monospace_family()
         self._formats: dict[tuple, QTextCharFormat] = {}  # (fate, style, size step) -> a token's look, unanchored
@@ -120,6 +136,7 @@ class ChatView(QTextBrowser):
 
     def add_user_message(self, text: str) -> None:
         self._end_live()
+        self._retire_actions()
         self._leave_guide()
         self.items.append(UserItem(text))
         self._draw_user(text)
@@ -127,6 +144,7 @@ class ChatView(QTextBrowser):
 
     def begin_reply(self, header: str) -> None:
         self._end_live()
+        self._retire_actions()
         self._leave_guide()
         item = ReplyItem(header, len(self.spans), len(self.spans))
         self.items.append(item)
@@ -171,6 +189,13 @@ class ChatView(QTextBrowser):
     def add_comparison(self, comparison: ComparisonView) -> None:
         self._add_to_reply(comparison)
 
+    def set_reply_actions(self, turn: int, actions: tuple[str, ...]) -> None:
+        """Links under the last reply (names from ACTIONS) that act on `turn`."""
+        self._end_live()
+        item = self._last_reply()
+        if item is not None:
+            self._redraw_actions(item, turn, actions)
+
     def set_view(self, view: str) -> None:
         if view != self.view:
             self.view = view
@@ -203,6 +228,9 @@ class ChatView(QTextBrowser):
         text = []
         block = self.document().findBlock(start)
         while block.isValid() and block.position() <= end:
+            if block.blockFormat().hasProperty(ACTION_ROW):
+                block = block.next()
+                continue
             newline = True
             it = block.begin()
             while not it.atEnd():
@@ -234,6 +262,9 @@ class ChatView(QTextBrowser):
             self.token_clicked.emit(int(url.path()))
         elif url.scheme() == EXAMPLE_SCHEME:
             self.example_chosen.emit(EXAMPLES[int(url.path())][1])
+        elif url.scheme() == ACTION_SCHEME:
+            name, _, turn = url.path().partition(":")
+            self.action_chosen.emit(name, int(turn))
 
     def on_range_changed(self, _minimum: int, maximum: int) -> None:
         if self.following:
@@ -281,6 +312,7 @@ class ChatView(QTextBrowser):
         if final:
             for note in state.item.notes:
                 self._draw_note(note)
+            self._draw_actions(state.item)
 
     def _draw_body(self, state: _Live, final: bool) -> None:
         if self.view == TRACE:
@@ -388,6 +420,48 @@ class ChatView(QTextBrowser):
                     fmt.setForeground(QColor(NOTE_COLOUR))
                 cursor.insertText(token, fmt)
 
+    def _draw_actions(self, item: ReplyItem) -> None:
+        if not item.actions:
+            return
+        self._links_at = self._end_position()
+        cursor = self._insert_block(top_margin=3)
+        row = QTextBlockFormat()
+        row.setProperty(ACTION_ROW, True)
+        cursor.mergeBlockFormat(row)
+        size = max(6.0, self.font().pointSizeF() - 1)
+        separator = self._plain_format(NOTE_COLOUR)
+        for n, name in enumerate(item.actions):
+            if n:
+                cursor.insertText("  ·  ", separator)
+            text, tooltip = ACTIONS[name]
+            link = QTextCharFormat()
+            link.setAnchor(True)
+            link.setAnchorHref(f"{ACTION_SCHEME}:{name}:{item.turn}")
+            link.setForeground(self.palette().link())
+            link.setFontPointSize(size)
+            link.setToolTip(tooltip)
+            cursor.insertText(text, link)
+
+    def _redraw_actions(self, item: ReplyItem, turn: int | None, actions: tuple[str, ...]) -> None:
+        if item is not self.items[-1]:
+            item.turn, item.actions = turn, actions
+            self._draw_all()
+            return
+        self._remove_actions(item)
+        item.turn, item.actions = turn, actions
+        self._draw_actions(item)
+
+    def _remove_actions(self, item: ReplyItem) -> None:
+        """Take the last reply's links off the end of the document (to draw a note above them, or new links)."""
+        if item.actions:
+            self._remove_from(self._links_at)
+
+    def _retire_actions(self) -> None:
+        """Regenerate and Continue act on the last reply: the next turn takes them off this one."""
+        item = self.items[-1] if self.items else None
+        if isinstance(item, ReplyItem) and set(item.actions) & set(LAST_REPLY_ONLY):
+            self._redraw_actions(item, item.turn, tuple(a for a in item.actions if a not in LAST_REPLY_ONLY))
+
     def _draw_guide(self) -> None:
         chips = " ".join(f"<span style='background:{STYLES[f].background};color:{STYLES[f].foreground}'>"
                          f"&nbsp;{STYLES[f].label}&nbsp;</span>" for f in LEGEND_FATES)
@@ -430,7 +504,9 @@ class ChatView(QTextBrowser):
             return
         item.notes.append(note)
         if item is self.items[-1]:
+            self._remove_actions(item)  # the links stay under the notes
             self._draw_note(note)
+            self._draw_actions(item)
         else:
             self._draw_all()
 

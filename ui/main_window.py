@@ -267,6 +267,7 @@ class MainWindow(QMainWindow):
         self.chat.token_clicked.connect(self.on_token_clicked)
         self.chat.background_clicked.connect(self.on_background_clicked)
         self.chat.example_chosen.connect(self.on_example_chosen)
+        self.chat.action_chosen.connect(self.on_reply_action_chosen)
 
     # -- actions ------------------------------------------------------------------------------------------
 
@@ -405,6 +406,22 @@ class MainWindow(QMainWindow):
                 if self._can_continue():
                     menu.addAction(self.continue_action)
         menu.exec(self.chat.viewport().mapToGlobal(pos))
+
+    def on_reply_action_chosen(self, action: str, turn: int) -> None:
+        """A link under a reply (Regenerate and Continue are only under the last one). Copying works at any time;
+        the others prepare or start a turn, so not while one runs."""
+        if action == "copy":
+            self.copy_turn(turn)
+        elif self.busy:
+            self.statusBar().showMessage("A reply is running: wait for it, or stop it (Esc)", 4000)
+        elif action == "edit":
+            self.edit_turn(turn)
+        elif not self.ready:
+            self.statusBar().showMessage("Load a model pair first", 4000)
+        elif action == "regenerate":
+            self.regenerate()
+        else:
+            self.continue_reply()
 
     def continue_reply(self) -> None:
         """Let the model carry on the last reply, cut at max new tokens, in the same assistant message."""
@@ -570,6 +587,8 @@ class MainWindow(QMainWindow):
                                "its timings and speedup estimate are not a fair number.", warning=True)
         if self._can_continue():
             self.chat.add_note("✂ cut at max new tokens · Continue (Ctrl+Shift+Enter) carries on", warning=True)
+        self.chat.set_reply_actions(len(self.session.replies) - 1, ("copy", "edit", "regenerate")
+                                    + (("continue",) if self._can_continue() else ()))
         self._inspect_first_rejection()
         self.reply_label.setText("last reply: " + stats_line(reply, reference) + (" · machine busy" if busy else ""))
 

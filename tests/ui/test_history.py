@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QApplication
 from tests.tiny import tiny_decoder
 from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, token_fragments
 from ui.chat_store import ChatStore
-from ui.chat_view import TRACE
+from ui.chat_view import ACTION_SCHEME, TRACE
 from ui.export import ExportError
 from ui.history import CHAT_ID, SUBTITLE, when
 from ui.main_window import stats_line
@@ -298,6 +298,58 @@ def test_the_chat_menu_acts_on_the_reply_under_the_mouse(make_window, mixed_deco
     with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         qtbot.keyClick(window.message_box, Qt.Key.Key_Return)
     assert [r.request.messages[-1]["content"] for r in window.session.replies] == ["w9"]
+
+
+def reply_links(chat) -> list[tuple[str, int, int]]:
+    """(action, turn, document position) of every link under the replies, in document order."""
+    found = []
+    block = chat.document().begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            scheme, _, rest = fragment.charFormat().anchorHref().partition(":")
+            if scheme == ACTION_SCHEME:
+                action, _, turn = rest.partition(":")
+                found.append((action, int(turn), fragment.position()))
+            it += 1
+        block = block.next()
+    return found
+
+
+def click_link(qtbot, chat, action: str, turn: int) -> None:
+    [position] = [at for name, t, at in reply_links(chat) if (name, t) == (action, turn)]
+    cursor = QTextCursor(chat.document())
+    cursor.setPosition(position + 1)
+    chat.setTextCursor(cursor)
+    chat.ensureCursorVisible()
+    with qtbot.waitSignal(chat.action_chosen, timeout=2000):
+        qtbot.mouseClick(chat.viewport(), Qt.MouseButton.LeftButton, pos=chat.cursorRect(cursor).center())
+
+
+def test_links_under_each_reply_copy_edit_regenerate_and_continue_it(make_window, mixed_decoder, qtbot):
+    studio = make_window(mixed_decoder, greedy=True, max_new_tokens=6)  # every reply is cut at max tokens
+    window, chat = studio.window, studio.window.chat
+    first, second = send(qtbot, studio, "w3 w4"), send(qtbot, studio, "w5 w6")
+
+    def links() -> list[tuple[str, int]]:
+        return [(action, turn) for action, turn, _ in reply_links(chat)]
+
+    # Regenerate and Continue only under the last reply
+    assert links() == [("copy", 0), ("edit", 0), ("copy", 1), ("edit", 1), ("regenerate", 1), ("continue", 1)]
+    click_link(qtbot, chat, "copy", 0)
+    assert QApplication.clipboard().text() == first.text
+    chat.selectAll()
+    assert "Regenerate" not in chat.selected_clean_text()  # the links are not part of the chat's text
+    with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        click_link(qtbot, chat, "continue", 1)
+    assert window.messages[-1]["content"] == second.text + window.session.replies[-1].text
+    assert links()[2:] == [("copy", 1), ("edit", 1), ("copy", 2), ("edit", 2), ("regenerate", 2), ("continue", 2)]
+    with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        click_link(qtbot, chat, "regenerate", 2)
+    assert len(window.session.replies) == 3 and links()[-2:] == [("regenerate", 2), ("continue", 2)]
+    click_link(qtbot, chat, "edit", 0)
+    assert window.message_box.toPlainText() == "w3 w4" and window.editing == 0
 
 
 def token_position(chat, first_span: int) -> QTextCursor:

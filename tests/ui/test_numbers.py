@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from engine.events import DecodeSettings, EmittedToken, Fate, RoundEvent
 from tests.ui.helpers import send
 from tests.ui.synthetic import accepted_round
+from ui.chat_view import ACTION_ROW
 from ui.compare import comparison_view, explain, first_difference
 from ui.main_window import comparison_line, stats_line
 from ui.session import Comparison, Reply, ReplyRequest
@@ -87,6 +88,7 @@ def test_compare_with_ar_shows_progress_then_the_ar_text_beside_the_reply(make_s
     shown = window.chat.toPlainText()
     assert "plain AR: 10 tokens" in shown and "greedy outputs identical" in shown
     assert "Plain AR produced the same 10 tokens" in shown
+    assert window.chat.document().lastBlock().blockFormat().hasProperty(ACTION_ROW)  # the links stay under it all
 
 
 def test_a_stopped_ar_comparison_claims_no_speedup():
