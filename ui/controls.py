@@ -25,6 +25,15 @@ def narrow(box: QComboBox) -> None:
     box.setMinimumContentsLength(8)
 
 
+class PresetBox(QComboBox):
+    """The list of presets says for each whether its pair is on this machine; the closed box shows the preset's
+    name alone, as a whole entry ("llama-3.1-8b — needs a download") does not fit the side pane at 1000 px."""
+
+    def initStyleOption(self, option) -> None:  # noqa: N802 (Qt's name; QComboBox paints what this returns)
+        super().initStyleOption(option)
+        option.currentText = self.currentData() or ""
+
+
 class ModelPicker(QGroupBox):
     """Preset pairs, or any hub id / local directory / GGUF file for the target and the draft."""
 
@@ -36,7 +45,8 @@ class ModelPicker(QGroupBox):
         """`offline` says, per preset name, whether both models are already on disk (missing names: unknown)."""
         super().__init__("Model pair", parent)
         self.presets = presets
-        self.preset = QComboBox()
+        self.preset = PresetBox()
+        self.preset.setToolTip("Model pairs known to work; the list says which are already on this machine")
         offline = offline or {}
         for name, preset in presets.items():
             where = {True: " — on this machine", False: " — needs a download"}.get(offline.get(name), "")

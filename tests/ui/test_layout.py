@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import QPoint, QRect
 from PySide6.QtGui import QImage, QPainter
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QStyle, QStyleOptionComboBox
 
 from engine.models.pairing import PRESETS
 from ui.charts import MIN_CHART_HEIGHT
@@ -142,3 +142,16 @@ def test_at_1000_by_700_the_ar_comparison_progress_shows_its_text_whole(qtbot):
     for label in (window.pair_label, window.reply_label):  # the labels give up width, not the bar
         assert label.geometry().right() < bar.geometry().left()
     assert window.reply_label.toolTip() == window.reply_label.text()  # and still say it all
+
+
+def test_at_1000_by_700_the_preset_box_shows_its_preset_whole(qtbot):
+    window = shown_window(qtbot, MIN_WIDTH, MIN_HEIGHT, offline={name: False for name in PRESETS})
+    box = window.picker.preset
+    for index in range(box.count()):
+        box.setCurrentIndex(index)
+        option = QStyleOptionComboBox()
+        box.initStyleOption(option)  # what the box paints
+        field = box.style().subControlRect(QStyle.ComplexControl.CC_ComboBox, option,
+                                           QStyle.SubControl.SC_ComboBoxEditField, box)
+        assert box.fontMetrics().horizontalAdvance(option.currentText) <= field.width(), option.currentText
+        assert option.currentText == box.currentData()  # the name, without "— needs a download"
