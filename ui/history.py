@@ -7,8 +7,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QRect, QSize, Qt, Signal
 from PySide6.QtGui import QFont, QFontMetrics
-from PySide6.QtWidgets import (QFileDialog, QInputDialog, QListWidget, QListWidgetItem, QMenu, QMessageBox, QStyle,
-                               QStyledItemDelegate, QStyleOptionViewItem, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QFileDialog, QInputDialog, QLabel, QListWidget, QListWidgetItem, QMenu, QMessageBox,
+                               QStyle, QStyledItemDelegate, QStyleOptionViewItem, QVBoxLayout, QWidget)
 
 from ui.chat_store import ChatStore, ChatStoreError, ChatSummary
 from ui.export import ExportError, export_session
@@ -17,6 +17,7 @@ from ui.session import Session
 CHAT_ID = Qt.ItemDataRole.UserRole
 SUBTITLE = Qt.ItemDataRole.UserRole + 1  # when the chat was last used and how many replies it holds
 PADDING = 6
+EMPTY = "No saved chats yet: each chat is kept here as you go."
 
 
 def when(stamp: datetime, today: datetime | None = None) -> str:
@@ -49,7 +50,8 @@ class ChatDelegate(QStyledItemDelegate):
             painter.setPen(option.palette.placeholderText().color())
         painter.setFont(small_font)
         painter.drawText(QRect(rect.left(), rect.top() + title_height, rect.width(), rect.height() - title_height),
-                         Qt.AlignmentFlag.AlignLeft, index.data(SUBTITLE) or "")
+                         Qt.AlignmentFlag.AlignLeft, QFontMetrics(small_font).elidedText(
+                             index.data(SUBTITLE) or "", Qt.TextElideMode.ElideRight, rect.width()))
         painter.restore()
 
     def sizeHint(self, option, index) -> QSize:  # noqa: N802 (Qt's name)
@@ -79,9 +81,14 @@ class HistoryPanel(QWidget):
         self.list.setItemDelegate(ChatDelegate(self.list))
         self.list.setUniformItemSizes(True)
         self.list.setToolTip("Click a chat to reopen it; right-click to rename, export or delete it")
+        self.empty = QLabel(EMPTY)  # a wrapped label: as a list item the text was cut at the dock's width
+        self.empty.setWordWrap(True)
+        self.empty.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.empty.setMargin(PADDING)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.list)
+        layout.addWidget(self.empty)
         self.setMinimumWidth(140)
         self.list.itemClicked.connect(self.on_item_clicked)
         self.list.customContextMenuRequested.connect(self.on_context_menu_requested)
@@ -100,11 +107,9 @@ class HistoryPanel(QWidget):
             self.list.addItem(self._item(chat))
             if chat.id == current_id:
                 self.list.setCurrentRow(self.list.count() - 1)
-        if self.list.count() == 0:  # first run, or everything deleted: say what will appear here
-            hint = QListWidgetItem("No saved chats yet")
-            hint.setData(SUBTITLE, "each chat is kept here as you go")
-            hint.setFlags(Qt.ItemFlag.NoItemFlags)
-            self.list.addItem(hint)
+        empty = self.list.count() == 0  # first run, or everything deleted: say what will appear here
+        self.list.setHidden(empty)
+        self.empty.setHidden(not empty)
 
     def rename_chat(self, chat_id: int, title: str) -> None:
         if title.strip():
@@ -133,12 +138,11 @@ class HistoryPanel(QWidget):
         return item
 
     def on_item_clicked(self, item: QListWidgetItem) -> None:
-        if item.data(CHAT_ID) is not None:
-            self.chat_chosen.emit(item.data(CHAT_ID))
+        self.chat_chosen.emit(item.data(CHAT_ID))
 
     def on_context_menu_requested(self, pos) -> None:
         item = self.list.itemAt(pos)
-        if item is None or item.data(CHAT_ID) is None:
+        if item is None:
             return
         chat_id = item.data(CHAT_ID)
         menu = QMenu(self)
@@ -150,9 +154,17 @@ class HistoryPanel(QWidget):
         menu.exec(self.list.viewport().mapToGlobal(pos))
 
     def _ask_rename(self, chat_id: int, title: str) -> None:
-        new_title, ok = QInputDialog.getText(self, "Rename chat", "Title:", text=title)
-        if ok:
-            self.rename_chat(chat_id, new_title)
+        dialog = QInputDialog(self)
+        dialog.setWindowTitle("Rename chat")
+        dialog.setLabelText("Title:")
+        dialog.setTextValue(title)
+        # QInputDialog's own width leaves most of a chat's title (60 characters when made from its first message)
+        # out of view; a longer one scrolls in a dialog of reasonable width.
+        width = dialog.fontMetrics().horizontalAdvance(title) + 80
+        dialog.resize(min(640, max(360, width)), dialog.sizeHint().height())
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.textValueSelected.connect(lambda new_title: self.rename_chat(chat_id, new_title))
+        dialog.open()
 
     def _ask_export(self, chat_id: int) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Export chat", "specdec-chat.json",

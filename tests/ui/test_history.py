@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QTextCursor
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QInputDialog, QLineEdit
 
 from tests.tiny import tiny_decoder
 from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, token_fragments
 from ui.chat_store import ChatStore
 from ui.chat_view import ACTION_SCHEME, TRACE
 from ui.export import ExportError
-from ui.history import CHAT_ID, SUBTITLE, when
+from ui.history import SUBTITLE, when
 from ui.main_window import stats_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -205,7 +205,15 @@ def test_rename_delete_and_export_a_saved_chat(make_window, mixed_decoder, qtbot
     window = studio.window
     reply = send(qtbot, studio, "w3 w4")
     chat_id = window.recorder.chat_id
-    window.history.rename_chat(chat_id, "Tiny words")
+    title = "w3 w4 " * 10  # a title as long as one made from a first message gets
+    window.history.rename_chat(chat_id, title)
+    window.history._ask_rename(chat_id, title.strip())  # Rename… in the chat's context menu
+    dialog = window.history.findChild(QInputDialog)
+    qtbot.waitExposed(dialog)
+    field = dialog.findChild(QLineEdit)
+    assert field.width() >= field.fontMetrics().horizontalAdvance(field.text()) + 8  # the whole title in view
+    dialog.setTextValue("Tiny words")
+    dialog.accept()
     assert window.history.list.item(0).text() == "Tiny words"
     written = window.history.export_chat(chat_id, tmp_path / "again")
     data = json.loads((tmp_path / "again.json").read_text())
@@ -215,8 +223,9 @@ def test_rename_delete_and_export_a_saved_chat(make_window, mixed_decoder, qtbot
         window.history.export_chat(chat_id, tmp_path / "blocked")
     window.history.delete_chat(chat_id)
     assert window.session.replies == []  # the open chat was the one deleted
-    [hint] = [window.history.list.item(row) for row in range(window.history.list.count())]
-    assert hint.text() == "No saved chats yet" and hint.data(CHAT_ID) is None
+    empty = window.history.empty  # says what will appear, on as many lines as the dock's width needs
+    assert window.history.list.isHidden() and empty.isVisible() and "No saved chats yet" in empty.text()
+    assert empty.minimumSizeHint().width() <= empty.width()
 
 
 APP = textwrap.dedent("""
