@@ -31,7 +31,7 @@ PANE_MIN_WIDTH = {"side": 235, "chat": 315, "right": 200}  # with the history do
 # pane's minimum, so at 1000 px the side panes sit at their minimums and the chat gets the rest; a hidden pane
 # comes back with its share.
 PANE_WIDTH = {"side": 280, "chat": 770, "right": 350}
-HISTORY_WIDTH = 150
+HISTORY_WIDTH = 150  # the history dock's first width: its titles elide, and at 1000 px the chat needs the room
 
 
 def short_name(name: str) -> str:
