@@ -84,6 +84,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--draft", default="embedded-draft", help="as --target; 'none' for plain AR only")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    parser.add_argument("--target-weights", default="auto", choices=["auto", "native", "dtype"],
+                        help="a GGUF target's weights: its int4 blocks (native), de-quantised into --dtype (dtype), "
+                        "or native only without a draft (auto)")
     parser.add_argument("--gamma", type=int, default=defaults.gamma, help="most drafts per round (γ)")
     parser.add_argument("--stop-below", type=finite_float, default=defaults.stop_below, help=STOP_BELOW_HELP)
     parser.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
@@ -169,8 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         apply_settings(studio.window.controls, settings)
     if args.compare_ar:
         studio.window.controls.compare_ar.setChecked(True)
-    if (args.target, draft, args.device, args.dtype) != ("embedded", "embedded-draft", "auto", "auto"):
-        apply_pair(studio.window.picker, args.target, draft, args.device, args.dtype)
+    pair = (args.target, draft, args.device, args.dtype, args.target_weights)
+    if pair != ("embedded", "embedded-draft", "auto", "auto", "auto"):
+        apply_pair(studio.window.picker, *pair)
     if problem:
         studio.window.on_failed(problem)
     automation = Automation(studio, args) if args.prompt else None

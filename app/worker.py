@@ -63,10 +63,10 @@ class DecodeWorker(QObject):
         if self.decoder is not None:
             self.models_loaded.emit(self.decoder.info())
 
-    @Slot(str, object, str, str)
-    def on_load_requested(self, target: str, draft: str | None, device: str, dtype: str) -> None:
+    @Slot(str, object, str, str, str)
+    def on_load_requested(self, target: str, draft: str | None, device: str, dtype: str, weights: str) -> None:
         try:
-            decoder = Decoder.load(target, draft, device=device, dtype=dtype)
+            decoder = Decoder.load(target, draft, device=device, dtype=dtype, target_weights=weights)
             decoder.warm_up()
         except Exception as exc:  # noqa: BLE001 - every failure becomes a dialog, never a traceback
             self.failed.emit(user_message(exc))

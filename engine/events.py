@@ -165,6 +165,7 @@ class ModelInfo:
     path: str  # what was loaded
     n_params: int
     vocab_size: int
+    weights: str = "dtype"  # "native": a GGUF target's own int4 blocks (engine.models.loading.LoadedModel.weights)
 
 
 @dataclass(frozen=True)

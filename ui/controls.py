@@ -16,6 +16,8 @@ CUSTOM = "custom"
 GAMMA_MAX = 16
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# A GGUF target's weights, as engine.models.loading.TARGET_WEIGHTS names them
+TARGET_WEIGHTS = ("auto", "native", "dtype")
 
 
 def narrow(box: QComboBox) -> None:
@@ -37,11 +39,12 @@ class PresetBox(QComboBox):
 class ModelPicker(QGroupBox):
     """Preset pairs, or any hub id / local directory / GGUF file for the target and the draft."""
 
-    load_requested = Signal(str, object, str, str)  # target, draft (None: AR only), device, dtype
+    # target, draft (None: AR only), device, dtype, a GGUF target's weights
+    load_requested = Signal(str, object, str, str, str)
 
     def __init__(self, presets: dict, target: str, draft: str | None, device: str, dtype: str,
                  devices: tuple[str, ...] = DEVICES, dtypes: tuple[str, ...] = DTYPES,
-                 offline: dict[str, bool] | None = None, parent=None):
+                 offline: dict[str, bool] | None = None, weights: str = "auto", parent=None):
         """`offline` says, per preset name, whether both models are already on disk (missing names: unknown)."""
         super().__init__("Model pair", parent)
         self.presets = presets
@@ -64,9 +67,17 @@ class ModelPicker(QGroupBox):
         self.dtype.addItems(list(dtypes))
         self.dtype.setCurrentText(dtype if dtype in dtypes else "auto")
         self.dtype.setToolTip("The models' number format; auto picks the fastest this device supports")
+        self.weights = QComboBox()
+        self.weights.addItems(list(TARGET_WEIGHTS))
+        self.weights.setCurrentText(weights if weights in TARGET_WEIGHTS else "auto")
+        self.weights.setToolTip(
+            "A GGUF target's weights: native keeps its 4-bit blocks (about 2x faster plain decoding in bfloat16, "
+            "half the memory), dtype de-quantises them into the dtype above; auto is native without a draft and "
+            "de-quantised with one (over the native target today's draft makes speculation slower than plain "
+            "decoding). Other targets ignore it.")
         self.load_button = QPushButton("Load pair")
         self.load_button.setToolTip("Load the target and draft models (this can take a while)")
-        for box in (self.preset, self.device, self.dtype):
+        for box in (self.preset, self.device, self.dtype, self.weights):
             narrow(box)
         form = QFormLayout(self)
         form.addRow("preset", self.preset)
@@ -74,6 +85,7 @@ class ModelPicker(QGroupBox):
         form.addRow("draft", self._with_browse(self.draft))
         form.addRow("device", self.device)
         form.addRow("dtype", self.dtype)
+        form.addRow("weights", self.weights)
         form.addRow(self.load_button)
         self._select_matching_preset()
         self.preset.currentIndexChanged.connect(self._on_preset_chosen)
@@ -84,7 +96,7 @@ class ModelPicker(QGroupBox):
     def request_load(self) -> None:
         draft = self.draft.text().strip() or None
         self.load_requested.emit(self.target.text().strip(), draft, self.device.currentText(),
-                                 self.dtype.currentText())
+                                 self.dtype.currentText(), self.weights.currentText())
 
     def _with_browse(self, line: QLineEdit) -> QWidget:
         button = QToolButton()
@@ -111,11 +123,12 @@ class ModelPicker(QGroupBox):
             line.setText(path)
             self._select_matching_preset()
 
-    def show_pair(self, target: str, draft: str | None, device: str | None = None, dtype: str | None = None) -> None:
+    def show_pair(self, target: str, draft: str | None, device: str | None = None, dtype: str | None = None,
+                  weights: str | None = None) -> None:
         """Show a pair (the one still loaded, after a failed load) without asking to load it."""
         self.target.setText(target)
         self.draft.setText(draft or "")
-        for box, value in ((self.device, device), (self.dtype, dtype)):
+        for box, value in ((self.device, device), (self.dtype, dtype), (self.weights, weights)):
             if value is not None and box.findText(value) >= 0:
                 box.setCurrentText(value)
         self._select_matching_preset()

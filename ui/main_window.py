@@ -75,7 +75,7 @@ def comparison_line(comparison: Comparison, reply: Reply) -> str:
 
 
 class MainWindow(QMainWindow):
-    load_requested = Signal(str, object, str, str)  # target, draft or None, device, dtype
+    load_requested = Signal(str, object, str, str, str)  # target, draft or None, device, dtype, GGUF weights
     prompt_submitted = Signal(object)  # ReplyRequest
     stop_requested = Signal()
     gamma_requested = Signal(int)
@@ -111,7 +111,7 @@ class MainWindow(QMainWindow):
         self.after_turn = None  # New chat / opening a chat asked for while a reply ran: done once it has stopped
         self.timing = StepReference()  # recent target-step timings: the reference for speedup estimates
         self.loading = False  # a load was asked for and has not yet succeeded or failed
-        self.load_request: tuple | None = None  # (target, draft, device, dtype) of the load in flight
+        self.load_request: tuple | None = None  # (target, draft, device, dtype, weights) of the load in flight
         self.loaded_request: tuple | None = None  # ... and of the pair loaded (None: injected, or none yet)
         self.gammas: list[int] = []  # every γ the current reply ran with, for its header
 
@@ -271,12 +271,12 @@ class MainWindow(QMainWindow):
 
     # -- actions ------------------------------------------------------------------------------------------
 
-    def request_load(self, target: str, draft: str | None, device: str, dtype: str) -> None:
+    def request_load(self, target: str, draft: str | None, device: str, dtype: str, weights: str) -> None:
         if self.busy:
             self.stop()
         self.ready = False
         self.loading = True
-        self.load_request = (target, draft, device, dtype)
+        self.load_request = (target, draft, device, dtype, weights)
         self._set_busy(False)
         self.progress = QProgressDialog(f"Loading {target}" + (f" and {draft}" if draft else "") + "…", "", 0, 0,
                                         self)
@@ -285,7 +285,7 @@ class MainWindow(QMainWindow):
         self.progress.setWindowModality(Qt.WindowModality.WindowModal)
         self.progress.setMinimumDuration(0)
         self.progress.show()
-        self.load_requested.emit(target, draft, device, dtype)
+        self.load_requested.emit(target, draft, device, dtype, weights)
 
     def send(self, text: str) -> None:
         if self.busy:
@@ -467,7 +467,8 @@ class MainWindow(QMainWindow):
         self.loading = False
         self.loaded_request = self.load_request
         draft = short_name(info.draft.name) if info.draft else "no draft (AR only)"
-        self.pair_label.setText(f"{short_name(info.target.name)} + {draft} · {info.device} · {info.dtype}")
+        int4 = " · int4 target" if info.target.weights == "native" else ""
+        self.pair_label.setText(f"{short_name(info.target.name)} + {draft} · {info.device} · {info.dtype}{int4}")
         self.pair_label.setToolTip(f"target: {info.target.path}\ndraft: {info.draft.path if info.draft else '—'}")
         self._set_busy(False)
         self.models_shown.emit(info)

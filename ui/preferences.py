@@ -26,12 +26,13 @@ def apply_settings(controls, settings: DecodeSettings) -> None:
     controls.lookup.setChecked(settings.lookup)
 
 
-def apply_pair(picker, target: str, draft: str | None, device: str, dtype: str) -> None:
+def apply_pair(picker, target: str, draft: str | None, device: str, dtype: str, weights: str) -> None:
     """Show a model pair in the picker, the preset box included (it is not loaded until asked)."""
     picker.target.setText(target)
     picker.draft.setText(draft or "")
     picker.device.setCurrentText(device)
     picker.dtype.setCurrentText(dtype)
+    picker.weights.setCurrentText(weights)
     picker.draft.textEdited.emit(picker.draft.text())  # the preset box follows edits, so it shows the pair
 
 
@@ -47,7 +48,8 @@ def save_preferences(preferences: QSettings, window) -> None:
     preferences.setValue("decoding/compare_ar", window.controls.compare_ar.isChecked())
     picker = window.picker
     for key, value in (("target", picker.target.text()), ("draft", picker.draft.text()),
-                       ("device", picker.device.currentText()), ("dtype", picker.dtype.currentText())):
+                       ("device", picker.device.currentText()), ("dtype", picker.dtype.currentText()),
+                       ("weights", picker.weights.currentText())):
         preferences.setValue(f"pair/{key}", value)
     preferences.setValue("chat/system_prompt", window.system_prompt)
     preferences.setValue("view/trace", window.legend.trace_action.isChecked())
@@ -75,7 +77,7 @@ def restore_preferences(preferences: QSettings, window) -> None:
     if preferences.contains("pair/target"):
         apply_pair(window.picker, preferences.value("pair/target", type=str),
                    preferences.value("pair/draft", "", type=str), preferences.value("pair/device", "auto", type=str),
-                   preferences.value("pair/dtype", "auto", type=str))
+                   preferences.value("pair/dtype", "auto", type=str), preferences.value("pair/weights", "auto", type=str))
     window.system_prompt = preferences.value("chat/system_prompt", "", type=str)
     window.legend.trace_action.setChecked(preferences.value("view/trace", False, type=bool))
     if preferences.contains("window/geometry"):

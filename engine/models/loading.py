@@ -51,7 +51,8 @@ class LoadedModel:
     def info(self) -> ModelInfo:
         n_params = sum(p.numel() for p in self.model.parameters())
         n_params += sum(getattr(m, "n_weights", 0) for m in self.model.modules())  # native GGUF blocks
-        return ModelInfo(name=self.name, path=self.path, n_params=n_params, vocab_size=self.vocab_size)
+        return ModelInfo(name=self.name, path=self.path, n_params=n_params, vocab_size=self.vocab_size,
+                         weights=self.weights)
 
 
 def pick_device(requested: str = "auto") -> torch.device:

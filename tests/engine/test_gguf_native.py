@@ -186,6 +186,8 @@ def test_native_tiny_llama_decodes_identically_to_its_dequantised_copy(tmp_path)
                for m in (native, reference)]
     assert len(replies[0]) > 5
     assert replies[0] == replies[1]
+    # the app's status bar says which weights the target runs on
+    assert (Decoder(native).info().target.weights, Decoder(reference).info().target.weights) == ("native", "dtype")
 
 
 def test_greedy_speculative_equals_greedy_ar_with_native_weights(tmp_path):

@@ -92,6 +92,7 @@ def test_settings_and_layout_persist_through_qsettings(make_window, mixed_decode
     controls.max_new_tokens.setValue(77)
     controls.stop_below.setValue(0.5)
     window.picker.target.setText("HuggingFaceTB/SmolLM2-360M-Instruct")
+    window.picker.weights.setCurrentText("native")
     window.system_prompt = "w9 w9"
     window.resize(1100, 760)
     window.history_dock.hide()
@@ -105,6 +106,7 @@ def test_settings_and_layout_persist_through_qsettings(make_window, mixed_decode
         (False, 0.7, 3, 77, 0.5)
     assert window.controls.sampling_box.isVisibleTo(window)
     assert window.picker.target.text() == "HuggingFaceTB/SmolLM2-360M-Instruct"
+    assert window.picker.weights.currentText() == "native"
     assert window.system_prompt == "w9 w9"
     assert window.height() == 760  # (the width is clamped: the offscreen platform's screen is 800 px wide)
     assert window.history_dock.isHidden()

@@ -7,6 +7,7 @@ from PySide6.QtCore import QPoint, QRect
 from PySide6.QtGui import QImage, QPainter
 from PySide6.QtWidgets import QApplication, QStyle, QStyleOptionComboBox
 
+from engine.events import ModelInfo, PairInfo
 from engine.models.pairing import PRESETS
 from ui.charts import MIN_CHART_HEIGHT
 from ui.main_window import MIN_HEIGHT, MIN_WIDTH, PANE_MIN_WIDTH, PANE_WIDTH, MainWindow
@@ -105,6 +106,19 @@ def test_device_and_dtype_boxes_offer_only_what_the_machine_has(qtbot):
     # choosing a preset still fills in its models
     picker.preset.setCurrentIndex(picker.preset.findData("qwen3-4b"))
     assert picker.target.text() == PRESETS["qwen3-4b"].target
+
+
+def test_the_model_panel_asks_for_a_gguf_targets_weights(qtbot):
+    window = shown_window(qtbot, MIN_WIDTH, MIN_HEIGHT)
+    picker = window.picker
+    assert picker.weights.currentText() == "auto"
+    picker.weights.setCurrentText("native")
+    with qtbot.waitSignal(window.load_requested, timeout=1000) as asked:
+        picker.load_button.click()
+    assert asked.args == [picker.target.text(), picker.draft.text(), "auto", "auto", "native"]
+    target = ModelInfo("embedded", "/m/t.gguf", 135, 49152, weights="native")
+    window.on_models_loaded(PairInfo(target, None, "cpu", "bfloat16"))
+    assert window.pair_label.text().endswith("bfloat16 · int4 target")
 
 
 def drawn_x_labels(plot) -> dict[str, QRect]:
