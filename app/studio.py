@@ -12,6 +12,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QSettings, QStandardPaths, Qt, QThread, QTimer
 from PySide6.QtWidgets import QApplication
+from transformers.utils import logging as transformers_logging
 
 from app import machine
 from app.cli import STOP_BELOW_HELP, finite_float
@@ -159,6 +160,8 @@ class Automation(QObject):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # The window shows its own progress while models load; tqdm bars in the terminal behind it are noise.
+    transformers_logging.disable_progress_bar()
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("SpecDec Studio")
     draft = None if args.draft.lower() == "none" else args.draft
