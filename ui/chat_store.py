@@ -23,7 +23,7 @@ from ui.session import Comparison, Reply, ReplyRequest
 
 # `PRAGMA user_version` holds the schema version. Opening an older database runs the steps from its version up;
 # a newer one (written by a later release) is refused untouched rather than misread.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         """CREATE TABLE chats (
@@ -51,6 +51,12 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             PRIMARY KEY (turn_id, idx)
         )""",
         "CREATE INDEX turns_by_chat ON turns (chat_id, position)",
+    ),
+    2: (
+        # The reference step the window measured a live reply's speedup against, and whether the machine was busy:
+        # a reopened chat and its export show the numbers the live window showed.
+        "ALTER TABLE turns ADD COLUMN reference_s REAL NOT NULL DEFAULT 0",
+        "ALTER TABLE turns ADD COLUMN machine_busy INTEGER NOT NULL DEFAULT 0",
     ),
 }
 
@@ -204,8 +210,8 @@ class ChatStore:
         with self.db:
             self.db.executemany("INSERT OR IGNORE INTO rounds (turn_id, idx, event) VALUES (?, ?, ?)",
                                 [(turn_id, e.index, to_json(e)) for e in reply.events])
-            self.db.execute("UPDATE turns SET text = ?, stopped = ? WHERE id = ?",
-                            (reply.text, int(reply.stopped), turn_id))
+            self.db.execute("UPDATE turns SET text = ?, stopped = ?, reference_s = ?, machine_busy = ? WHERE id = ?",
+                            (reply.text, int(reply.stopped), reply.reference_s, int(reply.machine_busy), turn_id))
 
     def add_comparison(self, turn_id: int, comparison: Comparison) -> None:
         with self.db:
@@ -252,16 +258,17 @@ class ChatStore:
             raise KeyError(chat_id)
         title, pair, system_prompt = row
         replies, comparisons = [], {}
-        turns = self.db.execute("SELECT id, request, text, stopped, comparison FROM turns WHERE chat_id = ? "
-                                "ORDER BY position", (chat_id,)).fetchall()
-        for turn_id, request, text, stopped, comparison in turns:
+        turns = self.db.execute("SELECT id, request, text, stopped, comparison, reference_s, machine_busy FROM turns "
+                                "WHERE chat_id = ? ORDER BY position", (chat_id,)).fetchall()
+        for turn_id, request, text, stopped, comparison, reference_s, machine_busy in turns:
             events = tuple(from_plain(RoundEvent, json.loads(e)) for (e,) in self.db.execute(
                 "SELECT event FROM rounds WHERE turn_id = ? ORDER BY idx", (turn_id,)))
             if text is None:  # the process died mid-reply: keep what was committed, as a stopped reply
                 text, stopped = "".join(e.text_delta for e in events), True
             if comparison is not None:
                 comparisons[len(replies)] = from_plain(Comparison, json.loads(comparison))
-            replies.append(Reply(request_from_json(request), events, text, bool(stopped)))
+            replies.append(Reply(request_from_json(request), events, text, bool(stopped), reference_s,
+                                 bool(machine_busy)))
         return StoredChat(chat_id, title, from_plain(PairInfo, json.loads(pair) if pair else None), system_prompt,
                           replies, comparisons)
 

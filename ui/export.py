@@ -18,7 +18,8 @@ from pathlib import Path
 
 from engine.events import RoundEvent
 from engine.stats import round_alpha
-from ui.session import Session
+from ui.session import Reply, Session
+from ui.timing import estimated_speedup
 
 CSV_COLUMNS = ("reply", "round", "mode", "gamma", "n_verified", "n_accepted", "n_emitted", "round_alpha",
                "draft_s", "verify_s", "round_s", "prefill_s", "target_step_s", "estimated_speedup",
@@ -56,7 +57,10 @@ def session_json(session: Session) -> dict:
         comparison = session.comparisons.get(i)
         replies.append({
             "messages": list(reply.request.messages), "settings": plain(reply.request.settings),
-            "text": reply.text, "stopped": reply.stopped, "stats": reply.stats.as_dict(),
+            "text": reply.text, "stopped": reply.stopped,
+            # the window's estimate (its robust reference step), not the engine's from the reply's one step
+            "stats": {**reply.stats.as_dict(), "estimated_speedup": reply.estimated_speedup,
+                      "machine_busy": reply.machine_busy},
             "comparison": None if comparison is None else {**plain(comparison), "speedup": comparison.speedup},
             "rounds": plain(reply.events),
         })
@@ -64,15 +68,16 @@ def session_json(session: Session) -> dict:
             "models": plain(session.pair), "environment": environment(), "replies": replies}
 
 
-def round_row(reply_index: int, mode: str, event: RoundEvent) -> dict:
+def round_row(reply_index: int, reply: Reply, event: RoundEvent) -> dict:
     alpha = round_alpha(event)
+    speedup = estimated_speedup([event], reply.reference, reply.gamma) if event.round_s else ""
     return {
-        "reply": reply_index, "round": event.index, "mode": mode, "gamma": event.gamma,
+        "reply": reply_index, "round": event.index, "mode": reply.request.settings.mode, "gamma": event.gamma,
         "n_verified": len(event.drafted), "n_accepted": event.n_accepted, "n_emitted": len(event.emitted),
         "round_alpha": "" if alpha is None else round(alpha, 6),
         "draft_s": event.draft_s, "verify_s": event.verify_s, "round_s": event.round_s,
         "prefill_s": event.prefill_s, "target_step_s": event.target_step_s,
-        "estimated_speedup": len(event.emitted) * event.target_step_s / event.round_s if event.round_s else "",
+        "estimated_speedup": speedup,
         "finish_reason": event.finish_reason or "", "fates": " ".join(t.fate.value for t in event.emitted),
         "text": event.text_delta,
     }
@@ -84,7 +89,7 @@ def write_csv(session: Session, path: Path) -> None:
         writer.writeheader()
         for i, reply in enumerate(session.replies):
             for event in reply.events:
-                writer.writerow(round_row(i, reply.request.settings.mode, event))
+                writer.writerow(round_row(i, reply, event))
 
 
 class ExportError(Exception):

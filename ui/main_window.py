@@ -1,6 +1,7 @@
 """The main window: controls, the chat pane with its legend, the token inspector and the live charts."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, Signal
@@ -23,7 +24,7 @@ from ui.message_box import MessageBox
 from ui.preferences import restore_preferences, save_preferences
 from ui.session import Comparison, Reply, ReplyRequest, Session
 from ui.status_bar import ElidedLabel
-from ui.timing import StepReference, estimated_speedup, machine_was_busy
+from ui.timing import StepReference, machine_was_busy
 
 MIN_WIDTH, MIN_HEIGHT = 1000, 700
 PANE_MIN_WIDTH = {"side": 235, "chat": 315, "right": 200}  # with the history dock, still under 1000 px
@@ -49,17 +50,26 @@ def reply_header(settings: DecodeSettings, gammas: tuple[int, ...] = ()) -> str:
     return f"Assistant · speculative, {how}, {rounds}"
 
 
-def stats_line(reply: Reply, reference_s: float = 0.0) -> str:
-    """The reply's figures; the AR-speedup estimate uses `reference_s` (the robust single-token step) when
-    given, else the step measured for the reply, and never exceeds γ + 1."""
+UNFAIR = " (machine busy — not a fair number)"
+
+
+def stats_line(reply: Reply) -> str:
+    """The reply's figures; a busy machine's estimate says so beside it, as a measured speedup may contradict it."""
     s = reply.stats
     line = f"{s.n_tokens} tokens in {s.n_rounds} rounds · {s.tokens_per_s:.1f} tok/s"
     if reply.request.settings.mode == "spec":
-        reference = reference_s or (reply.events[0].target_step_s if reply.events else 0.0)
-        gamma = max([reply.request.settings.gamma] + [e.gamma for e in reply.events])  # γ may rise mid-reply
-        estimate = estimated_speedup(reply.events, reference, gamma)
-        line += f" · α {s.alpha:.2f} · {s.tokens_per_round:.2f} tok/round · est. {estimate:.2f}× vs AR"
+        line += (f" · α {s.alpha:.2f} · {s.tokens_per_round:.2f} tok/round · est. {reply.estimated_speedup:.2f}× vs AR"
+                 + (UNFAIR if reply.machine_busy else ""))
     return line + (" · stopped" if reply.stopped else "")
+
+
+def unbreakable(line: str) -> str:
+    """A ' · '-separated line whose figures never wrap inside themselves ("est. / 0.46× vs AR" at 1000 px); a
+    remark in parentheses after a figure still may."""
+    def keep_together(part: str) -> str:
+        figure, parenthesis, remark = part.partition(" (")
+        return figure.replace(" ", "\u00a0") + parenthesis + remark
+    return " · ".join(keep_together(part) for part in line.split(" · "))
 
 
 def comparison_line(comparison: Comparison, reply: Reply) -> str:
@@ -68,7 +78,8 @@ def comparison_line(comparison: Comparison, reply: Reply) -> str:
         return f"plain AR stopped after {ar_tokens} tokens: no measured speedup"
     line = (f"plain AR: {ar_tokens} tokens in {comparison.ar_wall_s:.2f} s ({comparison.ar_tokens_per_s:.1f} tok/s) vs "
             f"speculative {reply.stats.n_tokens} in {comparison.spec_wall_s:.2f} s "
-            f"({comparison.spec_tokens_per_s:.1f} tok/s) → measured {comparison.speedup:.2f}×")
+            f"({comparison.spec_tokens_per_s:.1f} tok/s) → measured {comparison.speedup:.2f}×"
+            + (UNFAIR if comparison.machine_busy else ""))
     if comparison.identical is not None:
         line += " · greedy outputs identical" if comparison.identical else " · greedy outputs differ"
     return line
@@ -462,6 +473,7 @@ class MainWindow(QMainWindow):
 
     def on_models_loaded(self, info: PairInfo) -> None:
         self._close_progress()
+        self.timing.clear()  # the last pair's step times are neither this one's median nor its quiet speed
         self.session.pair = info
         self.ready = True
         self.loading = False
@@ -486,6 +498,9 @@ class MainWindow(QMainWindow):
         self.charts.on_round_finished(event)
 
     def on_reply_finished(self, reply: Reply) -> None:
+        if reply.request.settings.mode == "spec":  # measured against the recent median, judged by the quiet floor
+            reply = dataclasses.replace(reply, reference_s=self.timing.seconds,
+                                        machine_busy=machine_was_busy(reply.events, self.timing))
         self._show_reply(reply)
         self.recorder.reply_finished(reply)
         if self.request is not None and self.request.compare_ar and not reply.stopped:
@@ -504,6 +519,7 @@ class MainWindow(QMainWindow):
         self.comparison_progress.hide()
         for event in comparison.ar_events:
             self.timing.add_round(event)  # every AR step is a fresh single-token timing
+        comparison = dataclasses.replace(comparison, machine_busy=machine_was_busy(comparison.ar_events, self.timing))
         self._show_comparison(comparison)
         self.recorder.comparison_finished(comparison)
         self.statusBar().clearMessage()
@@ -579,19 +595,17 @@ class MainWindow(QMainWindow):
             self.messages[-1]["content"] += reply.text
         else:
             self.messages.append({"role": "assistant", "content": reply.text})
-        # Live replies are measured against the recent median; a saved one replayed keeps its own step timing.
-        reference = self.timing.seconds if self.busy else 0.0
-        self.chat.add_note(stats_line(reply, reference))
-        busy = self.busy and reply.request.settings.mode == "spec" and machine_was_busy(reply.events, self.timing)
-        if busy:
-            self.chat.add_note("The machine was busy during this reply (target steps ran far slower than usual): "
-                               "its timings and speedup estimate are not a fair number.", warning=True)
+        self.chat.add_note(unbreakable(stats_line(reply)))
+        if reply.machine_busy:
+            self.chat.add_note("The machine was busy during this reply (target steps ran far slower than this "
+                               "machine's fastest since the model loaded): its timings and speedup estimate are not "
+                               "a fair number.", warning=True)
         if self._can_continue():
             self.chat.add_note("✂ cut at max new tokens · Continue (Ctrl+Shift+Enter) carries on", warning=True)
         self.chat.set_reply_actions(len(self.session.replies) - 1, ("copy", "edit", "regenerate")
                                     + (("continue",) if self._can_continue() else ()))
         self._inspect_first_rejection()
-        self.reply_label.setText("last reply: " + stats_line(reply, reference) + (" · machine busy" if busy else ""))
+        self.reply_label.setText("last reply: " + stats_line(reply))
 
     def _show_comparison(self, comparison: Comparison) -> None:
         self.session.comparisons[len(self.session.replies) - 1] = comparison
@@ -600,7 +614,8 @@ class MainWindow(QMainWindow):
                                                  self.session.pair))
         if not comparison.stopped:
             self.charts.show_measured_speedup(comparison.speedup)
-            self.reply_label.setText(self.reply_label.text() + " · " + f"measured {comparison.speedup:.2f}× vs AR")
+            self.reply_label.setText(self.reply_label.text() + " · " + f"measured {comparison.speedup:.2f}× vs AR"
+                                     + (UNFAIR if comparison.machine_busy else ""))
 
     def _replay(self, replies: list[Reply], comparisons: dict[int, Comparison]) -> None:
         """Show saved replies as they were streamed: the same calls as live, from the stored round events."""

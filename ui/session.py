@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 from engine.events import DecodeSettings, PairInfo, RoundEvent
 from engine.stats import ReplyStats, reply_stats
+from ui.timing import estimated_speedup
 
 
 @dataclass(frozen=True)
@@ -24,10 +25,26 @@ class Reply:
     events: tuple[RoundEvent, ...]
     text: str
     stopped: bool
+    reference_s: float = 0.0  # the single-token target step its estimate uses; 0: the one measured with it
+    machine_busy: bool = False  # its timings ran far slower than the machine's quiet speed: not a fair number
 
     @property
     def stats(self) -> ReplyStats:
         return reply_stats(self.events)
+
+    @property
+    def reference(self) -> float:
+        return self.reference_s or (self.events[0].target_step_s if self.events else 0.0)
+
+    @property
+    def gamma(self) -> int:
+        """The largest γ it ran with (γ may rise mid-reply): the cap on its estimate is γ + 1."""
+        return max([self.request.settings.gamma] + [e.gamma for e in self.events])
+
+    @property
+    def estimated_speedup(self) -> float:
+        """The speedup vs AR that the window shows and the export writes."""
+        return estimated_speedup(self.events, self.reference, self.gamma)
 
 
 @dataclass(frozen=True)
@@ -42,6 +59,7 @@ class Comparison:
     ar_tokens_per_s: float
     identical: bool | None  # greedy only: did AR produce exactly the same tokens? None when sampling
     stopped: bool = False  # the user stopped the AR run early
+    machine_busy: bool = False  # the AR steps ran far slower than the machine's quiet speed: not a fair number
 
     @property
     def speedup(self) -> float:

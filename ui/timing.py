@@ -3,7 +3,9 @@ check that says when the machine was too busy for a fair number.
 
 One timing taken on a busy moment once made the window claim 17.9× beside a measured 0.37×. So the reference is
 the median of recent single-token target steps (the fresh measurement before each speculative reply, and every
-step of a plain AR run), and an estimate never exceeds γ + 1, the most tokens a round can yield.
+step of a plain AR run), and an estimate never exceeds γ + 1, the most tokens a round can yield. A machine that
+stays busy makes that median slow too (278 ms against a quiet 27 ms once went unflagged), so the busy check also
+compares against the fastest step seen since the pair was loaded: the machine's quiet speed.
 """
 from __future__ import annotations
 
@@ -19,14 +21,22 @@ BUSY_SHARE = 0.2  # the share of stalled rounds above which a reply's numbers ar
 
 
 class StepReference:
-    """Recent single-token target-step timings; their median is the reference for speedup estimates."""
+    """Recent single-token target-step timings; their median is the reference for speedup estimates, and the
+    fastest of all of them is the floor a busy machine is judged against."""
 
     def __init__(self, size: int = RECENT):
         self.samples: deque[float] = deque(maxlen=size)
+        self.fastest = 0.0
 
     def add(self, seconds: float) -> None:
         if seconds > 0:
             self.samples.append(seconds)
+            self.fastest = min(self.fastest, seconds) if self.fastest else seconds
+
+    def clear(self) -> None:
+        """Forget every timing: another pair (or device, or dtype) has its own speed."""
+        self.samples.clear()
+        self.fastest = 0.0
 
     def add_round(self, event: RoundEvent) -> None:
         """A plain AR step is itself a single-token step; a speculative reply brings the engine's fresh
@@ -55,11 +65,13 @@ def stalled(event: RoundEvent, reference_s: float) -> bool:
 
 
 def machine_was_busy(events: Sequence[RoundEvent], reference: StepReference) -> bool:
-    """Whether this reply's timings are unfair: its fresh step measurement, or many of its rounds, ran far slower
-    than the recent median."""
+    """Whether these timings are unfair: the recent median, this reply's fresh step measurement or many of its
+    rounds ran far slower than the fastest step seen (the machine's quiet speed)."""
     if not events or not reference.samples:
         return False
-    fresh = events[0].target_step_s
-    if events[0].gamma and fresh > BUSY_FACTOR * reference.seconds:
+    floor = reference.fastest
+    if reference.seconds > BUSY_FACTOR * floor:
         return True
-    return sum(stalled(e, reference.seconds) for e in events) > BUSY_SHARE * len(events)
+    if events[0].gamma and events[0].target_step_s > BUSY_FACTOR * floor:
+        return True
+    return sum(stalled(e, floor) for e in events) > BUSY_SHARE * len(events)

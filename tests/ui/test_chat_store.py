@@ -43,8 +43,10 @@ def test_a_chat_round_trips_with_its_events_settings_pair_and_comparison(tmp_pat
     events = tuple(round_event(i, finish="length" if i == 2 else None) for i in range(3))
     for event in events:
         recorder.round_finished(event)
-    recorder.reply_finished(Reply(ask, events, "ababab", stopped=False))
-    comparison = Comparison(events[:1], "ab", 0.2, 0.3, 30.0, 20.0, None)
+    # what the window judged while it streamed: its reference step and a busy machine
+    reply = Reply(ask, events, "ababab", stopped=False, reference_s=0.027, machine_busy=True)
+    recorder.reply_finished(reply)
+    comparison = Comparison(events[:1], "ab", 0.2, 0.3, 30.0, 20.0, None, machine_busy=True)
     recorder.comparison_finished(comparison)
     store.close()
 
@@ -53,7 +55,7 @@ def test_a_chat_round_trips_with_its_events_settings_pair_and_comparison(tmp_pat
     assert summary.title == "What is a hash table?" and summary.n_replies == 1
     chat = store.load_chat(summary.id)
     assert chat.pair == PAIR
-    assert chat.replies == [Reply(ask, events, "ababab", False)]  # frozen dataclasses compare field by field
+    assert chat.replies == [reply]  # frozen dataclasses compare field by field
     assert chat.replies[0].events[0].drafted[1].top_q[0] == TokenProb(7, "x", 0.6)
     assert chat.replies[0].events[0].emitted[1].fate is Fate.RESAMPLED
     assert chat.comparisons == {0: comparison}

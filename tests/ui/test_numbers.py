@@ -3,6 +3,7 @@ and a comparison with plain AR that shows its progress, the AR text and why the 
 from __future__ import annotations
 
 import dataclasses
+import json
 from types import SimpleNamespace
 
 from engine.events import DecodeSettings, EmittedToken, Fate, RoundEvent
@@ -12,7 +13,7 @@ from ui.chat_view import ACTION_ROW
 from ui.compare import comparison_view, explain, first_difference
 from ui.main_window import comparison_line, stats_line
 from ui.session import Comparison, Reply, ReplyRequest
-from ui.timing import StepReference, estimated_speedup, machine_was_busy
+from ui.timing import RECENT, StepReference, estimated_speedup, machine_was_busy
 
 
 def ar_step(index: int, token_id: int, text: str, p: float, step_s: float = 0.03) -> RoundEvent:
@@ -33,7 +34,7 @@ def test_the_estimate_never_exceeds_gamma_plus_one():
     assert estimated_speedup(events, reference_s=1.21, gamma=2) == 3.0  # 121× before the clamp
     reply = Reply(ReplyRequest(({"role": "user", "content": "x"},), DecodeSettings(gamma=2)), tuple(events),
                   "abc", False)
-    assert "est. 3.00× vs AR" in stats_line(reply, reference_s=1.21)
+    assert "est. 3.00× vs AR" in stats_line(dataclasses.replace(reply, reference_s=1.21))
 
 
 def test_a_reply_measured_on_a_busy_machine_is_flagged():
@@ -46,6 +47,46 @@ def test_a_reply_measured_on_a_busy_machine_is_flagged():
     assert machine_was_busy(busy_step, reference)
     stalled = [dataclasses.replace(e, verify_s=0.5) for e in quiet]  # the rounds themselves were slow
     assert machine_was_busy(stalled, reference)
+
+
+def test_a_machine_that_stays_busy_is_judged_against_its_quiet_speed():
+    reference = StepReference()
+    for seconds in [0.027] * 3 + [0.278] * RECENT:  # quiet at first, then another process took the cores for good
+        reference.add(seconds)
+    assert reference.seconds == 0.278 and reference.fastest == 0.027
+    # The reply's own steps match the slow median: only the quiet floor shows that they are ten times too slow.
+    events = [dataclasses.replace(accepted_round(i, ["a"], "b"), target_step_s=0.278, verify_s=0.3, round_s=0.35)
+              for i in range(5)]
+    assert machine_was_busy(events, reference)
+    reference.clear()  # a new pair: its own speed, no floor from the last one
+    assert reference.fastest == 0.0 and not machine_was_busy(events, reference)
+
+
+def test_a_busy_estimate_says_it_is_unfair_in_its_own_line():
+    events = tuple(dataclasses.replace(accepted_round(i, ["a"], "b"), round_s=0.1) for i in range(4))
+    reply = Reply(ReplyRequest(({"role": "user", "content": "x"},), DecodeSettings(gamma=2)), events, "ab", False,
+                  reference_s=0.04, machine_busy=True)
+    assert "est. 0.80× vs AR (machine busy — not a fair number)" in stats_line(reply)
+
+
+def test_on_a_busy_machine_window_and_export_show_one_estimate_marked_unfair(make_studio, greedy_mixed_decoder,
+                                                                            qtbot, tmp_path):
+    studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=10)
+    window = studio.window
+    window.controls.compare_ar.setChecked(True)
+    window.timing.add(1e-6)  # a quiet step far faster than this machine ever runs: every real step looks busy
+    send(qtbot, studio)
+    reply = window.session.replies[-1]
+    estimate = f"est. {reply.estimated_speedup:.2f}× vs AR (machine busy — not a fair number)"
+    shown = window.reply_label.text()
+    assert reply.machine_busy and f"{estimate} · measured" in shown
+    assert shown.endswith("× vs AR (machine busy — not a fair number)")  # the AR run was as slow
+    assert "The machine was busy during this reply" in window.chat.toPlainText()
+    figure = f"est.\u00a0{reply.estimated_speedup:.2f}×\u00a0vs\u00a0AR (machine busy"  # it never wraps inside
+    assert figure in window.chat.document().toRawText()
+    window.export_to(tmp_path / "s")
+    stats = json.loads((tmp_path / "s.json").read_text())["replies"][0]["stats"]
+    assert f"est. {stats['estimated_speedup']:.2f}×" in shown and stats["machine_busy"] is True
 
 
 def greedy_pair(ar_texts: list[tuple[int, str, float]]) -> tuple[Reply, Comparison]:
