@@ -130,8 +130,10 @@ def _check_source(name: str, source: str, path: Path, markers: tuple[str, ...] =
         if not any((path / marker).is_file() for marker in markers):
             raise ModelLoadError(f"{path} is a directory but not a model: it holds no {' or '.join(markers)}")
         return {}
+    if name in ("embedded", "embedded-draft"):
+        raise ModelLoadError(f"the embedded pair is not prepared ({path} is missing): run `specdec prepare`")
     if name.startswith(("embedded", "/", ".", "~")):
-        raise ModelLoadError(f"model directory not found: {path} (for the embedded pair run `specdec prepare`)")
+        raise ModelLoadError(f"{path} does not exist: give a model directory, a .gguf file or a hub id")
     return _hub_access(source)
 
 
