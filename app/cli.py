@@ -10,6 +10,7 @@ import math
 import os
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 DEFAULT_TARGET = "embedded"
@@ -24,36 +25,113 @@ STOP_BELOW_HELP = ("stop a round's drafting before γ once the draft's own estim
                    "accepted falls below this (0: always γ drafts)")
 
 
+class Parser(argparse.ArgumentParser):
+    """Argument errors in one line, like every other specdec error, with where to read about the options."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's help ends with its default, written as one would type it (`1,2,4`, not `[1, 2, 4]`). Flags
+    have none to show; where the default is None or needs words, the help says it itself: "(default: ...)"."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        default, help_text = action.default, action.help or ""
+        if (not action.option_strings or action.nargs == 0 or default is None or default is argparse.SUPPRESS
+                or "(default:" in help_text):
+            return help_text
+        shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+        return f"{help_text} (default: {shown.replace('%', '%%')})"
+
+
 def finite_float(text: str) -> float:
     """A float argument; NaN and infinity are refused here rather than decoding nonsense later."""
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a finite number, not {text!r}")
     return value
 
 
-def _csv_ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
+def whole_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
 
 
-def _csv_floats(text: str) -> list[float]:
-    return [finite_float(x) for x in text.split(",") if x]
+def at_least(lowest: int) -> Callable[[str], int]:
+    def convert(text: str) -> int:
+        value = whole_number(text)
+        if value < lowest:
+            raise argparse.ArgumentTypeError(f"must be >= {lowest}, not {value}")
+        return value
+    return convert
 
 
-def _csv_words(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
+def setting(name: str, parse: Callable[[str], int | float]) -> Callable[[str], int | float]:
+    """An argument type for the DecodeSettings field `name`, checked by DecodeSettings itself (the one place its
+    ranges are written) while the arguments are parsed, so a bad value is refused before torch is imported."""
+    def convert(text: str) -> int | float:
+        from engine.events import DecodeSettings
+
+        value = parse(text)
+        try:
+            DecodeSettings(**{name: value}, greedy=name != "temperature")  # a temperature is only used to sample
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{name} ")) from None
+        return value
+    return convert
+
+
+def one_of(choices: Sequence[str]) -> Callable[[str], str]:
+    def convert(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"unknown {text!r}; choose from {', '.join(choices)}")
+        return text
+    return convert
+
+
+def comma_list(item: Callable[[str], object]) -> Callable[[str], list]:
+    """A comma-separated list argument, each item converted and checked by `item`; an empty list is refused."""
+    def convert(text: str) -> list:
+        values = [item(x.strip()) for x in text.split(",") if x.strip()]
+        if not values:
+            raise argparse.ArgumentTypeError("give at least one value (comma-separated)")
+        return values
+    return convert
+
+
+def model_name(text: str) -> str:
+    """A model argument. What looks like a path (as engine.models.loading reads it) must exist; that is checked
+    here, before torch loads. Hub ids and the embedded names are the loader's to check."""
+    if text.startswith(("/", ".", "~")) or text.endswith(".gguf"):
+        if not Path(text).expanduser().exists():
+            raise argparse.ArgumentTypeError(f"{text} does not exist: give a model directory, a .gguf file or a "
+                                             "hub id")
+    return text
 
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", default=None, help=f"target model: hub id, directory, .gguf, or '{DEFAULT_TARGET}'")
-    parser.add_argument("--draft", default=None,
-                        help=f"draft model (default {DEFAULT_DRAFT}; '{DEFAULT_TARGET}' drafts for itself)")
-    parser.add_argument("--preset", default=None, help="a named target/draft pair (see `specdec presets`)")
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    parser.add_argument("--target", metavar="M", type=model_name, default=None,
+                        help=f"target model: hub id, directory, .gguf, or '{DEFAULT_TARGET}' (default: "
+                             f"{DEFAULT_TARGET}, or the preset's)")
+    parser.add_argument("--draft", metavar="M", type=model_name, default=None,
+                        help=f"draft model, as --target; '{DEFAULT_TARGET}' drafts for itself (default: "
+                             f"{DEFAULT_DRAFT} for the embedded target, the preset's, or else the target itself)")
+    parser.add_argument("--preset", metavar="NAME", default=None,
+                        help="a named target/draft pair (see `specdec presets`) (default: none)")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"],
+                        help="where to run; auto: CUDA or MPS when present, else CPU")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                        help="activations and weights; auto: bfloat16 on CUDA and on CPUs with AVX-512-bf16, "
+                             "float16 on MPS, float32 elsewhere")
     parser.add_argument("--draft-weights", default="int8", choices=["int8", "dtype"],
-                        help="the draft's weights on CPU: weight-only int8 (default: half the bytes, same α), "
-                             "or kept in --dtype")
+                        help="the draft's weights on CPU: weight-only int8 (half the bytes, same α), or kept in "
+                             "--dtype")
     parser.add_argument("--target-weights", default="auto", choices=["auto", "native", "dtype"],
                         help="a GGUF target's weights: its own 4-bit blocks on torch's int4 kernel (native), "
                              "de-quantised into --dtype (dtype), or native where that is faster: bfloat16 without a "
@@ -61,74 +139,100 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from engine.benchmark.bench import METHODS
+    from engine.benchmark.bench import DECODINGS, METHODS
     from engine.events import DecodeSettings
 
     defaults = DecodeSettings()
-    parser = argparse.ArgumentParser(prog="specdec", description="Speculative decoding, visible and fast.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="specdec", description="Speculative decoding, visible and fast.",
+                    epilog="`specdec COMMAND --help` lists a command's options and their defaults.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands", required=True)
 
-    gen = sub.add_parser("generate", help="generate a reply to one prompt")
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".",
+                              formatter_class=HelpFormatter)
+
+    gen = command("generate", "generate a reply to one prompt")
     gen.add_argument("prompt", nargs="?", help="the message; '-' reads it from standard input")
-    gen.add_argument("--prompt-file", type=Path, help="read the message from this UTF-8 text file")
+    gen.add_argument("--prompt-file", metavar="FILE", type=Path,
+                     help="read the message from this UTF-8 text file (default: the prompt argument)")
     _add_model_arguments(gen)
-    gen.add_argument("--gamma", type=int, default=defaults.gamma, help="most draft tokens per round (γ)")
-    gen.add_argument("--stop-below", type=finite_float, default=defaults.stop_below, help=STOP_BELOW_HELP)
+    gen.add_argument("--gamma", metavar="N", type=setting("gamma", whole_number), default=defaults.gamma,
+                     help="most draft tokens per round (γ), 1 to 64")
+    gen.add_argument("--stop-below", metavar="S", type=setting("stop_below", finite_float),
+                     default=defaults.stop_below, help=STOP_BELOW_HELP)
     mode = gen.add_mutually_exclusive_group()
     mode.add_argument("--greedy", action="store_true", help="greedy decoding (the default)")
-    mode.add_argument("--temperature", type=finite_float, default=None, help="sample at this temperature")
-    gen.add_argument("--top-k", type=int, default=0)
-    gen.add_argument("--top-p", type=finite_float, default=1.0)
-    gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens,
+    mode.add_argument("--temperature", metavar="T", type=setting("temperature", finite_float), default=None,
+                      help="sample at this temperature (> 0) (default: greedy decoding)")
+    gen.add_argument("--top-k", metavar="K", type=setting("top_k", whole_number), default=defaults.top_k,
+                     help="sample from the K likeliest tokens only (0: all)")
+    gen.add_argument("--top-p", metavar="P", type=setting("top_p", finite_float), default=defaults.top_p,
+                     help="sample from the likeliest tokens whose probabilities add up to P, in (0, 1] (1: all)")
+    gen.add_argument("--seed", metavar="S", type=whole_number, default=defaults.seed, help="seed of the sampling")
+    gen.add_argument("--max-new-tokens", metavar="N", type=setting("max_new_tokens", whole_number),
+                     default=defaults.max_new_tokens,
                      help="most tokens in the reply (cut, with a note, to what the model's window leaves)")
-    gen.add_argument("--mode", choices=["spec", "ar"], default="spec")
+    gen.add_argument("--mode", choices=["spec", "ar"], default=defaults.mode,
+                     help="speculative decoding, or plain autoregressive decoding with the target alone")
     gen.add_argument("--no-lookup", dest="lookup", action="store_false",
                      help="draft with the draft model only, never by copying from the conversation")
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of coloured text")
 
-    bench = sub.add_parser("bench", help="measure speedups against plain decoding and the peers")
+    bench = command("bench", "measure speedups against plain decoding and the peers")
     _add_model_arguments(bench)
-    bench.add_argument("--prompts", type=Path, default=None, help="a text file, one prompt per line")
-    bench.add_argument("--max-new-tokens", type=int, default=96)
-    bench.add_argument("--gammas", type=_csv_ints, default=[1, 2, 4, 6, 8])
-    bench.add_argument("--stop-below", type=_csv_floats, default=[defaults.stop_below],
+    bench.add_argument("--prompts", metavar="FILE", type=Path, default=None,
+                       help="a text file, one prompt per line (default: the evaluation prompts)")
+    bench.add_argument("--max-new-tokens", metavar="N", type=setting("max_new_tokens", whole_number), default=96,
+                       help="most new tokens per prompt")
+    bench.add_argument("--gammas", metavar="N,N,...", type=comma_list(setting("gamma", whole_number)),
+                       default=[1, 2, 4, 6, 8], help="γ values for the drafting methods, one row each")
+    bench.add_argument("--stop-below", metavar="S,S,...", type=comma_list(setting("stop_below", finite_float)),
+                       default=[defaults.stop_below],
                        help="adaptive draft length for spec and spec_draft, one row per value (0: always γ drafts)")
-    bench.add_argument("--decoding", type=_csv_words, default=["greedy", "sample"])
-    bench.add_argument("--temperature", type=finite_float, default=0.7)
-    bench.add_argument("--repeats", type=int, default=1)
-    bench.add_argument("--methods", type=_csv_words, default=list(METHODS))
-    bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--json", action="store_true")
-    bench.add_argument("--out", type=Path, default=None, help="write PNG plots and results.json here")
+    bench.add_argument("--decoding", metavar="D,D,...", type=comma_list(one_of(DECODINGS)),
+                       default=list(DECODINGS), help=f"decoding modes, from {', '.join(DECODINGS)}")
+    bench.add_argument("--temperature", metavar="T", type=setting("temperature", finite_float), default=0.7,
+                       help="temperature of the sampled rows")
+    bench.add_argument("--repeats", metavar="R", type=at_least(1), default=1,
+                       help="runs of every configuration on every prompt")
+    bench.add_argument("--methods", metavar="M,M,...", type=comma_list(one_of(METHODS)), default=list(METHODS),
+                       help=f"what to measure, from {', '.join(METHODS)} (default: all)")
+    bench.add_argument("--seed", metavar="S", type=whole_number, default=0, help="seed of the sampled rows")
+    bench.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    bench.add_argument("--out", metavar="DIR", type=Path, default=None,
+                       help="write PNG plots and results.json here (default: no files)")
 
-    prep = sub.add_parser("prepare", help="prepare the embedded pair in the cache directory (one time)")
-    prep.add_argument("--force", action="store_true")
+    prep = command("prepare", "prepare the embedded pair in the cache directory (one time)")
+    prep.add_argument("--force", action="store_true", help="prepare again even where a prepared copy exists")
 
     # Options left out keep run_recipe's own defaults, which are the shipped draft's recipe (one place to change).
-    train = sub.add_parser("train-draft", help="train the embedded draft model (~77 min on 2 CPU cores)")
-    train.add_argument("--out", type=Path, default=Path("assets/draft"))
-    train.add_argument("--workdir", type=Path, default=Path("runs/train-draft"))
-    train.add_argument("--prompts", type=int, default=None,
+    train = command("train-draft", "train the embedded draft model (~77 min on 2 CPU cores)")
+    train.add_argument("--out", metavar="DIR", type=Path, default=Path("assets/draft"),
+                       help="where the trained draft is written")
+    train.add_argument("--workdir", metavar="DIR", type=Path, default=Path("runs/train-draft"),
+                       help="the target's answers and the log, kept to resume")
+    train.add_argument("--prompts", metavar="N", type=at_least(1), default=None,
                        help="training prompts the target answers (default: the shipped draft's)")
-    train.add_argument("--steps", type=int, default=None, help="distillation steps (default: the shipped draft's)")
-    train.add_argument("--workers", type=int, default=os.cpu_count(),
-                       help="single-threaded processes answering prompts in parallel (default: one per core)")
-    train.add_argument("--seed", type=int, default=None,
+    train.add_argument("--steps", metavar="N", type=at_least(1), default=None,
+                       help="distillation steps (default: the shipped draft's)")
+    train.add_argument("--workers", metavar="N", type=at_least(1), default=os.cpu_count(),
+                       help="single-threaded processes answering prompts in parallel; one per core")
+    train.add_argument("--seed", metavar="S", type=whole_number, default=None,
                        help="seed of the prompts, answers and training (default: the shipped draft's)")
-    train.add_argument("--layers", type=_csv_ints, default=None,
+    train.add_argument("--layers", metavar="L,L,...", type=comma_list(at_least(0)), default=None,
                        help="the target's decoder layers the draft starts from (default: the shipped draft's)")
 
-    sub.add_parser("presets", help="list the named model pairs")
+    command("presets", "list the named model pairs")
     return parser
 
 
 def resolve_pair(args) -> tuple[str, str | None]:
     """Target and draft names from --preset/--target/--draft; the embedded pair by default."""
     from engine.models import embedded
-    from engine.models.pairing import PRESETS
 
     if args.preset:
+        from engine.models.pairing import PRESETS  # imports torch: only for a preset
+
         if args.preset not in PRESETS:
             raise SystemExit(f"specdec: unknown preset {args.preset!r}; choose from {', '.join(PRESETS)}")
         preset = PRESETS[args.preset]
@@ -189,7 +293,6 @@ class PrefillBar:
 
 
 def cmd_generate(args) -> int:
-    from engine.decoding.decoder import Decoder
     from engine.events import ContextNotice, DecodeSettings, PrefillProgress
     from engine.stats import reply_stats
 
@@ -201,6 +304,8 @@ def cmd_generate(args) -> int:
         top_k=args.top_k, top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens, lookup=args.lookup,
         stop_below=args.stop_below,
     )
+    from engine.decoding.decoder import Decoder  # torch and transformers: only once the input is known to be good
+
     decoder = Decoder.load(target, draft if args.mode == "spec" else None, args.device, args.dtype,
                            draft_int8=args.draft_weights == "int8", target_weights=args.target_weights)
     events, notice, bar = [], None, PrefillBar()
@@ -323,21 +428,27 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    from engine.models.loading import ModelLoadError
-    from engine.models.pairing import PairingError
-
     commands = {"generate": cmd_generate, "bench": cmd_bench, "prepare": cmd_prepare,
                 "train-draft": cmd_train_draft, "presets": cmd_presets}
     try:
         return commands[args.command](args)
-    except (ModelLoadError, PairingError, FileNotFoundError, ValueError) as exc:
-        print(f"specdec: error: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # anything unforeseen still gets one line; SPECDEC_DEBUG=1 shows the traceback
-        if os.environ.get("SPECDEC_DEBUG"):
+    except Exception as exc:
+        if is_for_the_user(exc):
+            print(f"specdec: error: {exc}", file=sys.stderr)
+            return 1
+        if os.environ.get("SPECDEC_DEBUG"):  # anything unforeseen still gets one line unless asked for the traceback
             raise
         print(f"specdec: error: {type(exc).__name__}: {exc} (set SPECDEC_DEBUG=1 for details)", file=sys.stderr)
         return 1
+
+
+def is_for_the_user(exc: Exception) -> bool:
+    """Whether `exc` says what the user should change (a path, a prompt, a setting, a model pair): its message is
+    written for them. PairingError is a ValueError; ModelLoadError is looked up only if its module was imported
+    (nothing else raises it), since importing it means importing torch."""
+    loading = sys.modules.get("engine.models.loading")
+    return isinstance(exc, (FileNotFoundError, ValueError)) or (
+        loading is not None and isinstance(exc, loading.ModelLoadError))
 
 
 if __name__ == "__main__":

@@ -26,12 +26,171 @@ def test_unknown_preset_is_a_clear_error():
         resolve_pair(build_parser().parse_args(["generate", "hi", "--preset", "nope"]))
 
 
-def test_bench_lists_parse_and_bad_settings_fail_in_one_line(capsys):
+def test_bench_lists_parse():
     args = build_parser().parse_args(["bench", "--gammas", "1,3", "--decoding", "greedy", "--stop-below", "0,0.3"])
     assert args.gammas == [1, 3] and args.decoding == ["greedy"] and args.stop_below == [0.0, 0.3]
-    assert main(["generate", "hi", "--gamma", "0", "--target", "embedded", "--draft", "embedded"]) == 1
+
+
+def argument_error(capsys, argv: list[str]) -> str:
+    """The one line argparse says about `argv`, which must be refused with exit status 2."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
     err = capsys.readouterr().err
-    assert err.startswith("specdec: error:") and "gamma" in err and len(err.strip().splitlines()) == 1
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["generate", "hi", "--gamma", "-3"], "argument --gamma: must be between 1 and 64, not -3"),
+    (["generate", "hi", "--gamma", "0"], "argument --gamma: must be between 1 and 64, not 0"),
+    (["generate", "hi", "--gamma", "x"], "argument --gamma: 'x' is not a whole number"),
+    (["generate", "hi", "--temperature", "-1"], "argument --temperature: must be positive when sampling"),
+    (["generate", "hi", "--temperature", "0"], "argument --temperature: must be positive when sampling"),
+    (["generate", "hi", "--max-new-tokens", "0"], "argument --max-new-tokens: must be >= 1"),
+    (["generate", "hi", "--top-k", "-1"], "argument --top-k: must be >= 0"),
+    (["generate", "hi", "--top-p", "2"], "argument --top-p: must be in (0, 1]"),
+    (["generate", "hi", "--stop-below", "1"], "argument --stop-below: must be in [0, 1)"),
+    (["generate", "hi", "--dtype", "float8"], "argument --dtype: invalid choice: 'float8'"),
+    (["bench", "--gammas", "2,0"], "argument --gammas: must be between 1 and 64, not 0"),
+    (["bench", "--gammas", ","], "argument --gammas: give at least one value"),
+    (["bench", "--stop-below", "0,1.5"], "argument --stop-below: must be in [0, 1)"),
+    (["bench", "--methods", "ar,fast"], "argument --methods: unknown 'fast'; choose from ar, spec,"),
+    (["bench", "--decoding", "beam"], "argument --decoding: unknown 'beam'; choose from greedy, sample"),
+    (["bench", "--repeats", "0"], "argument --repeats: must be >= 1, not 0"),
+    (["bench", "--max-new-tokens", "-5"], "argument --max-new-tokens: must be >= 1"),
+    (["bench", "--temperature", "0"], "argument --temperature: must be positive"),
+    (["train-draft", "--workers", "0"], "argument --workers: must be >= 1, not 0"),
+    (["train-draft", "--layers", "0,-1"], "argument --layers: must be >= 0, not -1"),
+])
+def test_bad_values_are_refused_by_the_argument_parser_in_one_line(monkeypatch, capsys, argv, expected):
+    from engine.benchmark import bench
+    from engine.decoding.decoder import Decoder
+    from engine.training import distill
+
+    for owner, name in ((Decoder, "load"), (bench, "run_cli"), (distill, "run_recipe")):  # were a value let through
+        monkeypatch.setattr(owner, name, lambda *a, **k: pytest.fail(f"{name} ran"))
+    err = argument_error(capsys, argv)
+    assert err.startswith(f"specdec {argv[0]}: error: {expected}"), err
+    assert err.endswith(f"see `specdec {argv[0]} --help`"), err
+
+
+def test_a_path_that_does_not_exist_is_named_without_the_prepare_hint(capsys, tmp_path):
+    missing = tmp_path / "no-such-model"
+    for option in ("--target", "--draft"):
+        err = argument_error(capsys, ["generate", "hi", option, str(missing)])
+        assert f"argument {option}: {missing} does not exist: give a model directory, a .gguf file or a hub id" in err
+        assert "prepare" not in err
+    assert "does not exist" in argument_error(capsys, ["bench", "--target", "./nowhere/model.gguf"])
+    args = build_parser().parse_args(["generate", "hi", "--target", str(tmp_path), "--draft", "some/hub-model"])
+    assert (args.target, args.draft) == (str(tmp_path), "some/hub-model")  # existing paths and hub ids pass
+
+
+def test_the_loader_says_a_missing_path_does_not_exist_and_an_unprepared_pair_needs_prepare(monkeypatch, tmp_path):
+    from engine.models.loading import ModelLoadError, load_tokenizer
+
+    with pytest.raises(ModelLoadError) as missing:
+        load_tokenizer(str(tmp_path / "nothing"))
+    assert str(missing.value) == (f"{tmp_path / 'nothing'} does not exist: give a model directory, a .gguf file "
+                                  "or a hub id")
+    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "empty-home"))
+    for name in ("embedded", "embedded-draft"):
+        with pytest.raises(ModelLoadError, match=r"the embedded pair is not prepared \(.*\): run `specdec prepare`"):
+            load_tokenizer(name)
+
+
+def test_a_model_error_is_said_as_it_is_and_an_unforeseen_one_is_named(monkeypatch, capsys):
+    from engine.decoding.decoder import Decoder
+    from engine.models.loading import ModelLoadError
+
+    def load(cls, *args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(Decoder, "load", classmethod(load))
+    error = ModelLoadError("no model 'nobody/x' on the Hugging Face Hub")
+    assert main(["generate", "hi", "--target", "nobody/x", "--mode", "ar"]) == 1
+    assert capsys.readouterr().err == "specdec: error: no model 'nobody/x' on the Hugging Face Hub\n"
+    error = RuntimeError("out of memory")
+    assert main(["generate", "hi", "--target", "nobody/x", "--mode", "ar"]) == 1
+    assert capsys.readouterr().err == ("specdec: error: RuntimeError: out of memory (set SPECDEC_DEBUG=1 for "
+                                       "details)\n")
+
+
+def test_bad_values_are_refused_before_torch_is_imported():
+    import subprocess
+    import sys
+
+    # A fresh interpreter: this one imported torch long ago
+    script = """
+import json, sys
+from app.cli import main
+codes = []
+for argv in (["generate", "hi", "--gamma", "-3"], ["generate", "hi", "--temperature", "-1"],
+             ["generate", "hi", "--max-new-tokens", "0"], ["generate", "hi", "--dtype", "x"],
+             ["generate", "hi", "--target", "/nonexistent"], ["bench", "--gammas", "0"], ["generate"]):
+    try:
+        codes.append(main(argv))
+    except SystemExit as exit_:
+        codes.append(exit_.code)
+print(json.dumps({"codes": codes, "heavy": sorted({"torch", "transformers"} & set(sys.modules))}))
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"codes": [2, 2, 2, 2, 2, 2, 1], "heavy": []}, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1] == ("specdec: error: give the prompt as an argument, '-' for standard "
+                                              "input, or --prompt-file (one of them)")
+
+
+def help_text(capsys, monkeypatch, command: str) -> str:
+    monkeypatch.setenv("COLUMNS", "300")  # no wrapped help lines
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"] if command else ["--help"])
+    assert exit_.value.code == 0
+    return capsys.readouterr().out
+
+
+def option_helps(text: str) -> dict[str, str]:
+    """Each option's help in a --help text: {"--gamma": "most draft ... (default: 6)"}. A help too long to share
+    the option's line is on the next one."""
+    helps, option = {}, None
+    for line in text.splitlines():
+        start = re.match(r"  (-[^\s,]+)(?:, (--\S+))?(?: \S+)?(?:\s{2,}(.*))?$", line)
+        if start:
+            option = start.group(2) or start.group(1)
+            helps[option] = start.group(3) or ""
+        elif option and line.startswith(" " * 10):
+            helps[option] = (helps[option] + " " + line.strip()).strip()
+        else:
+            option = None
+    return helps
+
+
+FLAGS = {"--help", "--greedy", "--no-lookup", "--json", "--force"}  # off unless given: nothing to show
+
+
+@pytest.mark.parametrize("command", ["generate", "bench", "train-draft", "prepare"])
+def test_every_option_in_a_commands_help_shows_its_default(capsys, monkeypatch, command):
+    helps = option_helps(help_text(capsys, monkeypatch, command))
+    assert "--help" in helps and len(helps) > 1, helps  # the options were found
+    for option, text in helps.items():
+        if option not in FLAGS:
+            assert "(default: " in text, f"{option}: {text!r}"
+
+
+def test_help_shows_defaults_as_one_would_type_them(capsys, monkeypatch):
+    generate = option_helps(help_text(capsys, monkeypatch, "generate"))
+    defaults = DecodeSettings()
+    assert generate["--gamma"].endswith(f"(default: {defaults.gamma})")
+    assert generate["--max-new-tokens"].endswith(f"(default: {defaults.max_new_tokens})")
+    assert generate["--dtype"].endswith("(default: auto)") and generate["--mode"].endswith("(default: spec)")
+    assert generate["--target"].endswith("(default: embedded, or the preset's)")
+    bench = option_helps(help_text(capsys, monkeypatch, "bench"))
+    assert bench["--gammas"].endswith("(default: 1,2,4,6,8)")  # as typed, not as a Python list
+    assert bench["--decoding"].endswith("(default: greedy,sample)")
+    top = help_text(capsys, monkeypatch, "")
+    for command in ("generate", "bench", "prepare", "train-draft", "presets"):
+        assert re.search(rf"^    {command}\b", top, re.M), top
+    assert "`specdec COMMAND --help`" in top
 
 
 def test_no_lookup_and_stop_below_reach_the_decoder(monkeypatch, capsys):

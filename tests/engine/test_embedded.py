@@ -54,6 +54,7 @@ def test_cli_generate_json_reports_text_tokens_stats_and_rounds():
 
 def test_cli_errors_are_one_line_without_traceback():
     result = _specdec("generate", "hi", "--target", "/nonexistent/model-dir")
-    assert result.returncode == 1
-    assert result.stderr.startswith("specdec: error:") and "Traceback" not in result.stderr
+    assert result.returncode == 2  # refused with the arguments, before any model loads
+    assert result.stderr.startswith("specdec generate: error: argument --target: /nonexistent/model-dir does not "
+                                    "exist") and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
