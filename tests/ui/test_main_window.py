@@ -179,7 +179,7 @@ def test_a_failed_load_gives_a_dialog_and_keeps_the_previous_pair_working(make_s
     window.picker.target.setText(str(tmp_path / "missing"))
     with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         window.picker.load_button.click()
-    assert "model directory not found" in window.error_box.text()
+    assert "does not exist" in window.error_box.text()
     assert window.progress is None and window.ready and window.send_button.isEnabled()
     # the controls show the pair that still answers, not the one that failed
     assert window.pair_label.text() == pair_shown
