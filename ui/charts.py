@@ -1,24 +1,26 @@
 """Live charts of the current reply: α, tokens per round against the seed's E, and the speedup vs plain AR.
 
 Slots only append numbers into preallocated numpy buffers; a ~100 ms timer pushes them to plot items that
-were created once, so a fast decoder cannot flood the GUI thread.
+were created once, so a fast decoder cannot flood the GUI thread. Each chart's title and legend are a label
+above its plot: a legend inside the plot ran through the curves and had to hide in a narrow pane.
 """
 from __future__ import annotations
 
+from html import escape
+
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QPen
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from engine.events import RoundEvent
 from engine.stats import expected_tokens_per_round, round_alpha
 from ui.timing import StepReference
 
 REFRESH_MS = 100
-BOTTOM_RIGHT, TOP_RIGHT = (-6, -6), (-6, 6)  # legend corners, away from where each chart's data usually sits
 X_STEP = 20  # the x axis grows in steps of this many rounds
 MIN_CHART_HEIGHT = 105
-LEGEND_MIN_WIDTH = 320  # below this a chart's legend would hide its data
 AXIS_END_ROOM = 16  # pixels right of the x axis: half of a four-digit tick label
 COLUMNS = ("alpha", "alpha_mean", "tokens", "tokens_mean", "expected", "speedup", "speedup_mean")
 
@@ -64,9 +66,8 @@ class RoundBuffers:
         return self.x[: self.n], self.y[name][: self.n]
 
 
-def _plot(title: str, tooltip: str, y_label: str, legend_at: tuple[int, int]) -> pg.PlotWidget:
+def _plot(tooltip: str, y_label: str) -> pg.PlotWidget:
     plot = pg.PlotWidget()
-    plot.setTitle(title, size="9pt")  # short: its width is a floor for the plot's, and the pane can be 200 px
     plot.setToolTip(tooltip)
     plot.setLabel("bottom", "round", **{"font-size": "8pt"})
     plot.setLabel("left", y_label, **{"font-size": "8pt"})
@@ -75,14 +76,41 @@ def _plot(title: str, tooltip: str, y_label: str, legend_at: tuple[int, int]) ->
     plot.plotItem.layout.setContentsMargins(1, 1, AXIS_END_ROOM, 1)
     plot.getAxis("bottom").setStyle(hideOverlappingLabels=AXIS_END_ROOM)
     plot.setMouseEnabled(x=False, y=False)
-    plot.addLegend(offset=legend_at, labelTextSize="7pt", brush=pg.mkBrush(255, 255, 255, 170),
-                   verSpacing=-6)
     # Three charts fit the right pane at 1000×700 with room for the inspector; below this they stop being legible.
     plot.setMinimumHeight(MIN_CHART_HEIGHT)
     # Fixed ranges, widened in steps by `refresh`: re-ticking axes on every refresh costs more than the curves.
     plot.disableAutoRange()
     plot.setXRange(0, X_STEP, padding=0)
     return plot
+
+
+def curve_entries(plot: pg.PlotWidget) -> list[tuple[QPen, str]]:
+    return [(item.opts["pen"], item.name()) for item in plot.plotItem.listDataItems()]
+
+
+def legend_entry(pen: QPen, name: str) -> str:
+    """A short stroke in the line's colour, thin, thick or dashed like it, and the line's name, never split."""
+    dashed = pen.style() == Qt.PenStyle.DashLine
+    stroke = "┅┅" if dashed else "━━" if pen.width() > 1 else "──"
+    return (f"<span style='color:{pen.color().name()}'>{stroke}</span>&nbsp;"
+            + escape(name).replace(" ", "&nbsp;"))
+
+
+class ChartHeader(QLabel):
+    """A chart's title and, under it, its legend: entries wrap between each other when the pane is narrow."""
+
+    def __init__(self, title: str):
+        super().__init__()
+        self.title = title
+        self.setWordWrap(True)
+        self.setTextFormat(Qt.TextFormat.RichText)
+        self.setAlignment(Qt.AlignmentFlag.AlignHCenter)
+        self.setStyleSheet("background: white; color: #333;")
+
+    def show_entries(self, entries: list[tuple[QPen, str]]) -> None:
+        legend = " &nbsp; ".join(legend_entry(pen, name) for pen, name in entries)
+        self.setText(f"<span style='font-size:9pt'>{escape(self.title)}</span><br>"
+                     f"<span style='font-size:7pt'>{legend}</span>")
 
 
 class ChartsPanel(QWidget):
@@ -93,23 +121,22 @@ class ChartsPanel(QWidget):
         self.reference = StepReference()  # the window's; it adds samples as rounds arrive
         self.most_per_round = 2.0  # γ + 1 of the reply being drawn
         self._dirty = False
-        self.alpha_plot = _plot("α per round", "α = accepted drafts / drafts the target verified "
-                                "(the accepted prefix plus the first rejection), per round and running mean", "α", BOTTOM_RIGHT)
+        self.alpha_plot = _plot("α = accepted drafts / drafts the target verified (the accepted prefix plus the "
+                                "first rejection), per round and running mean", "α")
         self.alpha_plot.setYRange(0, 1.05, padding=0)
-        self.tokens_plot = _plot("tokens per round", "tokens emitted per round (accepted drafts + the correction "
-                                 "or bonus token) beside the seed's E = (1 − α^(γ+1)) / (1 − α) at the running α "
-                                 "and current γ", "tokens", BOTTOM_RIGHT)
-        self.speedup_plot = _plot("speedup vs plain AR", "estimated speedup = tokens × single-token target step "
-                                  "(median of recent measurements) / round time, at most γ + 1; the dashed line "
-                                  "is the measured AR comparison", "×", TOP_RIGHT)
+        self.tokens_plot = _plot("tokens emitted per round (accepted drafts + the correction or bonus token) beside "
+                                 "the seed's E = (1 − α^(γ+1)) / (1 − α) at the running α and current γ", "tokens")
+        self.speedup_plot = _plot("estimated speedup = tokens × single-token target step (median of recent "
+                                  "measurements) / round time, at most γ + 1; the red dashed line is the measured AR "
+                                  "comparison, the grey line plain AR (1×)", "×")
         thin = dict(width=1)
         self.curves = {
             "alpha": self.alpha_plot.plot(pen=pg.mkPen("#7cb342", **thin), name="round α", connect="finite"),
             "alpha_mean": self.alpha_plot.plot(pen=pg.mkPen("#1b5e20", width=2), name="running mean",
                                                connect="finite"),
-            "tokens": self.tokens_plot.plot(pen=pg.mkPen("#90a4ae", **thin), name="measured"),
+            "tokens": self.tokens_plot.plot(pen=pg.mkPen("#90a4ae", **thin), name="per round"),
             "tokens_mean": self.tokens_plot.plot(pen=pg.mkPen("#263238", width=2), name="running mean"),
-            "expected": self.tokens_plot.plot(pen=pg.mkPen("#ef6c00", width=2, style=pg.QtCore.Qt.PenStyle.DashLine),
+            "expected": self.tokens_plot.plot(pen=pg.mkPen("#ef6c00", width=2, style=Qt.PenStyle.DashLine),
                                               name="E(α, γ)"),
             "speedup": self.speedup_plot.plot(pen=pg.mkPen("#9fa8da", **thin), name="round estimate",
                                               connect="finite"),
@@ -117,31 +144,33 @@ class ChartsPanel(QWidget):
                                                    connect="finite"),
         }
         self.baseline = pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#9e9e9e", width=1))
-        self.measured = pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#c62828", width=2,
-                                                                       style=pg.QtCore.Qt.PenStyle.DashLine),
-                                        label="measured", labelOpts={"position": 0.15, "color": "#c62828"})
+        # Named in the legend, not by a label on the line: the estimate curves ran through that label.
+        self.measured = pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#c62828", width=2, style=Qt.PenStyle.DashLine))
         self.measured.setVisible(False)
         self.speedup_plot.addItem(self.baseline)
         self.speedup_plot.addItem(self.measured)
+        titles = {self.alpha_plot: "α per round", self.tokens_plot: "tokens per round",
+                  self.speedup_plot: "speedup vs plain AR"}
+        self.headers = {plot: ChartHeader(title) for plot, title in titles.items()}
+        for plot, header in self.headers.items():
+            header.show_entries(curve_entries(plot))
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        for plot in (self.alpha_plot, self.tokens_plot, self.speedup_plot):
+        layout.setSpacing(0)  # a header sits on its plot; a gap separates one chart from the next
+        for index, (plot, header) in enumerate(self.headers.items()):
+            if index:
+                layout.addSpacing(6)
+            layout.addWidget(header)
             layout.addWidget(plot)
         self.timer = QTimer(self)
         self.timer.setInterval(REFRESH_MS)
         self.timer.timeout.connect(self.refresh)
         self.timer.start()
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        """In a narrow pane the legends would cover the curves; the charts' tooltips still name them."""
-        super().resizeEvent(event)
-        for plot in (self.alpha_plot, self.tokens_plot, self.speedup_plot):
-            plot.plotItem.legend.setVisible(self.width() >= LEGEND_MIN_WIDTH)
-
     def start_reply(self, gamma: int = 1) -> None:
         self.most_per_round = gamma + 1.0
         self.buffers.clear()
-        self.measured.setVisible(False)
+        self._show_measured_entry(None)
         self._dirty = True
 
     def on_round_finished(self, event: RoundEvent) -> None:
@@ -149,9 +178,14 @@ class ChartsPanel(QWidget):
         self._dirty = True
 
     def show_measured_speedup(self, speedup: float) -> None:
-        self.measured.setVisible(True)  # first: a hidden line's label does not update its text
         self.measured.setValue(speedup)
-        self.measured.label.setFormat(f"measured {speedup:.2f}×")
+        self._show_measured_entry(f"measured {speedup:.2f}×")
+
+    def _show_measured_entry(self, name: str | None) -> None:
+        """The measured line and its legend entry come and go together."""
+        self.measured.setVisible(name is not None)
+        self.headers[self.speedup_plot].show_entries(curve_entries(self.speedup_plot)
+                                                     + ([(self.measured.pen, name)] if name is not None else []))
 
     def refresh(self) -> None:
         if not self._dirty:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from PySide6.QtCore import QPoint, QRect
-from PySide6.QtGui import QImage, QPainter
+from PySide6.QtGui import QImage, QPainter, QTextDocumentFragment
 from PySide6.QtWidgets import QApplication, QStyle, QStyleOptionComboBox
 
 from engine.events import ModelInfo, PairInfo
@@ -137,8 +137,28 @@ def test_the_charts_x_axis_ends_inside_the_chart_with_its_last_label(qtbot, size
     for plot in (window.charts.alpha_plot, window.charts.tokens_plot, window.charts.speedup_plot):
         last = f"{plot.viewRange()[0][1]:g}"
         labels = drawn_x_labels(plot)
-        assert last in labels, f"{plot.plotItem.titleLabel.text}: the label at the axis end is hidden ({labels})"
+        assert last in labels, f"{window.charts.headers[plot].title}: the label at the axis end is hidden ({labels})"
         assert plot.viewport().rect().contains(labels[last])
+
+
+@pytest.mark.parametrize("size", [(MIN_WIDTH, MIN_HEIGHT), (1600, 1000)])
+def test_chart_legends_name_every_line_whole_and_cover_no_data(qtbot, size):
+    window = shown_window(qtbot, *size)
+    charts = window.charts
+    charts.show_measured_speedup(1.95)
+    QApplication.processEvents()
+    for plot, header in charts.headers.items():
+        legend = QTextDocumentFragment.fromHtml(header.text()).toPlainText()
+        for item in plot.plotItem.listDataItems():
+            assert item.name() in legend, (header.title, item.name(), legend)
+        assert plot.plotItem.legend is None  # nothing drawn over the curves
+        assert header.isVisible() and not header.geometry().intersects(plot.geometry())
+        assert header.height() >= header.heightForWidth(header.width()), f"{header.title}: legend cut at {size}"
+        assert plot.height() >= MIN_CHART_HEIGHT
+    speedup_legend = QTextDocumentFragment.fromHtml(charts.headers[charts.speedup_plot].text()).toPlainText()
+    assert "measured 1.95×" in speedup_legend  # the red line's entry, with its value
+    charts.start_reply()  # a new reply has no measurement yet: neither its line nor its entry
+    assert not charts.measured.isVisible() and "measured" not in charts.headers[charts.speedup_plot].text()
 
 
 def test_at_1000_by_700_the_ar_comparison_progress_shows_its_text_whole(qtbot):
