@@ -15,6 +15,7 @@ from pathlib import Path
 
 DEFAULT_TARGET = "embedded"
 DEFAULT_DRAFT = "embedded-draft"
+NO_DRAFT = "none"  # --draft none: plain AR, as in specdec-studio
 
 COLOURS = {  # ANSI colours for the terminal, the same meaning as in the app
     "accepted": "\033[32m", "rejected": "\033[9;31m", "resampled": "\033[34m", "corrected": "\033[34m",
@@ -120,8 +121,9 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"target model: hub id, directory, .gguf, or '{DEFAULT_TARGET}' (default: "
                              f"{DEFAULT_TARGET}, or the preset's)")
     parser.add_argument("--draft", metavar="M", type=model_name, default=None,
-                        help=f"draft model, as --target; '{DEFAULT_TARGET}' drafts for itself (default: "
-                             f"{DEFAULT_DRAFT} for the embedded target, the preset's, or else the target itself)")
+                        help=f"draft model, as --target; '{DEFAULT_TARGET}' drafts for itself, '{NO_DRAFT}' for "
+                             f"plain AR only (default: {DEFAULT_DRAFT} for the embedded target, the preset's, or else "
+                             "the target itself)")
     parser.add_argument("--preset", metavar="NAME", default=None,
                         help="a named target/draft pair (see `specdec presets`) (default: none)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"],
@@ -227,8 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve_pair(args) -> tuple[str, str | None]:
-    """Target and draft names from --preset/--target/--draft; the embedded pair by default."""
+    """Target and draft names from --preset/--target/--draft; the embedded pair by default; no draft (None) for
+    `--draft none`."""
     from engine.models import embedded
+
+    if args.draft is not None and args.draft.lower() == NO_DRAFT:
+        return args.target or DEFAULT_TARGET, None
 
     if args.preset:
         from engine.models.pairing import PRESETS  # imports torch: only for a preset
@@ -259,12 +265,17 @@ def read_prompt(args) -> str:
         raw, where = sys.stdin.buffer.read(), "standard input"
     else:
         require_text(args.prompt)  # undecodable bytes in the argument arrive as lone surrogates
+        if not args.prompt.strip():
+            raise ValueError("the prompt is empty")
         return args.prompt
     try:
-        return raw.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"the prompt in {where} is not valid UTF-8 text (byte 0x{raw[exc.start]:02x} at byte "
                          f"{exc.start})") from None
+    if not text.strip():
+        raise ValueError(f"the prompt in {where} is empty")
+    return text
 
 
 class PrefillBar:
@@ -299,7 +310,7 @@ def cmd_generate(args) -> int:
     prompt = read_prompt(args)
     target, draft = resolve_pair(args)
     settings = DecodeSettings(
-        mode=args.mode, gamma=args.gamma, greedy=args.temperature is None,
+        mode=args.mode if draft else "ar", gamma=args.gamma, greedy=args.temperature is None,
         temperature=args.temperature if args.temperature is not None else 1.0,
         top_k=args.top_k, top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens, lookup=args.lookup,
         stop_below=args.stop_below,

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QApplication
 from transformers.utils import logging as transformers_logging
 
 from app import machine
-from app.cli import STOP_BELOW_HELP, finite_float
+from app.cli import STOP_BELOW_HELP, HelpFormatter, finite_float, setting, whole_number
 from app.worker import DecodeWorker
 from engine.decoding.decoder import Decoder
 from engine.events import DecodeSettings
@@ -80,26 +80,35 @@ def build(decoder: Decoder | None = None, target: str = "embedded", draft: str |
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     defaults = APP_DEFAULTS
-    parser = argparse.ArgumentParser(prog="specdec-studio", description="A chat app that shows speculative decoding")
-    parser.add_argument("--target", default="embedded", help="hub id, local directory, .gguf file or 'embedded'")
-    parser.add_argument("--draft", default="embedded-draft", help="as --target; 'none' for plain AR only")
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    parser = argparse.ArgumentParser(prog="specdec-studio", description="A chat app that shows speculative decoding",
+                                     formatter_class=HelpFormatter)
+    parser.add_argument("--target", metavar="M", default="embedded",
+                        help="hub id, local directory, .gguf file or 'embedded'")
+    parser.add_argument("--draft", metavar="M", default="embedded-draft", help="as --target; 'none' for plain AR only")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"],
+                        help="where to run; auto: CUDA or MPS when present, else CPU")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                        help="the models' number format; auto: bfloat16 where the CPU has it, else float32")
     parser.add_argument("--target-weights", default="auto", choices=["auto", "native", "dtype"],
                         help="a GGUF target's weights: its int4 blocks (native), de-quantised into --dtype (dtype), "
                         "or native only without a draft (auto)")
-    parser.add_argument("--gamma", type=int, default=defaults.gamma, help="most drafts per round (γ)")
-    parser.add_argument("--stop-below", type=finite_float, default=defaults.stop_below, help=STOP_BELOW_HELP)
-    parser.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
-    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--gamma", metavar="N", type=setting("gamma", whole_number), default=defaults.gamma,
+                        help="most drafts per round (γ), 1 to 64")
+    parser.add_argument("--stop-below", metavar="S", type=setting("stop_below", finite_float),
+                        default=defaults.stop_below, help=STOP_BELOW_HELP)
+    parser.add_argument("--max-new-tokens", metavar="N", type=setting("max_new_tokens", whole_number),
+                        default=defaults.max_new_tokens, help="most tokens in a reply")
+    parser.add_argument("--seed", metavar="S", type=whole_number, default=defaults.seed, help="seed for sampling")
     parser.add_argument("--sampling", action="store_true", help="sample instead of greedy decoding")
-    parser.add_argument("--temperature", type=finite_float, default=defaults.temperature, help="sampling temperature")
+    parser.add_argument("--temperature", metavar="T", type=setting("temperature", finite_float),
+                        default=defaults.temperature, help="sampling temperature")
     parser.add_argument("--compare-ar", action="store_true", help="also decode with plain AR and measure the speedup")
     parser.add_argument("--prompt", help="send this message once the models are loaded")
     parser.add_argument("--quit-after-reply", action="store_true", help="exit 0 after the reply to --prompt")
-    parser.add_argument("--screenshot", type=Path, help="after the reply, save a PNG of the whole window here")
-    parser.add_argument("--data-dir", type=Path, help="where chats (chats.sqlite3) and settings (settings.ini) are "
-                        "kept; default: the user's data directory for SpecDec Studio")
+    parser.add_argument("--screenshot", metavar="PNG", type=Path,
+                        help="after the reply, save a PNG of the whole window here")
+    parser.add_argument("--data-dir", metavar="DIR", type=Path, help="where chats (chats.sqlite3) and settings "
+                        "(settings.ini) are kept (default: the user's data directory for SpecDec Studio)")
     return parser.parse_args(argv)
 
 

@@ -21,6 +21,25 @@ def test_an_explicit_draft_wins_and_a_lone_target_drafts_for_itself():
     assert resolve_pair(parse(["generate", "hi", "--target", "some/model"])) == ("some/model", "some/model")
 
 
+def test_draft_none_decodes_plain_ar(monkeypatch, capsys):
+    from engine.decoding.decoder import Decoder
+    from tests.tiny import tiny_decoder
+
+    assert resolve_pair(build_parser().parse_args(["generate", "hi", "--draft", "None"])) == ("embedded", None)
+    loaded = []
+
+    def load(cls, target, draft, *args, **kwargs):
+        loaded.append((target, draft))
+        return tiny_decoder()
+
+    monkeypatch.setattr(Decoder, "load", classmethod(load))
+    assert main(["generate", "w3 w7", "--target", "tiny-0", "--draft", "none", "--max-new-tokens", "4",
+                 "--json"]) == 0
+    reply = json.loads(capsys.readouterr().out)
+    assert loaded == [("tiny-0", None)]
+    assert reply["settings"]["mode"] == "ar"
+
+
 def test_unknown_preset_is_a_clear_error():
     with pytest.raises(SystemExit, match="unknown preset"):
         resolve_pair(build_parser().parse_args(["generate", "hi", "--preset", "nope"]))
@@ -316,6 +335,22 @@ def test_a_prompt_that_is_not_utf8_is_refused_before_any_model_loads(monkeypatch
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"\xff")))
     assert main(["generate", "-"]) == 1
     one_error_line(capsys, "standard input is not valid UTF-8")
+
+
+def test_an_empty_prompt_is_refused_before_any_model_loads(monkeypatch, tmp_path, capsys):
+    import io
+
+    from engine.decoding.decoder import Decoder
+
+    monkeypatch.setattr(Decoder, "load", classmethod(lambda *a, **k: pytest.fail("models were loaded")))
+    assert main(["generate", " \n"]) == 1
+    one_error_line(capsys, "the prompt is empty")
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    assert main(["generate", "-"]) == 1
+    one_error_line(capsys, "the prompt in standard input is empty")
+    (tmp_path / "p.txt").write_text("\n\n")
+    assert main(["generate", "--prompt-file", str(tmp_path / "p.txt")]) == 1
+    one_error_line(capsys, "p.txt is empty")
 
 
 def test_long_prompts_come_from_stdin_or_a_file_and_max_new_tokens_is_cut_with_a_note(monkeypatch, tmp_path,
