@@ -3,6 +3,9 @@
 Greedy rounds accept a draft when it is the target's top choice, so they show p, q and the target's choice;
 sampling rounds show the test r < min(1, p/q). Copied drafts (prompt lookup) are named as such, with q = 1
 explained. Hovering shows a token; a click pins it until the next click.
+
+The pane can be 190 px wide and a few lines tall, so formulas and figures never wrap inside themselves, paragraphs
+keep small margins, and the top tokens of p and q flow as two short lists rather than a table.
 """
 from __future__ import annotations
 
@@ -15,17 +18,39 @@ from engine.events import DraftedToken, Fate, TokenProb
 from ui.palette import NOTE_COLOUR, STYLES
 from ui.tokens import TokenSpan
 
+NBSP, WORD_JOINER = "\u00a0", "\u2060"  # Qt breaks lines at spaces and after a slash ("min(1, p/" | "q)")
+
+
+def unbroken(text: str) -> str:
+    """Text (a formula, a figure) that a line never breaks inside."""
+    return text.replace(" ", NBSP).replace("/", "/" + WORD_JOINER)
+
+
 def escape(text: str) -> str:
     """Text for an HTML text node: < > & escaped; quotes stay readable (no attribute takes dynamic text)."""
     return html_escape(text, quote=False)
 
 
 HINT = "Hover a token in the reply to inspect it; click to pin it."
+PINNED_HINT = "Pinned: click another token to inspect it, or empty space to follow the mouse again."
 
 
 def show(text: str) -> str:
     """A token's text, HTML-escaped, with whitespace made visible."""
     return escape(repr(text)[1:-1]) if text.strip() != text or not text else escape(text)
+
+
+def token_id_note(token_id: int) -> str:
+    return f"<span style='color:{NOTE_COLOUR}'>#{token_id}</span>"
+
+
+def ambiguous(tokens: list[TokenProb]) -> set[str]:
+    """Texts that do not tell their token apart: whitespace only, or the text of more than one token id (two
+    different tokens both shown as "\\n")."""
+    ids: dict[str, set[int]] = {}
+    for token in tokens:
+        ids.setdefault(token.text, set()).add(token.token_id)
+    return {text for text, token_ids in ids.items() if len(token_ids) > 1 or not text.strip()}
 
 
 def drafts_phrase(n: int) -> str:
@@ -50,22 +75,27 @@ def explanation(span: TokenSpan) -> str:
             return (f"{drafter.capitalize()} and thrown away: the target's top choice here is another token"
                     f"{choice}. This draft and any later drafts of the round are discarded.")
         return "The target's top choice, put in place of the rejected draft."
+    test = unbroken("min(1, p/q)")
     if span.fate is Fate.ACCEPTED:
-        return f"{drafter.capitalize()} and kept: the draw r fell below min(1, p/q)."
+        return f"{drafter.capitalize()} and kept: the draw r fell below {test}."
     if span.fate is Fate.REJECTED:
-        return (f"{drafter.capitalize()} and thrown away: the draw r was at or above min(1, p/q). This draft and "
+        return (f"{drafter.capitalize()} and thrown away: the draw r was at or above {test}. This draft and "
                 "any later drafts of the round are discarded.")
-    return "Sampled by the target from norm(max(0, p − q)) in place of the rejected draft, so the reply stays " \
-           "distributed exactly as the target's."
+    return (f"Sampled by the target from {unbroken('norm(max(0, p − q))')} in place of the rejected draft, so the "
+            "reply stays distributed exactly as the target's.")
 
 
 def copy_note(span: TokenSpan) -> str:
     if not span.copied:
         return ""
     test = ("greedy keeps it only if it is also the target's top choice" if span.greedy
-            else "it is kept with probability min(1, p/1) = p")
-    return ("Why q = 1: the last few tokens occurred earlier in the conversation, and prompt lookup proposes "
-            f"what followed them there with certainty; {test}.")
+            else f"it is kept with probability {unbroken('min(1, p/1) = p')}")
+    return (f"Why {unbroken('q = 1')}: the last few tokens occurred earlier in the conversation, and prompt lookup "
+            f"proposes what followed them there with certainty; {test}.")
+
+
+def paragraph(html: str, style: str = "") -> str:
+    return f"<p style='margin:0 0 5px 0;{style}'>{html}</p>"  # Qt's default 12 px margins fill a short pane
 
 
 def span_html(span: TokenSpan, pinned: bool = False) -> str:
@@ -73,21 +103,25 @@ def span_html(span: TokenSpan, pinned: bool = False) -> str:
     swatch = f"background:{style.background or '#eeeeee'};color:{style.foreground or '#000'};"
     if style.strike:
         swatch += "text-decoration:line-through;"
-    label = style.label + (" · copied from the conversation" if span.copied else "")
-    mode = "" if span.fate is Fate.TARGET else (" · greedy" if span.greedy else " · sampling")
-    rows = [f"<p><span style='{swatch}font-size:15px;padding:2px'>&nbsp;{show(span.text)}&nbsp;</span>"
-            f" &nbsp;<b>{escape(label)}</b> · round {span.round_index + 1}{mode}"
-            + (" · <i>pinned</i>" if pinned else "") + "</p>",
-            f"<p style='color:#444'>{escape(explanation(span))}</p>"]
+    token = span.emitted or span.drafted  # a rejected draft never joined the reply: it has only its draft
+    # The id tells apart tokens that look alike ("\n" and "\n"); "pinned" stays with it, on the token's line.
+    tag = token_id_note(token.token_id) + (f"{NBSP}·{NBSP}<b>pinned</b>" if pinned else "")
+    parts = [f"<b>{escape(style.label)}</b>"] + (["copied from the conversation"] if span.copied else [])
+    parts.append(unbroken(f"round {span.round_index + 1}"))
+    if span.fate is not Fate.TARGET:
+        parts.append("greedy" if span.greedy else "sampling")
+    rows = [paragraph(f"<span style='{swatch}font-size:15px'>&nbsp;{show(span.text)}&nbsp;</span> {tag}<br>"
+                      + " · ".join(parts)),
+            paragraph(escape(explanation(span)), "color:#444")]
     if span.copied:
-        rows.append(f"<p style='color:#444'>{escape(copy_note(span))}</p>")
-    rows += ["<table cellspacing='0' cellpadding='2'>", *_fields(span), "</table>"]
-    rejected = span.drafted if span.fate is Fate.REJECTED else span.replaces
-    if rejected is not None:
-        rows.append(_top_tables(rejected))
-    if pinned:
-        rows.append(f"<p style='color:{NOTE_COLOUR}'>Pinned: click another token to inspect it, or empty space "
-                    "to follow the mouse again.</p>")
+        rows.append(paragraph(escape(copy_note(span)), "color:#444"))
+    fields = _fields(span)
+    if fields:
+        rows.append(paragraph("<br>".join(fields)))
+    if span.fate is Fate.REJECTED:
+        rows.append(_top_lists(span.drafted))
+    elif span.replaces is not None:
+        rows.append(_top_lists(span.replaces, title=True))
     return "".join(rows)
 
 
@@ -96,29 +130,33 @@ def _fields(span: TokenSpan) -> list[str]:
     if token is None:
         return [_row("p(x) target", f"{span.emitted.p:.4f}")] if span.emitted is not None else []
     rows = [_row("p(x) target", f"{token.p:.4f}"),
-            _row("q(x) draft", "1 (copied)" if span.copied else f"{token.q:.4f}")]
+            _row("q(x) draft", unbroken("1 (copied)") if span.copied else f"{token.q:.4f}")]
     if span.greedy:
         if not token.accepted and token.top_p:
-            rows.append(_row("target's choice", f"{show(token.top_p[0].text)} (p {token.top_p[0].prob:.4f})"))
+            choice = token.top_p[0]
+            rows.append(_row("target's choice", f"{_prob(choice, ambiguous([choice]), 4)}"))
         return rows
     rows.append(_row("min(1, p/q)", f"{token.accept_prob:.4f}"))
     if token.r is not None:
         verdict = "&lt;" if token.accepted else "≥"
-        rows.append(_row("draw r", f"{token.r:.4f} {verdict} {token.accept_prob:.4f}"))
+        rows.append(_row("draw r", NBSP.join([f"{token.r:.4f}", verdict, f"{token.accept_prob:.4f}"])))
     return rows
 
 
 def _row(name: str, value: str) -> str:
-    return f"<tr><td style='color:#555'>{escape(name)}</td><td>&nbsp;<b>{value}</b></td></tr>"
+    """One field on one line; in a narrow pane its value moves under its name (a table's columns could not)."""
+    return f"<span style='color:#555'>{escape(unbroken(name))}</span> <b>{value}</b>"
 
 
-def _top_tables(rejected: DraftedToken) -> str:
-    title = f"<p style='margin-top:8px'>Where the draft proposed <b>{show(rejected.text)}</b>:</p>"
+def _top_lists(rejected: DraftedToken, title: bool = False) -> str:
+    """The top tokens of p and q where `rejected` was proposed; `title` names it (the header names a rejected
+    draft already, not the token that replaced it)."""
     top_p, top_q = _nonzero(rejected.top_p), _nonzero(rejected.top_q)
-    return (title + "<table cellspacing='0' cellpadding='2'><tr><th align='left'>top of p (target)</th>"
-            "<th>&nbsp;&nbsp;</th><th align='left'>top of q (draft)</th></tr>"
-            + "".join(f"<tr><td>{_prob(a)}</td><td></td><td>{_prob(b)}</td></tr>" for a, b in _pairs(top_p, top_q))
-            + "</table>")
+    unclear = ambiguous([*top_p, *top_q, TokenProb(rejected.token_id, rejected.text, rejected.q)])
+    proposed = show(rejected.text) + (NBSP + token_id_note(rejected.token_id) if rejected.text in unclear else "")
+    return ((paragraph(f"Where the draft proposed <b>{proposed}</b>:") if title else "")
+            + paragraph(f"<b>{unbroken('top of p')}</b> (target): " + " · ".join(_prob(t, unclear) for t in top_p))
+            + paragraph(f"<b>{unbroken('top of q')}</b> (draft): " + " · ".join(_prob(t, unclear) for t in top_q)))
 
 
 def _nonzero(tokens: tuple[TokenProb, ...]) -> tuple[TokenProb, ...]:
@@ -126,13 +164,10 @@ def _nonzero(tokens: tuple[TokenProb, ...]) -> tuple[TokenProb, ...]:
     return tuple(t for t in tokens if t.prob > 0)
 
 
-def _pairs(left: tuple[TokenProb, ...], right: tuple[TokenProb, ...]):
-    for i in range(max(len(left), len(right))):
-        yield left[i] if i < len(left) else None, right[i] if i < len(right) else None
-
-
-def _prob(token: TokenProb | None) -> str:
-    return "" if token is None else f"<code>{show(token.text)}</code> {token.prob:.3f}"
+def _prob(token: TokenProb, unclear: set[str], digits: int = 3) -> str:
+    """A token and its probability, never split; with its id where its text alone is unclear."""
+    token_id = NBSP + token_id_note(token.token_id) if token.text in unclear else ""
+    return f"<code>{show(token.text)}</code>{token_id}{NBSP}{token.prob:.{digits}f}"
 
 
 class TokenInspector(QScrollArea):
@@ -142,7 +177,7 @@ class TokenInspector(QScrollArea):
         self.label.setWordWrap(True)
         self.label.setTextFormat(Qt.TextFormat.RichText)
         self.label.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        self.label.setMargin(6)
+        self.label.setMargin(4)
         self.setWidget(self.label)
         self.setWidgetResizable(True)
         self.span: TokenSpan | None = None
@@ -157,12 +192,15 @@ class TokenInspector(QScrollArea):
     def pin(self, span: TokenSpan) -> None:
         self.span, self.pinned = span, True
         self.label.setText(span_html(span, pinned=True))
+        self.label.setToolTip(PINNED_HINT)  # the header says "pinned"; how to release it costs no lines here
 
     def unpin(self) -> None:
         self.pinned = False
+        self.label.setToolTip("")
         if self.span is not None:
             self.label.setText(span_html(self.span))
 
     def reset(self) -> None:
         self.span, self.pinned = None, False
+        self.label.setToolTip("")
         self.label.setText(HINT)

@@ -1,10 +1,14 @@
-"""Small helpers shared by the UI tests: send a message like a user, read the token formats back."""
+"""Small helpers shared by the UI tests: send a message like a user, read the token formats and the inspector back."""
 from __future__ import annotations
+
+import re
+from html import unescape
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextFormat
 
 from engine.events import Fate, RoundEvent
+from ui.inspector import WORD_JOINER
 from ui.palette import STYLES
 
 REPLY_TIMEOUT_MS = 60_000  # tiny models, but the CI machine may be busy
@@ -52,3 +56,10 @@ def expected_colours(events: list[RoundEvent]) -> set[tuple[str, bool]]:
     if any(not d.accepted for e in events for d in e.drafted if len(e.emitted) > e.n_accepted):
         fates.add(Fate.REJECTED)
     return {(STYLES[f].background, STYLES[f].strike) for f in fates}
+
+
+def text_of(html: str) -> str:
+    """What the inspector's HTML reads as: a line per paragraph or <br>, non-breaking spaces as spaces and the
+    invisible word joiners gone (no Qt: the tests of its words run without an application)."""
+    lines = re.sub(r"<br>|</p>", "\n", html)
+    return unescape(re.sub(r"<[^>]+>", "", lines)).replace("\u00a0", " ").replace(WORD_JOINER, "")

@@ -1,13 +1,20 @@
 """The inspector's words per mode: greedy never mentions r or min(1, p/q), text is escaped, copied drafts are
-named, padding tokens are left out, the bonus sentence counts the round's drafts, and a click pins."""
+named, padding tokens are left out, look-alike tokens show their ids, formulas never wrap inside, the bonus
+sentence counts the round's drafts, and a click pins."""
 from __future__ import annotations
 
-from PySide6.QtCore import QPoint, Qt
+import dataclasses
 
-from engine.events import Fate
-from tests.ui.helpers import send
+import pytest
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtGui import QTextDocument
+from PySide6.QtWidgets import QApplication
+
+from engine.events import Fate, TokenProb
+from tests.ui.helpers import send, text_of
 from tests.ui.synthetic import accepted_round, rejected_round
-from ui.inspector import span_html
+from ui.inspector import WORD_JOINER, span_html
+from ui.main_window import MIN_HEIGHT, MIN_WIDTH, MainWindow
 from ui.tokens import round_spans
 
 
@@ -15,22 +22,48 @@ def spans_of(event, lookup=False):
     return {s.fate: s for s in round_spans(event, lookup)}
 
 
+def lines_of(html: str, width: float, font) -> list[str]:
+    """The lines Qt lays `html` out in at `width` pixels, as the reader sees them."""
+    document = QTextDocument()
+    document.setDefaultFont(font)
+    document.setHtml(html)
+    document.setTextWidth(width)
+    document.size()  # lays it out
+    lines, block = [], document.begin()
+    while block.isValid():
+        layout = block.layout()
+        for i in range(layout.lineCount()):
+            line = layout.lineAt(i)
+            lines.append(block.text()[line.textStart(): line.textStart() + line.textLength()])
+        block = block.next()
+    return [line.replace("\u00a0", " ").replace(WORD_JOINER, "").strip() for line in lines]
+
+
+def sampled_copy_rejection():
+    """A copied draft rejected in sampling mode, where the target's top two tokens both read "\\n"."""
+    event = rejected_round(0, ["a"], "whether", "if", greedy=False, rejected_q=1.0)
+    top_p = (TokenProb(198, "\n", 0.6), TokenProb(185, "\n", 0.0003), TokenProb(5, " whether", 0.1),
+             TokenProb(6, "`", 0.05), TokenProb(7, "<|im_end|>", 0.01))
+    draft = dataclasses.replace(event.drafted[-1], top_p=top_p, top_q=(TokenProb(2, "whether", 1.0),), r=0.8964)
+    return spans_of(dataclasses.replace(event, drafted=event.drafted[:-1] + (draft,)), lookup=True)
+
+
 def test_greedy_rejection_names_the_targets_choice_without_the_sampling_test():
     spans = spans_of(rejected_round(0, ["a"], "b", "c", greedy=True))
-    html = span_html(spans[Fate.REJECTED])
-    assert "greedy" in html and "top choice" in html and "target's choice" in html
-    for sampling_only in ("min(1, p/q)", "draw r", "r ≥", "r &lt;"):
-        assert sampling_only not in html
-    assert "greedy" in span_html(spans[Fate.ACCEPTED]) and "min(1" not in span_html(spans[Fate.ACCEPTED])
+    text = text_of(span_html(spans[Fate.REJECTED]))
+    assert "greedy" in text and "top choice" in text and "target's choice" in text
+    for sampling_only in ("min(1, p/q)", "draw r", "r ≥", "r <"):
+        assert sampling_only not in text
+    assert "greedy" in text_of(span_html(spans[Fate.ACCEPTED])) and "min(1" not in span_html(spans[Fate.ACCEPTED])
 
 
 def test_sampling_shows_the_draw_against_min_1_p_over_q_escaped():
     spans = spans_of(rejected_round(0, ["a"], "b", "c", greedy=False))
     accepted = span_html(spans[Fate.ACCEPTED])
-    assert "r fell below min(1, p/q)" in accepted and "0.1000 &lt; 1.0000" in accepted
-    rejected = span_html(spans[Fate.REJECTED])
+    assert "r fell below min(1, p/q)" in text_of(accepted) and "0.1000\u00a0&lt;\u00a01.0000" in accepted
+    rejected = text_of(span_html(spans[Fate.REJECTED]))
     assert "at or above min(1, p/q)" in rejected and "0.9500 ≥ 0.4286" in rejected
-    assert "norm(max(0, p − q))" in span_html(spans[Fate.RESAMPLED])
+    assert "norm(max(0, p − q))" in text_of(span_html(spans[Fate.RESAMPLED]))
 
 
 def test_token_text_is_escaped_and_padding_is_left_out_of_the_top_lists():
@@ -42,10 +75,46 @@ def test_token_text_is_escaped_and_padding_is_left_out_of_the_top_lists():
 
 def test_copied_drafts_are_named_with_q_equal_to_one_explained():
     spans = spans_of(rejected_round(0, [], "copy", "x", greedy=False, rejected_q=1.0), lookup=True)
-    html = span_html(spans[Fate.REJECTED])
-    assert "copied from the conversation" in html and "q = 1" in html and "1 (copied)" in html
+    text = text_of(span_html(spans[Fate.REJECTED]))
+    assert "copied from the conversation" in text and "q = 1" in text and "1 (copied)" in text
     # without prompt lookup a q of 1.0 is just a confident draft model
     assert "copied" not in span_html(spans_of(rejected_round(0, [], "d", "x", rejected_q=1.0))[Fate.REJECTED])
+
+
+def test_look_alike_tokens_show_their_ids_and_plain_ones_do_not():
+    text = text_of(span_html(sampled_copy_rejection()[Fate.REJECTED]))
+    assert "\\n #198 0.600" in text and "\\n #185 0.000" in text  # two different tokens, both read "\\n"
+    assert "whether 0.100" in text and "` 0.050" in text  # unambiguous: no id
+    assert text.split("\n")[0].strip().endswith("#2")  # the header names the token's id, on the token's line
+
+
+def test_formulas_and_figures_never_break_inside_and_pinned_stays_on_the_header_line(qtbot):
+    spans = sampled_copy_rejection()
+    font = QApplication.font()
+    for width in (176, 240, 340):  # the inspector's text width at 1000 px, and wider
+        lines = lines_of(span_html(spans[Fate.REJECTED], pinned=True), width, font)
+        assert lines[0].endswith("#2 · pinned") and "whether" in lines[0], lines[:2]
+        text = " ".join(lines)
+        for whole in ("min(1, p/q)", "min(1, p/1) = p", "0.8964 ≥ 0.3000", "q = 1"):
+            assert any(whole in line for line in lines), (width, whole, lines)
+            assert whole in text
+        resampled = lines_of(span_html(spans[Fate.RESAMPLED]), width, font)
+        assert any("norm(max(0, p − q))" in line for line in resampled), (width, resampled)
+
+
+@pytest.mark.parametrize("size", [(MIN_WIDTH, MIN_HEIGHT), (1600, 1000)])
+def test_a_rejected_draft_fits_the_inspector_width_and_at_1600_its_height(qtbot, size):
+    window = MainWindow({})
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitExposed(window)
+    window.resize(*size)
+    window.inspector.pin(sampled_copy_rejection()[Fate.REJECTED])
+    QApplication.processEvents()
+    inspector = window.inspector
+    assert not inspector.horizontalScrollBar().isVisible()  # nothing runs off to the right
+    if size == (1600, 1000):  # the top lists of p and q used to run below the pane
+        assert not inspector.verticalScrollBar().isVisible()
 
 
 def test_the_bonus_sentence_counts_the_drafts_of_its_round():

@@ -9,7 +9,7 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QTextCursor
 
 from engine.events import DecodeSettings, Fate
-from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, token_fragments
+from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, text_of, token_fragments
 from ui.main_window import reply_header
 from ui.palette import STYLES
 
@@ -137,7 +137,7 @@ def test_hovering_a_rejected_token_shows_p_q_r_and_the_top_tokens(make_studio, m
     with qtbot.waitSignal(chat.token_hovered, timeout=2000) as hovered:
         qtbot.mouseMove(chat.viewport(), point)
     assert hovered.args == [index]
-    shown = studio.window.inspector.label.text()
+    shown = text_of(studio.window.inspector.label.text())
     span = chat.spans[index]
     for needle in ("rejected draft", "sampling", "p(x)", "q(x)", "min(1, p/q)", "draw r", f"{span.drafted.r:.4f}",
                    "top of p", "top of q", span.drafted.top_q[0].text):
