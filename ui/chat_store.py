@@ -57,6 +57,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # a reopened chat and its export show the numbers the live window showed.
         "ALTER TABLE turns ADD COLUMN reference_s REAL NOT NULL DEFAULT 0",
         "ALTER TABLE turns ADD COLUMN machine_busy INTEGER NOT NULL DEFAULT 0",
+        # 1: the user named the chat; else its title follows its first message, through edits of that message
+        "ALTER TABLE chats ADD COLUMN renamed INTEGER NOT NULL DEFAULT 0",
     ),
 }
 
@@ -129,11 +131,14 @@ def request_from_json(text: str) -> ReplyRequest:
     return ReplyRequest(tuple(data["messages"]), from_plain(DecodeSettings, data["settings"]), data["compare_ar"])
 
 
+TITLE_MAX = 200  # the history elides a title to its width; only a pasted document is cut here
+
+
 def title_for(request: ReplyRequest) -> str:
-    """A chat is named after its first user message, on one line."""
+    """A chat is named after its first user message, on one line, whole: Rename starts from the full title."""
     first = next((m["content"] for m in request.messages if m["role"] == "user"), "")
     line = " ".join(first.split())
-    return line if len(line) <= 60 else line[:59] + "…"
+    return line if len(line) <= TITLE_MAX else line[:TITLE_MAX - 1] + "…"
 
 
 class ChatStore:
@@ -194,10 +199,11 @@ class ChatStore:
             self.db.execute("DELETE FROM turns WHERE chat_id = ? AND position >= ?", (chat_id, position))
             cursor = self.db.execute("INSERT INTO turns (chat_id, position, request) VALUES (?, ?, ?)",
                                      (chat_id, position, request_json(request)))
-            self.db.execute("UPDATE chats SET title = CASE title WHEN '' THEN ? ELSE title END, updated_at = ?, "
-                            "pair = COALESCE(?, pair), system_prompt = ? WHERE id = ?",
-                            (title_for(request), now(), None if pair is None else to_json(pair), system_prompt,
-                             chat_id))
+            # The first turn names the chat, and so does an edit of its first message unless the user renamed it.
+            self.db.execute("UPDATE chats SET title = CASE WHEN title = '' OR (? = 0 AND NOT renamed) THEN ? "
+                            "ELSE title END, updated_at = ?, pair = COALESCE(?, pair), system_prompt = ? WHERE id = ?",
+                            (position, title_for(request), now(), None if pair is None else to_json(pair),
+                             system_prompt, chat_id))
         return cursor.lastrowid
 
     def add_round(self, turn_id: int, event: RoundEvent) -> None:
@@ -223,7 +229,7 @@ class ChatStore:
 
     def rename_chat(self, chat_id: int, title: str) -> None:
         with self.db:
-            self.db.execute("UPDATE chats SET title = ? WHERE id = ?", (title.strip(), chat_id))
+            self.db.execute("UPDATE chats SET title = ?, renamed = 1 WHERE id = ?", (title.strip(), chat_id))
 
     def delete_chat(self, chat_id: int) -> None:
         with self.db:

@@ -67,6 +67,16 @@ class ChatDelegate(QStyledItemDelegate):
         return title, small
 
 
+class ChatList(QListWidget):
+    """The list of chats; its highlight is the chat on screen, so a right-click (a menu for another chat) leaves it."""
+
+    def mousePressEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        if event.button() == Qt.MouseButton.RightButton:
+            event.accept()  # the context menu still opens: Qt sends it as its own event
+            return
+        super().mousePressEvent(event)
+
+
 class HistoryPanel(QWidget):
     chat_chosen = Signal(int)  # chat id: the user clicked a chat to reopen it
     chat_deleted = Signal(int)
@@ -76,7 +86,7 @@ class HistoryPanel(QWidget):
         super().__init__(parent)
         self.store = store
         self.current_id: int | None = None
-        self.list = QListWidget()
+        self.list = ChatList()
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.list.setItemDelegate(ChatDelegate(self.list))
         self.list.setUniformItemSizes(True)
@@ -142,8 +152,10 @@ class HistoryPanel(QWidget):
 
     def on_context_menu_requested(self, pos) -> None:
         item = self.list.itemAt(pos)
-        if item is None:
-            return
+        if item is not None:
+            self.chat_menu(item).exec(self.list.viewport().mapToGlobal(pos))
+
+    def chat_menu(self, item: QListWidgetItem) -> QMenu:
         chat_id = item.data(CHAT_ID)
         menu = QMenu(self)
         menu.addAction("Open", lambda: self.chat_chosen.emit(chat_id))
@@ -151,7 +163,7 @@ class HistoryPanel(QWidget):
         menu.addAction("Export…", lambda: self._ask_export(chat_id))
         menu.addSeparator()
         menu.addAction("Delete…", lambda: self._ask_delete(chat_id, item.text()))
-        menu.exec(self.list.viewport().mapToGlobal(pos))
+        return menu
 
     def _ask_rename(self, chat_id: int, title: str) -> None:
         dialog = QInputDialog(self)

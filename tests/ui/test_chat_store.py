@@ -85,6 +85,20 @@ def test_rename_and_delete(tmp_path):
     assert store.db.execute("SELECT COUNT(*) FROM turns").fetchone() == (0,)  # cascaded
 
 
+def test_a_title_is_the_whole_first_message_and_follows_its_edits_until_renamed():
+    store = ChatStore(":memory:")
+    recorder = ChatRecorder(store)
+    first = "Write a Python function that checks whether a string is a palindrome"  # 68 characters
+    recorder.turn_started(0, request(first), None)
+    recorder.turn_started(1, request(first, "ok", "and now in C"), None)
+    assert [c.title for c in store.list_chats()] == [first]  # later turns do not rename it
+    recorder.turn_started(0, request("Name three colours."), None)  # Edit message on the first one
+    assert [c.title for c in store.list_chats()] == ["Name three colours."]
+    store.rename_chat(recorder.chat_id, "Colours")
+    recorder.turn_started(0, request("Name four colours."), None)
+    assert [c.title for c in store.list_chats()] == ["Colours"]
+
+
 def test_unknown_fields_from_another_release_are_ignored_when_loading(tmp_path):
     store = ChatStore(tmp_path / "chats.sqlite3")
     recorder = ChatRecorder(store)

@@ -22,7 +22,7 @@ from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, token_fra
 from ui.chat_store import ChatStore
 from ui.chat_view import ACTION_SCHEME, TRACE
 from ui.export import ExportError
-from ui.history import SUBTITLE, when
+from ui.history import CHAT_ID, SUBTITLE, when
 from ui.main_window import stats_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -200,6 +200,38 @@ def test_new_chat_during_a_reply_stops_it_and_keeps_it_in_the_old_chat(make_wind
     assert window.recorder.chat_id is None  # the next message starts a new saved chat
     [stopped] = window.store.load_chat(old_chat).replies
     assert stopped.stopped and 0 < len(stopped.events) < 600
+
+
+def test_the_title_follows_an_edited_first_message_and_a_right_click_keeps_the_open_chat(make_window, mixed_decoder,
+                                                                                        qtbot):
+    studio = make_window(mixed_decoder, greedy=True, max_new_tokens=4)
+    window = studio.window
+    send(qtbot, studio, "w9 w2")  # another chat, below the open one in the history
+    window.new_chat()
+    send(qtbot, studio, "w3 w4")
+    window.edit_action.trigger()
+    edited = "w5 w6 " * 12  # longer than a title used to be cut at
+    window.message_box.setPlainText(edited)
+    with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        qtbot.keyClick(window.message_box, Qt.Key.Key_Return)
+    history = window.history.list
+    assert history.item(0).text() == edited.strip()  # never renamed: it follows its first message
+    assert history.currentItem().data(CHAT_ID) == window.recorder.chat_id
+
+    qtbot.mouseClick(history.viewport(), Qt.MouseButton.RightButton, pos=history.visualItemRect(
+        history.item(1)).center())  # the other chat's menu
+    assert history.currentItem().data(CHAT_ID) == window.recorder.chat_id  # still the chat on screen
+    menu = window.history.chat_menu(history.item(0))  # what a right-click opens, without its blocking exec()
+    next(action for action in menu.actions() if action.text() == "Rename…").trigger()
+    dialog = window.history.findChild(QInputDialog)
+    assert dialog.textValue() == edited.strip()  # the whole title, no "…"
+    dialog.setTextValue("Words")
+    dialog.accept()
+    window.edit_action.trigger()
+    window.message_box.setPlainText("w7 w8")
+    with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        qtbot.keyClick(window.message_box, Qt.Key.Key_Return)
+    assert history.item(0).text() == "Words"  # the user's name stays
 
 
 def test_rename_delete_and_export_a_saved_chat(make_window, mixed_decoder, qtbot, tmp_path):
