@@ -5,13 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from PySide6.QtCore import QRect, QSize, Qt, Signal
+from PySide6.QtCore import QRect, QSettings, QSize, Qt, Signal
 from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import (QFileDialog, QInputDialog, QLabel, QListWidget, QListWidgetItem, QMenu, QMessageBox,
                                QStyle, QStyledItemDelegate, QStyleOptionViewItem, QVBoxLayout, QWidget)
 
 from ui.chat_store import ChatStore, ChatStoreError, ChatSummary
 from ui.export import ExportError, export_session
+from ui.preferences import export_folder, remember_export_folder
 from ui.session import Session
 
 CHAT_ID = Qt.ItemDataRole.UserRole
@@ -82,9 +83,11 @@ class HistoryPanel(QWidget):
     chat_deleted = Signal(int)
     status_posted = Signal(str)  # a one-line result for the status bar (an export written or failed)
 
-    def __init__(self, store: ChatStore, parent=None):
+    def __init__(self, store: ChatStore, preferences: QSettings | None = None, parent=None):
+        """`preferences` keeps the folder of the last export (as the window's Export does)."""
         super().__init__(parent)
         self.store = store
+        self.preferences = preferences
         self.current_id: int | None = None
         self.list = ChatList()
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
@@ -179,7 +182,8 @@ class HistoryPanel(QWidget):
         dialog.open()
 
     def _ask_export(self, chat_id: int) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export chat", "specdec-chat.json",
+        path, _ = QFileDialog.getSaveFileName(self, "Export chat", str(export_folder(self.preferences) /
+                                                                       "specdec-chat.json"),
                                               "Session stats: NAME.json and NAME.csv (*.json)")
         if not path:
             return
@@ -189,6 +193,7 @@ class HistoryPanel(QWidget):
             self.status_posted.emit(f"Export failed, nothing written: {exc}")
             QMessageBox.warning(self, "Export failed", f"Nothing was written: {exc}")
             return
+        remember_export_folder(self.preferences, written[0])
         self.status_posted.emit("Wrote " + ", ".join(p.name for p in written))
 
     def _ask_delete(self, chat_id: int, title: str) -> None:

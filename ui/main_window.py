@@ -21,7 +21,7 @@ from ui.history import HistoryPanel
 from ui.inspector import TokenInspector
 from ui.legend import Legend
 from ui.message_box import MessageBox
-from ui.preferences import restore_preferences, save_preferences
+from ui.preferences import export_folder, remember_export_folder, restore_preferences, save_preferences
 from ui.session import Comparison, Reply, ReplyRequest, Session
 from ui.status_bar import ElidedLabel
 from ui.timing import StepReference, machine_was_busy
@@ -126,7 +126,7 @@ class MainWindow(QMainWindow):
         self.loaded_request: tuple | None = None  # ... and of the pair loaded (None: injected, or none yet)
         self.gammas: list[int] = []  # every γ the current reply ran with, for its header
 
-        self.history = HistoryPanel(self.store)
+        self.history = HistoryPanel(self.store, preferences)
         self.continue_button = QPushButton("Continue")
         self.continue_button.setToolTip("The reply was cut at max new tokens: let the model carry on")
         self.picker = ModelPicker(presets, target, draft, device, dtype, devices, dtypes, offline)
@@ -448,10 +448,14 @@ class MainWindow(QMainWindow):
                 self.preferences.setValue("chat/system_prompt", self.system_prompt)
 
     def export_dialog(self) -> None:
+        if self.busy:  # the reply on screen is not in the session until it ends: it would be left out silently
+            self.statusBar().showMessage("A reply is still running: export (Ctrl+E) once it has finished", 6000)
+            return
         if not self.session.replies:
             self.statusBar().showMessage("Nothing to export yet", 4000)
             return
-        path, _ = QFileDialog.getSaveFileName(self, "Export session stats", "specdec-session.json",
+        path, _ = QFileDialog.getSaveFileName(self, "Export session stats",
+                                              str(export_folder(self.preferences) / "specdec-session.json"),
                                               "Session stats: NAME.json, NAME.csv and NAME.png charts (*.json)")
         if not path:
             return
@@ -463,6 +467,7 @@ class MainWindow(QMainWindow):
                                          QMessageBox.StandardButton.Ok, self)
             self.error_box.open()
             return
+        remember_export_folder(self.preferences, written[0])
         self.statusBar().showMessage("Wrote " + ", ".join(p.name for p in written), 6000)
 
     def export_to(self, base: Path) -> list[Path]:

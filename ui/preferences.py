@@ -1,15 +1,35 @@
 """What outlasts a session besides the chats: decoding settings, the model pair, the system prompt, the reading view
-(clean or trace) and the window layout (geometry, the history dock, splitter positions, hidden panes), kept with
-QSettings."""
+(clean or trace), the window layout (geometry, the history dock, splitter positions, hidden panes) and the folder
+of the last export, kept with QSettings."""
 from __future__ import annotations
 
-from PySide6.QtCore import QSettings
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, QStandardPaths
 from PySide6.QtWidgets import QSplitter
 
 from engine.events import DecodeSettings
 
 DECODING_KEYS = ("mode", "gamma", "greedy", "temperature", "top_p", "top_k", "stop_below", "max_new_tokens", "seed",
                  "lookup")
+
+
+EXPORT_FOLDER = "export/folder"
+
+
+def export_folder(preferences: QSettings | None) -> Path:
+    """Where an export dialog opens: the last export's folder, else the user's Documents folder (the working
+    directory is wherever the app happened to be started from)."""
+    last = preferences.value(EXPORT_FOLDER, "", type=str) if preferences is not None else ""
+    if last and Path(last).is_dir():
+        return Path(last)
+    documents = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
+    return Path(documents) if documents else Path.home()
+
+
+def remember_export_folder(preferences: QSettings | None, written: Path) -> None:
+    if preferences is not None:
+        preferences.setValue(EXPORT_FOLDER, str(written.parent))
 
 
 def apply_settings(controls, settings: DecodeSettings) -> None:

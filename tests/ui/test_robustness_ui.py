@@ -6,12 +6,14 @@ import json
 import os
 import signal
 
-from PySide6.QtCore import Qt
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, QStandardPaths, Qt
 from PySide6.QtWidgets import QFileDialog
 
 from engine.decoding.caches import PREFILL_CHUNK
 from tests.tiny import WORDS
-from tests.ui.helpers import send
+from tests.ui.helpers import REPLY_TIMEOUT_MS, send
 
 
 def words(n: int) -> str:
@@ -43,6 +45,35 @@ def test_a_failed_export_writes_nothing_says_why_and_the_next_export_works(make_
     window.export_dialog()
     assert sorted(p.name for p in tmp_path.glob("ok.*")) == ["ok.csv", "ok.json", "ok.png"]
     assert json.loads((tmp_path / "ok.json").read_text())["replies"]
+
+
+def test_export_during_a_reply_says_it_is_running_and_later_opens_in_documents_then_the_last_folder(
+        make_studio, mixed_decoder, qtbot, tmp_path, monkeypatch):
+    preferences = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    studio = make_studio(mixed_decoder, preferences=preferences, max_new_tokens=600)
+    window = studio.window
+    asked = []  # the folder each save dialog opened in
+    answers = iter([tmp_path / "out" / "first.json", None])
+
+    def save_dialog(parent, caption, start, filters):
+        asked.append(Path(start).parent)
+        answer = next(answers)
+        return (str(answer) if answer else "", filters)
+
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", save_dialog)
+    with qtbot.waitSignal(window.round_shown, timeout=REPLY_TIMEOUT_MS):
+        qtbot.keyClicks(window.message_box, "w3 w4")
+        qtbot.keyClick(window.message_box, Qt.Key.Key_Return)
+    qtbot.keyClick(window, Qt.Key.Key_E, Qt.KeyboardModifier.ControlModifier)
+    assert "still running" in window.statusBar().currentMessage() and asked == []
+    with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        window.stop()
+    (tmp_path / "out").mkdir()
+    window.export_dialog()
+    documents = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
+    assert asked == [Path(documents)] and (tmp_path / "out" / "first.json").exists()
+    window.export_dialog()  # the next export starts where the last one went
+    assert asked[-1] == tmp_path / "out"
 
 
 def test_a_write_failing_half_way_leaves_nothing_behind(make_studio, mixed_decoder, qtbot, tmp_path, monkeypatch):
