@@ -24,6 +24,7 @@ TOKEN_SCHEME = "token"
 EXAMPLE_SCHEME = "example"
 ACTION_SCHEME = "action"
 CLEAN, TRACE = "clean", "trace"
+TRACE_CODE = "trace-code"  # a trace token inside code: the trace's tint, the clean view's monospace font
 FLUSH_MS = 50  # new tokens reach the document at most this often: one relayout per batch, not per round
 RETURN_MARK = "↵"  # a newline token in the trace, so it can be seen and hovered
 BOTTOM_SLACK = 4  # pixels from the bottom that still count as "at the bottom"
@@ -334,9 +335,10 @@ class ChatView(QTextBrowser):
             state.marks.append(self._end_position())
             self._insert_block(top_margin=2)
         cursor = self._end()
+        code = self._code_spans(state.item)
         for index in range(state.item.first + state.stable, state.item.end):
             span = self.spans[index]
-            fmt = self._token_format(index, span.fate, TRACE)
+            fmt = self._token_format(index, span.fate, TRACE_CODE if index in code else TRACE)
             text = span.text.replace("\n", RETURN_MARK + "\n") if span.text.strip() == "" else span.text
             cursor.insertText(text, fmt)
         state.stable = state.item.end - state.item.first
@@ -531,6 +533,22 @@ class ChatView(QTextBrowser):
                 owners.extend([index] * len(span.text))
         return "".join(pieces), owners
 
+    def _code_spans(self, item: ReplyItem) -> set[int]:
+        """The spans the trace draws in the monospace font: those in a code block or inline code of the clean text,
+        and a rejected draft where the token that replaced it is."""
+        source, owners = self._clean_source(item)
+        code = set()
+        for block in parse_blocks(source):
+            if block.kind == "code":
+                code.update(owners[block.start:block.end])
+                continue
+            for start, end, style in inline_runs(source, block.start, block.end):
+                if style == "code":
+                    code.update(owners[start:end])
+        code.update(index for index in range(item.first, item.end - 1)
+                    if self.spans[index].fate is Fate.REJECTED and index + 1 in code)
+        return code
+
     def _last_reply(self) -> ReplyItem | None:
         return next((item for item in reversed(self.items) if isinstance(item, ReplyItem)), None)
 
@@ -575,8 +593,8 @@ class ChatView(QTextBrowser):
         return self.document().characterCount() - 1
 
     def _token_format(self, index: int, fate: Fate, style: str, size_step: int = 0) -> QTextCharFormat:
-        """A token's look in the trace (style TRACE) or the clean view (a Markdown style); the anchor href
-        carries its index into the pane's span list.
+        """A token's look in the trace (style TRACE, or TRACE_CODE inside code) or the clean view (a Markdown
+        style); the anchor href carries its index into the pane's span list.
 
         Each look is built once and copied: PySide6 6.12.0 loses a reference to None on every call of a method
         returning void (a crash once None's count reaches zero), and a reply is drawn token by token."""
@@ -591,13 +609,16 @@ class ChatView(QTextBrowser):
         look = STYLES[fate]
         fmt = QTextCharFormat()
         fmt.setAnchor(True)
-        colour = look.foreground if style == TRACE else look.reading
+        trace = style in (TRACE, TRACE_CODE)
+        colour = look.foreground if trace else look.reading
         if colour:
             fmt.setForeground(QColor(colour))
-        if style == TRACE:
+        if trace:
             if look.background:
                 fmt.setBackground(QColor(look.background))
             fmt.setFontStrikeOut(look.strike)
+            if style == TRACE_CODE:
+                fmt.setFontFamilies([self._mono])
         elif style == "bold":
             fmt.setFontWeight(QFont.Weight.Bold)
         elif style == "italic":

@@ -62,6 +62,16 @@ def test_trace_shows_every_draft_on_the_same_reply_and_copy_stays_clean(qtbot):
     assert " pass" not in chat.toPlainText()
 
 
+def test_the_trace_draws_code_in_the_monospace_font_like_the_clean_view(qtbot):
+    chat = shown_reply(qtbot)
+    chat.set_view(TRACE)
+    families = {piece: fmt.fontFamilies() for piece, fmt, _ in fragments(chat)}
+    for code in ("def", "    return", " pass", " 1"):  # " pass" is the rejected draft inside the code block
+        assert families[code] == [monospace_family()], code
+    for prose in ("Here", " code", "Done"):
+        assert families[prose] != [monospace_family()], prose
+
+
 def test_ctrl_a_ctrl_c_copies_the_clean_reply(make_studio, mixed_decoder, qtbot):
     studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=24, stop_below=0.0)
     reply = send(qtbot, studio)
