@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QTextBrowser, QTextEdit
 from engine.events import Fate, RoundEvent
 from ui.markdown import Block, inline_runs, parse_blocks
 from ui.palette import CODE_BACKGROUND, DIFFERENCE_BACKGROUND, LEGEND_FATES, NOTE_COLOUR, STYLES, WARNING_COLOUR
-from ui.tokens import TokenSpan, round_spans
+from ui.tokens import SPECIAL_TOKEN, TokenSpan, round_spans
 
 TOKEN_SCHEME = "token"
 EXAMPLE_SCHEME = "example"
@@ -95,6 +95,17 @@ def monospace_family() -> str:
     return QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).family()
 
 
+def _owner_runs(owners: list[int], start: int, end: int):
+    """(start, end, owner) of the stretches of [start, end) whose characters come from one token."""
+    run = start
+    while run < end:
+        stop = run + 1
+        while stop < end and owners[stop] == owners[run]:
+            stop += 1
+        yield run, stop, owners[run]
+        run = stop
+
+
 class ChatView(QTextBrowser):
     token_hovered = Signal(int)  # index into `spans`
     token_clicked = Signal(int)
@@ -113,7 +124,8 @@ class ChatView(QTextBrowser):
         self._links_at = 0  # where the last reply's links begin: they end the document while it is the last item
         self._pending = False  # tokens arrived since the last flush
         self._mono = monospace_family()
-        self._formats: dict[tuple, QTextCharFormat] = {}  # (fate, style, size step) -> a token's look, unanchored
+        # (fate, style, size step) -> a token's look, unanchored; ("column", style, relation) -> a comparison's
+        self._formats: dict[tuple, QTextCharFormat] = {}
         self._flush_timer = QTimer(self)
         self._flush_timer.setInterval(FLUSH_MS)
         self._flush_timer.setSingleShot(True)
@@ -348,9 +360,7 @@ class ChatView(QTextBrowser):
         if block.kind == "code":
             self._draw_code(source, owners, block, top)
             return
-        indent = {"bullet": 16 * (block.level + 1), "number": 16 * (block.level + 1), "quote": 12,
-                  "text": block.level * self.fontMetrics().horizontalAdvance(" ")}.get(block.kind, 0)
-        cursor = self._insert_block(top_margin=top, left_margin=indent)
+        cursor = self._insert_block(top_margin=top, left_margin=self._indent(block))
         if block.kind == "rule":
             cursor.insertText("—" * 16, self._plain_format(NOTE_COLOUR))
             return
@@ -360,6 +370,10 @@ class ChatView(QTextBrowser):
             heading = block.kind == "heading"
             self._insert_owned(cursor, source, owners, start, end, "bold" if heading and not style else style,
                                size_step=max(0, 4 - block.level) if heading else 0)
+
+    def _indent(self, block: Block) -> int:
+        return {"bullet": 16 * (block.level + 1), "number": 16 * (block.level + 1), "quote": 12,
+                "text": block.level * self.fontMetrics().horizontalAdvance(" ")}.get(block.kind, 0)
 
     def _draw_code(self, source: str, owners: list[int], block: Block, top: int) -> None:
         """One document block per code line, so the grey box has no gaps and leading spaces are kept."""
@@ -372,14 +386,8 @@ class ChatView(QTextBrowser):
     def _insert_owned(self, cursor: QTextCursor, source: str, owners: list[int], start: int, end: int, style: str,
                       size_step: int = 0) -> None:
         """Insert source[start:end], one run per token, each in its fate's reading colour and the given style."""
-        run = start
-        while run < end:
-            owner = owners[run]
-            stop = run + 1
-            while stop < end and owners[stop] == owner:
-                stop += 1
+        for run, stop, owner in _owner_runs(owners, start, end):
             cursor.insertText(source[run:stop], self._token_format(owner, self.spans[owner].fate, style, size_step))
-            run = stop
 
     def _draw_user(self, text: str) -> None:
         self._draw_label("You", top_margin=14)
@@ -412,15 +420,61 @@ class ChatView(QTextBrowser):
                                                   ("plain AR", comparison.ar_tokens))):
             title_cursor = table.cellAt(0, column).firstCursorPosition()
             title_cursor.insertText(title, self._label_format(NOTE_COLOUR))
-            cursor = table.cellAt(1, column).firstCursorPosition()
-            for i, token in enumerate(tokens):
-                fmt = QTextCharFormat()
-                if i == comparison.first_difference:
-                    fmt.setBackground(QColor(DIFFERENCE_BACKGROUND))
-                    fmt.setFontWeight(QFont.Weight.Bold)
-                elif i > comparison.first_difference:
-                    fmt.setForeground(QColor(NOTE_COLOUR))
-                cursor.insertText(token, fmt)
+            self._draw_column(table.cellAt(1, column).firstCursorPosition(), tokens, comparison.first_difference)
+
+    def _draw_column(self, cursor: QTextCursor, tokens: tuple[str, ...], first_difference: int) -> None:
+        """One side of a comparison as the clean view reads (Markdown, code in monospace, no chat-template
+        tokens), with the token where the two sides part highlighted and what follows it greyed."""
+        source, owners = "", []
+        for index, token in enumerate(tokens):
+            if not SPECIAL_TOKEN.fullmatch(token):
+                source += token
+                owners += [index] * len(token)
+        for n, block in enumerate(parse_blocks(source)):
+            block_format = QTextBlockFormat()
+            if block.kind == "code":
+                block_format.setBackground(QColor(CODE_BACKGROUND))
+            block_format.setTopMargin(6 if n and block.gap else 0)
+            block_format.setLeftMargin(self._indent(block))
+            if n:
+                cursor.insertBlock(block_format, QTextCharFormat())
+            else:
+                cursor.setBlockFormat(block_format)
+            if block.marker:
+                cursor.insertText(block.marker + " ", self._plain_format(NOTE_COLOUR))
+            runs = ([(block.start, block.end, "code")] if block.kind == "code"
+                    else inline_runs(source, block.start, block.end))
+            for start, end, style in runs:
+                style = "bold" if block.kind == "heading" and not style else style
+                for run_start, run_end, owner in _owner_runs(owners, start, end):
+                    relation = ("same" if owner < first_difference else
+                                "first" if owner == first_difference else "after")
+                    fmt = self._column_format(style, relation)
+                    # A block per code line, as in the reply: a newline typed into a block leaves a gap in the box.
+                    for k, line in enumerate(source[run_start:run_end].split("\n")):
+                        if k:
+                            block_format.setTopMargin(0)
+                            cursor.insertBlock(block_format, QTextCharFormat())
+                        cursor.insertText(line, fmt)
+
+    def _column_format(self, style: str, relation: str) -> QTextCharFormat:
+        """Built once per look, as token formats are (see _token_format)."""
+        key = ("column", style, relation)
+        if key not in self._formats:
+            fmt = QTextCharFormat()
+            if style == "bold" or relation == "first":
+                fmt.setFontWeight(QFont.Weight.Bold)
+            if style == "italic":
+                fmt.setFontItalic(True)
+            if style == "code":
+                fmt.setFontFamilies([self._mono])
+                fmt.setBackground(QColor(CODE_BACKGROUND))
+            if relation == "first":
+                fmt.setBackground(QColor(DIFFERENCE_BACKGROUND))
+            elif relation == "after":
+                fmt.setForeground(QColor(NOTE_COLOUR))
+            self._formats[key] = fmt
+        return QTextCharFormat(self._formats[key])
 
     def _draw_actions(self, item: ReplyItem) -> None:
         if not item.actions:

@@ -9,7 +9,8 @@ from PySide6.QtWidgets import QAbstractSlider
 from engine.events import Fate
 from tests.ui.helpers import REPLY_TIMEOUT_MS, send, token_fragments_with_blocks
 from tests.ui.synthetic import accepted_round, markdown_reply
-from ui.chat_view import CLEAN, EXAMPLE_SCHEME, EXAMPLES, TRACE, ChatView, monospace_family
+from ui.chat_view import CLEAN, EXAMPLE_SCHEME, EXAMPLES, TRACE, ChatView, ComparisonView, monospace_family
+from ui.palette import DIFFERENCE_BACKGROUND
 from ui.palette import STYLES
 
 
@@ -60,6 +61,22 @@ def test_trace_shows_every_draft_on_the_same_reply_and_copy_stays_clean(qtbot):
     assert "Here is **fast** code:\n\n```python\ndef f():\n    return 1\n```\nDone.\nstats" in copied
     chat.set_view(CLEAN)
     assert " pass" not in chat.toPlainText()
+
+
+def test_the_ar_comparison_columns_read_like_the_clean_view(qtbot):
+    chat = shown_reply(qtbot)
+    reply = ("```", "python", "\n", "def", " f", "():", "\n", "```", "\n", "Use", " `", "f", "`", " **", "now", "**",
+             "<|im_end|>")
+    ar = reply[:9] + ("Call", " `", "f", "`", "<|im_end|>")
+    chat.add_comparison(ComparisonView("summary", "why", reply, ar, first_difference=9))
+    table = chat.toPlainText().split("why", 1)[1]
+    for markup in ("```", "`", "**", "<|im_end|>"):
+        assert markup not in table, markup
+    assert "def f():" in table and "Use f now" in table and "Call f" in table
+    cursor = chat.document().find("def f():")
+    assert cursor.charFormat().fontFamilies() == [monospace_family()]
+    cursor = chat.document().find("Call")
+    assert cursor.charFormat().background().color().name() == DIFFERENCE_BACKGROUND  # where the texts part
 
 
 def test_the_trace_draws_code_in_the_monospace_font_like_the_clean_view(qtbot):
