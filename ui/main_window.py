@@ -32,6 +32,7 @@ PANE_MIN_WIDTH = {"side": 235, "chat": 315, "right": 200}  # with the history do
 # pane's minimum, so at 1000 px the side panes sit at their minimums and the chat gets the rest; a hidden pane
 # comes back with its share.
 PANE_WIDTH = {"side": 280, "chat": 770, "right": 350}
+STATUS_RIGHT_MARGIN = 8  # between the status bar's last widget and the window's right edge
 HISTORY_WIDTH = 150  # the history dock's first width: its titles elide, and at 1000 px the chat needs the room
 
 
@@ -154,7 +155,11 @@ class MainWindow(QMainWindow):
         widest = self.comparison_progress.format().replace("%v", "0000").replace("%m", "0000")
         self.comparison_progress.setMinimumWidth(self.comparison_progress.fontMetrics().horizontalAdvance(widest) + 24)
         self.comparison_progress.hide()
-        self.statusBar().addPermanentWidget(self.comparison_progress)
+        holder = QWidget()  # the bar's room, with a margin: at the window's edge it looked cut off
+        holder_layout = QHBoxLayout(holder)
+        holder_layout.setContentsMargins(0, 0, STATUS_RIGHT_MARGIN, 0)
+        holder_layout.addWidget(self.comparison_progress)
+        self.statusBar().addPermanentWidget(holder)
         self._menus()
         self._connect()
         self._set_busy(False)

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QApplication, QStyle, QStyleOptionComboBox
 from engine.events import ModelInfo, PairInfo
 from engine.models.pairing import PRESETS
 from ui.charts import MIN_CHART_HEIGHT
-from ui.main_window import MIN_HEIGHT, MIN_WIDTH, PANE_MIN_WIDTH, PANE_WIDTH, MainWindow
+from ui.main_window import MIN_HEIGHT, MIN_WIDTH, PANE_MIN_WIDTH, PANE_WIDTH, STATUS_RIGHT_MARGIN, MainWindow
 
 
 def shown_window(qtbot, width: int, height: int, **machine) -> MainWindow:
@@ -170,11 +170,14 @@ def test_at_1000_by_700_the_ar_comparison_progress_shows_its_text_whole(qtbot):
     window.on_comparison_progressed(1234)
     QApplication.processEvents()
     bar = window.comparison_progress
+    status = window.statusBar()
     assert bar.isVisible() and "1234" in bar.text()
     assert bar.width() >= bar.fontMetrics().horizontalAdvance(bar.text()) + 8
-    assert window.statusBar().rect().contains(bar.geometry())
+    placed = QRect(bar.mapTo(status, QPoint(0, 0)), bar.size())
+    assert status.rect().contains(placed)
+    assert status.rect().right() - placed.right() >= STATUS_RIGHT_MARGIN  # clear of the window's edge
     for label in (window.pair_label, window.reply_label):  # the labels give up width, not the bar
-        assert label.geometry().right() < bar.geometry().left()
+        assert label.geometry().right() < placed.left()
     assert window.reply_label.toolTip() == window.reply_label.text()  # and still say it all
 
 
