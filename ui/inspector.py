@@ -186,12 +186,11 @@ class TokenInspector(QScrollArea):
     def show_span(self, span: TokenSpan) -> None:
         """Show a hovered token, unless one is pinned."""
         if not self.pinned:
-            self.span = span
-            self.label.setText(span_html(span))
+            self._display(span, span_html(span))
 
     def pin(self, span: TokenSpan) -> None:
-        self.span, self.pinned = span, True
-        self.label.setText(span_html(span, pinned=True))
+        self._display(span, span_html(span, pinned=True))
+        self.pinned = True
         self.label.setToolTip(PINNED_HINT)  # the header says "pinned"; how to release it costs no lines here
 
     def unpin(self) -> None:
@@ -199,6 +198,12 @@ class TokenInspector(QScrollArea):
         self.label.setToolTip("")
         if self.span is not None:
             self.label.setText(span_html(self.span))
+
+    def _display(self, span: TokenSpan, html: str) -> None:
+        if span is not self.span:  # another token is read from its header, not from where the last one was scrolled
+            self.verticalScrollBar().setValue(0)
+        self.span = span
+        self.label.setText(html)
 
     def reset(self) -> None:
         self.span, self.pinned = None, False

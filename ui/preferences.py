@@ -24,7 +24,8 @@ def export_folder(preferences: QSettings | None) -> Path:
     if last and Path(last).is_dir():
         return Path(last)
     documents = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
-    return Path(documents) if documents else Path.home()
+    # Qt names ~/Documents even where it does not exist, and a dialog then opens in the working directory
+    return Path(documents) if documents and Path(documents).is_dir() else Path.home()
 
 
 def remember_export_folder(preferences: QSettings | None, written: Path) -> None:

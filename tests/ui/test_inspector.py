@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QApplication
 from engine.events import Fate, TokenProb
 from tests.ui.helpers import send, text_of
 from tests.ui.synthetic import accepted_round, rejected_round
-from ui.inspector import WORD_JOINER, span_html
+from ui.inspector import WORD_JOINER, TokenInspector, span_html
 from ui.main_window import MIN_HEIGHT, MIN_WIDTH, MainWindow
 from ui.tokens import round_spans
 
@@ -178,3 +178,21 @@ def test_a_pinned_token_stays_pinned_through_the_next_reply(make_studio, mixed_d
     at_start = spans_shown_at_each_turn_start(window)
     send(qtbot, studio, "w9 w2")
     assert at_start == [pinned] and window.inspector.pinned and window.inspector.span is pinned
+
+
+def test_another_token_is_shown_from_its_header_not_from_the_last_scroll_position(qtbot):
+    inspector = TokenInspector()
+    qtbot.addWidget(inspector)
+    inspector.resize(220, 120)
+    inspector.show()
+    spans = sampled_copy_rejection()
+    inspector.show_span(spans[Fate.REJECTED])
+    QApplication.processEvents()
+    bar = inspector.verticalScrollBar()
+    assert bar.maximum() > 0
+    bar.setValue(bar.maximum())
+    inspector.show_span(spans[Fate.RESAMPLED])
+    assert bar.value() == 0
+    bar.setValue(bar.maximum())
+    inspector.pin(spans[Fate.REJECTED])
+    assert bar.value() == 0

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QFileDialog
 from engine.decoding.caches import PREFILL_CHUNK
 from tests.tiny import WORDS
 from tests.ui.helpers import REPLY_TIMEOUT_MS, send
+from ui.preferences import export_folder
 
 
 def words(n: int) -> str:
@@ -70,10 +71,17 @@ def test_export_during_a_reply_says_it_is_running_and_later_opens_in_documents_t
         window.stop()
     (tmp_path / "out").mkdir()
     window.export_dialog()
-    documents = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
-    assert asked == [Path(documents)] and (tmp_path / "out" / "first.json").exists()
+    assert asked == [export_folder(None)] and (tmp_path / "out" / "first.json").exists()
     window.export_dialog()  # the next export starts where the last one went
     assert asked[-1] == tmp_path / "out"
+
+
+def test_an_export_starts_in_documents_or_home_where_there_is_none(monkeypatch, tmp_path):
+    documents = tmp_path / "Documents"
+    monkeypatch.setattr(QStandardPaths, "writableLocation", lambda _location: str(documents))
+    assert export_folder(None) == Path.home()  # Qt names the folder whether or not it exists
+    documents.mkdir()
+    assert export_folder(None) == documents
 
 
 def test_a_write_failing_half_way_leaves_nothing_behind(make_studio, mixed_decoder, qtbot, tmp_path, monkeypatch):
