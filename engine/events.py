@@ -177,3 +177,6 @@ class PairInfo:
     # Greedy speculative output is exactly greedy AR's (the target's batch-invariant fast forward); False where
     # the target runs on transformers' forward, whose blocks and single steps agree only up to rounding.
     greedy_exact: bool = False
+    # A single-token target step timed when the pair was warmed up (0: not yet): the window's first speedup
+    # estimate then rests on two timings, not on the one taken just before the reply.
+    target_step_s: float = 0.0

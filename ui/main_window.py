@@ -484,6 +484,7 @@ class MainWindow(QMainWindow):
     def on_models_loaded(self, info: PairInfo) -> None:
         self._close_progress()
         self.timing.clear()  # the last pair's step times are neither this one's median nor its quiet speed
+        self.timing.add(info.target_step_s)  # one timing before the first reply's own: a slow one is then caught
         self.session.pair = info
         self.ready = True
         self.loading = False

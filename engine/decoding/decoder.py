@@ -65,7 +65,7 @@ class Decoder:
         return PairInfo(
             target=self.target.info(), draft=self.draft.info() if self.draft else None,
             device=str(self.target.device), dtype=str(self.target.model.dtype).removeprefix("torch."),
-            greedy_exact=self.runner.batch_invariant,
+            greedy_exact=self.runner.batch_invariant, target_step_s=self.target_step_s,
         )
 
     def request_gamma(self, gamma: int) -> None:

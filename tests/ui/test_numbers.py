@@ -6,12 +6,13 @@ import dataclasses
 import json
 from types import SimpleNamespace
 
-from engine.events import DecodeSettings, EmittedToken, Fate, RoundEvent
+from engine.events import DecodeSettings, EmittedToken, Fate, ModelInfo, PairInfo, RoundEvent
+from engine.models.pairing import PRESETS
 from tests.ui.helpers import send
 from tests.ui.synthetic import accepted_round
 from ui.chat_view import ACTION_ROW
 from ui.compare import comparison_view, explain, first_difference
-from ui.main_window import comparison_line, stats_line
+from ui.main_window import MainWindow, comparison_line, stats_line
 from ui.session import Comparison, Reply, ReplyRequest
 from ui.timing import RECENT, StepReference, estimated_speedup, machine_was_busy
 
@@ -60,6 +61,19 @@ def test_a_machine_that_stays_busy_is_judged_against_its_quiet_speed():
     assert machine_was_busy(events, reference)
     reference.clear()  # a new pair: its own speed, no floor from the last one
     assert reference.fastest == 0.0 and not machine_was_busy(events, reference)
+
+
+def test_the_first_reply_is_judged_against_the_step_timed_when_the_pair_loaded(qtbot):
+    window = MainWindow(PRESETS)
+    qtbot.addWidget(window)
+    first = [dataclasses.replace(accepted_round(i, ["a"], "b"), target_step_s=0.2) for i in range(5)]
+    flagged = []
+    for warm_up_s in (0.0, 0.02):  # 0: a pair announced without a warm-up timing
+        window.on_models_loaded(PairInfo(ModelInfo("t", "/t", 1, 64), None, "cpu", "float32",
+                                         target_step_s=warm_up_s))
+        window.timing.add_round(first[0])  # the fresh timing before the reply, as the window adds it
+        flagged.append(machine_was_busy(first, window.timing))
+    assert flagged == [False, True]  # alone, a slow fresh timing is its own floor
 
 
 def test_a_busy_estimate_says_it_is_unfair_in_its_own_line():
