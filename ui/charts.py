@@ -22,6 +22,7 @@ REFRESH_MS = 100
 X_STEP = 20  # the x axis grows in steps of this many rounds
 MIN_CHART_HEIGHT = 105
 AXIS_END_ROOM = 16  # pixels right of the x axis: half of a four-digit tick label
+AXIS_TOP_ROOM = 7  # pixels above the y axis: half of a tick label's height, for the label at its top
 COLUMNS = ("alpha", "alpha_mean", "tokens", "tokens_mean", "expected", "speedup", "speedup_mean")
 
 
@@ -73,8 +74,9 @@ def _plot(tooltip: str, y_label: str) -> pg.PlotWidget:
     plot.setLabel("left", y_label, **{"font-size": "8pt"})
     # The last x tick sits at the plot's right edge; pyqtgraph hides a label that leaves the axis' rectangle, so
     # leave room for half of one and let the label use it.
-    plot.plotItem.layout.setContentsMargins(1, 1, AXIS_END_ROOM, 1)
+    plot.plotItem.layout.setContentsMargins(1, AXIS_TOP_ROOM, AXIS_END_ROOM, 1)
     plot.getAxis("bottom").setStyle(hideOverlappingLabels=AXIS_END_ROOM)
+    plot.getAxis("left").setStyle(hideOverlappingLabels=AXIS_TOP_ROOM)
     plot.setMouseEnabled(x=False, y=False)
     # Three charts fit the right pane at 1000×700 with room for the inspector; below this they stop being legible.
     plot.setMinimumHeight(MIN_CHART_HEIGHT)

@@ -121,9 +121,9 @@ def test_the_model_panel_asks_for_a_gguf_targets_weights(qtbot):
     assert window.pair_label.text().endswith("bfloat16 · int4 target")
 
 
-def drawn_x_labels(plot) -> dict[str, QRect]:
-    """The bottom axis' tick labels pyqtgraph draws, each with its place in the chart widget."""
-    axis = plot.getAxis("bottom")
+def drawn_labels(plot, side: str = "bottom") -> dict[str, QRect]:
+    """An axis' tick labels pyqtgraph draws, each with its place in the chart widget."""
+    axis = plot.getAxis(side)
     image = QImage(1, 1, QImage.Format.Format_ARGB32)
     painter = QPainter(image)
     _, _, texts = axis.generateDrawSpecs(painter)
@@ -132,13 +132,16 @@ def drawn_x_labels(plot) -> dict[str, QRect]:
 
 
 @pytest.mark.parametrize("size", [(MIN_WIDTH, MIN_HEIGHT), (1600, 1000)])
-def test_the_charts_x_axis_ends_inside_the_chart_with_its_last_label(qtbot, size):
+def test_the_charts_axes_end_inside_the_chart_with_their_last_labels(qtbot, size):
     window = shown_window(qtbot, *size)
     for plot in (window.charts.alpha_plot, window.charts.tokens_plot, window.charts.speedup_plot):
         last = f"{plot.viewRange()[0][1]:g}"
-        labels = drawn_x_labels(plot)
+        labels = drawn_labels(plot)
         assert last in labels, f"{window.charts.headers[plot].title}: the label at the axis end is hidden ({labels})"
         assert plot.viewport().rect().contains(labels[last])
+        # the y axis' top label (1.0 on the α chart's fixed range) is whole too, not cut by the header above
+        for text, rect in drawn_labels(plot, "left").items():
+            assert plot.viewport().rect().contains(rect), f"{window.charts.headers[plot].title}: {text} cut off"
 
 
 @pytest.mark.parametrize("size", [(MIN_WIDTH, MIN_HEIGHT), (1600, 1000)])
