@@ -612,7 +612,8 @@ class MainWindow(QMainWindow):
                                "machine's fastest since the model loaded): its timings and speedup estimate are not "
                                "a fair number.", warning=True)
         if self._can_continue():
-            self.chat.add_note("✂ cut at max new tokens · Continue (Ctrl+Shift+Enter) carries on", warning=True)
+            # Said as a fact about this part, which stays true after a Continue; the Continue link is the how.
+            self.chat.add_note("✂ cut at max new tokens", warning=True)
         self.chat.set_reply_actions(len(self.session.replies) - 1, ("copy", "edit", "regenerate")
                                     + (("continue",) if self._can_continue() else ()))
         self._inspect_first_rejection()
