@@ -462,14 +462,9 @@ class ChatView(QTextBrowser):
         key = ("column", style, relation)
         if key not in self._formats:
             fmt = QTextCharFormat()
-            if style == "bold" or relation == "first":
-                fmt.setFontWeight(QFont.Weight.Bold)
-            if style == "italic":
-                fmt.setFontItalic(True)
-            if style == "code":
-                fmt.setFontFamilies([self._mono])
-                fmt.setBackground(QColor(CODE_BACKGROUND))
+            self._inline_style(fmt, style)
             if relation == "first":
+                fmt.setFontWeight(QFont.Weight.Bold)
                 fmt.setBackground(QColor(DIFFERENCE_BACKGROUND))
             elif relation == "after":
                 fmt.setForeground(QColor(NOTE_COLOUR))
@@ -673,16 +668,22 @@ class ChatView(QTextBrowser):
             fmt.setFontStrikeOut(look.strike)
             if style == TRACE_CODE:
                 fmt.setFontFamilies([self._mono])
-        elif style == "bold":
+        else:
+            self._inline_style(fmt, style)
+        if size_step:
+            fmt.setFontPointSize(self.font().pointSizeF() + size_step)
+        return fmt
+
+    def _inline_style(self, fmt: QTextCharFormat, style: str) -> None:
+        """A clean-view Markdown style (bold, italic, code) on `fmt`: the chat's tokens and the comparison's columns
+        read alike."""
+        if style == "bold":
             fmt.setFontWeight(QFont.Weight.Bold)
         elif style == "italic":
             fmt.setFontItalic(True)
         elif style == "code":
             fmt.setFontFamilies([self._mono])
             fmt.setBackground(QColor(CODE_BACKGROUND))
-        if size_step:
-            fmt.setFontPointSize(self.font().pointSizeF() + size_step)
-        return fmt
 
     @staticmethod
     def _plain_format(colour: str) -> QTextCharFormat:
