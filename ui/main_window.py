@@ -606,7 +606,8 @@ class MainWindow(QMainWindow):
             self.messages[-1]["content"] += reply.text
         else:
             self.messages.append({"role": "assistant", "content": reply.text})
-        self.chat.add_note(unbreakable(stats_line(reply)))
+        line = stats_line(reply)
+        self.chat.add_note(unbreakable(line))
         if reply.machine_busy:
             self.chat.add_note("The machine was busy during this reply (target steps ran far slower than this "
                                "machine's fastest since the model loaded): its timings and speedup estimate are not "
@@ -617,7 +618,7 @@ class MainWindow(QMainWindow):
         self.chat.set_reply_actions(len(self.session.replies) - 1, ("copy", "edit", "regenerate")
                                     + (("continue",) if self._can_continue() else ()))
         self._inspect_first_rejection()
-        self.reply_label.setText("last reply: " + stats_line(reply))
+        self.reply_label.setText("last reply: " + line)
 
     def _show_comparison(self, comparison: Comparison) -> None:
         self.session.comparisons[len(self.session.replies) - 1] = comparison
