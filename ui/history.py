@@ -173,8 +173,8 @@ class HistoryPanel(QWidget):
         dialog.setWindowTitle("Rename chat")
         dialog.setLabelText("Title:")
         dialog.setTextValue(title)
-        # QInputDialog's own width leaves most of a chat's title (60 characters when made from its first message)
-        # out of view; a longer one scrolls in a dialog of reasonable width.
+        # QInputDialog's own width leaves most of a chat's title out of view; the dialog grows with the title up to
+        # a reasonable width, and a longer title scrolls in it.
         width = dialog.fontMetrics().horizontalAdvance(title) + 80
         dialog.resize(min(640, max(360, width)), dialog.sizeHint().height())
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
