@@ -24,6 +24,12 @@ COLOURS = {  # ANSI colours for the terminal, the same meaning as in the app
 RESET = "\033[0m"
 STOP_BELOW_HELP = ("stop a round's drafting before γ once the draft's own estimate that all its drafts will be "
                    "accepted falls below this (0: always γ drafts)")
+# Options the app (app/studio.py) shares, with the same words
+DEVICE_HELP = "where to run; auto: CUDA or MPS when present, else CPU"
+DTYPE_HELP = ("activations and weights; auto: bfloat16 on CUDA and on CPUs with AVX-512-bf16, float16 on MPS, "
+              "float32 elsewhere")
+TARGET_WEIGHTS_HELP = ("a GGUF target's weights: its own 4-bit blocks on torch's int4 kernel (native), de-quantised "
+                       "into --dtype (dtype), or native where that is faster: bfloat16 without a draft (auto)")
 
 
 class Parser(argparse.ArgumentParser):
@@ -126,18 +132,13 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
                              "the target itself)")
     parser.add_argument("--preset", metavar="NAME", default=None,
                         help="a named target/draft pair (see `specdec presets`) (default: none)")
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"],
-                        help="where to run; auto: CUDA or MPS when present, else CPU")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                        help="activations and weights; auto: bfloat16 on CUDA and on CPUs with AVX-512-bf16, "
-                             "float16 on MPS, float32 elsewhere")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"], help=DEVICE_HELP)
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"], help=DTYPE_HELP)
     parser.add_argument("--draft-weights", default="int8", choices=["int8", "dtype"],
                         help="the draft's weights on CPU: weight-only int8 (half the bytes, same α), or kept in "
                              "--dtype")
     parser.add_argument("--target-weights", default="auto", choices=["auto", "native", "dtype"],
-                        help="a GGUF target's weights: its own 4-bit blocks on torch's int4 kernel (native), "
-                             "de-quantised into --dtype (dtype), or native where that is faster: bfloat16 without a "
-                             "draft (auto)")
+                        help=TARGET_WEIGHTS_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:

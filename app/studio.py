@@ -15,7 +15,8 @@ from PySide6.QtWidgets import QApplication
 from transformers.utils import logging as transformers_logging
 
 from app import machine
-from app.cli import STOP_BELOW_HELP, HelpFormatter, finite_float, setting, whole_number
+from app.cli import (DEVICE_HELP, DTYPE_HELP, STOP_BELOW_HELP, TARGET_WEIGHTS_HELP, HelpFormatter,
+                     finite_float, setting, whole_number)
 from app.worker import DecodeWorker
 from engine.decoding.decoder import Decoder
 from engine.events import DecodeSettings
@@ -85,13 +86,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--target", metavar="M", default="embedded",
                         help="hub id, local directory, .gguf file or 'embedded'")
     parser.add_argument("--draft", metavar="M", default="embedded-draft", help="as --target; 'none' for plain AR only")
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"],
-                        help="where to run; auto: CUDA or MPS when present, else CPU")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                        help="the models' number format; auto: bfloat16 where the CPU has it, else float32")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"], help=DEVICE_HELP)
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"], help=DTYPE_HELP)
     parser.add_argument("--target-weights", default="auto", choices=["auto", "native", "dtype"],
-                        help="a GGUF target's weights: its int4 blocks (native), de-quantised into --dtype (dtype), "
-                        "or native only without a draft (auto)")
+                        help=TARGET_WEIGHTS_HELP)
     parser.add_argument("--gamma", metavar="N", type=setting("gamma", whole_number), default=defaults.gamma,
                         help="most drafts per round (γ), 1 to 64")
     parser.add_argument("--stop-below", metavar="S", type=setting("stop_below", finite_float),
