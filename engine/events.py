@@ -116,6 +116,10 @@ class RoundEvent:
     round_s: float  # wall time of the whole round, bookkeeping included
     prefill_s: float = 0.0  # only the first round of a reply: prompt prefill of both models
     target_step_s: float = 0.0  # current estimate of one single-token target forward (for the AR-speedup estimate)
+    # What plain AR on this target would take to emit this round's tokens, from the pair's cost model
+    # (engine.decoding.costs): tokens × one AR step. 0 where no cost model is known. The window's live speedup is
+    # Σ ar_equivalent_s / Σ round_s, so on a quiet machine it agrees with the measured AR comparison.
+    ar_equivalent_s: float = 0.0
     finish_reason: str | None = None  # "eos", "length" on the last round of a reply; None otherwise
 
     @property
