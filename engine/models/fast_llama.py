@@ -25,6 +25,7 @@ from functools import cached_property
 import torch
 import torch.nn.functional as F
 
+from engine.kernels import q4q8
 from engine.models import gguf_native
 
 ARCHITECTURES = ("llama", "qwen3")
@@ -155,6 +156,8 @@ class _Weights:
         self.final_norm = decoder.norm.weight
         self.rotary = decoder.rotary_emb
         self._lm_heads: dict = {}
+        self._native: dict = {}
+        self._decoder = decoder
         self.layers = []
         for layer in decoder.layers:
             attn, mlp = layer.self_attn, layer.mlp
@@ -168,6 +171,29 @@ class _Weights:
                 gate_up=_projection([mlp.gate_proj, mlp.up_proj], int8),
                 down=_projection([mlp.down_proj], int8),
             ))
+
+    @cached_property
+    def file_norms(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's (attention, MLP) norm weights in float32, as the native forward uses them."""
+        return [(_file_weight(m.input_layernorm), _file_weight(m.post_attention_layernorm))
+                for m in self._decoder.layers]
+
+    def native_forward(self, head: Callable) -> q4q8.LlamaForward | None:
+        """The whole forward in one kernel call, where every projection and the head are Q4 × Q8 weights (a
+        native GGUF target): built once per head."""
+        if not isinstance(head, q4q8.Q4Q8Weight) or not all(
+                isinstance(getattr(layer, name), q4q8.Q4Q8Weight) for layer in self.layers
+                for name in ("qkv", "o", "gate_up", "down")) or self.layers[0].q_norm is not None \
+                or self.head_dim % 16:
+            return None
+        key = id(head)
+        if key not in self._native:
+            layers = [(layer.qkv, layer.o, layer.gate_up, layer.down, attn, mlp)
+                      for layer, (attn, mlp) in zip(self.layers, self.file_norms)]
+            self._native[key] = (head, q4q8.LlamaForward(
+                layers, _file_weight(self._decoder.norm), head, heads=self.heads, kv_heads=self.kv_heads,
+                head_dim=self.head_dim, eps=self.eps))
+        return self._native[key][1]
 
     def lm_head(self, weight: torch.Tensor, int8: bool) -> Callable[[torch.Tensor], torch.Tensor]:
         """`linear(weight)` for an LM head, arranged once per weight: packing the embedded target's head takes
@@ -187,10 +213,15 @@ class _Weights:
         return all(rows_agree(multiply, widths[name], self.dtype, self.device) for (name, _), multiply in kinds.items())
 
 
+def _file_weight(norm: torch.nn.Module) -> torch.Tensor:
+    """A norm's float32 weight: the GGUF's own values where the loader kept them (gguf_native._set_norm)."""
+    return getattr(norm, "file_weight", norm.weight).float()
+
+
 def _projection(modules: list[torch.nn.Module], int8: bool) -> Callable[[torch.Tensor], torch.Tensor]:
     """One callable for projections of the same input: a native GGUF model's int4 weights as they are (`int8`
     does not apply: they are the target's own), else one weight fused from the modules'."""
-    if isinstance(modules[0], gguf_native.Int4Linear):
+    if isinstance(modules[0], gguf_native.NativeLinear):
         kernels = [m.native() for m in modules]
         return gguf_native.fused(modules) or (lambda x: torch.cat([k(x) for k in kernels], -1))
     return linear(_fused(modules) if len(modules) > 1 else modules[0].weight, int8)
@@ -228,12 +259,13 @@ class FastLlama:
         """`head`: the LM head's weight, or a native GGUF head's kernel."""
         self.weights = _Weights.of(model, int8)
         self.head = self.weights.lm_head(head, int8) if isinstance(head, torch.Tensor) else head
+        self.native = self.weights.native_forward(self.head)
         self.length = 0
         self.k = self.v = self.cos = self.sin = None
 
     def _reserve(self, needed: int) -> None:
         """Grow the cache (by doubling, copying what it holds) so that it has room for `needed` positions."""
-        capacity = 0 if self.k is None else self.k.shape[2]
+        capacity = 0 if self.k is None else self.v.shape[2]
         if needed <= capacity:
             return
         w = self.weights
@@ -242,11 +274,18 @@ class FastLlama:
         # slower for one query (227 vs 35 µs at 400 positions, measured), and float32 holds them exactly.
         shape = (len(w.layers), w.kv_heads, capacity, w.head_dim)
         k, v = (torch.zeros(shape, dtype=torch.float32, device=w.device) for _ in range(2))
+        if self.native:  # the native forward keeps keys transposed: (layers, kv_heads, head_dim, capacity)
+            k = k.view(len(w.layers), w.kv_heads, w.head_dim, capacity)
         if self.k is not None:
-            k[:, :, : self.length], v[:, :, : self.length] = self.k[:, :, : self.length], self.v[:, :, : self.length]
+            if self.native:
+                k[..., : self.length] = self.k[..., : self.length]
+            else:
+                k[:, :, : self.length] = self.k[:, :, : self.length]
+            v[:, :, : self.length] = self.v[:, :, : self.length]
         self.k, self.v = k, v
         positions = torch.arange(capacity, device=w.device)[None]
-        cos, sin = w.rotary(torch.zeros(1, dtype=w.dtype, device=w.device), positions)
+        dtype = torch.float32 if self.native else w.dtype  # the native forward runs in float32
+        cos, sin = w.rotary(torch.zeros(1, dtype=dtype, device=w.device), positions)
         self.cos, self.sin = cos[0, :, None], sin[0, :, None]  # (capacity, 1, head_dim): broadcast over heads
 
     def crop(self, length: int) -> None:
@@ -265,11 +304,20 @@ class FastLlama:
         n, start = len(ids), self.length
         end = start + n
         self._reserve(end)
-        x = w.embed(ids)
+        if self.native and n <= ROW_BY_ROW_MAX:
+            logits = self.native(w.embed.lookup(ids), start, self.k, self.v, self.cos, self.sin, keep)
+            self.length = end
+            return logits
+        # A native target's prompt chunks run here in float32 on the same kernels, with torch's causal attention
+        # (the native forward attends one row at a time, which is slow for hundreds of rows): AR and speculative
+        # decoding chunk a prompt alike, so both see the same cache.
+        x = w.embed.lookup(ids) if self.native else w.embed(ids)
+        norms = w.file_norms if self.native else None
         cos, sin = self.cos[start:end], self.sin[start:end]
         q_width, kv_width = w.heads * w.head_dim, w.kv_heads * w.head_dim
         for i, layer in enumerate(w.layers):
-            qkv = layer.qkv(_rms_norm(x, layer.attn_norm, w.eps))
+            attn_norm, mlp_norm = norms[i] if norms else (layer.attn_norm, layer.mlp_norm)
+            qkv = layer.qkv(_rms_norm(x, attn_norm, w.eps))
             qk = qkv[:, :q_width + kv_width].view(n, w.heads + w.kv_heads, w.head_dim)  # rotated together
             v = qkv[:, q_width + kv_width:].view(n, w.kv_heads, w.head_dim)
             if layer.q_norm is not None:
@@ -277,13 +325,18 @@ class FastLlama:
                                 _rms_norm(qk[:, w.heads:], layer.k_norm, w.eps)), 1)
             qk = _rope(qk, cos, sin)
             q, k = qk[:, : w.heads].float(), qk[:, w.heads:]  # (n, heads, head_dim), (n, kv_heads, head_dim)
-            self.k[i, :, start:end], self.v[i, :, start:end] = k.transpose(0, 1), v.transpose(0, 1)
-            attn = self._attention(q, self.k[i], self.v[i], start).to(x.dtype)
+            if self.native:
+                self.k[i, :, :, start:end], keys = k.permute(1, 2, 0), self.k[i].transpose(1, 2)
+            else:
+                self.k[i, :, start:end], keys = k.transpose(0, 1), self.k[i]
+            self.v[i, :, start:end] = v.transpose(0, 1)
+            attn = self._attention(q, keys, self.v[i], start).to(x.dtype)
             x = x + layer.o(attn)
-            gate, up = layer.gate_up(_rms_norm(x, layer.mlp_norm, w.eps)).split(w.intermediate, -1)
+            gate, up = layer.gate_up(_rms_norm(x, mlp_norm, w.eps)).split(w.intermediate, -1)
             x = x + layer.down(F.silu(gate) * up)
         self.length = end
-        return self.head(_rms_norm(x[-keep:], w.final_norm, w.eps)).float()
+        final_norm = _file_weight(w._decoder.norm) if self.native else w.final_norm
+        return self.head(_rms_norm(x[-keep:], final_norm, w.eps)).float()
 
     def _attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int) -> torch.Tensor:
         """(n, heads·head_dim) attention of queries q (n, heads, head_dim) at positions start..start+n-1 over one

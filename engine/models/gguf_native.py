@@ -23,6 +23,8 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType
 from gguf.quants import Q4_K, dequantize
 
+from engine.kernels import q4q8
+
 GROUP = 32  # weights per Q4_0 / Q4_1 block and per Q4_K sub-block: the kernel's group size
 # The kernel packs rows in blocks of 64 (AVX-512) or 32 (AVX2, scalar): packed weights whose row counts are
 # multiples of 64 can be concatenated as they are.
@@ -36,6 +38,9 @@ PROJECTIONS = {  # GGUF name in block i -> (module path in a transformers decode
     "ffn_down": "mlp.down_proj",
 }
 NORMS = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
+# The kernels a native target's projections can run on: our Q4 × Q8 integer kernel (engine.kernels.q4q8) or
+# torch's int4 one, `torch._weight_int4pack_mm_for_cpu`.
+KERNELS = ("q4q8", "torch-int4")
 
 
 class NotNative(ValueError):
@@ -123,10 +128,10 @@ def read_tensors(path: Path) -> tuple[str, dict[str, GGUFTensor]]:
 # ---------------------------------------------------------------------------------------------------- blocks
 
 
-def int4_groups(raw: np.ndarray, qtype: GGMLQuantizationType, rows: int, cols: int
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Nibbles q (rows, cols) uint8 and per-32 scales s and zeros z (rows, cols / 32) float32 with
-    (q − 8)·s + z equal to gguf's de-quantisation of `raw` (the tensor's bytes, one row of blocks per row)."""
+def q4_values(raw: np.ndarray, qtype: GGMLQuantizationType, rows: int, cols: int
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Values u (rows, cols) uint8 in 0..15 and per-32 scales d and offsets m (rows, cols / 32) float32 with
+    d·u + m equal to gguf's de-quantisation of `raw` (the tensor's bytes, one row of blocks per row)."""
     if qtype == GGMLQuantizationType.Q4_K:
         blocks = raw.reshape(-1, 144)  # d, dmin (fp16), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
         d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)
@@ -135,7 +140,7 @@ def int4_groups(raw: np.ndarray, qtype: GGMLQuantizationType, rows: int, cols: i
         qs = blocks[:, 16:].reshape(-1, 4, 1, 32)  # 4 chunks of 64: low nibbles first, then high
         nibbles = np.concatenate((qs & 0x0F, qs >> 4), axis=2)  # (blocks, 4, 2, 32): sub-block 2c, 2c + 1
         scales = d * sc.astype(np.float32)
-        zeros = 8 * scales - dmin * mn.astype(np.float32)
+        offsets = -(dmin * mn.astype(np.float32))
     else:
         size = 18 if qtype == GGMLQuantizationType.Q4_0 else 20
         blocks = raw.reshape(-1, size)
@@ -144,11 +149,26 @@ def int4_groups(raw: np.ndarray, qtype: GGMLQuantizationType, rows: int, cols: i
         nibbles = np.concatenate((qs & 0x0F, qs >> 4), axis=1)  # weights 0-15 low, 16-31 high
         scales = d
         if qtype == GGMLQuantizationType.Q4_0:
-            zeros = np.zeros_like(d)
+            offsets = -8 * d
         else:
-            zeros = blocks[:, 2:4].copy().view(np.float16).astype(np.float32) + 8 * d
+            offsets = blocks[:, 2:4].copy().view(np.float16).astype(np.float32)
     groups = cols // GROUP
-    return nibbles.reshape(rows, cols), scales.reshape(rows, groups), zeros.reshape(rows, groups)
+    return nibbles.reshape(rows, cols), scales.reshape(rows, groups), offsets.reshape(rows, groups)
+
+
+def int4_groups(raw: np.ndarray, qtype: GGMLQuantizationType, rows: int, cols: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`q4_values` as torch's int4 kernel takes them: nibbles q, scales s and zeros z with (q − 8)·s + z = d·u + m."""
+    nibbles, scales, offsets = q4_values(raw, qtype, rows, cols)
+    return nibbles, scales, offsets + 8 * scales
+
+
+def q8_0_values(raw: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Q8_0 (w = d·q, q int8) as d·u + m with u = q + 128 in 0..255 and m = −128·d."""
+    blocks = raw.reshape(rows, cols // GROUP, 34)
+    d = blocks[..., 0:2].copy().view(np.float16).astype(np.float32)[..., 0]  # (rows, groups)
+    values = (blocks[..., 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8).reshape(rows, cols)
+    return values, d, -128 * d
 
 
 def q8_0_as_int4_groups(raw: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -176,7 +196,7 @@ def pack(nibbles: np.ndarray, scales: np.ndarray, zeros: np.ndarray, dtype: torc
 
 
 class Int4Weight:
-    """x ↦ x @ wᵀ on the int4 kernel: the callable `fast_llama` uses, like its Int8Weight."""
+    """x ↦ x @ wᵀ on torch's int4 kernel: the callable `fast_llama` uses, like its Int8Weight."""
 
     def __init__(self, packed: torch.Tensor, scales_and_zeros: torch.Tensor, input_copies: int = 1):
         self.packed, self.scales_and_zeros, self.input_copies = packed, scales_and_zeros, input_copies
@@ -187,33 +207,70 @@ class Int4Weight:
         return torch._weight_int4pack_mm_for_cpu(x.contiguous(), self.packed, GROUP, self.scales_and_zeros)
 
 
-class Int4Linear(torch.nn.Module):
-    """A bias-free linear layer holding GGUF int4 groups; its scales follow `model.to(dtype)` as buffers do."""
+class NativeLinear(torch.nn.Module):
+    """A bias-free linear layer holding a GGUF's blocks; `native()` is the kernel's callable (x ↦ x @ wᵀ)."""
 
-    def __init__(self, packed: torch.Tensor, scales_and_zeros: torch.Tensor, in_features: int, input_copies: int = 1):
+    def __init__(self, in_features: int, out_features: int):
         super().__init__()
-        self.in_features, self.out_features, self.input_copies = in_features, packed.shape[0], input_copies
-        self.register_buffer("packed", packed)
-        self.register_buffer("scales_and_zeros", scales_and_zeros)
+        self.in_features, self.out_features = in_features, out_features
 
     @property
     def n_weights(self) -> int:
         return self.in_features * self.out_features
 
-    def native(self) -> Int4Weight:
-        return Int4Weight(self.packed, self.scales_and_zeros, self.input_copies)
+    def native(self):
+        raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.native()(x.reshape(-1, self.in_features)).reshape(*x.shape[:-1], self.out_features)
+
+
+class Int4Linear(NativeLinear):
+    """Int4 groups on torch's kernel; its scales follow `model.to(dtype)` as buffers do."""
+
+    def __init__(self, packed: torch.Tensor, scales_and_zeros: torch.Tensor, in_features: int, input_copies: int = 1):
+        super().__init__(in_features, packed.shape[0])
+        self.input_copies = input_copies
+        self.register_buffer("packed", packed)
+        self.register_buffer("scales_and_zeros", scales_and_zeros)
+
+    def native(self) -> Int4Weight:
+        return Int4Weight(self.packed, self.scales_and_zeros, self.input_copies)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int4 groups of {GROUP}"
 
 
-def fused(modules: list[Int4Linear]) -> Int4Weight | None:
-    """One int4 weight for projections of the same input (q/k/v, gate/up), or None where the rows do not fall on
-    the kernel's row blocks. The modules' packed weights become views of it, so nothing is stored twice."""
-    if any(m.out_features % ROW_BLOCK or m.input_copies != 1 for m in modules):
+class Q4Q8Linear(NativeLinear):
+    """The file's 4- or 8-bit values on the Q4 × Q8 kernel (engine.kernels.q4q8); its integer buffers, fp16
+    scales stored as int16 included, are left alone by `model.to(dtype)`: the weights are the file's in any dtype."""
+
+    def __init__(self, weight: q4q8.Q4Q8Weight):
+        super().__init__(weight.in_features, weight.out_features)
+        self.bits = weight.bits
+        self.register_buffer("blocks", weight.blocks)
+        self.register_buffer("scales", weight.scales)
+
+    def native(self) -> q4q8.Q4Q8Weight:
+        return q4q8.Q4Q8Weight(self.blocks, self.scales, self.bits, self.out_features, self.in_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, {self.bits}-bit values × "
+                f"Q8 activations in groups of {GROUP}")
+
+
+def fused(modules: list[NativeLinear]):
+    """One kernel for projections of the same input (q/k/v, gate/up), or None where their blocks cannot be
+    concatenated. The modules' buffers become views of it, so nothing is stored twice."""
+    if all(isinstance(m, Q4Q8Linear) and m.bits == modules[0].bits for m in modules):
+        weight = q4q8.fuse([m.native() for m in modules])
+        blocks, scales = 0, 0
+        for m in modules:
+            m.blocks = weight.blocks[blocks:blocks + m.blocks.numel()]
+            m.scales = weight.scales[scales:scales + m.scales.numel()]
+            blocks, scales = blocks + m.blocks.numel(), scales + m.scales.numel()
+        return weight
+    if any(not isinstance(m, Int4Linear) or m.out_features % ROW_BLOCK or m.input_copies != 1 for m in modules):
         return None
     packed = torch.cat([m.packed for m in modules])
     scales_and_zeros = torch.cat([m.scales_and_zeros for m in modules], 1)
@@ -243,13 +300,17 @@ class GGUFEmbedding(torch.nn.Module):
     def n_weights(self) -> int:
         return self.num_embeddings * self.embedding_dim
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+    def lookup(self, ids: torch.Tensor) -> torch.Tensor:
+        """The rows of `ids` (flattened) in float32, exactly as the file de-quantises them."""
         flat = ids.reshape(-1).cpu()
         if self.qtype == GGMLQuantizationType.Q8_0:
             rows = self.values[flat].float() * self.scales[flat]  # d·q: exact in float32, as gguf computes it
         else:
             rows = torch.from_numpy(dequantize(self.raw[flat].numpy(), self.qtype))
-        out = rows.to(self.dtype_marker.dtype)
+        return rows.reshape(len(flat), self.embedding_dim)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out = self.lookup(ids).to(self.dtype_marker.dtype)
         return out.reshape(*ids.shape, self.embedding_dim).to(self.dtype_marker.device)
 
 
@@ -262,9 +323,19 @@ def _rows_to_hf(rows: int, n_head: int) -> np.ndarray:
     return np.arange(rows).reshape(n_head, dim, 2).swapaxes(2, 1).reshape(rows)
 
 
-def _linear(tensor, dtype: torch.dtype, row_order: np.ndarray | None = None) -> Int4Linear:
+def _linear(tensor, dtype: torch.dtype, row_order: np.ndarray | None = None, kernel: str = "q4q8") -> NativeLinear:
+    """The tensor on `kernel`; torch's int4 kernel where the Q4 × Q8 one cannot take its shape."""
     cols, rows = (int(n) for n in tensor.shape)  # GGUF lists the contiguous (input) dimension first
     raw = np.asarray(tensor.data).reshape(rows, -1)
+    if kernel == "q4q8" and q4q8.available() and q4q8.Q4Q8Weight.fits(rows, cols):
+        if tensor.tensor_type == GGMLQuantizationType.Q8_0:
+            values, scales, offsets = q8_0_values(raw, rows, cols)
+        else:
+            values, scales, offsets = q4_values(raw, tensor.tensor_type, rows, cols)
+        if row_order is not None:
+            values, scales, offsets = values[row_order], scales[row_order], offsets[row_order]
+        bits = 8 if tensor.tensor_type == GGMLQuantizationType.Q8_0 else 4
+        return Q4Q8Linear(q4q8.Q4Q8Weight.from_values(values, scales, offsets, bits))
     if tensor.tensor_type == GGMLQuantizationType.Q8_0:
         nibbles, scales, zeros = q8_0_as_int4_groups(raw, rows, cols)
         copies = 2
@@ -277,8 +348,12 @@ def _linear(tensor, dtype: torch.dtype, row_order: np.ndarray | None = None) -> 
     return Int4Linear(packed, scales_and_zeros, cols, copies)
 
 
-def _vector(tensor, dtype: torch.dtype) -> torch.nn.Parameter:
-    return torch.nn.Parameter(torch.from_numpy(np.array(tensor.data, dtype=np.float32)).to(dtype), requires_grad=False)
+def _set_norm(norm: torch.nn.Module, tensor, dtype: torch.dtype) -> None:
+    """The norm's weight in `dtype`, and the file's float32 values as `file_weight` (a plain attribute, which
+    `model.to` leaves alone) for the Q4 × Q8 forward, which runs in float32 whatever the dtype."""
+    values = torch.from_numpy(np.array(tensor.data, dtype=np.float32))
+    norm.weight = torch.nn.Parameter(values.to(dtype), requires_grad=False)
+    norm.file_weight = values
 
 
 def check(tensors: dict, architecture: str, device: torch.device) -> None:
@@ -292,9 +367,23 @@ def check(tensors: dict, architecture: str, device: torch.device) -> None:
             raise NotNative(f"{name} is {tensor.tensor_type.name}; the int4 kernel takes Q4_0, Q4_1 and Q4_K")
 
 
-def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.device("cpu")):
+def best_kernel(dtype: torch.dtype) -> str | None:
+    """The kernel a native target runs fastest on here for `dtype` activations (KERNELS), or None where
+    de-quantising into `dtype` is faster: the Q4 × Q8 kernel where the CPU has integer dot products (VNNI),
+    else torch's int4 kernel for bfloat16 (its float32 path is scalar code, docs/gguf-native.md)."""
+    if q4q8.available() and q4q8.isa_name() == "vnni":
+        return "q4q8"
+    return "torch-int4" if dtype == torch.bfloat16 else None
+
+
+def fallback_kernel() -> str:
+    """The kernel for native weights asked for where none is fast: ours on its portable path, if it built."""
+    return "q4q8" if q4q8.available() else "torch-int4"
+
+
+def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.device("cpu"), kernel: str = "q4q8"):
     """A transformers model for `config` whose weights are read from the GGUF at `path` without de-quantising:
-    int4 projections (and a Q4 / Q8_0 head), embeddings as file blocks, norms in `dtype`."""
+    4-bit projections (and a Q4 / Q8_0 head) on `kernel` (KERNELS), embeddings as file blocks, norms in `dtype`."""
     from transformers import AutoModelForCausalLM
 
     architecture, tensors = read_tensors(Path(path))
@@ -309,16 +398,16 @@ def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.de
             order = {"attn_q": heads, "attn_k": kv_heads}.get(gguf_name)
             tensor = tensors[f"blk.{i}.{gguf_name}.weight"]
             owner_name, attr = module_path.split(".")
-            module = _linear(tensor, dtype, None if order is None else _rows_to_hf(int(tensor.shape[1]), order))
+            module = _linear(tensor, dtype, None if order is None else _rows_to_hf(int(tensor.shape[1]), order), kernel)
             setattr(getattr(layer, owner_name), attr, module)
         for gguf_name, attr in NORMS.items():
-            getattr(layer, attr).weight = _vector(tensors[f"blk.{i}.{gguf_name}.weight"], dtype)
-    decoder.norm.weight = _vector(tensors["output_norm.weight"], dtype)
+            _set_norm(getattr(layer, attr), tensors[f"blk.{i}.{gguf_name}.weight"], dtype)
+    _set_norm(decoder.norm, tensors["output_norm.weight"], dtype)
     embed = tensors["token_embd.weight"]
     decoder.embed_tokens = GGUFEmbedding(np.asarray(embed.data), embed.tensor_type, config.hidden_size, dtype)
     head = tensors.get("output.weight", embed)
     if head.tensor_type in INT4_TYPES or head.tensor_type == GGMLQuantizationType.Q8_0:
-        model.lm_head = _linear(head, dtype)
+        model.lm_head = _linear(head, dtype, kernel=kernel)
     else:  # F16, F32, other k-quants: a dense head, de-quantised once
         weight = dequantize(np.asarray(head.data), head.tensor_type).reshape(int(head.shape[1]), -1)
         model.lm_head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=dtype)

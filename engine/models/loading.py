@@ -22,9 +22,10 @@ from engine.events import ModelInfo
 TOKENIZER_MARKERS = ("config.json", "tokenizer_config.json", "tokenizer.json")
 HUB_PROBE_TIMEOUT_S = 5  # seconds to wait for the hub's answer before treating it as unreachable
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# A GGUF target's weights: "native" keeps its 4-bit blocks for torch's int4 kernel (engine.models.gguf_native),
-# "dtype" de-quantises them into --dtype, "auto" is native where the kernel is fast: bfloat16 activations (its
-# float32 path is scalar code, ~25x slower than a float32 matmul, measured).
+# A GGUF target's weights: "native" keeps its 4-bit blocks (engine.models.gguf_native), "dtype" de-quantises them
+# into --dtype, "auto" is native where a native kernel is fast for the activation dtype here
+# (gguf_native.best_kernel). The choice is made once per target and serves every mode: AR, speculation, the
+# bench and the AR comparison decode with the same weights whatever drafter is loaded.
 TARGET_WEIGHTS = ("auto", "native", "dtype")
 
 
@@ -194,16 +195,17 @@ def _native_model(name: str, device: torch.device, dtype: torch.dtype, weights: 
         if weights == "native":
             print(f"specdec: {name} is not a GGUF file: its weights load in {dtype}", file=sys.stderr)
         return None
-    if weights == "auto" and dtype != torch.bfloat16:
-        print(f"specdec: {dtype} activations: {name} is de-quantised (torch's int4 CPU kernel is fast in bfloat16 "
-              "only; --target-weights native forces it)", file=sys.stderr)
+    kernel = gguf_native.best_kernel(dtype) if device.type == "cpu" else None
+    if weights == "auto" and kernel is None:
+        print(f"specdec: {dtype} activations: {name} is de-quantised (no fast native kernel for them on this "
+              "CPU; --target-weights native forces one)", file=sys.stderr)
         return None
     if name == "embedded":
         config = AutoConfig.from_pretrained(embedded.target_dir())
     else:
         config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
     try:
-        return gguf_native.load(gguf, config, dtype, device)
+        return gguf_native.load(gguf, config, dtype, device, kernel or gguf_native.fallback_kernel())
     except gguf_native.NotNative as exc:
         print(f"specdec: {exc}: {name} is de-quantised into {dtype}", file=sys.stderr)
         return None

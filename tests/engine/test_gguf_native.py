@@ -1,5 +1,6 @@
-"""Native GGUF weights: the int4 mappings reproduce gguf's own de-quantisation, and a tiny Llama written as a GGUF
-decodes on the int4 kernel exactly as its de-quantised copy does (float32)."""
+"""Native GGUF weights: the value mappings reproduce gguf's own de-quantisation, a tiny Llama written as a GGUF
+decodes on torch's int4 kernel exactly as its de-quantised copy does (float32), and on the Q4 × Q8 kernel as
+closely as its quantised activations allow."""
 import sys
 
 import numpy as np
@@ -11,6 +12,7 @@ from gguf.quants import dequantize, quantize
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from engine.benchmark import bench
+from engine.decoding.caches import CachedModel
 from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import DraftModelDrafter
 from engine.events import DecodeSettings
@@ -62,15 +64,19 @@ def test_int4_mappings_reproduce_gguf_dequantisation(tmp_path, qtype):
     reference = dequantize(np.asarray(tensor.data), qtype).reshape(64, 512)
     nibbles, scales, zeros = gguf_native.int4_groups(np.asarray(tensor.data), qtype, 64, 512)
     mapped = (nibbles.astype(np.float32) - 8) * np.repeat(scales, 32, 1) + np.repeat(zeros, 32, 1)
-    kernel = kernel_weights(gguf_native._linear(tensor, torch.float32))
+    values, d, m = gguf_native.q4_values(np.asarray(tensor.data), qtype, 64, 512)
+    affine = values * np.repeat(d, 32, 1) + np.repeat(m, 32, 1)  # what the Q4 × Q8 kernel takes
+    kernel = kernel_weights(gguf_native._linear(tensor, torch.float32, kernel="torch-int4"))
     if qtype == Q.Q4_K:
         # z = 8s − dmin·mn is one more float32 rounding than gguf's d·sc·q − dmin·mn: within an ulp of |z|.
         bound = F32_ULP * np.repeat(np.abs(zeros), 32, 1)
         assert np.all(np.abs(mapped - reference) <= bound)
         assert np.all(np.abs(kernel - reference) <= bound)
+        np.testing.assert_array_equal(affine, reference)  # gguf computes d·sc·q − dmin·mn the same way
     else:  # s and z are exact in float32 and (q − 8)·s is exact: one rounding, as gguf's
         np.testing.assert_array_equal(mapped, reference)
         np.testing.assert_array_equal(kernel, reference)
+        np.testing.assert_array_equal(affine, reference)
 
 
 def test_q8_0_head_is_two_int4_groups_exactly(tmp_path):
@@ -78,7 +84,7 @@ def test_q8_0_head_is_two_int4_groups_exactly(tmp_path):
     write_gguf(tmp_path / "h.gguf", {"h": (weight, Q.Q8_0)})
     tensor = read(tmp_path / "h.gguf")["h"]
     reference = dequantize(np.asarray(tensor.data), Q.Q8_0).reshape(64, 128)
-    head = gguf_native._linear(tensor, torch.float32)
+    head = gguf_native._linear(tensor, torch.float32, kernel="torch-int4")
     assert head.packed.shape == (64, 128)  # 256 nibbles a row: the high ones, then the low ones
     np.testing.assert_array_equal(kernel_weights(head), reference)
 
@@ -89,7 +95,7 @@ def test_bfloat16_scales_round_each_weight_by_at_most_a_bfloat16_step(tmp_path):
     tensor = read(tmp_path / "w.gguf")["w"]
     reference = dequantize(np.asarray(tensor.data), Q.Q4_1).reshape(64, 256)
     nibbles, scales, zeros = gguf_native.int4_groups(np.asarray(tensor.data), Q.Q4_1, 64, 256)
-    module = gguf_native._linear(tensor, torch.bfloat16)
+    module = gguf_native._linear(tensor, torch.bfloat16, kernel="torch-int4")
     s, z = (module.scales_and_zeros[..., i].float().T.repeat_interleave(32, 1).numpy() for i in (0, 1))
     rounded = (nibbles - 8.0) * s + z
     # |Δw| ≤ |q − 8|·|Δs| + |Δz|, |Δs| ≤ 2^-8·|s|, |Δz| ≤ 2^-8·|z| (bfloat16 keeps 8 significant bits)
@@ -97,11 +103,12 @@ def test_bfloat16_scales_round_each_weight_by_at_most_a_bfloat16_step(tmp_path):
     assert np.all(np.abs(rounded - reference) <= bound)
 
 
-def test_fused_projections_multiply_as_the_separate_ones(tmp_path):
+@pytest.mark.parametrize("kernel", gguf_native.KERNELS)
+def test_fused_projections_multiply_as_the_separate_ones(tmp_path, kernel):
     rng = np.random.default_rng(3)
     write_gguf(tmp_path / "p.gguf", {f"p{i}": (rng.standard_normal((rows, 64)).astype(np.float32), Q.Q4_0)
                                      for i, rows in enumerate((128, 64, 64))})
-    modules = [gguf_native._linear(t, torch.bfloat16) for t in read(tmp_path / "p.gguf").values()]
+    modules = [gguf_native._linear(t, torch.bfloat16, kernel=kernel) for t in read(tmp_path / "p.gguf").values()]
     x = torch.randn(3, 64, dtype=torch.bfloat16)
     separate = torch.cat([m(x) for m in modules], -1)
     fused = gguf_native.fused(modules)
@@ -122,9 +129,9 @@ TINY_TYPES = {"attn_q": Q.Q4_0, "attn_k": Q.Q4_0, "attn_v": Q.Q4_1, "attn_output
               "ffn_up": Q.Q4_0, "ffn_down": Q.Q4_K}
 
 
-def tiny_gguf_pair(tmp_path) -> tuple[LoadedModel, LoadedModel]:
-    """A random tiny Llama written as a GGUF (Q4_0 / Q4_1 / Q4_K projections, a Q8_0 tied head), loaded native and
-    as its float32 de-quantised copy."""
+def tiny_gguf_pair(tmp_path, kernel: str = "q4q8") -> tuple[LoadedModel, LoadedModel]:
+    """A random tiny Llama written as a GGUF (Q4_0 / Q4_1 / Q4_K projections, a Q8_0 tied head), loaded native on
+    `kernel` and as its float32 de-quantised copy."""
     config = LlamaConfig(vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                          tie_word_embeddings=True, eos_token_id=1, bos_token_id=None, pad_token_id=None)
@@ -170,13 +177,13 @@ def tiny_gguf_pair(tmp_path) -> tuple[LoadedModel, LoadedModel]:
     assert (missing, unexpected) == (["lm_head.weight"], [])  # tied to the embeddings
     reference.tie_weights()
     reference.eval().requires_grad_(False)
-    native = gguf_native.load(tmp_path / "tiny.gguf", config, torch.float32)
+    native = gguf_native.load(tmp_path / "tiny.gguf", config, torch.float32, kernel=kernel)
     return (LoadedModel("native", "tiny.gguf", native, tiny_tokenizer(), weights="native"),
             LoadedModel("dequantised", "tiny.gguf", reference, tiny_tokenizer()))
 
 
-def test_native_tiny_llama_decodes_identically_to_its_dequantised_copy(tmp_path):
-    native, reference = tiny_gguf_pair(tmp_path)
+def test_native_tiny_llama_on_torch_int4_decodes_identically_to_its_dequantised_copy(tmp_path):
+    native, reference = tiny_gguf_pair(tmp_path, kernel="torch-int4")
     assert isinstance(native.model.model.layers[0].mlp.down_proj, gguf_native.Int4Linear)
     ids = torch.tensor([[3, 7, 11, 5, 9, 2]])
     torch.testing.assert_close(native.model(input_ids=ids).logits, reference.model(input_ids=ids).logits,
@@ -188,6 +195,38 @@ def test_native_tiny_llama_decodes_identically_to_its_dequantised_copy(tmp_path)
     assert replies[0] == replies[1]
     # the app's status bar says which weights the target runs on
     assert (Decoder(native).info().target.weights, Decoder(reference).info().target.weights) == ("native", "dtype")
+
+
+def test_native_tiny_llama_on_q4q8_scores_as_its_dequantised_copy_up_to_quantised_activations(tmp_path):
+    native, reference = tiny_gguf_pair(tmp_path)
+    assert isinstance(native.model.model.layers[0].mlp.down_proj, gguf_native.Q4Q8Linear)
+    ids = [3, 7, 11, 5, 9, 2, 8, 4]
+    runner = CachedModel(native.model, native.vocab_size)
+    assert runner.cache.native is not None  # the whole forward in one kernel call
+    logits = runner.forward(ids, keep=len(ids))
+    expected = reference.model(input_ids=torch.tensor([ids])).logits[0]
+    # int8 activations (a step of max|x|/127 per 32 inputs) move the logits by a few per cent of their spread
+    assert (logits - expected).abs().max() < 0.05 * (expected.max() - expected.min())
+    assert torch.equal(logits.argmax(-1), expected.argmax(-1))
+
+
+def test_native_forward_gives_a_row_the_same_bits_alone_in_a_block_and_on_one_thread(tmp_path):
+    native, _ = tiny_gguf_pair(tmp_path)
+    runner = CachedModel(native.model, native.vocab_size)
+    prompt, block = [3, 7, 11, 5], [9, 2, 8, 4, 6]
+    runner.forward(prompt[:-1])
+    together = runner.forward(prompt[-1:] + block, keep=len(block) + 1)
+    runner.rollback(len(prompt) - 1)
+    alone = torch.cat([runner.forward([t]) for t in prompt[-1:] + block])
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        runner.rollback(len(prompt) - 1)
+        one_thread = runner.forward(prompt[-1:] + block, keep=len(block) + 1)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(together, alone)
+    assert torch.equal(one_thread, together)
 
 
 def test_greedy_speculative_equals_greedy_ar_with_native_weights(tmp_path):

@@ -1,0 +1,407 @@
+/* Q4 / Q8 weights times Q8 activations, the way llama.cpp multiplies a Q4_1 model: integer dot products over
+ * groups of 32 inputs, scaled in float32.
+ *
+ * Weights (N outputs x K inputs) come in blocks of 16 output rows, each with one scale d and one offset m per
+ * (row, group of 32 inputs): w = d·u + m with u in 0..15 (4 bits) or 0..255 (8 bits). Activations are quantised
+ * per row and group as llama.cpp's Q8_0 does: x ≈ dx·xq, xq = round(x / dx) in -127..127, dx = max|x| / 127.
+ * Output (row r, column n) is, summed over the groups g in order:
+ *     acc = fma(float(Σ u·xq) · dx, d, acc);  acc = fma(m, sx, acc)       with sx = dx · Σ xq (float)
+ * Every path below computes exactly these operations in this order, so a row's output is the same bits whatever
+ * the instruction set, the number of threads and the number of rows multiplied with it (batch invariance).
+ *
+ * Layout of a 4-bit block (16 rows, one group): 256 bytes = 4 chunks c of 64 bytes; byte 4n + j of chunk c holds
+ * row n's input 4c + j in its low nibble and input 16 + 4c + j in its high one. An 8-bit block: 512 bytes = 8
+ * chunks, byte 4n + j of chunk c is row n's input 4c + j. Scales: per block and group, 16 d then 16 m (fp16).
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#define GROUP 32
+#define ROWS 16      /* output rows per weight block */
+#define MAX_CHUNK 8  /* activation rows multiplied at once against a weight block */
+
+typedef uint16_t half;
+
+static float half_to_float(half h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, mant = h & 0x3FF, bits;
+    if (exp == 0) {
+        if (mant == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            exp = 127 - 15 + 1;
+            while (!(mant & 0x400)) { mant <<= 1; exp--; }
+            bits = sign | (exp << 23) | ((mant & 0x3FF) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7F800000 | (mant << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static float bf16_to_float(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static uint16_t float_to_bf16(float f) { /* round to nearest even, as torch converts */
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    if ((bits & 0x7FFFFFFF) > 0x7F800000) return 0x7FC0;
+    return (uint16_t)((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
+}
+
+/* The loops below are compiled once per instruction set and picked at load (target_clones); without contracted
+ * multiply-adds and with explicit lanes every clone does the same IEEE operations in the same order. */
+#if defined(__x86_64__) && defined(__linux__)
+#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CLONES
+#endif
+
+/* x (rows, K) float32 -> xq (rows, K) int8, dx and sx (rows, K / 32) float32. x / dx is rounded to the nearest
+ * integer, ties to even, by adding and subtracting 1.5·2^23: plain IEEE additions, the same on every path. */
+CLONES static void q8_quantize(const float *x, int64_t rows, int64_t K, int8_t *xq, float *dx, float *sx) {
+    int64_t groups = K / GROUP;
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t g = 0; g < groups; g++) {
+            const float *v = x + r * K + g * GROUP;
+            float amax = 0.0f;
+            for (int j = 0; j < GROUP; j++) amax = fmaxf(amax, fabsf(v[j]));
+            float d = amax / 127.0f;
+            float inv = d != 0.0f ? 1.0f / d : 0.0f;
+            int32_t sum = 0;
+            int8_t *q = xq + r * K + g * GROUP;
+            for (int j = 0; j < GROUP; j++) {
+                q[j] = (int8_t)((v[j] * inv + 12582912.0f) - 12582912.0f);
+                sum += q[j];
+            }
+            dx[r * groups + g] = d;
+            sx[r * groups + g] = d * (float)sum;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------- portable C path */
+
+static void block_scalar(const uint8_t *w, const half *scales, int bits, int64_t groups, const int8_t *xq,
+                         const float *dx, const float *sx, int64_t K, int64_t rows, float *out, int64_t N) {
+    int64_t block_bytes = bits == 4 ? 256 : 512;
+    for (int64_t r = 0; r < rows; r++) {
+        for (int n = 0; n < ROWS; n++) {
+            float acc = 0.0f;
+            for (int64_t g = 0; g < groups; g++) {
+                const uint8_t *b = w + g * block_bytes;
+                const int8_t *x = xq + r * K + g * GROUP;
+                int32_t isum = 0;
+                if (bits == 4) {
+                    for (int c = 0; c < 4; c++)
+                        for (int j = 0; j < 4; j++) {
+                            uint8_t byte = b[c * 64 + 4 * n + j];
+                            isum += (byte & 0x0F) * x[4 * c + j] + (byte >> 4) * x[16 + 4 * c + j];
+                        }
+                } else {
+                    for (int c = 0; c < 8; c++)
+                        for (int j = 0; j < 4; j++) isum += b[c * 64 + 4 * n + j] * x[4 * c + j];
+                }
+                float d = half_to_float(scales[g * 2 * ROWS + n]), m = half_to_float(scales[g * 2 * ROWS + ROWS + n]);
+                float t = (float)isum * dx[r * groups + g];
+                acc = fmaf(t, d, acc);
+                acc = fmaf(m, sx[r * groups + g], acc);
+            }
+            out[r * N + n] = acc;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------- AVX-512 VNNI path */
+#if defined(__x86_64__)
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vnni")))
+
+static inline AVX512 __attribute__((always_inline)) void
+block_vnni(const uint8_t *w, const half *scales, int bits, int64_t groups, const int8_t *xq, const float *dx,
+           const float *sx, int64_t K, int R, float *out, int64_t N) {
+    __m512 acc[MAX_CHUNK];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    for (int64_t g = 0; g < groups; g++) {
+        __m512i u[8];
+        int chunks;
+        if (bits == 4) {
+            const uint8_t *b = w + g * 256;
+            for (int c = 0; c < 4; c++) {
+                __m512i packed = _mm512_loadu_si512((const void *)(b + 64 * c));
+                u[c] = _mm512_and_si512(packed, low);
+                u[4 + c] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low);
+            }
+            chunks = 8;
+        } else {
+            const uint8_t *b = w + g * 512;
+            for (int c = 0; c < 8; c++) u[c] = _mm512_loadu_si512((const void *)(b + 64 * c));
+            chunks = 8;
+        }
+        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + g * 2 * ROWS)));
+        __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + g * 2 * ROWS + ROWS)));
+        for (int r = 0; r < R; r++) {
+            const int8_t *x = xq + r * K + g * GROUP;
+            __m512i isum = _mm512_setzero_si512();
+            for (int c = 0; c < chunks; c++) {
+                /* 4-bit: chunks 0-3 are inputs 4c..4c+3, 4-7 are 16 + 4(c-4)...; 8-bit: inputs 4c..4c+3 */
+                int32_t four;
+                memcpy(&four, x + 4 * c, 4);
+                isum = _mm512_dpbusd_epi32(isum, u[c], _mm512_set1_epi32(four));
+            }
+            __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dx[r * groups + g]));
+            acc[r] = _mm512_fmadd_ps(t, d, acc[r]);
+            acc[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(sx[r * groups + g]), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * N, acc[r]);
+}
+
+#define VNNI_CHUNK(R)                                                                                       \
+    static AVX512 void block_vnni_##R(const uint8_t *w, const half *s, int bits, int64_t groups,          \
+                                      const int8_t *xq, const float *dx, const float *sx, int64_t K,     \
+                                      float *out, int64_t N) {                                           \
+        block_vnni(w, s, bits, groups, xq, dx, sx, K, R, out, N);                                        \
+    }
+VNNI_CHUNK(1) VNNI_CHUNK(2) VNNI_CHUNK(3) VNNI_CHUNK(4) VNNI_CHUNK(5) VNNI_CHUNK(6) VNNI_CHUNK(7) VNNI_CHUNK(8)
+
+typedef void (*vnni_fn)(const uint8_t *, const half *, int, int64_t, const int8_t *, const float *,
+                        const float *, int64_t, float *, int64_t);
+static const vnni_fn VNNI[MAX_CHUNK + 1] = {0, block_vnni_1, block_vnni_2, block_vnni_3, block_vnni_4,
+                                            block_vnni_5, block_vnni_6, block_vnni_7, block_vnni_8};
+#endif
+
+/* Which path runs: 2 = AVX-512 VNNI, 0 = portable C. */
+int q4q8_best_isa(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vnni"))
+        return 2;
+#endif
+    return 0;
+}
+
+/* One weight: N outputs x K inputs in blocks of 16 rows (see the layout above). */
+typedef struct {
+    const uint8_t *blocks;
+    const half *scales;
+    int64_t bits, N, K;
+} qweight;
+
+static int64_t q8_scratch_bytes(int64_t rows, int64_t K) { return rows * K + 2 * rows * (K / GROUP) * 4 + 64; }
+
+/* out (rows, N) float32 = x (rows, K) float32 times w. `threads` OpenMP threads split the weight blocks, so a
+ * row's result does not depend on them. */
+static void q4q8_run(const qweight *w, const float *x, int64_t rows, float *out, uint8_t *scratch, int isa,
+                     int threads) {
+    int64_t N = w->N, K = w->K, groups = K / GROUP, blocks = N / ROWS;
+    int64_t block_bytes = groups * (w->bits == 4 ? 256 : 512), scale_count = groups * 2 * ROWS;
+    float *dx = (float *)scratch, *sx = dx + rows * groups;
+    int8_t *xq = (int8_t *)(sx + rows * groups);
+    q8_quantize(x, rows, K, xq, dx, sx);
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t b = 0; b < blocks; b++) {
+        const uint8_t *wb = w->blocks + b * block_bytes;
+        const half *sb = w->scales + b * scale_count;
+        for (int64_t r0 = 0; r0 < rows; r0 += MAX_CHUNK) {
+            int64_t R = rows - r0 < MAX_CHUNK ? rows - r0 : MAX_CHUNK;
+            const int8_t *xr = xq + r0 * K;
+            float *o = out + r0 * N + b * ROWS;
+#if defined(__x86_64__)
+            if (isa == 2) {
+                VNNI[R](wb, sb, (int)w->bits, groups, xr, dx + r0 * groups, sx + r0 * groups, K, o, N);
+                continue;
+            }
+#endif
+            block_scalar(wb, sb, (int)w->bits, groups, xr, dx + r0 * groups, sx + r0 * groups, K, R, o, N);
+        }
+    }
+}
+
+/* Bytes of scratch q4q8_linear needs for `rows` rows of width K into N outputs. */
+int64_t q4q8_scratch_bytes(int64_t rows, int64_t K, int64_t N) { return q8_scratch_bytes(rows, K) + rows * N * 4 + rows * K * 4; }
+
+/* One projection as a torch op would do it: x and out float32 (bf16 = 0) or bfloat16 (bf16 = 1). */
+void q4q8_linear(const qweight *w, const void *x, int bf16, int64_t rows, void *out, uint8_t *scratch, int isa,
+                 int threads) {
+    float *x32 = (float *)x, *o32 = (float *)out;
+    uint8_t *rest = scratch;
+    if (bf16) {
+        x32 = (float *)scratch;
+        o32 = x32 + rows * w->K;
+        rest = (uint8_t *)(o32 + rows * w->N);
+        for (int64_t i = 0; i < rows * w->K; i++) x32[i] = bf16_to_float(((const uint16_t *)x)[i]);
+    }
+    q4q8_run(w, x32, rows, o32, rest, isa, threads);
+    if (bf16)
+        for (int64_t i = 0; i < rows * w->N; i++) ((uint16_t *)out)[i] = float_to_bf16(o32[i]);
+}
+
+/* ------------------------------------------------------------------------------------------- a whole forward */
+
+/* A Llama-family decoder on these weights, everything in float32 (the native target's forward, fast_llama.py
+ * describes the model). Each row's result is computed by one fixed sequence of operations, whatever the other
+ * rows and the thread count: sums run over fixed lanes of 16 in input order, attention one (row, head) at a time. */
+typedef struct {
+    int64_t layers, hidden, heads, kv_heads, head_dim, intermediate;
+    float eps;
+    const qweight *qkv, *o, *gate_up, *down; /* one per layer */
+    const float *attn_norm, *mlp_norm;      /* (layers, hidden) */
+    const float *final_norm;                /* (hidden) */
+    const qweight *head;
+} llama;
+
+#define LANES 16
+
+/* Σ a·b in LANES lanes over the input, then a fixed pairwise tree over the lanes. */
+static inline float dot(const float *a, const float *b, int64_t n) {
+    float lanes[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) lanes[l] += a[i + l] * b[i + l];
+    for (; i < n; i++) lanes[i % LANES] += a[i] * b[i];
+    for (int width = LANES / 2; width >= 1; width /= 2)
+        for (int l = 0; l < width; l++) lanes[l] += lanes[l + width];
+    return lanes[0];
+}
+
+static inline float sum_squares(const float *x, int64_t n) { return dot(x, x, n); }
+
+/* e^x from IEEE additions and multiplications alone (Cody-Waite reduction, a degree-6 polynomial, ~2 ulp), so
+ * that it vectorises and gives the same bits in every clone; libm's expf is a scalar call. */
+static inline float exp_approx(float x) {
+    x = fminf(fmaxf(x, -87.0f), 88.0f);
+    float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
+    float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+    float p = 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, 4);
+    return p * scale;
+}
+
+/* One query row's attention for one head over positions 0..end-1. keys_t: the head's keys transposed,
+ * (head_dim, capacity), so 16 positions' scores are one vector; p: end floats of scratch. */
+CLONES static void attend(const float *q, const float *keys_t, const float *values, int64_t end, int64_t hd,
+                          int64_t capacity, float scale, float *p, float *out) {
+    for (int64_t t = 0; t < end; t++) p[t] = 0.0f;
+    for (int64_t i = 0; i < hd; i++) {
+        const float *k = keys_t + i * capacity;
+        float qi = q[i];
+        for (int64_t t = 0; t < end; t++) p[t] += qi * k[t];
+    }
+    float top = -INFINITY, total = 0.0f;
+    for (int64_t t = 0; t < end; t++) {
+        p[t] *= scale;
+        top = fmaxf(top, p[t]);
+    }
+    for (int64_t t = 0; t < end; t++) p[t] = exp_approx(p[t] - top);
+    for (int64_t t = 0; t < end; t++) total += p[t];
+    for (int64_t i = 0; i < hd; i++) out[i] = 0.0f;
+    for (int64_t t = 0; t < end; t++)
+        for (int64_t i = 0; i < hd; i++) out[i] += p[t] * values[t * hd + i];
+    float inv = 1.0f / total;
+    for (int64_t i = 0; i < hd; i++) out[i] *= inv;
+}
+
+CLONES static void add_into(float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+CLONES static void silu_mul(const float *gate_up, int64_t rows, int64_t I, float *out) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; i < I; i++) {
+            float g = gate_up[r * 2 * I + i];
+            out[r * I + i] = g / (1.0f + exp_approx(-g)) * gate_up[r * 2 * I + I + i];
+        }
+}
+
+CLONES static void rms_norm(const float *x, const float *weight, int64_t rows, int64_t n, float eps, float *out) {
+    for (int64_t r = 0; r < rows; r++) {
+        float scale = 1.0f / sqrtf(sum_squares(x + r * n, n) / (float)n + eps);
+        for (int64_t i = 0; i < n; i++) out[r * n + i] = weight[i] * (x[r * n + i] * scale);
+    }
+}
+
+/* HF's rotate-half RoPE on one head vector at one position's cos / sin (head_dim each). */
+static void rope(float *v, const float *cos, const float *sin, int64_t head_dim) {
+    int64_t half_dim = head_dim / 2;
+    for (int64_t i = 0; i < half_dim; i++) {
+        float a = v[i], b = v[i + half_dim];
+        v[i] = a * cos[i] - b * sin[i];
+        v[i + half_dim] = b * cos[i + half_dim] + a * sin[i + half_dim];
+    }
+}
+
+int64_t llama_scratch_bytes(const llama *m, int64_t rows, int64_t capacity, int threads) {
+    int64_t qkv = (m->heads + 2 * m->kv_heads) * m->head_dim, widest = m->hidden;
+    if (m->intermediate > widest) widest = m->intermediate;
+    int64_t floats = rows * (m->hidden + qkv + m->heads * m->head_dim + 2 * m->intermediate + m->intermediate) +
+                     (int64_t)threads * capacity;
+    return floats * 4 + q8_scratch_bytes(rows, widest) + 256;
+}
+
+/* x (rows, hidden) float32: the embeddings of `rows` tokens at positions start.., changed in place. The keys of
+ * every layer go to kcache (layers, kv_heads, head_dim, capacity), transposed, and the values to vcache (layers,
+ * kv_heads, capacity, head_dim), at those positions. logits
+ * (keep, head N) are the last `keep` rows' scores. cos / sin: (capacity, head_dim). */
+void llama_forward(const llama *m, float *x, int64_t rows, int64_t start, float *kcache, float *vcache,
+                   int64_t capacity, const float *cos, const float *sin, int64_t keep, float *logits,
+                   uint8_t *scratch, int isa, int threads) {
+    int64_t H = m->hidden, hd = m->head_dim, nq = m->heads * hd, nkv = m->kv_heads * hd, I = m->intermediate;
+    int64_t wqkv = nq + 2 * nkv, group = m->heads / m->kv_heads;
+    float *h = (float *)scratch, *qkv = h + rows * H, *attn = qkv + rows * wqkv, *gu = attn + rows * nq;
+    float *act = gu + rows * 2 * I, *scores = act + rows * I;
+    uint8_t *q8 = (uint8_t *)(scores + (int64_t)threads * capacity);
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int64_t layer = 0; layer < m->layers; layer++) {
+        float *kc = kcache + layer * m->kv_heads * capacity * hd, *vc = vcache + layer * m->kv_heads * capacity * hd;
+        rms_norm(x, m->attn_norm + layer * H, rows, H, m->eps, h);
+        q4q8_run(&m->qkv[layer], h, rows, qkv, q8, isa, threads);
+        for (int64_t r = 0; r < rows; r++) {
+            float *row = qkv + r * wqkv;
+            const float *c = cos + (start + r) * hd, *s = sin + (start + r) * hd;
+            for (int64_t head = 0; head < m->heads + m->kv_heads; head++) rope(row + head * hd, c, s, hd);
+            for (int64_t kvh = 0; kvh < m->kv_heads; kvh++) {
+                for (int64_t i = 0; i < hd; i++) kc[(kvh * hd + i) * capacity + start + r] = row[nq + kvh * hd + i];
+                memcpy(vc + (kvh * capacity + start + r) * hd, row + nq + nkv + kvh * hd, hd * 4);
+            }
+        }
+#pragma omp parallel for schedule(static) num_threads(threads)
+        for (int64_t task = 0; task < rows * m->heads; task++) {
+            int64_t r = task / m->heads, head = task % m->heads, kvh = head / group, end = start + r + 1;
+            const float *q = qkv + r * wqkv + head * hd, *keys = kc + kvh * capacity * hd;
+            attend(q, keys, vc + kvh * capacity * hd, end, hd, capacity, scale,
+                   scores + (int64_t)omp_get_thread_num() * capacity, attn + r * nq + head * hd);
+        }
+        q4q8_run(&m->o[layer], attn, rows, h, q8, isa, threads);
+        add_into(x, h, rows * H);
+        rms_norm(x, m->mlp_norm + layer * H, rows, H, m->eps, h);
+        q4q8_run(&m->gate_up[layer], h, rows, gu, q8, isa, threads);
+        silu_mul(gu, rows, I, act);
+        q4q8_run(&m->down[layer], act, rows, h, q8, isa, threads);
+        add_into(x, h, rows * H);
+    }
+    rms_norm(x + (rows - keep) * H, m->final_norm, keep, H, m->eps, h);
+    q4q8_run(m->head, h, keep, logits, q8, isa, threads);
+}

@@ -1,0 +1,222 @@
+"""Q4 / Q8 weights times Q8 activations on the CPU (q4q8.c): the native GGUF target's projections.
+
+torch's int4 kernel de-quantises every weight into float32 for each block of 4 rows it multiplies, so a
+verification block of k rows costs about k times a single row's arithmetic. This kernel quantises the
+activations per row and group of 32 (as llama.cpp's Q8_0 does) and multiplies with integer dot products
+(AVX-512 VNNI where the CPU has it, portable C elsewhere, the same bits on every path): each weight is read and
+unpacked once for up to 8 rows. A row's result does not depend on the other rows or on the thread count.
+
+The library is compiled with the system's C compiler (`CC`, else `cc`) the first time it is needed (`make`
+does it at set-up) into engine/kernels/build/, or into the user's cache where the package is read-only; without
+a compiler `available()` is False and the caller keeps torch's int4 kernel.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SOURCE = Path(__file__).with_name("q4q8.c")
+GROUP = 32  # inputs per scale (the GGUF block size)
+ROWS = 16  # output rows per weight block: a weight's outputs must be a multiple of this
+FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off", "-fPIC", "-shared")
+ISAS = {"vnni": 2, "c": 0}  # SPECDEC_Q4Q8_ISA forces one (tests compare them)
+
+
+def _library_path() -> Path:
+    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:12]
+    local = SOURCE.parent / "build"
+    if os.access(SOURCE.parent, os.W_OK):
+        return local / f"libq4q8-{digest}.so"
+    from engine.models.embedded import home
+
+    return home() / "kernels" / f"libq4q8-{digest}.so"
+
+
+def build() -> Path:
+    """Compile the library unless a build of this source exists; raises OSError with the compiler's words."""
+    path = _library_path()
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.tmp")
+    compiler = os.environ.get("CC", "cc")
+    try:
+        result = subprocess.run([compiler, *FLAGS, "-o", str(partial), str(SOURCE)], capture_output=True, text=True)
+    except FileNotFoundError:
+        raise OSError(f"no C compiler ({compiler}) to build {SOURCE.name}") from None
+    if result.returncode:
+        partial.unlink(missing_ok=True)
+        raise OSError(f"{compiler} could not build {SOURCE.name}: {(result.stderr.strip().splitlines() or ['?'])[0]}")
+    partial.replace(path)  # atomic: a concurrent build never loads a half-written file
+    return path
+
+
+@cache
+def _library() -> ctypes.CDLL | None:
+    try:
+        lib = ctypes.CDLL(str(build()))
+    except OSError as exc:
+        print(f"specdec: {exc}: the int4 target runs on torch's int4 kernel", file=sys.stderr)
+        return None
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    lib.q4q8_linear.argtypes = [ptr, ptr, ctypes.c_int, i64, ptr, ptr, ctypes.c_int, ctypes.c_int]
+    lib.q4q8_linear.restype = None
+    lib.llama_forward.argtypes = [ptr, ptr, i64, i64, ptr, ptr, i64, ptr, ptr, i64, ptr, ptr, ctypes.c_int,
+                                  ctypes.c_int]
+    lib.llama_forward.restype = None
+    lib.llama_scratch_bytes.argtypes = [ptr, i64, i64, ctypes.c_int]
+    lib.llama_scratch_bytes.restype = i64
+    lib.q4q8_scratch_bytes.argtypes = [i64, i64, i64]
+    lib.q4q8_scratch_bytes.restype = i64
+    lib.q4q8_best_isa.restype = ctypes.c_int
+    return lib
+
+
+def available() -> bool:
+    return _library() is not None
+
+
+@cache
+def isa() -> int:
+    """The path the kernel takes (read once: SPECDEC_Q4Q8_ISA forces one, else the CPU's best)."""
+    forced = os.environ.get("SPECDEC_Q4Q8_ISA")
+    return ISAS[forced] if forced in ISAS else _library().q4q8_best_isa()
+
+
+def isa_name() -> str:
+    return {v: k for k, v in ISAS.items()}[isa()]
+
+
+def pack(values: np.ndarray, scales: np.ndarray, offsets: np.ndarray, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's layout of w = d·u + m: `values` u (N, K) uint8 (0..15 for 4 bits, 0..255 for 8), `scales` d and
+    `offsets` m (N, K / 32). Returns the weight blocks (uint8) and their fp16 d, m (see q4q8.c for the order)."""
+    n, k = values.shape
+    blocks, groups = n // ROWS, k // GROUP
+    u = values.reshape(blocks, ROWS, groups, GROUP).transpose(0, 2, 1, 3)  # (block, group, row, input)
+    if bits == 4:
+        low = u[..., :16].reshape(blocks, groups, ROWS, 4, 4).transpose(0, 1, 3, 2, 4)  # (b, g, chunk, row, j)
+        high = u[..., 16:].reshape(blocks, groups, ROWS, 4, 4).transpose(0, 1, 3, 2, 4)
+        packed = (low | (high << 4)).astype(np.uint8)
+    else:
+        packed = u.reshape(blocks, groups, ROWS, 8, 4).transpose(0, 1, 3, 2, 4).astype(np.uint8)
+    dm = np.stack((scales, offsets)).astype(np.float16)  # (2, N, groups)
+    dm = dm.reshape(2, blocks, ROWS, groups).transpose(1, 3, 0, 2)  # (block, group, d | m, row)
+    return torch.from_numpy(np.ascontiguousarray(packed).reshape(-1)), torch.from_numpy(
+        np.ascontiguousarray(dm).reshape(-1).view(np.int16))
+
+
+_scratch = threading.local()
+
+
+def _scratch_buffer(size: int) -> torch.Tensor:
+    buffer = getattr(_scratch, "buffer", None)
+    if buffer is None or buffer.numel() < size:
+        buffer = _scratch.buffer = torch.empty(max(size, 1 << 20), dtype=torch.uint8)
+    return buffer
+
+
+class Q4Q8Weight:
+    """x ↦ x @ wᵀ for x (rows, K) float32 or bfloat16, on the kernel; the result has x's dtype."""
+
+    def __init__(self, blocks: torch.Tensor, scales: torch.Tensor, bits: int, out_features: int, in_features: int):
+        self.blocks, self.scales, self.bits = blocks, scales, bits
+        self.out_features, self.in_features = out_features, in_features
+        self._lib = _library()
+
+    @classmethod
+    def from_values(cls, values: np.ndarray, scales: np.ndarray, offsets: np.ndarray, bits: int) -> "Q4Q8Weight":
+        blocks, dm = pack(values, scales, offsets, bits)
+        return cls(blocks, dm, bits, *values.shape)
+
+    @staticmethod
+    def fits(out_features: int, in_features: int) -> bool:
+        return out_features % ROWS == 0 and in_features % GROUP == 0
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype not in (torch.float32, torch.bfloat16):
+            x = x.float()
+        x = x.contiguous()
+        rows = x.shape[0]
+        out = torch.empty((rows, self.out_features), dtype=x.dtype)
+        lib = self._lib
+        scratch = _scratch_buffer(lib.q4q8_scratch_bytes(rows, self.in_features, self.out_features))
+        lib.q4q8_linear(ctypes.byref(_QWeight.of(self)), x.data_ptr(), int(x.dtype == torch.bfloat16), rows,
+                        out.data_ptr(), scratch.data_ptr(), isa(), torch.get_num_threads())
+        return out
+
+
+def fuse(weights: list["Q4Q8Weight"]) -> "Q4Q8Weight":
+    """One weight for projections of the same input (q/k/v, gate/up): blocks of 16 rows concatenate as they are."""
+    first = weights[0]
+    return Q4Q8Weight(torch.cat([w.blocks for w in weights]), torch.cat([w.scales for w in weights]), first.bits,
+                      sum(w.out_features for w in weights), first.in_features)
+
+
+class _QWeight(ctypes.Structure):
+    _fields_ = [("blocks", ctypes.c_void_p), ("scales", ctypes.c_void_p), ("bits", ctypes.c_int64),
+                ("N", ctypes.c_int64), ("K", ctypes.c_int64)]
+
+    @classmethod
+    def of(cls, weight: Q4Q8Weight) -> "_QWeight":
+        return cls(weight.blocks.data_ptr(), weight.scales.data_ptr(), weight.bits, weight.out_features,
+                   weight.in_features)
+
+
+class _Llama(ctypes.Structure):
+    _fields_ = [("layers", ctypes.c_int64), ("hidden", ctypes.c_int64), ("heads", ctypes.c_int64),
+                ("kv_heads", ctypes.c_int64), ("head_dim", ctypes.c_int64), ("intermediate", ctypes.c_int64),
+                ("eps", ctypes.c_float), ("qkv", ctypes.POINTER(_QWeight)), ("o", ctypes.POINTER(_QWeight)),
+                ("gate_up", ctypes.POINTER(_QWeight)), ("down", ctypes.POINTER(_QWeight)),
+                ("attn_norm", ctypes.c_void_p), ("mlp_norm", ctypes.c_void_p), ("final_norm", ctypes.c_void_p),
+                ("head", ctypes.POINTER(_QWeight))]
+
+
+class LlamaForward:
+    """A whole Llama-family forward on the kernel, in float32 (q4q8.c's llama_forward): one call per block of
+    tokens instead of a few hundred torch ops, so a verification block's extra rows cost their arithmetic only.
+
+    `layers` holds per layer the Q4Q8 weights (qkv, o, gate_up, down) and float32 norm weights (attn, mlp)."""
+
+    def __init__(self, layers: list[tuple], final_norm: torch.Tensor, head: Q4Q8Weight, *, heads: int,
+                 kv_heads: int, head_dim: int, eps: float):
+        self._lib = _library()
+        self.head = head
+        qkv, o, gate_up, down, attn_norm, mlp_norm = zip(*layers)
+        self._keep = [*qkv, *o, *gate_up, *down, head]  # the structs below point into these tensors
+        self.attn_norm = torch.stack(attn_norm).float().contiguous()
+        self.mlp_norm = torch.stack(mlp_norm).float().contiguous()
+        self.final_norm = final_norm.float().contiguous()
+        arrays = [(_QWeight * len(layers))(*[_QWeight.of(w) for w in ws]) for ws in (qkv, o, gate_up, down)]
+        self._head = _QWeight.of(head)
+        self._arrays = arrays
+        self.spec = _Llama(len(layers), qkv[0].in_features, heads, kv_heads, head_dim, down[0].in_features, eps,
+                           *arrays, self.attn_norm.data_ptr(), self.mlp_norm.data_ptr(), self.final_norm.data_ptr(),
+                           ctypes.pointer(self._head))
+        self.hidden = qkv[0].in_features
+
+    def __call__(self, x: torch.Tensor, start: int, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
+                 sin: torch.Tensor, keep: int) -> torch.Tensor:
+        """Logits (keep, vocab) float32 of the last `keep` rows of x (rows, hidden), the embeddings of tokens at
+        positions start..; their keys are written into k (layers, kv_heads, head_dim, capacity), their values into
+        v (layers, kv_heads, capacity, head_dim)."""
+        x = x.float().contiguous().clone()
+        rows, capacity, threads = x.shape[0], v.shape[2], torch.get_num_threads()
+        logits = torch.empty((keep, self.head.out_features), dtype=torch.float32)
+        lib = self._lib
+        scratch = _scratch_buffer(lib.llama_scratch_bytes(ctypes.byref(self.spec), rows, capacity, threads))
+        lib.llama_forward(ctypes.byref(self.spec), x.data_ptr(), rows, start, k.data_ptr(), v.data_ptr(), capacity,
+                          cos.data_ptr(), sin.data_ptr(), keep, logits.data_ptr(), scratch.data_ptr(), isa(), threads)
+        return logits
+
+
+if __name__ == "__main__":  # `make` builds the library at set-up: python -m engine.kernels.q4q8
+    print(f"q4q8: {build()} ({isa_name()} path)" if available() else "q4q8: not built (see above)")
