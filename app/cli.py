@@ -22,8 +22,9 @@ COLOURS = {  # ANSI colours for the terminal, the same meaning as in the app
     "bonus": "\033[33m", "target": "",
 }
 RESET = "\033[0m"
-STOP_BELOW_HELP = ("stop a round's drafting before γ once the draft's own estimate that all its drafts will be "
-                   "accepted falls below this (0: always γ drafts)")
+STOP_BELOW_HELP = ("use the confidence stop instead of cost-aware rounds: a round stops drafting before γ once the "
+                   "draft's own estimate that all its drafts will be accepted falls below S (0: always γ drafts) "
+                   "(default: cost-aware, each round drafts while one more token raises its tokens per second)")
 # Options the app (app/studio.py) shares, with the same words
 DEVICE_HELP = "where to run; auto: CUDA or MPS when present, else CPU"
 DTYPE_HELP = ("activations and weights; auto: bfloat16 on CUDA and on CPUs with AVX-512-bf16, float16 on MPS, "
@@ -112,6 +113,16 @@ def comma_list(item: Callable[[str], object]) -> Callable[[str], list]:
     return convert
 
 
+def draft_length(text: str) -> str | float:
+    """A bench draft-length rule: "cost" (cost-aware rounds) or a confidence stop in [0, 1)."""
+    return text if text == "cost" else setting("stop_below", finite_float)(text)
+
+
+def length_rule(stop_below: float | None) -> dict:
+    """DecodeSettings' draft-length fields for --stop-below: cost-aware rounds unless a confidence stop is given."""
+    return {"cost_aware": True} if stop_below is None else {"cost_aware": False, "stop_below": stop_below}
+
+
 def model_name(text: str) -> str:
     """A model argument. What looks like a path (as engine.models.loading reads it) must exist; that is checked
     here, before torch loads. Hub ids and the embedded names are the loader's to check."""
@@ -161,8 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_arguments(gen)
     gen.add_argument("--gamma", metavar="N", type=setting("gamma", whole_number), default=defaults.gamma,
                      help="most draft tokens per round (γ), 1 to 64")
-    gen.add_argument("--stop-below", metavar="S", type=setting("stop_below", finite_float),
-                     default=defaults.stop_below, help=STOP_BELOW_HELP)
+    gen.add_argument("--stop-below", metavar="S", type=setting("stop_below", finite_float), default=None,
+                     help=STOP_BELOW_HELP)
     mode = gen.add_mutually_exclusive_group()
     mode.add_argument("--greedy", action="store_true", help="greedy decoding (the default)")
     mode.add_argument("--temperature", metavar="T", type=setting("temperature", finite_float), default=None,
@@ -189,9 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="most new tokens per prompt")
     bench.add_argument("--gammas", metavar="N,N,...", type=comma_list(setting("gamma", whole_number)),
                        default=[1, 2, 4, 6, 8], help="γ values for the drafting methods, one row each")
-    bench.add_argument("--stop-below", metavar="S,S,...", type=comma_list(setting("stop_below", finite_float)),
-                       default=[defaults.stop_below],
-                       help="adaptive draft length for spec and spec_draft, one row per value (0: always γ drafts)")
+    bench.add_argument("--stop-below", metavar="S,S,...", type=comma_list(draft_length), default=["cost"],
+                       help="draft length rules for spec and spec_draft, one row each: cost (cost-aware rounds) or "
+                            "a confidence stop S (0: always γ drafts)")
     bench.add_argument("--decoding", metavar="D,D,...", type=comma_list(one_of(DECODINGS)),
                        default=list(DECODINGS), help=f"decoding modes, from {', '.join(DECODINGS)}")
     bench.add_argument("--temperature", metavar="T", type=setting("temperature", finite_float), default=0.7,
@@ -314,7 +325,7 @@ def cmd_generate(args) -> int:
         mode=args.mode if draft else "ar", gamma=args.gamma, greedy=args.temperature is None,
         temperature=args.temperature if args.temperature is not None else 1.0,
         top_k=args.top_k, top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens, lookup=args.lookup,
-        stop_below=args.stop_below,
+        **length_rule(args.stop_below),
     )
     from engine.decoding.decoder import Decoder  # torch and transformers: only once the input is known to be good
 

@@ -16,7 +16,7 @@ from transformers.utils import logging as transformers_logging
 
 from app import machine
 from app.cli import (DEVICE_HELP, DTYPE_HELP, STOP_BELOW_HELP, TARGET_WEIGHTS_HELP, HelpFormatter,
-                     finite_float, setting, whole_number)
+                     finite_float, length_rule, setting, whole_number)
 from app.worker import DecodeWorker
 from engine.decoding.decoder import Decoder
 from engine.events import DecodeSettings
@@ -92,8 +92,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=TARGET_WEIGHTS_HELP)
     parser.add_argument("--gamma", metavar="N", type=setting("gamma", whole_number), default=defaults.gamma,
                         help="most drafts per round (γ), 1 to 64")
-    parser.add_argument("--stop-below", metavar="S", type=setting("stop_below", finite_float),
-                        default=defaults.stop_below, help=STOP_BELOW_HELP)
+    parser.add_argument("--stop-below", metavar="S", type=setting("stop_below", finite_float), default=None,
+                        help=STOP_BELOW_HELP)
     parser.add_argument("--max-new-tokens", metavar="N", type=setting("max_new_tokens", whole_number),
                         default=defaults.max_new_tokens, help="most tokens in a reply")
     parser.add_argument("--seed", metavar="S", type=whole_number, default=defaults.seed, help="seed for sampling")
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     app.setApplicationName("SpecDec Studio")
     draft = None if args.draft.lower() == "none" else args.draft
     settings = DecodeSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                              greedy=not args.sampling, stop_below=args.stop_below, temperature=args.temperature)
+                              greedy=not args.sampling, temperature=args.temperature, **length_rule(args.stop_below))
     store, preferences, problem = open_data_dir(args.data_dir)
     studio = build(target=args.target, draft=draft, device=args.device, dtype=args.dtype, defaults=settings,
                    store=store, preferences=preferences)

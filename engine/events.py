@@ -6,7 +6,7 @@ Nothing here imports torch, so the UI thread and the exporters can use these typ
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 
@@ -24,9 +24,7 @@ class Fate(str, Enum):
 @dataclass(frozen=True)
 class DecodeSettings:
     mode: str = "spec"  # "spec" or "ar"
-    # The most drafts per round. With the adaptive stop below, rounds draft 1–γ (about 2 on average for the
-    # embedded pair); γ = 6 and 0.3 were chosen on held-out training answers (simulated rounds), README has
-    # the measurements.
+    # The most drafts per round (the γ slider is this cap).
     gamma: int = 6
     greedy: bool = True
     temperature: float = 1.0
@@ -35,9 +33,13 @@ class DecodeSettings:
     seed: int = 0
     max_new_tokens: int = 128
     lookup: bool = True  # also draft by copying what followed an earlier occurrence of the last tokens
-    # Adaptive draft length: a round stops drafting, before γ, once the drafter's estimate that all its drafts so
-    # far will be kept (drafters.py) falls below this; 0 always drafts γ. The choice uses this round's drafts and
-    # earlier rounds' verdicts, never this round's p, so every token is still distributed as the target's.
+    # How long a round drafts. Cost-aware (the default): one more draft while it can raise the round's tokens per
+    # second, from the pair's measured costs and the drafts' calibrated acceptance (engine.decoding.costs); a round
+    # may draft nothing (a plain target step). Otherwise the confidence stop: drafting ends once the drafter's
+    # estimate that all its drafts so far will be kept falls below `stop_below` (0: always γ drafts). Either rule
+    # uses this round's drafts and earlier rounds' verdicts, never this round's p, so every token is still
+    # distributed as the target's.
+    cost_aware: bool = True
     stop_below: float = 0.3
 
     def __post_init__(self) -> None:
@@ -120,6 +122,7 @@ class RoundEvent:
     # (engine.decoding.costs): tokens × one AR step. 0 where no cost model is known. The window's live speedup is
     # Σ ar_equivalent_s / Σ round_s, so on a quiet machine it agrees with the measured AR comparison.
     ar_equivalent_s: float = 0.0
+    planned_s: float = 0.0  # what the cost model predicted this round would take (its drafts and block)
     finish_reason: str | None = None  # "eos", "length" on the last round of a reply; None otherwise
 
     @property
@@ -184,3 +187,5 @@ class PairInfo:
     # A single-token target step timed when the pair was warmed up (0: not yet): the window's first speedup
     # estimate then rests on two timings, not on the one taken just before the reply.
     target_step_s: float = 0.0
+    # The pair's cost model as measured at warm-up (engine.decoding.costs.CostModel.as_dict); empty: not yet.
+    costs: dict = field(default_factory=dict)

@@ -5,6 +5,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from engine.decoding.costs import CostModel
 from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import DraftModelDrafter
 from engine.models.loading import LoadedModel
@@ -33,13 +34,22 @@ def tiny_model(seed: int, layers: int = 2, vocab_size: int = len(WORDS), hidden:
     return LoadedModel(name=f"tiny-{seed}", path=f"tiny-{seed}", model=model, tokenizer=tiny_tokenizer())
 
 
+def cheap_draft_costs() -> CostModel:
+    """Costs under which a draft is cheap beside a target block, far below anything a real timing can refresh
+    them to: cost-aware rounds then plan the same way on any machine."""
+    return CostModel([1e-7 + 1e-8 * k for k in range(9)], draft_step_s=1e-8, copy_s=1e-9, overhead_s=1e-8)
+
+
 def tiny_decoder(target_seed: int = 0, draft_seed: int | None = 1) -> Decoder:
-    """A target and (unless draft_seed is None) a different, smaller random draft."""
+    """A target and (unless draft_seed is None) a different, smaller random draft, planning on cheap drafts."""
     target = tiny_model(target_seed)
     if draft_seed is None:
-        return Decoder(target)
-    draft = tiny_model(draft_seed, layers=1)
-    return Decoder(target, DraftModelDrafter(draft, target.vocab_size), draft)
+        decoder = Decoder(target)
+    else:
+        draft = tiny_model(draft_seed, layers=1)
+        decoder = Decoder(target, DraftModelDrafter(draft, target.vocab_size), draft)
+    decoder.set_costs(cheap_draft_costs())
+    return decoder
 
 
 PROMPT = [{"role": "user", "content": "w3 w7 w11 w5"}]

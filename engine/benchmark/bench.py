@@ -46,7 +46,8 @@ class Config:
     decoding: str
     gamma: int | None = None
     schedule: str | None = None  # hf_assisted only: "constant" (with γ), "default" or "heuristic"
-    stop_below: float | None = None  # our drafting methods: DecodeSettings.stop_below (0 = always γ drafts)
+    # Our drafting methods' draft length: "cost" (cost-aware rounds) or a confidence stop (0 = always γ drafts)
+    stop_below: float | str | None = None
 
     @property
     def greedy(self) -> bool:
@@ -58,6 +59,8 @@ class Config:
             return self.schedule
         if self.gamma is None:
             return ""
+        if self.stop_below == "cost":
+            return f"≤{self.gamma}, cost-aware"
         return f"≤{self.gamma}, stop {self.stop_below:g}" if self.stop_below else str(self.gamma)
 
 
@@ -82,9 +85,10 @@ class Row:
 
 
 def plan(methods: Sequence[str], decodings: Sequence[str], gammas: Sequence[int],
-         stop_belows: Sequence[float] = (0.0,)) -> list[Config]:
+         stop_belows: Sequence[float | str] = ("cost",)) -> list[Config]:
     """The configurations to run, in table order; raises ValueError with a one-line reason on bad input.
-    Our drafting methods run every γ with every `stop_belows` value (0: γ drafts in every round)."""
+    Our drafting methods run every γ with every `stop_belows` rule ("cost": cost-aware rounds; a number: the
+    confidence stop, 0 for γ drafts in every round)."""
     for method in methods:
         if method not in METHODS:
             raise ValueError(f"unknown bench method {method!r}; choose from {', '.join(METHODS)}")
@@ -101,7 +105,7 @@ def plan(methods: Sequence[str], decodings: Sequence[str], gammas: Sequence[int]
     if any(m in ENGINE_DRAFTING for m in methods) and not stop_belows:
         raise ValueError("--stop-below is empty")
     for stop in stop_belows:
-        if not 0.0 <= stop < 1.0:
+        if stop != "cost" and not 0.0 <= stop < 1.0:
             raise ValueError(f"stop-below must be in [0, 1), not {stop}")
     configs = []
     for decoding in decodings:
@@ -170,7 +174,8 @@ class Bench:
         settings = DecodeSettings(
             mode="ar" if config.method == "ar" else "spec", gamma=config.gamma or 1, greedy=config.greedy,
             temperature=self.temperature, seed=seed, max_new_tokens=max_new, lookup=config.method == "spec",
-            stop_below=config.stop_below or 0.0,
+            cost_aware=config.stop_below == "cost",
+            stop_below=0.0 if config.stop_below in (None, "cost") else config.stop_below,
         )
         self.decoder.reset()  # otherwise the previous run's cached prompt would make this prefill free
         # generate() tokenises inside; time that alone, just before, and take it off the wall time
@@ -422,6 +427,8 @@ def summarize_row(row: Row, ar: Row | None) -> dict:
                       tokens_per_round=stats.tokens_per_round, rounds=stats.n_rounds,
                       drafts_per_round=_ratio(stats.n_drafted, stats.n_rounds))
         record["per_position_acceptance"] = per_position_acceptance(events)
+        if config.method in ENGINE_DRAFTING:
+            record.update(predicted_vs_measured(row, ar))
         t_p = ar_step_s(ar)
         t_q = _ratio(stats.draft_s, stats.n_drafted)
         record.update(t_q_s=t_q, t_p_s=t_p)
@@ -439,6 +446,32 @@ def summarize_row(row: Row, ar: Row | None) -> dict:
     return record
 
 
+def predicted_vs_measured(row: Row, ar: Row | None) -> dict:
+    """The cost model's speedup (AR time of the tokens / the rounds' planned time) beside the measured one,
+    per prompt: tokens/s of the row's replies to it over the AR row's."""
+    def speed(runs: list[Run]) -> float:
+        wall = sum(r.wall_s for r in runs)
+        return sum(len(r.tokens) for r in runs) / wall if wall > 0 else 0.0
+
+    per_prompt = []
+    for index in sorted({r.prompt_index for r in row.runs}):
+        runs = [r for r in row.runs if r.prompt_index == index]
+        events = [e for r in runs for e in r.events or []]
+        planned = sum(e.planned_s for e in events)
+        predicted = _ratio(sum(e.ar_equivalent_s for e in events), planned) if planned else None
+        ar_runs = [r for r in (ar.runs if ar else []) if r.prompt_index == index]
+        measured = _ratio(speed(runs), speed(ar_runs)) if ar_runs else None
+        per_prompt.append({"prompt": index, "predicted_speedup": predicted, "measured_speedup": measured})
+    events = [e for r in row.runs for e in r.events or []]
+    planned = sum(e.planned_s for e in events)
+    errors = [abs(p["predicted_speedup"] / p["measured_speedup"] - 1) for p in per_prompt
+              if p["predicted_speedup"] and p["measured_speedup"]]
+    return {"predicted_speedup": _ratio(sum(e.ar_equivalent_s for e in events), planned) if planned else None,
+            "per_prompt": per_prompt, "prediction_error_max": max(errors) if errors else None,
+            "slowest_prompt_speedup": min((p["measured_speedup"] for p in per_prompt if p["measured_speedup"]),
+                                          default=None)}
+
+
 def summarize(rows: list[Row]) -> dict:
     records = [summarize_row(row, _ar_row(rows, row.config.decoding)) for row in rows]
     return {"runs": records, "greedy_identical": greedy_identical(rows)}
@@ -450,8 +483,8 @@ def _fmt(value, spec: str) -> str:
 
 def markdown_table(records: list[dict]) -> str:
     header = ["method", "decoding", "γ", "tokens", "wall s", "tokens/s", "α", "drafts/round", "tokens/round",
-              "speedup vs ar", "greedy = ar"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 7 + ["---"]) + "|"]
+              "speedup vs ar", "predicted", "slowest prompt", "greedy = ar"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 9 + ["---"]) + "|"]
     for r in records:
         config = Config(r["method"], r["decoding"], r["gamma"], r.get("schedule"), r.get("stop_below"))
         cells = [
@@ -459,6 +492,8 @@ def markdown_table(records: list[dict]) -> str:
             f"{r['tokens_per_s']:.1f}", "" if r["method"] in ONE_TOKEN_PER_ROUND else _fmt(r["alpha"], ".2f"),
             "" if r.get("drafts_per_round") is None else _fmt(r["drafts_per_round"], ".2f"),
             _fmt(r["tokens_per_round"], ".2f"), _fmt(r["speedup_vs_ar"], ".2f") + ("x" if r["speedup_vs_ar"] else ""),
+            "" if r.get("predicted_speedup") is None else f"{r['predicted_speedup']:.2f}x",
+            "" if r.get("slowest_prompt_speedup") is None else f"{r['slowest_prompt_speedup']:.2f}x",
             r.get("identical_to_ar") or "",
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -478,7 +513,7 @@ def environment(decoder, prompts: list[str], args) -> dict:
         "target": info.target.__dict__, "draft": info.draft.__dict__ if info.draft else None,
         "prompts": len(prompts), "repeats": args.repeats, "max_new_tokens": args.max_new_tokens,
         "temperature": args.temperature, "seed": args.seed, "draft_weights": args.draft_weights,
-        "target_weights": decoder.target.weights, "llama_cpp": _llama_cpp_version(),
+        "target_weights": decoder.target.weights, "llama_cpp": _llama_cpp_version(), "costs": info.costs,
         "hf_assisted_schedules": {"constant": "γ drafts every round, confidence early stop off", **HF_SCHEDULES},
         "timing": "wall clock from prompt ids to the last token; model loading and tokenisation excluded",
     }
@@ -507,7 +542,8 @@ def write_plots(records: list[dict], out: Path) -> list[Path]:
     drafting = [r for r in records if r["method"] in (*ENGINE_DRAFTING, "naive") and r.get("alpha") is not None]
     series = {}  # one line per method, decoding and stop rule; the seed's formulas only for fixed γ
     for r in drafting:
-        name = f"{r['method']} {r['decoding']}" + (f" stop {r['stop_below']:g}" if r.get("stop_below") else "")
+        stop = r.get("stop_below")
+        name = f"{r['method']} {r['decoding']}" + (" cost-aware" if stop == "cost" else f" stop {stop:g}" if stop else "")
         series.setdefault(name, []).append(r)
     written = []
 
@@ -614,6 +650,15 @@ def run_cli(args, target_name: str, draft_name: str | None) -> int:
               f"{args.repeats}, {args.max_new_tokens} new tokens max")
         print()
         print(markdown_table(result["runs"]))
+        if env.get("costs"):
+            costs = env["costs"]
+            blocks = ", ".join(f"{ms:.1f}" for ms in costs["target_block_ms"])
+            print(f"\ncost model: target block of 1..{len(costs['target_block_ms'])} rows {blocks} ms; draft step "
+                  f"{costs['draft_step_ms']:.2f} ms, copied token {costs['copy_ms']:.2f} ms, round bookkeeping "
+                  f"{costs['overhead_ms']:.2f} ms")
+        errors = [r["prediction_error_max"] for r in result["runs"] if r.get("prediction_error_max") is not None]
+        if errors:
+            print(f"cost model's predicted speedup per prompt: at most {max(errors):.0%} from the measured one")
         if result["greedy_identical"] is not None:
             identical = result["greedy_identical"]
             if not identical and not env["greedy_exact"]:  # transformers' forward: blocks round unlike steps

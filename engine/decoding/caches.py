@@ -49,6 +49,7 @@ class CachedModel:
                  int8: bool = False):
         """`int8` stores the weights as int8 on the fast path (drafts only: it changes the model's distribution)."""
         self.model = model
+        self.device = model.device  # read once: transformers finds it by walking the parameters
         self.vocab_size = vocab_size  # logits beyond this (padding rows) are dropped
         self.tokens: list[int] = []
         # A draft vocabulary (FR-Spec) scores only its frequent tokens: a smaller LM head, same model.
@@ -71,10 +72,6 @@ class CachedModel:
         """Whether a position's logits are the same bits fed alone or in a block (then greedy speculative
         decoding returns exactly greedy AR's tokens)."""
         return self.cache.batch_invariant
-
-    @property
-    def device(self) -> torch.device:
-        return self.model.device
 
     def forward(self, new_tokens: list[int], keep: int = 1) -> torch.Tensor:
         """Feed `new_tokens` after the cached ones; return float logits (keep, vocab) of the last `keep` positions."""

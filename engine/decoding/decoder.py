@@ -15,7 +15,8 @@ import torch
 
 from engine.decoding.caches import PREFILL_CHUNK, CachedModel
 from engine.decoding.context import fit, require_text, window_of
-from engine.decoding.drafters import Drafter, DraftModelDrafter
+from engine.decoding.costs import MEASURE_REPEATS, MEASURED_ROWS, CostModel, RoundPlanner, fastest
+from engine.decoding.drafters import Drafter, DraftModelDrafter, lookup_continuation
 from engine.decoding.text import TextStream
 from engine.events import (ContextNotice, DecodeSettings, DraftedToken, EmittedToken, Fate, PairInfo,
                            PrefillProgress, RoundEvent, TokenProb)
@@ -42,6 +43,8 @@ class Decoder:
         self.eos_ids = _eos_ids(target)
         self.window = window_of(*(m.model for m in (target, draft) if m is not None))  # None: no limit known
         self.target_step_s = 0.0  # one single-token target forward, measured at warm-up and by AR steps
+        self.costs: CostModel | None = None  # measured at warm-up (measure_costs)
+        self.planner: RoundPlanner | None = None
         self._gamma_request: int | None = None
 
     @classmethod
@@ -63,6 +66,7 @@ class Decoder:
             target=self.target.info(), draft=self.draft.info() if self.draft else None,
             device=str(self.target.device), dtype=str(self.target.model.dtype).removeprefix("torch."),
             greedy_exact=self.runner.batch_invariant, target_step_s=self.target_step_s,
+            costs=self.costs.as_dict() if self.costs else {},
         )
 
     def request_gamma(self, gamma: int) -> None:
@@ -92,23 +96,50 @@ class Decoder:
         estimates. Cheap enough to repeat before each reply, so a busy machine does not skew the estimate."""
         ids = self._scratch_ids()
         runner = CachedModel(self.target.model, self.vocab_size)
-        runner.forward(ids[:-3])
-        times = []
-        for token in ids[-3:]:
-            synchronize(self.target.device)
-            start = time.perf_counter()
-            runner.forward([token])
-            synchronize(self.target.device)
-            times.append(time.perf_counter() - start)
-        self.target_step_s = min(times)
+        runner.forward(ids[:-1])
+        self.target_step_s = fastest(lambda: (runner.forward(ids[-1:]), runner.rollback(len(ids) - 1)), 3,
+                                     lambda: synchronize(self.target.device))
+        if self.costs:
+            self.costs.observe(1, self.target_step_s, 0.0)
         return self.target_step_s
 
+    def measure_costs(self) -> CostModel:
+        """The pair's cost model (engine.decoding.costs): the target's blocks of 1..MEASURED_ROWS rows, a draft
+        step and a copied token, each the fastest of a few timings on scratch caches."""
+        ids = self._scratch_ids()
+        sync = lambda: synchronize(self.target.device)  # noqa: E731
+        runner = CachedModel(self.target.model, self.vocab_size)
+        runner.forward(ids[:16])
+        # Round-robin over the block sizes, so that a busy moment slows one timing of each rather than all of one
+        blocks = [float("inf")] * MEASURED_ROWS
+        for _ in range(MEASURE_REPEATS):
+            for k in range(1, MEASURED_ROWS + 1):
+                seconds = fastest(lambda: (runner.forward(ids[16:16 + k], keep=k), runner.rollback(16)), 1, sync)
+                blocks[k - 1] = min(blocks[k - 1], seconds)
+        draft_s = copy_s = 0.0
+        if isinstance(self.drafter, DraftModelDrafter):
+            self.drafter.prefill(ids[:16])
+            draft_s = fastest(lambda: (self.drafter.step_logits(ids[:17]), self.drafter.runner.rollback(15)),
+                              synchronize=sync)
+            self.drafter.reset()
+        if self.drafter:
+            history = ids * 8  # a few hundred tokens of conversation to search
+            copy_s = fastest(lambda: lookup_continuation(history))
+        return self.set_costs(CostModel(blocks, draft_s, copy_s))
+
+    def set_costs(self, costs: CostModel) -> CostModel:
+        """Plan rounds on `costs` (measured at warm-up, or given: a test's, a saved profile's)."""
+        self.costs, self.planner = costs, RoundPlanner(costs)
+        self.target_step_s = costs.block_s(1)
+        return costs
+
     def warm_up(self) -> None:
-        """Run each model once (first calls are slow) and measure the target step."""
+        """Run each model once (first calls are slow), then measure the pair's costs."""
         self.measure_target_step()
         if self.drafter:
             self.drafter.prefill(self._scratch_ids())
             self.drafter.reset()
+        self.measure_costs()
 
     def _scratch_ids(self) -> list[int]:
         return [i % self.vocab_size for i in range(1000, 1032)]  # any 32 ids: only the timing matters
@@ -127,7 +158,7 @@ class Decoder:
                settings: DecodeSettings) -> Iterator[ContextNotice | PrefillProgress | RoundEvent]:
         """As `generate`, with what happens before the first round: a ContextNotice if the conversation had to be
         fitted into the window, then a PrefillProgress after each prefill chunk (stop there by closing it too)."""
-        if self.target_step_s == 0.0:
+        if self.costs is None:
             self.warm_up()
         fitted = fit(messages, settings.max_new_tokens, self.window, self.chat_ids)
         if fitted.notice is not None:
@@ -155,15 +186,17 @@ class Decoder:
                 asked = self._gamma_request
                 if self.window is not None:  # a draft past the window would have no position to go to
                     asked = min(asked, self.window - len(sequence))
-                proposal = self.drafter.propose(sequence, asked, settings, generator)
-                draft_tokens, draft_probs = proposal.tokens, proposal.probs.to(device)
+                proposal = self.drafter.propose(sequence, asked, settings, generator, self.planner)
+                draft_tokens, draft_probs, kinds = proposal.tokens, proposal.probs.to(device), proposal.kinds
             else:
-                draft_tokens, draft_probs = [], torch.empty((0, self.vocab_size), device=device)
+                draft_tokens, draft_probs, kinds = [], torch.empty((0, self.vocab_size), device=device), []
             gamma = len(draft_tokens)
             synchronize(device)
             drafted_at = time.perf_counter()
             # 2) score them in one target pass: p at each draft position and one past the last
             target_logits = self.runner.forward(sequence[-1:] + draft_tokens, keep=gamma + 1)
+            synchronize(device)
+            forward_s = time.perf_counter() - drafted_at
             target_probs = warp(target_logits, settings)  # (γ+1, vocab)
             synchronize(device)
             verified_at = time.perf_counter()
@@ -180,23 +213,26 @@ class Decoder:
             new_tokens = draft_tokens[: verdict.n_accepted] + [verdict.next_token]
             sequence += new_tokens
             assert len(self.runner) == len(sequence) - 1, "target cache out of step with the sequence"
-            if speculative:
-                behind = len(sequence) - self.drafter.cached_length()
-                assert behind in (1, 2), f"draft cache {behind} tokens behind the sequence"
+            if speculative:  # a round that drafted nothing, or only copies, leaves the draft further behind
+                assert self.drafter.cached_length() < len(sequence), "draft cache ahead of the sequence"
 
             if not speculative:
-                self.target_step_s = verified_at - drafted_at
+                self.target_step_s = forward_s
             # the drafts' text is read in a copy of the reply's text: a rejected draft follows the accepted ones
             drafted = self._drafted(verdict, draft_tokens, draft_probs, target_probs, text.fork())
             emitted, finish = self._emitted(verdict, draft_tokens, target_probs, gamma,
                                             fitted.max_new_tokens - n_generated, text)
             n_generated += len(emitted)
+            round_s = time.perf_counter() - round_start
+            planned_s = self.costs.round_s(kinds)
+            self.costs.observe(gamma + 1, forward_s, round_s - forward_s - (drafted_at - round_start))
             yield RoundEvent(
                 index=index, gamma=gamma, drafted=drafted, emitted=tuple(emitted),
                 text_delta="".join(t.text for t in emitted),
                 draft_s=drafted_at - round_start, verify_s=verified_at - drafted_at,
-                round_s=time.perf_counter() - round_start, prefill_s=prefill_s if index == 0 else 0.0,
+                round_s=round_s, prefill_s=prefill_s if index == 0 else 0.0,
                 target_step_s=self.target_step_s, finish_reason=finish,
+                ar_equivalent_s=len(emitted) * self.costs.ar_token_s, planned_s=planned_s,
             )
             if finish:
                 return

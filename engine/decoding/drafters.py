@@ -6,13 +6,14 @@ The decoder only sees the `Drafter` protocol (after transformers' candidate gene
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import torch
 
 from engine.decoding.caches import CachedModel
+from engine.decoding.costs import Acceptance, RoundPlanner
 from engine.models.embedded import DRAFT_VOCAB_FILE
 from engine.events import DecodeSettings
 from engine.models.loading import LoadedModel
@@ -20,26 +21,23 @@ from engine.decoding.sampling import choose, warp
 
 LOOKUP_NGRAM = 3  # a context match must cover the last 3 tokens
 LOOKUP_PRECISION = 0.83  # how often such a copy equals the target's choice (measured on the evaluation answers)
-# The keep estimates are calibrated on the draft's training distribution; on other text it is kept less often
-# than it expects. The ratio kept / estimated over recent verdicts corrects for that: it starts at 1 with the
-# weight of CALIBRATION_PRIOR drafts, and every round discounts the past by CALIBRATION_DECAY.
-CALIBRATION_PRIOR = 10.0
-CALIBRATION_DECAY = 0.98
 
 
 @dataclass
 class Proposal:
     tokens: list[int]  # x_1..x_γ
     probs: torch.Tensor  # (γ, vocab): q each draft was drawn from: warped exactly like p, or 1 on a copied token
+    kinds: list[str] = field(default_factory=list)  # "model" or "copy" for each draft (what it cost)
 
 
 class Drafter(Protocol):
     def prefill(self, prompt: list[int]) -> None:
         """Get ready to draft after `prompt` (a new reply; earlier turns may still be cached)."""
 
-    def propose(self, sequence: list[int], gamma: int, settings: DecodeSettings,
-                generator: torch.Generator) -> Proposal:
-        """Draft 1 to γ tokens that follow `sequence` (prompt + reply so far)."""
+    def propose(self, sequence: list[int], gamma: int, settings: DecodeSettings, generator: torch.Generator,
+                planner: RoundPlanner) -> Proposal:
+        """Draft 0 to γ tokens that follow `sequence` (prompt + reply so far); with `settings.cost_aware` the
+        planner decides how many (engine.decoding.costs)."""
 
     def update(self, n_accepted: int) -> None:
         """The target kept the first `n_accepted` proposals of the last `propose`; forget the rest."""
@@ -82,8 +80,9 @@ class DraftModelDrafter:
         self.draft = draft
         self.runner = CachedModel(draft.model, vocab_size, draft_vocab, int8=int8)
         self._proposed_from = 0  # sequence length when the last proposal started
-        self._estimates: list[float] = []  # the last proposal's keep estimate for each draft
-        self._kept = self._estimated = CALIBRATION_PRIOR
+        self._kinds: list[str] = []  # the last proposal's drafts: "model" or "copy"
+        self._estimates: list[float] = []  # and their keep estimates
+        self._acceptance: Acceptance | None = None  # the planner's, told each verdict
 
     @classmethod
     def for_model(cls, draft: LoadedModel, vocab_size: int, *, int8: bool = True) -> "DraftModelDrafter":
@@ -95,47 +94,65 @@ class DraftModelDrafter:
     def prefill(self, prompt: list[int]) -> None:
         self.runner.prefill(prompt)
 
-    def propose(self, sequence: list[int], gamma: int, settings: DecodeSettings,
-                generator: torch.Generator) -> Proposal:
-        # The cache holds a prefix of `sequence`: one token behind it after a rejection, two after a round
-        # where all γ were accepted (the last draft was never fed); feeding both at once costs one forward.
+    def step_logits(self, sequence: list[int]) -> torch.Tensor:
+        """The draft's logits after `sequence`, feeding it whatever it has not seen (a round that drafted nothing
+        or only copies leaves it behind; one forward catches up)."""
+        return self.runner.forward_rows(sequence[len(self.runner):])[-1]
+
+    def propose(self, sequence: list[int], gamma: int, settings: DecodeSettings, generator: torch.Generator,
+                planner: RoundPlanner) -> Proposal:
         self._proposed_from = len(sequence)
-        logits = self.runner.forward_rows(sequence[len(self.runner):])
-        # q over the head's rows (the draft vocabulary: the draft gives q = 0 elsewhere), spread once at the end
-        tokens, copies, q_rows = [], [], torch.zeros((gamma, logits.shape[-1]), device=logits.device)
-        all_accepted = 1.0  # the drafter's own estimate that every draft so far will be accepted
-        calibration = self._kept / self._estimated
+        self._acceptance = planner.acceptance
+        tokens, kinds, chances, q_rows = [], [], [], []
         self._estimates = []
-        for i in range(gamma):
+        all_kept = 1.0  # the confidence rule's estimate that every draft so far will be kept
+        while len(tokens) < gamma:
             copied = lookup_continuation(sequence + tokens) if settings.lookup else None
-            if copied is None:
-                q_rows[i] = warp(logits[-1], settings)
-                tokens.append(self.runner.token_id(choose(q_rows[i], settings, generator)))
-                self._estimates.append(_keep_estimate(q_rows[i], settings))
-            else:
-                tokens.append(copied)
-                copies.append(i)
-                self._estimates.append(LOOKUP_PRECISION)
-            all_accepted *= min(1.0, self._estimates[-1] * calibration)
-            # A further draft only pays if it is likely to be reached and kept. The decision uses this round's
-            # drafts and earlier rounds' verdicts, never this round's p, so every position's output is still
-            # distributed as p (see DecodeSettings).
-            if i == gamma - 1 or all_accepted < settings.stop_below:
+            kind = "model" if copied is None else "copy"
+            # Whether one more draft pays is decided from this round's drafts, earlier rounds' verdicts and the
+            # measured costs, never from this round's p: every position's output is still distributed as p.
+            if settings.cost_aware and not planner.draft_more(kinds, chances, gamma, kind):
                 break
-            logits = self.runner.forward_rows(tokens[-1:])
-        probs = self.runner.to_vocab(q_rows[: len(tokens)], 0.0)
+            if copied is None:
+                q = warp(self.step_logits(sequence + tokens), settings)
+                tokens.append(self.runner.token_id(choose(q, settings, generator)))
+                estimate = _keep_estimate(q, settings)
+            else:
+                q = None
+                tokens.append(copied)
+                estimate = LOOKUP_PRECISION
+            q_rows.append(q)
+            kinds.append(kind)
+            self._estimates.append(estimate)
+            chances.append(planner.acceptance.calibrated(estimate, kind))
+            all_kept *= chances[-1]
+            if not settings.cost_aware and all_kept < settings.stop_below:
+                break
+        if settings.cost_aware:  # a draft made before its chance was known may not be worth verifying
+            del tokens[planner.best_length(kinds, chances):]
+        self._kinds = kinds[: len(tokens)]
+        return self._proposal(tokens, q_rows[: len(tokens)], self._kinds)
+
+    def _proposal(self, tokens: list[int], q_rows: list[torch.Tensor | None], kinds: list[str]) -> Proposal:
+        """q over the whole vocabulary: the warped draft rows spread from the head's rows, 1 on a copied token."""
+        draft_vocab = self.runner.draft_vocab
+        width = self.runner.vocab_size if draft_vocab is None else len(draft_vocab)
+        rows = torch.zeros((len(tokens), width), device=self.runner.device)
+        for i, q in enumerate(q_rows):
+            if q is not None:
+                rows[i] = q
+        probs = self.runner.to_vocab(rows, 0.0)
+        copies = [i for i, q in enumerate(q_rows) if q is None]
         probs[copies, [tokens[i] for i in copies]] = 1.0  # a copied row is all zeros until here
-        return Proposal(tokens, probs)
+        return Proposal(tokens, probs, list(kinds))
 
     def update(self, n_accepted: int) -> None:
         self.runner.rollback(min(len(self.runner), self._proposed_from + n_accepted))
-        verified = self._estimates[: n_accepted + 1]  # the target looked at the accepted ones and the first rejection
-        self._kept = CALIBRATION_DECAY * self._kept + n_accepted
-        self._estimated = CALIBRATION_DECAY * self._estimated + sum(verified)
+        if self._acceptance is not None and self._kinds:
+            self._acceptance.record(self._kinds, self._estimates, n_accepted)
 
     def cached_length(self) -> int:
         return len(self.runner)
 
     def reset(self) -> None:
         self.runner.reset()
-        self._kept = self._estimated = CALIBRATION_PRIOR

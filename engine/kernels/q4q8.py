@@ -137,6 +137,16 @@ class Q4Q8Weight:
         blocks, dm = pack(values, scales, offsets, bits)
         return cls(blocks, dm, bits, *values.shape)
 
+    @classmethod
+    def from_dense(cls, weight: torch.Tensor) -> "Q4Q8Weight":
+        """A dense weight quantised as Q8_0 is (d = max|w| / 127 per 32 inputs, q = round(w / d)): for drafts,
+        whose proposals verification corrects, never for a target."""
+        w = weight.detach().float().reshape(weight.shape[0], -1, GROUP)
+        d = (w.abs().amax(-1) / 127).clamp_min(1e-12)
+        q = torch.round(w / d[..., None]).clamp(-127, 127).to(torch.int16) + 128
+        d16 = d.half().float()  # the kernel keeps scales in fp16
+        return cls.from_values(q.to(torch.uint8).reshape(weight.shape).numpy(), d16.numpy(), (-128 * d16).numpy(), 8)
+
     @staticmethod
     def fits(out_features: int, in_features: int) -> bool:
         return out_features % ROWS == 0 and in_features % GROUP == 0

@@ -109,7 +109,11 @@ class PackedWeight:
 
 
 def linear(weight: torch.Tensor, int8: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
-    """x ↦ x @ weightᵀ: int8 where asked for and the kernel can take it, else packed for oneDNN where it can be."""
+    """x ↦ x @ weightᵀ: int8 where asked for (Q8_0 blocks on the Q4 × Q8 kernel where it runs fast, so the whole
+    forward is one call; else torch's weight-only int8), else packed for oneDNN where it can be."""
+    if int8 and weight.device.type == "cpu" and q4q8.available() and q4q8.isa_name() == "vnni" \
+            and q4q8.Q4Q8Weight.fits(*weight.shape):
+        return q4q8.Q4Q8Weight.from_dense(weight)
     if int8 and Int8Weight.usable(weight):
         return Int8Weight(weight)
     if PackedWeight.usable(weight):
@@ -213,6 +217,11 @@ class _Weights:
         return all(rows_agree(multiply, widths[name], self.dtype, self.device) for (name, _), multiply in kinds.items())
 
 
+def _embed_float(embed: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """Embeddings in float32, for the native forward: a GGUF's rows as the file de-quantises them."""
+    return embed.lookup(ids) if isinstance(embed, gguf_native.GGUFEmbedding) else embed(ids).float()
+
+
 def _file_weight(norm: torch.nn.Module) -> torch.Tensor:
     """A norm's float32 weight: the GGUF's own values where the loader kept them (gguf_native._set_norm)."""
     return getattr(norm, "file_weight", norm.weight).float()
@@ -305,13 +314,13 @@ class FastLlama:
         end = start + n
         self._reserve(end)
         if self.native and n <= ROW_BY_ROW_MAX:
-            logits = self.native(w.embed.lookup(ids), start, self.k, self.v, self.cos, self.sin, keep)
+            logits = self.native(_embed_float(w.embed, ids), start, self.k, self.v, self.cos, self.sin, keep)
             self.length = end
             return logits
         # A native target's prompt chunks run here in float32 on the same kernels, with torch's causal attention
         # (the native forward attends one row at a time, which is slow for hundreds of rows): AR and speculative
         # decoding chunk a prompt alike, so both see the same cache.
-        x = w.embed.lookup(ids) if self.native else w.embed(ids)
+        x = _embed_float(w.embed, ids) if self.native else w.embed(ids)
         norms = w.file_norms if self.native else None
         cos, sin = self.cos[start:end], self.sin[start:end]
         q_width, kv_width = w.heads * w.head_dim, w.kv_heads * w.head_dim

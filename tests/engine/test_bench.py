@@ -126,9 +126,9 @@ def test_markdown_table_has_the_required_columns():
     records = bench.summarize([Row(Config("ar", "greedy"), [run(Config("ar", "greedy"), [1] * 10, 2.0)])])["runs"]
     header, rule, line = bench.markdown_table(records).splitlines()
     assert header == ("| method | decoding | γ | tokens | wall s | tokens/s | α | drafts/round | tokens/round "
-                      "| speedup vs ar | greedy = ar |")
+                      "| speedup vs ar | predicted | slowest prompt | greedy = ar |")
     assert rule.count("|") == header.count("|")
-    assert line == "| ar | greedy |  | 10 | 2.00 | 5.0 |  |  | 1.00 | 1.00x |  |"
+    assert line == "| ar | greedy |  | 10 | 2.00 | 5.0 |  |  | 1.00 | 1.00x |  |  |  |"
 
 
 def test_cut_at_eos_keeps_the_eos_token():

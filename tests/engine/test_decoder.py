@@ -7,7 +7,7 @@ from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import DraftModelDrafter, lookup_continuation
 from engine.events import DecodeSettings, Fate
 from engine.models.pairing import PairingError, check_vocabularies
-from tests.tiny import PROMPT, tiny_decoder, tiny_model, tiny_tokenizer
+from tests.tiny import PROMPT, cheap_draft_costs, tiny_decoder, tiny_model, tiny_tokenizer
 
 
 def tokens(events) -> list[int]:
@@ -20,19 +20,39 @@ def ar_tokens(settings: DecodeSettings, messages=PROMPT) -> list[int]:
 
 @pytest.mark.parametrize("gamma", [1, 3, 8])
 @pytest.mark.parametrize("draft_seed", [0, 1, 5])
-@pytest.mark.parametrize("stop_below", [0.0, 0.3])
-def test_greedy_speculative_output_equals_greedy_ar_output(gamma, draft_seed, stop_below):
-    settings = DecodeSettings(gamma=gamma, max_new_tokens=40, stop_below=stop_below)
+@pytest.mark.parametrize("rule", ["cost", 0.0, 0.3])
+def test_greedy_speculative_output_equals_greedy_ar_output(gamma, draft_seed, rule):
+    settings = DecodeSettings(gamma=gamma, max_new_tokens=40, cost_aware=rule == "cost",
+                              stop_below=0.0 if rule == "cost" else rule)
     events = list(tiny_decoder(draft_seed=draft_seed).generate(PROMPT, settings))
     assert tokens(events) == ar_tokens(settings)
     assert len(tokens(events)) == 40
     assert events[-1].finish_reason == "length"
-    if stop_below == 0.0:
+    if rule == 0.0:
         assert all(e.gamma == gamma for e in events)
 
 
+def test_cost_aware_rounds_vary_their_length_and_stay_lossless():
+    settings = DecodeSettings(gamma=8, max_new_tokens=60)
+    events = list(tiny_decoder(draft_seed=0).generate(PROMPT, settings))
+    assert len({e.gamma for e in events}) > 2 and max(e.gamma for e in events) <= 8
+    assert tokens(events) == ar_tokens(settings)
+
+
+def test_a_draft_dearer_than_the_target_step_is_never_run():
+    decoder = tiny_decoder(draft_seed=0)
+    costs = cheap_draft_costs()
+    costs.draft_step_s = 1e-6  # ten target steps: no draft can pay for itself
+    decoder.set_costs(costs)
+    settings = DecodeSettings(gamma=4, max_new_tokens=20, lookup=False)
+    events = list(decoder.generate(PROMPT, settings))
+    assert all(e.gamma == 0 for e in events)  # every round a plain target step
+    assert decoder.drafter.cached_length() < len(decoder.chat_ids(PROMPT))  # the draft never ran past the prompt
+    assert tokens(events) == ar_tokens(settings)
+
+
 def test_adaptive_rounds_vary_their_length_and_stay_lossless():
-    settings = DecodeSettings(gamma=8, max_new_tokens=60, stop_below=0.3)
+    settings = DecodeSettings(gamma=8, max_new_tokens=60, cost_aware=False, stop_below=0.3)
     events = list(tiny_decoder(draft_seed=0).generate(PROMPT, settings))
     assert len({e.gamma for e in events}) > 2 and max(e.gamma for e in events) <= 8
     assert tokens(events) == ar_tokens(settings)
@@ -43,38 +63,41 @@ def _proposal(settings: DecodeSettings, sequence: list[int] | None = None):
     decoder = tiny_decoder()
     sequence = sequence or decoder.chat_ids(PROMPT)
     decoder.drafter.prefill(sequence)
-    return decoder.drafter.propose(sequence, settings.gamma, settings, torch.Generator().manual_seed(0))
+    return decoder.drafter.propose(sequence, settings.gamma, settings, torch.Generator().manual_seed(0),
+                                   decoder.planner)
 
 
 def test_drafting_stops_once_the_draft_estimates_its_drafts_will_not_all_be_kept():
-    full = _proposal(DecodeSettings(gamma=6, stop_below=0.0, lookup=False))
+    full = _proposal(DecodeSettings(gamma=6, cost_aware=False, stop_below=0.0, lookup=False))
     all_kept = full.probs.max(-1).values.cumprod(0)  # greedy: the product of q's top probabilities so far
     assert len(full.tokens) == 6 and all_kept[2] < all_kept[1]
-    short = _proposal(DecodeSettings(gamma=6, stop_below=float(all_kept[1] + all_kept[2]) / 2, lookup=False))
+    short = _proposal(DecodeSettings(gamma=6, cost_aware=False, stop_below=float(all_kept[1] + all_kept[2]) / 2,
+                                     lookup=False))
     assert short.tokens == full.tokens[:3]  # the third draft took the estimate below the threshold
     assert torch.equal(short.probs, full.probs[:3])
 
 
 def test_a_draft_the_target_keeps_rejecting_learns_to_stop_sooner():
-    settings = DecodeSettings(gamma=8, stop_below=0.0, lookup=False)
-    rejected = tiny_decoder().drafter
-    sequence = tiny_decoder().chat_ids(PROMPT)
+    settings = DecodeSettings(gamma=8, cost_aware=False, stop_below=0.0, lookup=False)
+    decoder = tiny_decoder()
+    rejected, planner = decoder.drafter, decoder.planner
+    sequence = decoder.chat_ids(PROMPT)
     rejected.prefill(sequence)
     for _ in range(30):  # every round: the first draft is rejected and the target emits some other token
-        proposal = rejected.propose(sequence, 8, settings, torch.Generator().manual_seed(0))
+        proposal = rejected.propose(sequence, 8, settings, torch.Generator().manual_seed(0), planner)
         rejected.update(0)
         sequence = sequence + [(proposal.tokens[0] + 1) % 64]
     full = _proposal(settings, sequence)
     stop_below = 0.9 * float(full.probs.max(-1).values.cumprod(0)[2])  # a fresh drafter drafts at least 4
-    settings = DecodeSettings(gamma=8, stop_below=stop_below, lookup=False)
+    settings = DecodeSettings(gamma=8, cost_aware=False, stop_below=stop_below, lookup=False)
     assert len(_proposal(settings, sequence).tokens) >= 4
-    assert len(rejected.propose(sequence, 8, settings, torch.Generator().manual_seed(0)).tokens) < 4
+    assert len(rejected.propose(sequence, 8, settings, torch.Generator().manual_seed(0), planner).tokens) < 4
 
 
 def test_a_draft_identical_to_the_target_is_always_accepted():
     target = tiny_model(0)
     decoder = Decoder(target, DraftModelDrafter(target, target.vocab_size), target)
-    events = list(decoder.generate(PROMPT, DecodeSettings(gamma=4, max_new_tokens=30)))
+    events = list(decoder.generate(PROMPT, DecodeSettings(gamma=4, max_new_tokens=30, cost_aware=False)))
     assert all(t.accepted for e in events for t in e.drafted)
     assert all(e.emitted[-1].fate in (Fate.BONUS,) for e in events[:-1])
     assert tokens(events) == ar_tokens(DecodeSettings(max_new_tokens=30))
@@ -121,7 +144,8 @@ def test_eos_inside_an_accepted_block_stops_generation_there():
     reference = tokens(Decoder(target).generate(PROMPT, DecodeSettings(mode="ar", max_new_tokens=30)))
     decoder = Decoder(target, DraftModelDrafter(target, target.vocab_size), target)
     decoder.eos_ids = {reference[5]}  # pretend the 6th token is the end of the reply
-    events = list(decoder.generate(PROMPT, DecodeSettings(gamma=8, max_new_tokens=30)))
+    events = list(decoder.generate(PROMPT, DecodeSettings(gamma=8, max_new_tokens=30, cost_aware=False,
+                                                          stop_below=0.0)))
     assert len(events) == 1  # the EOS was drafted and accepted inside the first block of 8
     assert tokens(events) == reference[: reference.index(reference[5]) + 1]
     assert events[-1].finish_reason == "eos"
@@ -153,7 +177,7 @@ def test_a_new_chat_turn_reuses_the_cached_prefix_and_matches_a_fresh_decoder():
 
 def test_gamma_requests_apply_from_the_next_round():
     decoder = tiny_decoder(draft_seed=1)
-    rounds = decoder.generate(PROMPT, DecodeSettings(gamma=2, max_new_tokens=40, stop_below=0.0))
+    rounds = decoder.generate(PROMPT, DecodeSettings(gamma=2, max_new_tokens=40, cost_aware=False, stop_below=0.0))
     first = next(rounds)
     decoder.request_gamma(6)
     second = next(rounds)

@@ -64,7 +64,8 @@ def test_saved_assets_hold_no_shared_tensor_and_assemble_into_a_working_draft(tm
     assert all(t.dtype == torch.bfloat16 for t in stored.values())
 
     embedded.prepare_draft()
-    decoder = Decoder.load("embedded", "embedded-draft", device="cpu", dtype="float32")
+    # the prepared copy: the package's GGUF is the real target, not this test's tiny one
+    decoder = Decoder.load("embedded", "embedded-draft", device="cpu", dtype="float32", target_weights="dtype")
     assert decoder.drafter.runner.draft_vocab.tolist() == list(range(40))
     events = list(decoder.generate(PROMPT, DecodeSettings(gamma=3, max_new_tokens=12)))
     ar = list(decoder.generate(PROMPT, DecodeSettings(mode="ar", max_new_tokens=12)))

@@ -61,7 +61,7 @@ def test_replies_across_multi_byte_characters_are_never_garbled_in_ar_or_specula
     draft = chain_model(tokenizer, wrong)
     for decoder, mode in ((Decoder(target), "ar"), (Decoder(target, DraftModelDrafter(draft, len(tokenizer)), draft),
                                                     "spec")):
-        events = list(decoder.generate(HI, DecodeSettings(mode=mode, stop_below=0.0)))
+        events = list(decoder.generate(HI, DecodeSettings(mode=mode, cost_aware=False, stop_below=0.0)))
         tokens = emitted(events)
         assert "".join(t.text for t in tokens) == "".join(e.text_delta for e in events) == CHAIN_TEXT
         assert [t.text for t in tokens if t.text] == list(CHAIN_TEXT)

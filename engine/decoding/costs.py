@@ -1,0 +1,168 @@
+"""What a round costs on this machine, and how long a round should draft: the seed's speedup formula (19.4.4)
+with measured costs in place of the constant γ·T_q + T_p.
+
+A round with d drafts costs C(d) = Σ c_i + T(d + 1) + o: each draft's cost c_i (a draft-model step, or a copied
+token), the target's forward over a block of d + 1 rows, and the round's bookkeeping o. It yields
+E(d) = Σ_{i=0..d} P_i tokens, P_i the chance that the first i drafts are all kept (P_0 = 1). A round drafts one
+more token while that can raise E(d) / C(d), the round's tokens per second, judged from the drafts' calibrated
+keep estimates and, for drafts not made yet, the acceptance measured at their position (`Acceptance`). Zero
+drafts (a plain target step) is one of the choices, so a round never plans to be slower than AR. Nothing here
+reads the target's p of the round being decided, so every token stays distributed as the target's.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+MEASURE_REPEATS = 5  # min of 5 timings per block size at load
+MEASURED_ROWS = 9  # blocks of 1..9 rows are timed (γ ≤ 8); longer ones are extrapolated from the last two
+# Acceptance at each draft position (kept / reached), discounted by DECAY per verdict, starting at PRIOR with
+# the weight of PRIOR_WEIGHT verdicts; the drafts' own keep estimates are scaled by kept / estimated per kind.
+PRIOR = 0.6
+PRIOR_WEIGHT = 4.0
+DECAY = 0.98
+KINDS = ("model", "copy")
+
+
+@dataclass
+class CostModel:
+    """Measured costs of one loaded pair in its device, dtype and weights (seconds)."""
+
+    target_block_s: list[float]  # [k - 1]: the target's forward over a block of k rows
+    draft_step_s: float = 0.0  # one draft-model step (0: no draft model)
+    copy_s: float = 0.0  # proposing one copied token (prompt lookup)
+    overhead_s: float = 0.0  # a round's bookkeeping outside the forwards: sampling, verification, events, text
+
+    def block_s(self, rows: int) -> float:
+        """The target's forward over `rows` rows; past the measured ones, the last step's growth goes on."""
+        measured = self.target_block_s
+        if rows <= len(measured):
+            return measured[rows - 1]
+        slope = measured[-1] - measured[-2] if len(measured) > 1 else measured[-1]
+        return measured[-1] + (rows - len(measured)) * max(slope, 0.0)
+
+    @property
+    def ar_token_s(self) -> float:
+        """One plain AR token: a single-row forward and a round's bookkeeping."""
+        return self.block_s(1) + self.overhead_s
+
+    def drafting_s(self, drafts: Sequence[str]) -> float:
+        """Making `drafts` (each "model" or "copy")."""
+        return sum(self.draft_step_s if kind == "model" else self.copy_s for kind in drafts)
+
+    def round_s(self, drafts: Sequence[str]) -> float:
+        """A round that makes `drafts` and verifies them all."""
+        return self.drafting_s(drafts) + self.block_s(len(drafts) + 1) + self.overhead_s
+
+    def observe(self, rows: int, forward_s: float, overhead_s: float) -> None:
+        """Refresh from a round's timings; only quiet ones count: each figure is the fastest seen, since a busy
+        machine only ever makes a timing slower."""
+        if rows <= len(self.target_block_s) and forward_s > 0:
+            self.target_block_s[rows - 1] = min(self.target_block_s[rows - 1], forward_s)
+        if overhead_s > 0:
+            self.overhead_s = min(self.overhead_s, overhead_s) if self.overhead_s else overhead_s
+
+    def as_dict(self) -> dict:
+        return {"target_block_ms": [round(s * 1e3, 3) for s in self.target_block_s],
+                "draft_step_ms": round(self.draft_step_s * 1e3, 3), "copy_ms": round(self.copy_s * 1e3, 3),
+                "overhead_ms": round(self.overhead_s * 1e3, 3)}
+
+
+def fastest(run: Callable[[], None], repeats: int = MEASURE_REPEATS, synchronize: Callable[[], None] = lambda: None
+            ) -> float:
+    """The fastest of `repeats` timings of `run` (min-of-N: noise only ever adds time)."""
+    times = []
+    for _ in range(repeats):
+        synchronize()
+        start = time.perf_counter()
+        run()
+        synchronize()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+@dataclass
+class Acceptance:
+    """How often drafts are kept: per draft position (reached → kept), and per kind how the drafts' own keep
+    estimates compare with what the target kept (their calibration)."""
+
+    kept: list[float] = field(default_factory=list)  # [i]: discounted count of drafts kept at position i + 1
+    reached: list[float] = field(default_factory=list)
+    calibration: dict = field(default_factory=lambda: {kind: [PRIOR_WEIGHT, PRIOR_WEIGHT] for kind in KINDS})
+
+    def at(self, position: int) -> float:
+        """The measured chance that a draft at `position` (1-based) is kept, once the ones before it were."""
+        i = position - 1
+        kept = self.kept[i] if i < len(self.kept) else 0.0
+        reached = self.reached[i] if i < len(self.reached) else 0.0
+        return (kept + PRIOR * PRIOR_WEIGHT) / (reached + PRIOR_WEIGHT)
+
+    def calibrated(self, estimate: float, kind: str) -> float:
+        kept, estimated = self.calibration[kind]
+        return min(1.0, estimate * kept / estimated)
+
+    def record(self, kinds: Sequence[str], estimates: Sequence[float], n_accepted: int) -> None:
+        """A verdict: the target kept the first `n_accepted` of drafts of these kinds and keep estimates."""
+        for counts in (self.kept, self.reached):
+            counts[:] = [c * DECAY for c in counts]
+        for kind in KINDS:
+            self.calibration[kind] = [c * DECAY for c in self.calibration[kind]]
+        looked_at = min(n_accepted + 1, len(kinds))  # drafts after the first rejection were never judged
+        while len(self.reached) < looked_at:
+            self.kept.append(0.0)
+            self.reached.append(0.0)
+        for i in range(looked_at):
+            kept = i < n_accepted
+            self.reached[i] += 1
+            self.kept[i] += kept
+            self.calibration[kinds[i]][0] += kept
+            self.calibration[kinds[i]][1] += estimates[i]
+
+    def reset(self) -> None:
+        self.__init__()
+
+
+def expected_tokens(chances: Sequence[float]) -> float:
+    """E(d): 1 + P_1 + ... + P_d for drafts kept with these conditional chances."""
+    total, all_kept = 1.0, 1.0
+    for chance in chances:
+        all_kept *= chance
+        total += all_kept
+    return total
+
+
+@dataclass
+class RoundPlanner:
+    """Decides, draft by draft, whether a round goes on drafting (see the module docstring)."""
+
+    costs: CostModel
+    acceptance: Acceptance = field(default_factory=Acceptance)
+
+    def best_length(self, kinds: Sequence[str], chances: Sequence[float]) -> int:
+        """How many of the drafts made so far to verify: the d ≤ len(kinds) with the most tokens per second,
+        their drafting being paid already."""
+        return max(range(len(kinds) + 1), key=lambda d: self._rate(kinds, chances, d))
+
+    def draft_more(self, kinds: Sequence[str], chances: Sequence[float], cap: int, next_kind: str = "model") -> bool:
+        """Whether drafting beyond these drafts (up to `cap` in all) can beat stopping now: the best rate of any
+        longer round, its future drafts judged by the acceptance measured at their positions, against the best
+        rate of verifying what is drafted."""
+        if len(kinds) >= cap:
+            return False
+        stop = self._rate(kinds, chances, self.best_length(kinds, chances))
+        future_kinds, future_chances = list(kinds), list(chances)
+        for position in range(len(kinds) + 1, cap + 1):
+            future_kinds.append(next_kind if position == len(kinds) + 1 else "model")
+            future_chances.append(self.acceptance.at(position))
+            if self._rate(future_kinds, future_chances, len(future_kinds)) > stop:
+                return True
+        return False
+
+    def _rate(self, kinds: Sequence[str], chances: Sequence[float], verified: int) -> float:
+        return expected_tokens(chances[:verified]) / (self.costs.drafting_s(kinds) + self.costs.block_s(verified + 1)
+                                                      + self.costs.overhead_s)
+
+    def predicted_speedup(self, kinds: Sequence[str], chances: Sequence[float]) -> float:
+        """This round's planned tokens per second over plain AR's."""
+        return self._rate(kinds, chances, len(kinds)) * self.costs.ar_token_s

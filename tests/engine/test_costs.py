@@ -1,0 +1,88 @@
+"""The cost model and the round planner on synthetic costs: their choices against the analytic optimum."""
+import pytest
+
+from engine.decoding.costs import PRIOR, Acceptance, CostModel, RoundPlanner, expected_tokens
+
+
+def costs(draft_ms: float, row_ms: float = 1.0, step_ms: float = 10.0) -> CostModel:
+    return CostModel([(step_ms + row_ms * k) / 1e3 for k in range(9)], draft_step_s=draft_ms / 1e3,
+                     copy_s=0.01 / 1e3, overhead_s=0.5 / 1e3)
+
+
+def rate(model: CostModel, chances: list[float]) -> float:
+    return expected_tokens(chances) / model.round_s(["model"] * len(chances))
+
+
+def test_expected_tokens_is_the_seed_s_formula_for_a_constant_alpha():
+    alpha, gamma = 0.7, 5
+    assert expected_tokens([alpha] * gamma) == pytest.approx((1 - alpha ** (gamma + 1)) / (1 - alpha))
+
+
+@pytest.mark.parametrize("draft_ms", [0.5, 2.0, 6.0])
+@pytest.mark.parametrize("alpha", [0.3, 0.6, 0.9])
+def test_planned_length_is_the_analytic_optimum_for_a_known_acceptance(draft_ms, alpha):
+    model = costs(draft_ms)
+    planner = RoundPlanner(model, Acceptance(kept=[alpha * 100] * 8, reached=[100.0] * 8))
+    chances = [planner.acceptance.at(i) for i in range(1, 9)]
+    best = max(range(9), key=lambda d: rate(model, chances[:d]))
+    kinds, drafted = [], []
+    while planner.draft_more(kinds, drafted, 8):  # drafts whose chance is the measured one
+        kinds.append("model")
+        drafted.append(chances[len(drafted)])
+    assert planner.best_length(kinds, drafted) == len(kinds) == best
+
+
+def test_a_round_drafts_nothing_where_no_draft_can_pay():
+    planner = RoundPlanner(costs(draft_ms=30.0))
+    assert not planner.draft_more([], [], 8)
+
+
+def test_a_sure_copy_is_drafted_where_a_model_draft_is_not():
+    planner = RoundPlanner(costs(draft_ms=30.0))
+    planner.acceptance = Acceptance(kept=[95.0], reached=[100.0])
+    assert planner.draft_more([], [], 8, next_kind="copy")
+    assert not planner.draft_more([], [], 8, next_kind="model")
+
+
+def test_a_drafted_token_too_unlikely_to_be_kept_is_not_verified():
+    planner = RoundPlanner(costs(draft_ms=1.0, row_ms=4.0))
+    assert planner.best_length(["model", "model"], [0.9, 0.01]) == 1
+
+
+def test_longer_blocks_than_measured_grow_by_the_last_step():
+    model = CostModel([0.010, 0.012, 0.015])
+    assert model.block_s(5) == pytest.approx(0.021)
+
+
+def test_observations_only_ever_lower_a_cost():
+    model = costs(draft_ms=1.0)
+    model.observe(2, 0.5, 1.0)  # a busy round
+    assert model.block_s(2) == pytest.approx(0.011) and model.overhead_s == pytest.approx(0.0005)
+    model.observe(2, 0.0105, 0.0004)
+    assert model.block_s(2) == pytest.approx(0.0105) and model.overhead_s == pytest.approx(0.0004)
+
+
+def test_acceptance_counts_each_position_reached_and_kept():
+    acceptance = Acceptance()
+    acceptance.record(["model", "copy", "model"], [0.5, 0.8, 0.5], n_accepted=1)
+    # positions 1 and 2 were judged (kept, rejected); position 3 was never looked at
+    assert acceptance.reached == [1.0, 1.0] and acceptance.kept == [1.0, 0.0]
+    assert acceptance.at(1) > PRIOR > acceptance.at(2)
+    assert acceptance.at(3) == pytest.approx(PRIOR)
+
+
+def test_calibration_scales_estimates_by_what_was_kept():
+    acceptance = Acceptance()
+    for _ in range(200):
+        acceptance.record(["copy"], [0.8], n_accepted=0)  # copies the target never keeps
+    assert acceptance.calibrated(0.8, "copy") < 0.1
+    assert acceptance.calibrated(0.8, "model") == pytest.approx(0.8)
+
+
+def test_the_optimum_moves_with_the_draft_cost():
+    """Negative control for the optimum test: the optimum it checks against is not one fixed length."""
+    chances = [0.6] * 8
+    cheap, dear = costs(0.5), costs(6.0)
+    best = [max(range(9), key=lambda d, m=m: rate(m, chances[:d])) for m in (cheap, dear)]
+    assert best[0] > best[1]
+    assert all(rate(cheap, chances[:best[0]]) >= rate(cheap, chances[:d]) for d in range(9))
