@@ -6,8 +6,9 @@
  * per row and group as llama.cpp's Q8_0 does: x ≈ dx·xq, xq = round(x / dx) in -127..127, dx = max|x| / 127.
  * Output (row r, column n) is, summed over the groups g in order:
  *     acc = fma(float(Σ u·xq) · dx, d, acc);  acc = fma(m, sx, acc)       with sx = dx · Σ xq (float)
- * Every path below computes exactly these operations in this order, so a row's output is the same bits whatever
- * the instruction set, the number of threads and the number of rows multiplied with it (batch invariance).
+ * Every path below (AVX-512 VNNI, AVX2, portable C) computes exactly these operations in this order, so a row's
+ * output is the same bits whatever the instruction set, the number of threads and the number of rows multiplied
+ * with it (batch invariance).
  *
  * Layout of a 4-bit block (16 rows, one group): 256 bytes = 4 chunks c of 64 bytes; byte 4n + j of chunk c holds
  * row n's input 4c + j in its low nibble and input 16 + 4c + j in its high one. An 8-bit block: 512 bytes = 8
@@ -70,9 +71,11 @@ static uint16_t float_to_bf16(float f) { /* round to nearest even, as torch conv
 #define CLONES
 #endif
 
-/* x (rows, K) float32 -> xq (rows, K) int8, dx and sx (rows, K / 32) float32. x / dx is rounded to the nearest
- * integer, ties to even, by adding and subtracting 1.5·2^23: plain IEEE additions, the same on every path. */
-CLONES static void q8_quantize(const float *x, int64_t rows, int64_t K, int8_t *xq, float *dx, float *sx) {
+/* x (rows, K) float32 -> xq (rows, K) int8, dx and sx (rows, K / 32) float32, isx = Σ xq (int32). x / dx is
+ * rounded to the nearest integer, ties to even, by adding and subtracting 1.5·2^23: plain IEEE additions, the
+ * same on every path. */
+CLONES static void q8_quantize(const float *x, int64_t rows, int64_t K, int8_t *xq, float *dx, float *sx,
+                               int32_t *isx) {
     int64_t groups = K / GROUP;
     for (int64_t r = 0; r < rows; r++) {
         for (int64_t g = 0; g < groups; g++) {
@@ -89,6 +92,7 @@ CLONES static void q8_quantize(const float *x, int64_t rows, int64_t K, int8_t *
             }
             dx[r * groups + g] = d;
             sx[r * groups + g] = d * (float)sum;
+            isx[r * groups + g] = sum;
         }
     }
 }
@@ -182,15 +186,91 @@ typedef void (*vnni_fn)(const uint8_t *, const half *, int, int64_t, const int8_
                         const float *, int64_t, float *, int64_t);
 static const vnni_fn VNNI[MAX_CHUNK + 1] = {0, block_vnni_1, block_vnni_2, block_vnni_3, block_vnni_4,
                                             block_vnni_5, block_vnni_6, block_vnni_7, block_vnni_8};
+
+/* ------------------------------------------------------------------------------------------- AVX2 path */
+/* Without VNNI: u8 x s8 pairs summed to int16 (maddubs), then to int32. 4-bit values fit (2·15·127); 8-bit ones
+ * would overflow, so they multiply as signed q = u − 128 (|q| times x with q's sign) and Σ u·x = Σ q·x + 128·Σ x:
+ * the same integer as the other paths, hence the same bits. A block's 16 rows are two registers of 8. */
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+static inline AVX2 __attribute__((always_inline)) void
+block_avx2(const uint8_t *w, const half *scales, int bits, int64_t groups, const int8_t *xq, const float *dx,
+           const float *sx, const int32_t *isx, int64_t K, int R, float *out, int64_t N) {
+    __m256 acc[MAX_CHUNK][2];
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    const __m256i low = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    for (int64_t g = 0; g < groups; g++) {
+        __m256i u[8][2];
+        if (bits == 4) {
+            const uint8_t *b = w + g * 256;
+            for (int c = 0; c < 4; c++)
+                for (int h = 0; h < 2; h++) {
+                    __m256i packed = _mm256_loadu_si256((const __m256i *)(b + 64 * c + 32 * h));
+                    u[c][h] = _mm256_and_si256(packed, low);
+                    u[4 + c][h] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
+                }
+        } else {
+            const uint8_t *b = w + g * 512;
+            for (int c = 0; c < 8; c++)
+                for (int h = 0; h < 2; h++)
+                    u[c][h] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 64 * c + 32 * h)), flip);
+        }
+        __m256 d[2], m[2];
+        for (int h = 0; h < 2; h++) {
+            d[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scales + g * 2 * ROWS + 8 * h)));
+            m[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scales + g * 2 * ROWS + ROWS + 8 * h)));
+        }
+        for (int r = 0; r < R; r++) {
+            const int8_t *x = xq + r * K + g * GROUP;
+            __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            for (int c = 0; c < 8; c++) {
+                int32_t four;
+                memcpy(&four, x + 4 * c, 4);
+                __m256i xb = _mm256_set1_epi32(four);
+                for (int h = 0; h < 2; h++) {
+                    __m256i pairs = bits == 4 ? _mm256_maddubs_epi16(u[c][h], xb)
+                                              : _mm256_maddubs_epi16(_mm256_sign_epi8(u[c][h], u[c][h]),
+                                                                     _mm256_sign_epi8(xb, u[c][h]));
+                    isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(pairs, ones));
+                }
+            }
+            for (int h = 0; h < 2; h++) {
+                if (bits == 8) isum[h] = _mm256_add_epi32(isum[h], _mm256_set1_epi32(128 * isx[r * groups + g]));
+                __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[h]), _mm256_set1_ps(dx[r * groups + g]));
+                acc[r][h] = _mm256_fmadd_ps(t, d[h], acc[r][h]);
+                acc[r][h] = _mm256_fmadd_ps(m[h], _mm256_set1_ps(sx[r * groups + g]), acc[r][h]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        _mm256_storeu_ps(out + r * N, acc[r][0]);
+        _mm256_storeu_ps(out + r * N + 8, acc[r][1]);
+    }
+}
+
+#define AVX2_CHUNK(R)                                                                                       \
+    static AVX2 void block_avx2_##R(const uint8_t *w, const half *s, int bits, int64_t groups,            \
+                                    const int8_t *xq, const float *dx, const float *sx, const int32_t *isx, \
+                                    int64_t K, float *out, int64_t N) {                                   \
+        block_avx2(w, s, bits, groups, xq, dx, sx, isx, K, R, out, N);                                   \
+    }
+AVX2_CHUNK(1) AVX2_CHUNK(2) AVX2_CHUNK(3) AVX2_CHUNK(4) AVX2_CHUNK(5) AVX2_CHUNK(6) AVX2_CHUNK(7) AVX2_CHUNK(8)
+
+typedef void (*avx2_fn)(const uint8_t *, const half *, int, int64_t, const int8_t *, const float *,
+                        const float *, const int32_t *, int64_t, float *, int64_t);
+static const avx2_fn AVX2_BLOCKS[MAX_CHUNK + 1] = {0, block_avx2_1, block_avx2_2, block_avx2_3, block_avx2_4,
+                                                   block_avx2_5, block_avx2_6, block_avx2_7, block_avx2_8};
 #endif
 
-/* Which path runs: 2 = AVX-512 VNNI, 0 = portable C. */
+/* Which path runs: 2 = AVX-512 VNNI, 1 = AVX2, 0 = portable C. */
 int q4q8_best_isa(void) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vnni"))
         return 2;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return 1;
 #endif
     return 0;
 }
@@ -202,7 +282,7 @@ typedef struct {
     int64_t bits, N, K;
 } qweight;
 
-static int64_t q8_scratch_bytes(int64_t rows, int64_t K) { return rows * K + 2 * rows * (K / GROUP) * 4 + 64; }
+static int64_t q8_scratch_bytes(int64_t rows, int64_t K) { return rows * K + 3 * rows * (K / GROUP) * 4 + 64; }
 
 /* out (rows, N) float32 = x (rows, K) float32 times w. `threads` OpenMP threads split the weight blocks, so a
  * row's result does not depend on them. */
@@ -211,8 +291,9 @@ static void q4q8_run(const qweight *w, const float *x, int64_t rows, float *out,
     int64_t N = w->N, K = w->K, groups = K / GROUP, blocks = N / ROWS;
     int64_t block_bytes = groups * (w->bits == 4 ? 256 : 512), scale_count = groups * 2 * ROWS;
     float *dx = (float *)scratch, *sx = dx + rows * groups;
-    int8_t *xq = (int8_t *)(sx + rows * groups);
-    q8_quantize(x, rows, K, xq, dx, sx);
+    int32_t *isx = (int32_t *)(sx + rows * groups);
+    int8_t *xq = (int8_t *)(isx + rows * groups);
+    q8_quantize(x, rows, K, xq, dx, sx, isx);
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t b = 0; b < blocks; b++) {
         const uint8_t *wb = w->blocks + b * block_bytes;
@@ -224,6 +305,11 @@ static void q4q8_run(const qweight *w, const float *x, int64_t rows, float *out,
 #if defined(__x86_64__)
             if (isa == 2) {
                 VNNI[R](wb, sb, (int)w->bits, groups, xr, dx + r0 * groups, sx + r0 * groups, K, o, N);
+                continue;
+            }
+            if (isa == 1) {
+                AVX2_BLOCKS[R](wb, sb, (int)w->bits, groups, xr, dx + r0 * groups, sx + r0 * groups,
+                               isx + r0 * groups, K, o, N);
                 continue;
             }
 #endif

@@ -3,7 +3,7 @@
 torch's int4 kernel de-quantises every weight into float32 for each block of 4 rows it multiplies, so a
 verification block of k rows costs about k times a single row's arithmetic. This kernel quantises the
 activations per row and group of 32 (as llama.cpp's Q8_0 does) and multiplies with integer dot products
-(AVX-512 VNNI where the CPU has it, portable C elsewhere, the same bits on every path): each weight is read and
+(AVX-512 VNNI where the CPU has it, else AVX2, else portable C: the same bits on every path): each weight is read and
 unpacked once for up to 8 rows. A row's result does not depend on the other rows or on the thread count.
 
 The library is compiled with the system's C compiler (`CC`, else `cc`) the first time it is needed (`make`
@@ -28,7 +28,7 @@ SOURCE = Path(__file__).with_name("q4q8.c")
 GROUP = 32  # inputs per scale (the GGUF block size)
 ROWS = 16  # output rows per weight block: a weight's outputs must be a multiple of this
 FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off", "-fPIC", "-shared")
-ISAS = {"vnni": 2, "c": 0}  # SPECDEC_Q4Q8_ISA forces one (tests compare them)
+ISAS = {"vnni": 2, "avx2": 1, "c": 0}  # SPECDEC_Q4Q8_ISA forces one (tests compare them)
 
 
 def _library_path() -> Path:
@@ -94,6 +94,11 @@ def isa() -> int:
 
 def isa_name() -> str:
     return {v: k for k, v in ISAS.items()}[isa()]
+
+
+def fast() -> bool:
+    """Whether the kernel runs on a vector path here (the portable C one is for correctness, ~30x slower)."""
+    return available() and isa_name() != "c"
 
 
 def pack(values: np.ndarray, scales: np.ndarray, offsets: np.ndarray, bits: int) -> tuple[torch.Tensor, torch.Tensor]:

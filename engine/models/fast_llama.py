@@ -111,8 +111,7 @@ class PackedWeight:
 def linear(weight: torch.Tensor, int8: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
     """x ↦ x @ weightᵀ: int8 where asked for (Q8_0 blocks on the Q4 × Q8 kernel where it runs fast, so the whole
     forward is one call; else torch's weight-only int8), else packed for oneDNN where it can be."""
-    if int8 and weight.device.type == "cpu" and q4q8.available() and q4q8.isa_name() == "vnni" \
-            and q4q8.Q4Q8Weight.fits(*weight.shape):
+    if int8 and weight.device.type == "cpu" and q4q8.fast() and q4q8.Q4Q8Weight.fits(*weight.shape):
         return q4q8.Q4Q8Weight.from_dense(weight)
     if int8 and Int8Weight.usable(weight):
         return Int8Weight(weight)

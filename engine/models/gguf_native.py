@@ -369,9 +369,9 @@ def check(tensors: dict, architecture: str, device: torch.device) -> None:
 
 def best_kernel(dtype: torch.dtype) -> str | None:
     """The kernel a native target runs fastest on here for `dtype` activations (KERNELS), or None where
-    de-quantising into `dtype` is faster: the Q4 × Q8 kernel where the CPU has integer dot products (VNNI),
+    de-quantising into `dtype` is faster: the Q4 × Q8 kernel where it has a vector path (AVX-512 VNNI or AVX2),
     else torch's int4 kernel for bfloat16 (its float32 path is scalar code, docs/gguf-native.md)."""
-    if q4q8.available() and q4q8.isa_name() == "vnni":
+    if q4q8.fast():
         return "q4q8"
     return "torch-int4" if dtype == torch.bfloat16 else None
 
