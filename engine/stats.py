@@ -53,7 +53,8 @@ def reply_stats(events: Sequence[RoundEvent]) -> ReplyStats:
     prefill_s = sum(e.prefill_s for e in events)
     rounds_s = sum(e.round_s for e in events)
     wall_s = prefill_s + rounds_s
-    target_step_s = events[-1].target_step_s if events else 0.0
+    # what plain AR would have taken: the cost model's AR token for each, or the last measured single step
+    ar_s = sum(e.ar_equivalent_s for e in events) or n_tokens * (events[-1].target_step_s if events else 0.0)
     return ReplyStats(
         n_rounds=len(events), n_tokens=n_tokens, n_drafted=n_drafted, n_verified=n_verified, n_accepted=n_accepted,
         alpha=n_accepted / n_verified if n_verified else 0.0,
@@ -61,7 +62,7 @@ def reply_stats(events: Sequence[RoundEvent]) -> ReplyStats:
         tokens_per_round=n_tokens / len(events) if events else 0.0,
         draft_s=sum(e.draft_s for e in events), verify_s=sum(e.verify_s for e in events),
         prefill_s=prefill_s, wall_s=wall_s, tokens_per_s=n_tokens / wall_s if wall_s > 0 else 0.0,
-        estimated_speedup=n_tokens * target_step_s / rounds_s if rounds_s > 0 else 0.0,
+        estimated_speedup=ar_s / rounds_s if rounds_s > 0 else 0.0,
     )
 
 

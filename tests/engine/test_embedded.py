@@ -1,4 +1,5 @@
 """Integration tests on the real embedded pair (SmolLM2-135M-Instruct and our draft); `make test` prepares them."""
+import os
 import json
 import subprocess
 import sys
@@ -16,11 +17,13 @@ MESSAGES = [{"role": "user", "content": "Name three colours of the rainbow."}]
 
 @pytest.fixture(scope="module")
 def self_drafting():
-    return Decoder.load("embedded", "embedded", device="cpu", dtype="float32", draft_int8=False)  # an exact copy
+    # the de-quantised target drafting for itself: an exact copy
+    return Decoder.load("embedded", "embedded", device="cpu", dtype="float32", draft_int8=False, target_weights="dtype")
 
 
 def test_embedded_target_drafting_for_itself_accepts_everything_and_matches_ar(self_drafting):
-    settings = DecodeSettings(gamma=4, max_new_tokens=32, lookup=False)  # copies are not the model's drafts
+    # copies are not the model's drafts; a draft as dear as the target would never be run by cost-aware rounds
+    settings = DecodeSettings(gamma=4, max_new_tokens=32, lookup=False, cost_aware=False, stop_below=0.0)
     spec = list(self_drafting.generate(MESSAGES, settings))
     ar = list(self_drafting.generate(MESSAGES, DecodeSettings(mode="ar", max_new_tokens=32)))
     assert reply_stats(spec).alpha == 1.0
@@ -58,3 +61,18 @@ def test_cli_errors_are_one_line_without_traceback():
     assert result.stderr.startswith("specdec generate: error: argument --target: /nonexistent/model-dir does not "
                                     "exist") and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_cli_speculation_and_ar_decode_one_target_identically_at_any_thread_count():
+    """The issue's prompt once started differently in AR (native int4) and speculation (de-quantised)."""
+    replies = {}
+    for threads in ("1", "2", "4"):
+        for mode in ("spec", "ar"):
+            result = subprocess.run([sys.executable, "-m", "app.cli", "generate", "Write a short poem about the sea.",
+                                     "--json", "--max-new-tokens", "24", "--mode", mode],
+                                    capture_output=True, text=True, timeout=300,
+                                    env={**os.environ, "OMP_NUM_THREADS": threads})
+            assert result.returncode == 0, result.stderr
+            out = json.loads(result.stdout)
+            replies[threads, mode] = (out["target"]["weights"], out["token_ids"])
+    assert len(set(map(str, replies.values()))) == 1, replies
