@@ -29,8 +29,9 @@ STOP_BELOW_HELP = ("use the confidence stop instead of cost-aware rounds: a roun
 DEVICE_HELP = "where to run; auto: CUDA or MPS when present, else CPU"
 DTYPE_HELP = ("activations and weights; auto: bfloat16 on CUDA and on CPUs with AVX-512-bf16, float16 on MPS, "
               "float32 elsewhere")
-TARGET_WEIGHTS_HELP = ("a GGUF target's weights: its own 4-bit blocks on torch's int4 kernel (native), de-quantised "
-                       "into --dtype (dtype), or native where that is faster: bfloat16 without a draft (auto)")
+TARGET_WEIGHTS_HELP = ("a GGUF target's weights, the same in every mode: its own 4-bit blocks (native, on our Q4 x Q8 "
+                       "kernel, else torch's int4 one), de-quantised into --dtype (dtype), or native where a native "
+                       "kernel is fast on this CPU (auto)")
 
 
 class Parser(argparse.ArgumentParser):
