@@ -111,15 +111,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def open_data_dir(data_dir: Path | None) -> tuple[ChatStore, QSettings, str | None]:
-    """The chats database and the settings file in the data directory (Qt's AppDataLocation unless given).
-    A database that cannot be used leaves chats in memory for this session, with a message saying so."""
+    """The chats database and the settings file in the data directory (Qt's AppDataLocation unless given), and
+    the store's one-line notice if it was opened read-only or started afresh. A database that cannot be used
+    leaves chats in memory for this session, with a message saying so."""
     if data_dir is None:
         data_dir = Path(QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation))
     preferences = QSettings(str(data_dir / "settings.ini"), QSettings.Format.IniFormat)
     try:
-        return ChatStore(data_dir / "chats.sqlite3"), preferences, None
+        store = ChatStore(data_dir / "chats.sqlite3")
     except (ChatStoreError, OSError) as exc:
         return ChatStore(":memory:"), preferences, f"Chats will not be saved in this session: {exc}"
+    return store, preferences, store.notice
 
 
 def quit_on_interrupt(window) -> QTimer:
