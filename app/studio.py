@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QSettings, QStandardPaths, Qt, QThread, QTimer
+from PySide6.QtCore import QCoreApplication, QObject, QSettings, QStandardPaths, Qt, QThread, QTimer
 from PySide6.QtWidgets import QApplication
 from transformers.utils import logging as transformers_logging
 
@@ -29,6 +29,7 @@ from ui.preferences import apply_pair, apply_settings
 # The window's defaults: sampling at T = 0.7, where the embedded pair writes real words and the README measures
 # (the engine's DecodeSettings keeps T = 1.0, the plain definition, for the CLI and the tests).
 APP_DEFAULTS = DecodeSettings(temperature=0.7)
+INTERRUPTED = 128 + signal.SIGINT  # the exit status of a program ended by Ctrl+C, as a shell reports it
 
 
 @dataclass
@@ -41,10 +42,13 @@ class Studio:
         self.thread.start()
 
     def shutdown(self) -> None:
-        """Stop any reply, let the worker's current round finish, and join its thread."""
+        """Stop any reply, let the worker's current round finish, and join its thread. What the worker sent on
+        its way out (the stopped reply) is then delivered, so the window shows and saves it as a stopped reply
+        before the app's event loop is gone."""
         self.worker.request_stop()
         self.thread.quit()
         self.thread.wait()
+        QCoreApplication.sendPostedEvents()
 
 
 def build(decoder: Decoder | None = None, target: str = "embedded", draft: str | None = "embedded-draft",
@@ -125,11 +129,18 @@ def open_data_dir(data_dir: Path | None) -> tuple[ChatStore, QSettings, str | No
 
 
 def quit_on_interrupt(window) -> QTimer:
-    """Ctrl+C in the terminal closes the window, as its close button would (a reply in flight is stopped).
-    Python runs signal handlers only when the main thread runs Python code, and Qt's event loop is C++: a timer
-    gives it that chance five times a second."""
-    signal.signal(signal.SIGINT, lambda *_: window.close())
+    """Ctrl+C in the terminal is Stop then Quit: it closes the window, as its close button would (a reply in
+    flight is stopped and saved as stopped), and the timer's `interrupted` property turns true. Python runs
+    signal handlers only when the main thread runs Python code, and Qt's event loop is C++: the timer gives it
+    that chance five times a second."""
     timer = QTimer(window)
+    timer.setProperty("interrupted", False)
+
+    def on_interrupt(*_) -> None:
+        timer.setProperty("interrupted", True)
+        window.close()
+
+    signal.signal(signal.SIGINT, on_interrupt)
     timer.timeout.connect(lambda: None)
     timer.start(200)
     return timer
@@ -191,11 +202,13 @@ def main(argv: list[str] | None = None) -> int:
         studio.window.on_failed(problem)
     automation = Automation(studio, args) if args.prompt else None
     app.aboutToQuit.connect(studio.shutdown)
-    quit_on_interrupt(studio.window)
+    interrupt = quit_on_interrupt(studio.window)
     studio.start()
     studio.window.show()
     studio.window.picker.request_load()
     code = app.exec()
+    if interrupt.property("interrupted"):
+        return INTERRUPTED
     return automation.exit_code if automation and code == 0 else code
 
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-
+import subprocess
+import sys
+import textwrap
+import threading
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, QStandardPaths, Qt
+from PySide6.QtCore import QSettings, QStandardPaths, Qt, QTimer
 from PySide6.QtWidgets import QFileDialog
 
 from engine.decoding.caches import PREFILL_CHUNK
@@ -152,6 +155,95 @@ def test_ctrl_c_closes_the_window(make_studio, mixed_decoder, qtbot):
         qtbot.waitUntil(lambda: not studio.window.isVisible(), timeout=3000)
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_shutting_down_mid_reply_saves_it_as_stopped_before_returning(make_studio, mixed_decoder, qtbot):
+    from ui.chat_store import ChatStore
+
+    store = ChatStore(":memory:")
+    studio = make_studio(mixed_decoder, store=store, max_new_tokens=900)
+    saved = []
+
+    def quit_now():  # as the app quits: no event loop runs after the shutdown
+        studio.shutdown()
+        saved.extend(store.db.execute("SELECT stopped, text IS NOT NULL FROM turns").fetchall())
+
+    def on_round_shown(event):
+        if event.index == 2:
+            QTimer.singleShot(0, quit_now)
+
+    studio.window.round_shown.connect(on_round_shown)
+    studio.window.send("w3 w4")
+    qtbot.waitUntil(lambda: bool(saved), timeout=REPLY_TIMEOUT_MS)
+    assert saved == [(1, 1)] and studio.window.session.replies[-1].stopped
+
+
+STUDIO = textwrap.dedent("""
+    import sys
+    import app.studio
+
+    built = app.studio.build
+
+    def build(*args, **kwargs):  # the real app, announcing each round on stdout for the test to act on
+        studio = built(*args, **kwargs)
+        studio.window.round_shown.connect(lambda event: print("round", event.index, flush=True))
+        return studio
+
+    app.studio.build = build
+    sys.exit(app.studio.main(sys.argv[1:]))
+""")
+
+
+def never_ending_model(folder: Path) -> Path:
+    """A tiny model saved with no end-of-sequence token: its replies run to max new tokens."""
+    from tests.tiny import tiny_model
+
+    loaded = tiny_model(0)
+    loaded.model.generation_config.eos_token_id = loaded.model.config.eos_token_id = None
+    loaded.tokenizer.eos_token = None
+    loaded.model.save_pretrained(folder)
+    loaded.tokenizer.save_pretrained(folder)
+    return folder
+
+
+def run_studio(model: Path, data: Path, prompt: str, max_new_tokens: int, interrupt_at_round: int | None = None):
+    """`specdec-studio --prompt ... --quit-after-reply` in a subprocess; optionally Ctrl+C once a round is shown."""
+    child = subprocess.Popen([sys.executable, "-c", STUDIO, "--target", str(model), "--draft", "none", "--dtype",
+                              "float32", "--device", "cpu", "--prompt", prompt, "--max-new-tokens", str(max_new_tokens),
+                              "--quit-after-reply", "--data-dir", str(data)],
+                             cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    watchdog = threading.Timer(120, child.kill)  # a child that hangs fails the test, not hangs it
+    watchdog.start()
+    try:
+        for line in child.stdout:
+            if interrupt_at_round is not None and line == f"round {interrupt_at_round}\n":
+                child.send_signal(signal.SIGINT)
+        child.wait(timeout=60)
+    finally:
+        watchdog.cancel()
+    return child.returncode, child.stderr.read()
+
+
+def test_ctrl_c_during_a_reply_stores_it_as_stopped_and_exits_130(tmp_path):
+    from ui.chat_store import ChatStore
+
+    model, data = never_ending_model(tmp_path / "model"), tmp_path / "data"
+    code, stderr = run_studio(model, data, "w3 w4", max_new_tokens=900, interrupt_at_round=3)
+    assert code == 130, stderr
+    store = ChatStore(data / "chats.sqlite3")
+    [summary] = store.list_chats()
+    [reply] = store.load_chat(summary.id).replies
+    # saved by the reply's own end, not read back from the rounds of a turn that never finished
+    assert store.db.execute("SELECT stopped, text IS NOT NULL FROM turns").fetchall() == [(1, 1)]
+    assert reply.stopped and 4 <= len(reply.events) < 900 and reply.text == "".join(e.text_delta for e in reply.events)
+    store.close()
+
+    code, stderr = run_studio(model, data, "w5 w6", max_new_tokens=3)  # the next start answers, and keeps both
+    assert code == 0, stderr
+    store = ChatStore(data / "chats.sqlite3")
+    assert sorted(len(store.load_chat(c.id).replies) for c in store.list_chats()) == [1, 1]
+    assert store.db.execute("SELECT stopped FROM turns ORDER BY id").fetchall() == [(1,), (0,)]
 
 
 def test_an_export_holds_only_the_current_chat(make_studio, mixed_decoder, qtbot, tmp_path):
