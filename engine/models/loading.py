@@ -20,6 +20,8 @@ from engine.events import ModelInfo
 
 # A directory holding any of these can give a tokenizer (a pair is checked from its tokenizers alone)
 TOKENIZER_MARKERS = ("config.json", "tokenizer_config.json", "tokenizer.json")
+# ... and a tokenizer is read from one of these files (fast, BPE, WordPiece, sentencepiece, tiktoken vocabularies)
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "merges.txt", "*.model", "*.tiktoken")
 HUB_PROBE_TIMEOUT_S = 5  # seconds to wait for the hub's answer before treating it as unreachable
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # A GGUF target's weights: "native" keeps its 4-bit blocks for torch's int4 kernel (engine.models.gguf_native),
@@ -120,8 +122,14 @@ def _check_source(name: str, source: str, path: Path, markers: tuple[str, ...] =
     asks for sentencepiece), and find out at once whether a hub id can be downloaded, instead of after a minute of
     retries. A directory must hold one of `markers`. Returns extra `from_pretrained` arguments."""
     if path.suffix == ".gguf":
+        from engine.models import gguf_native
+
         if not path.is_file():
             raise ModelLoadError(f"GGUF file not found: {path}")
+        try:  # the header and every tensor's extent, checked here: transformers' reader would fail obscurely
+            gguf_native.read_tensors(path)
+        except gguf_native.GGUFError as exc:
+            raise ModelLoadError(str(exc)) from None
         return {}
     if path.is_file():
         raise ModelLoadError(f"{path} is a file, not a model: give a model directory (holding config.json), "
@@ -167,6 +175,9 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
         hub = _check_source(name, source, path, TOKENIZER_MARKERS)
         if path.suffix == ".gguf":
             return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        if path.is_dir() and not any(any(path.glob(pattern)) for pattern in TOKENIZER_FILES):
+            raise ModelLoadError(f"{path} has no tokenizer files (tokenizer.json, vocab.json, tokenizer.model, ...): "
+                                 "copy them from the model it was saved from")
         return AutoTokenizer.from_pretrained(source, **hub)
 
 
