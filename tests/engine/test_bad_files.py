@@ -1,4 +1,4 @@
-"""Files the user points at that cannot be used: damaged GGUFs and a folder without a tokenizer.
+"""Files the user points at that cannot be used: damaged GGUFs, a folder without a tokenizer, pickle-only weights.
 Each is refused in one line naming the file, the file is left as it was, and the next request works."""
 import struct
 import tracemalloc
@@ -85,3 +85,52 @@ def test_a_folder_with_only_config_json_says_it_has_no_tokenizer_files(tmp_path,
     one_error_line(capsys, f"{folder} has no tokenizer files")
     assert [p.name for p in folder.iterdir()] == ["config.json"]
     next_request_works(saved_tiny)
+
+
+@pytest.fixture
+def pickle_only(tmp_path, capsys):
+    import torch
+
+    loaded = tiny_model(0)
+    (tmp_path / "pickled").mkdir()
+    torch.save(loaded.model.state_dict(), tmp_path / "pickled" / "pytorch_model.bin")  # as older releases saved
+    loaded.model.config.save_pretrained(tmp_path / "pickled")
+    loaded.tokenizer.save_pretrained(tmp_path / "pickled")
+    assert not list((tmp_path / "pickled").glob("*.safetensors"))
+    return tmp_path / "pickled"
+
+
+def test_a_pickle_only_checkpoint_is_refused_and_says_why(pickle_only, capsys, monkeypatch):
+    monkeypatch.delenv("SPECDEC_ALLOW_PICKLE", raising=False)
+    before = (pickle_only / "pytorch_model.bin").read_bytes()
+    assert main(["generate", "w3", "--target", str(pickle_only), "--mode", "ar", "--dtype", "float32"]) == 1
+    one_error_line(capsys, "has only pickle weights (pytorch_model.bin)", "a pickle can run code when it is loaded",
+                   "SPECDEC_ALLOW_PICKLE=1")
+    assert (pickle_only / "pytorch_model.bin").read_bytes() == before
+
+
+def test_a_pickle_only_checkpoint_loads_when_explicitly_allowed(pickle_only, monkeypatch):
+    monkeypatch.setenv("SPECDEC_ALLOW_PICKLE", "1")
+    next_request_works(pickle_only)
+
+
+def test_a_hub_model_is_asked_for_safetensors_and_refused_without_them(monkeypatch):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from engine.models import loading
+
+    asked = []
+
+    def from_pretrained(source, **kwargs):
+        asked.append(kwargs.get("use_safetensors"))
+        raise OSError(f"{source} does not appear to have a file named model.safetensors or "
+                      "model.safetensors.index.json and thus cannot be loaded with `safetensors`.")
+
+    monkeypatch.delenv("SPECDEC_ALLOW_PICKLE", raising=False)
+    monkeypatch.setattr(loading, "_hub_access", lambda repo_id: {})
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", from_pretrained)
+    with pytest.raises(loading.ModelLoadError, match="^someone/old-model has no safetensors weights on the hub, "
+                                                     "and a pickle can run code"):
+        loading.load_model("someone/old-model", torch.device("cpu"), torch.float32, tokenizer=tiny_model(0).tokenizer)
+    assert asked == [True]
