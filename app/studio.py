@@ -16,12 +16,13 @@ from transformers.utils import logging as transformers_logging
 
 from app import machine
 from app.cli import (DEVICE_HELP, DTYPE_HELP, STOP_BELOW_HELP, TARGET_WEIGHTS_HELP, HelpFormatter,
-                     finite_float, setting, whole_number)
+                     finite_float, seed_below, setting, whole_number)
 from app.worker import DecodeWorker
 from engine.decoding.decoder import Decoder
 from engine.events import DecodeSettings
 from engine.models.pairing import PRESETS
 from ui.chat_store import ChatStore, ChatStoreError
+from ui.controls import SEED_LIMIT
 from ui.main_window import MainWindow
 from ui.preferences import apply_pair, apply_settings
 
@@ -100,7 +101,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         default=defaults.stop_below, help=STOP_BELOW_HELP)
     parser.add_argument("--max-new-tokens", metavar="N", type=setting("max_new_tokens", whole_number),
                         default=defaults.max_new_tokens, help="most tokens in a reply")
-    parser.add_argument("--seed", metavar="S", type=whole_number, default=defaults.seed, help="seed for sampling")
+    parser.add_argument("--seed", metavar="S", type=seed_below(SEED_LIMIT), default=defaults.seed,
+                        help="seed for sampling")
     parser.add_argument("--sampling", action="store_true", help="sample instead of greedy decoding")
     parser.add_argument("--temperature", metavar="T", type=setting("temperature", finite_float),
                         default=defaults.temperature, help="sampling temperature")

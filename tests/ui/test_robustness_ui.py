@@ -11,6 +11,7 @@ import textwrap
 import threading
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import QSettings, QStandardPaths, Qt, QTimer
 from PySide6.QtWidgets import QFileDialog
 
@@ -254,3 +255,14 @@ def test_an_export_holds_only_the_current_chat(make_studio, mixed_decoder, qtbot
     studio.window.export_to(tmp_path / "chat")
     replies = json.loads((tmp_path / "chat.json").read_text())["replies"]
     assert [r["messages"][-1]["content"] for r in replies] == ["w5 w6"] and replies[0]["text"] == second.text
+
+
+def test_a_seed_the_seed_box_cannot_hold_is_refused_by_the_argument_parser(capsys):
+    from app.studio import parse_args
+    from ui.controls import SEED_LIMIT
+
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(["--seed", str(SEED_LIMIT)])
+    assert exit_.value.code == 2
+    assert f"argument --seed: must be from 0 to 2**31 - 1, not {SEED_LIMIT}" in capsys.readouterr().err
+    assert parse_args(["--seed", str(SEED_LIMIT - 1)]).seed == SEED_LIMIT - 1
