@@ -385,6 +385,17 @@ def test_the_largest_seed_decodes(monkeypatch, capsys):
     assert main(["generate", "hi", "--mode", "ar", "--temperature", "1", "--seed", str(2 ** 63 - 1)]) == 0
 
 
+def test_a_reply_cut_inside_a_character_has_no_replacement_character_in_its_json(monkeypatch, capsys):
+    from tests.chain import CHAIN_TEXT
+
+    chain_decoder(monkeypatch)
+    assert main(["generate", "hi", "--mode", "ar", "--json", "--max-new-tokens", "6"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out)["text"] == "🐉" and "\ufffd" not in out and "\\ufffd" not in out
+    assert main(["generate", "hi", "--mode", "ar", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["text"] == CHAIN_TEXT
+
+
 def test_bench_with_an_empty_prompts_file_creates_no_out_folder(monkeypatch, tmp_path, capsys):
     from engine.benchmark import bench
 

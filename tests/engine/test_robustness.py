@@ -41,7 +41,7 @@ def test_each_character_is_carried_by_the_token_that_completes_it():
     assert texts[-1] == ""  # <|im_end|> is special: no text
 
 
-def test_an_incomplete_character_at_the_end_is_flushed_and_peek_consumes_nothing():
+def test_an_incomplete_character_at_the_end_is_left_out_and_peek_consumes_nothing():
     tokenizer = byte_tokenizer()
     first_bytes = chain_ids(tokenizer)[:2]  # half of 🐉
     stream = TextStream(tokenizer)
@@ -49,7 +49,24 @@ def test_an_incomplete_character_at_the_end_is_flushed_and_peek_consumes_nothing
     assert stream.peek(chain_ids(tokenizer)[2]) == "\ufffd"  # still incomplete, shown as such for a rejected draft
     assert stream.label(tokenizer.eos_token_id) == "<|im_end|>"  # candidates name a special token...
     assert stream.label(chain_ids(tokenizer)[2]) == "‹90›"  # ...and the bytes of a piece of a character
-    assert stream.flush() == "\ufffd"
+    assert stream.flush() == ""  # never '�'; the note names the bytes left out
+    assert stream.left_out == ("the reply ended part-way through a character; its incomplete bytes were left out "
+                               "(f0 9f)")
+
+
+def test_whole_characters_before_an_incomplete_one_are_flushed():
+    tokenizer = byte_tokenizer()
+    stream = TextStream(tokenizer)
+    ids = tokenizer("ab", add_special_tokens=False)["input_ids"] + chain_ids(tokenizer)[:3]  # 'ab', 3 bytes of 🐉
+    texts = [stream.push(t) for t in ids]
+    assert "".join(texts) + stream.flush() == "ab" and stream.left_out.endswith("(f0 9f 90)")
+
+
+def test_a_reply_that_ends_on_a_whole_character_leaves_nothing_out():
+    tokenizer = byte_tokenizer()
+    stream = TextStream(tokenizer)
+    assert "".join(stream.push(t) for t in chain_ids(tokenizer)[:4]) + stream.flush() == "🐉"
+    assert stream.left_out is None
 
 
 def test_replies_across_multi_byte_characters_are_never_garbled_in_ar_or_speculative_mode():
@@ -71,11 +88,31 @@ def test_replies_across_multi_byte_characters_are_never_garbled_in_ar_or_specula
     assert rejected and rejected[0].text == "\ufffdx"
 
 
-def test_a_reply_cut_inside_a_character_ends_with_the_replacement_character():
+def chain_decoder(chain: list[int], mode: str) -> Decoder:
     tokenizer = byte_tokenizer()
-    decoder = Decoder(chain_model(tokenizer, chain_ids(tokenizer)))
-    events = list(decoder.generate(HI, DecodeSettings(mode="ar", max_new_tokens=6)))
-    assert "".join(e.text_delta for e in events) == "🐉\ufffd"  # 日 was cut after 2 of its 3 bytes
+    target = chain_model(tokenizer, chain)
+    if mode == "ar":
+        return Decoder(target)
+    draft = chain_model(tokenizer, chain)
+    return Decoder(target, DraftModelDrafter(draft, len(tokenizer)), draft)
+
+
+@pytest.mark.parametrize("mode", ["ar", "spec"])
+def test_a_reply_cut_at_max_new_tokens_inside_a_character_leaves_its_bytes_out(mode):
+    decoder = chain_decoder(chain_ids(byte_tokenizer()), mode)
+    events = list(decoder.generate(HI, DecodeSettings(mode=mode, max_new_tokens=6, stop_below=0.0)))
+    assert events[-1].finish_reason == "length" and len(emitted(events)) == 6  # 日 cut after 2 of its 3 bytes
+    assert "".join(e.text_delta for e in events) == "🐉"
+    assert all("\ufffd" not in t.text for t in emitted(events))
+    again = list(decoder.generate(HI, DecodeSettings(mode=mode, stop_below=0.0)))  # the next reply is whole
+    assert "".join(e.text_delta for e in again) == CHAIN_TEXT
+
+
+@pytest.mark.parametrize("mode", ["ar", "spec"])
+def test_a_reply_ended_by_eos_inside_a_character_leaves_its_bytes_out(mode):
+    decoder = chain_decoder(chain_ids(byte_tokenizer())[:6], mode)  # spells 🐉 and 2 bytes of 日, then EOS
+    events = list(decoder.generate(HI, DecodeSettings(mode=mode, stop_below=0.0)))
+    assert events[-1].finish_reason == "eos" and "".join(e.text_delta for e in events) == "🐉"
 
 
 # -- 2. the context policy -------------------------------------------------------------------------------
