@@ -15,7 +15,7 @@ import pytest
 from PySide6.QtCore import QSettings, QStandardPaths, Qt, QTimer
 from PySide6.QtWidgets import QFileDialog
 
-from engine.decoding.caches import PREFILL_CHUNK
+from engine.decoding.caches import PREFILL_CHUNK_S
 from tests.tiny import WORDS
 from tests.ui.helpers import REPLY_TIMEOUT_MS, send
 from ui.preferences import export_folder
@@ -136,11 +136,12 @@ def test_stop_during_a_long_prefill_takes_effect_within_one_chunk(make_studio, m
         studio.worker.request_stop()
 
     studio.worker.prefill_progressed.connect(stop_at_the_first_chunk, Qt.ConnectionType.DirectConnection)
+    mixed_decoder.runner.seconds_per_position = PREFILL_CHUNK_S / 300  # earlier chunks read 300 per chunk time
     reply = send(qtbot, studio, words(900))
     assert reply.stopped and reply.events == ()
-    assert [(p.done, p.total) for p in progress] == [(PREFILL_CHUNK, 899)]
-    assert len(mixed_decoder.runner) == PREFILL_CHUNK  # no second chunk was read
-    assert f"Reading the prompt: {PREFILL_CHUNK} of 899 tokens…" in shown
+    assert [(p.done, p.total) for p in progress] == [(256, 899)]
+    assert len(mixed_decoder.runner) == 256  # no second chunk was read
+    assert "Reading the prompt: 256 of 899 tokens…" in shown
     studio.worker.prefill_progressed.disconnect(stop_at_the_first_chunk)
     assert send(qtbot, studio).events
 
