@@ -72,6 +72,22 @@ def whole_number(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
 
 
+# torch.Generator.manual_seed takes 0 <= seed < 2**64; a bench run adds its repeat and prompt to the seed. The
+# draft recipe seeds each batch with seed * 100_003 + index, which stays in range for seeds below 2**32.
+SEED_LIMIT = 2 ** 63
+TRAINING_SEED_LIMIT = 2 ** 32
+
+
+def seed_below(limit: int) -> Callable[[str], int]:
+    """A seed: a whole number in [0, limit), checked while the arguments are parsed, before any model loads."""
+    def convert(text: str) -> int:
+        value = whole_number(text)
+        if not 0 <= value < limit:
+            raise argparse.ArgumentTypeError(f"must be from 0 to 2**{limit.bit_length() - 1} - 1, not {value}")
+        return value
+    return convert
+
+
 def at_least(lowest: int) -> Callable[[str], int]:
     def convert(text: str) -> int:
         value = whole_number(text)
@@ -183,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="sample from the K likeliest tokens only (0: all)")
     gen.add_argument("--top-p", metavar="P", type=setting("top_p", finite_float), default=defaults.top_p,
                      help="sample from the likeliest tokens whose probabilities add up to P, in (0, 1] (1: all)")
-    gen.add_argument("--seed", metavar="S", type=whole_number, default=defaults.seed, help="seed of the sampling")
+    gen.add_argument("--seed", metavar="S", type=seed_below(SEED_LIMIT), default=defaults.seed,
+                     help="seed of the sampling")
     gen.add_argument("--max-new-tokens", metavar="N", type=setting("max_new_tokens", whole_number),
                      default=defaults.max_new_tokens,
                      help="most tokens in the reply (cut, with a note, to what the model's window leaves)")
@@ -212,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="runs of every configuration on every prompt")
     bench.add_argument("--methods", metavar="M,M,...", type=comma_list(one_of(METHODS)), default=list(METHODS),
                        help=f"what to measure, from {', '.join(METHODS)} (default: all)")
-    bench.add_argument("--seed", metavar="S", type=whole_number, default=0, help="seed of the sampled rows")
+    bench.add_argument("--seed", metavar="S", type=seed_below(SEED_LIMIT), default=0, help="seed of the sampled rows")
     bench.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     bench.add_argument("--out", metavar="DIR", type=Path, default=None,
                        help="write PNG plots and results.json here (default: no files)")
@@ -232,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="distillation steps (default: the shipped draft's)")
     train.add_argument("--workers", metavar="N", type=at_least(1), default=os.cpu_count(),
                        help="single-threaded processes answering prompts in parallel; one per core")
-    train.add_argument("--seed", metavar="S", type=whole_number, default=None,
+    train.add_argument("--seed", metavar="S", type=seed_below(TRAINING_SEED_LIMIT), default=None,
                        help="seed of the prompts, answers and training (default: the shipped draft's)")
     train.add_argument("--layers", metavar="L,L,...", type=comma_list(at_least(0)), default=None,
                        help="the target's decoder layers the draft starts from (default: the shipped draft's)")
@@ -420,12 +437,13 @@ def cmd_presets(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from engine.benchmark.bench import run_cli
+    from engine.benchmark.bench import load_prompts, run_cli
 
-    # Checked before the models load and the benchmark runs, not after it
+    # Checked before the models load and the benchmark runs, not after it; --out is made only once there are prompts
     if args.prompts is not None and not args.prompts.is_file():
         what = "a directory" if args.prompts.is_dir() else "not found"
         raise ValueError(f"--prompts must be a text file with one prompt per line: {args.prompts} is {what}")
+    load_prompts(args.prompts)
     if args.out is not None:
         check_writable_dir(args.out, "--out")
     return run_cli(args, *resolve_pair(args))

@@ -10,18 +10,19 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QSettings, QStandardPaths, Qt, QThread, QTimer
+from PySide6.QtCore import QCoreApplication, QObject, QSettings, QStandardPaths, Qt, QThread, QTimer
 from PySide6.QtWidgets import QApplication
 from transformers.utils import logging as transformers_logging
 
 from app import machine
 from app.cli import (DEVICE_HELP, DTYPE_HELP, STOP_BELOW_HELP, TARGET_WEIGHTS_HELP, HelpFormatter,
-                     finite_float, length_rule, setting, whole_number)
+                     finite_float, length_rule, seed_below, setting, whole_number)
 from app.worker import DecodeWorker
 from engine.decoding.decoder import Decoder
 from engine.events import DecodeSettings
 from engine.models.pairing import PRESETS
 from ui.chat_store import ChatStore, ChatStoreError
+from ui.controls import SEED_LIMIT
 from ui.main_window import MainWindow
 from ui.preferences import apply_pair, apply_settings
 
@@ -29,6 +30,7 @@ from ui.preferences import apply_pair, apply_settings
 # The window's defaults: sampling at T = 0.7, where the embedded pair writes real words and the README measures
 # (the engine's DecodeSettings keeps T = 1.0, the plain definition, for the CLI and the tests).
 APP_DEFAULTS = DecodeSettings(temperature=0.7)
+INTERRUPTED = 128 + signal.SIGINT  # the exit status of a program ended by Ctrl+C, as a shell reports it
 
 
 @dataclass
@@ -41,10 +43,13 @@ class Studio:
         self.thread.start()
 
     def shutdown(self) -> None:
-        """Stop any reply, let the worker's current round finish, and join its thread."""
+        """Stop any reply, let the worker's current round finish, and join its thread. What the worker sent on
+        its way out (the stopped reply) is then delivered, so the window shows and saves it as a stopped reply
+        before the app's event loop is gone."""
         self.worker.request_stop()
         self.thread.quit()
         self.thread.wait()
+        QCoreApplication.sendPostedEvents()
 
 
 def build(decoder: Decoder | None = None, target: str = "embedded", draft: str | None = "embedded-draft",
@@ -96,7 +101,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=STOP_BELOW_HELP)
     parser.add_argument("--max-new-tokens", metavar="N", type=setting("max_new_tokens", whole_number),
                         default=defaults.max_new_tokens, help="most tokens in a reply")
-    parser.add_argument("--seed", metavar="S", type=whole_number, default=defaults.seed, help="seed for sampling")
+    parser.add_argument("--seed", metavar="S", type=seed_below(SEED_LIMIT), default=defaults.seed,
+                        help="seed for sampling")
     parser.add_argument("--sampling", action="store_true", help="sample instead of greedy decoding")
     parser.add_argument("--temperature", metavar="T", type=setting("temperature", finite_float),
                         default=defaults.temperature, help="sampling temperature")
@@ -111,23 +117,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def open_data_dir(data_dir: Path | None) -> tuple[ChatStore, QSettings, str | None]:
-    """The chats database and the settings file in the data directory (Qt's AppDataLocation unless given).
-    A database that cannot be used leaves chats in memory for this session, with a message saying so."""
+    """The chats database and the settings file in the data directory (Qt's AppDataLocation unless given), and
+    the store's one-line notice if it was opened read-only or started afresh. A database that cannot be used
+    leaves chats in memory for this session, with a message saying so."""
     if data_dir is None:
         data_dir = Path(QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation))
     preferences = QSettings(str(data_dir / "settings.ini"), QSettings.Format.IniFormat)
     try:
-        return ChatStore(data_dir / "chats.sqlite3"), preferences, None
+        store = ChatStore(data_dir / "chats.sqlite3")
     except (ChatStoreError, OSError) as exc:
         return ChatStore(":memory:"), preferences, f"Chats will not be saved in this session: {exc}"
+    return store, preferences, store.notice
 
 
 def quit_on_interrupt(window) -> QTimer:
-    """Ctrl+C in the terminal closes the window, as its close button would (a reply in flight is stopped).
-    Python runs signal handlers only when the main thread runs Python code, and Qt's event loop is C++: a timer
-    gives it that chance five times a second."""
-    signal.signal(signal.SIGINT, lambda *_: window.close())
+    """Ctrl+C in the terminal is Stop then Quit: it closes the window, as its close button would (a reply in
+    flight is stopped and saved as stopped), and the timer's `interrupted` property turns true. Python runs
+    signal handlers only when the main thread runs Python code, and Qt's event loop is C++: the timer gives it
+    that chance five times a second."""
     timer = QTimer(window)
+    timer.setProperty("interrupted", False)
+
+    def on_interrupt(*_) -> None:
+        timer.setProperty("interrupted", True)
+        window.close()
+
+    signal.signal(signal.SIGINT, on_interrupt)
     timer.timeout.connect(lambda: None)
     timer.start(200)
     return timer
@@ -189,11 +204,13 @@ def main(argv: list[str] | None = None) -> int:
         studio.window.on_failed(problem)
     automation = Automation(studio, args) if args.prompt else None
     app.aboutToQuit.connect(studio.shutdown)
-    quit_on_interrupt(studio.window)
+    interrupt = quit_on_interrupt(studio.window)
     studio.start()
     studio.window.show()
     studio.window.picker.request_load()
     code = app.exec()
+    if interrupt.property("interrupted"):
+        return INTERRUPTED
     return automation.exit_code if automation and code == 0 else code
 
 

@@ -67,6 +67,10 @@ class ChatStoreError(Exception):
     """The database cannot be used: written by a newer version, or not a chat database at all."""
 
 
+class DamagedFile(Exception):
+    """SQLite found the file's contents broken: not an SQLite file, or malformed pages."""
+
+
 @dataclass(frozen=True)
 class ChatSummary:
     id: int
@@ -141,30 +145,122 @@ def title_for(request: ReplyRequest) -> str:
     return line if len(line) <= TITLE_MAX else line[:TITLE_MAX - 1] + "…"
 
 
+def connect_read_only(path: Path) -> sqlite3.Connection:
+    """A connection that cannot change the file. A WAL database in a folder that cannot be written has no
+    shared-memory file to read through, so it is then read as immutable (nothing else can write there either)."""
+    uri = path.resolve().as_uri()
+    try:
+        db = sqlite3.connect(f"{uri}?mode=ro", uri=True)
+        db.execute("PRAGMA user_version")
+        return db
+    except sqlite3.OperationalError as exc:
+        if not cannot_write(exc):
+            raise
+        return sqlite3.connect(f"{uri}?immutable=1", uri=True)
+
+
+def cannot_write(exc: sqlite3.Error) -> bool:
+    """Whether SQLite was refused write access to the file, its journal or its folder."""
+    return getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN"))
+
+
 class ChatStore:
     """The chats database. One connection, used from one thread (the GUI thread in the app)."""
 
     def __init__(self, path: Path | str):
+        """Open (or create) the database at `path`. Nothing in an existing file changes before its schema version
+        is known to be readable. A damaged file is moved aside and a fresh one started; a file that cannot be
+        written is opened read-only. Either way `notice` says so in one line (None when all is well)."""
         self.path = path
-        if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = False
+        self.notice: str | None = None
+        if path == ":memory:":
+            self._open_writable()
+            return
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.db = sqlite3.connect(str(path))
-            self.db.execute("PRAGMA foreign_keys = ON")
-            self.db.execute("PRAGMA journal_mode = WAL")
-            # NORMAL in WAL mode: a committed round survives the process being killed (only a power cut may
-            # lose the last commits), without an fsync per round.
-            self.db.execute("PRAGMA synchronous = NORMAL")
-            self._upgrade()
+            version = self._version_on_disk()
+        except DamagedFile as exc:
+            self._move_aside(exc)
+            version = 0
+        except sqlite3.Error as exc:
+            raise ChatStoreError(f"{path} is not a readable chat database ({exc})") from exc
+        if version > SCHEMA_VERSION:
+            raise ChatStoreError(f"{path} was written by a newer SpecDec Studio (schema {version}; this one "
+                                 f"reads up to {SCHEMA_VERSION}); it was left untouched")
+        try:
+            self._open_writable()
+        except sqlite3.OperationalError as exc:
+            if not cannot_write(exc) or version == 0:
+                raise ChatStoreError(f"{path} cannot be opened ({exc}): chats are kept in memory") from exc
+            self._open_read_only(version)
         except sqlite3.DatabaseError as exc:
             raise ChatStoreError(f"{path} is not a readable chat database ({exc})") from exc
 
+    def _version_on_disk(self) -> int:
+        """The file's schema version, read without writing anything (0: no file yet, or an empty one); raises
+        DamagedFile where its contents are broken."""
+        path = Path(self.path)
+        if not path.is_file() or path.stat().st_size == 0:
+            return 0
+        try:
+            db = connect_read_only(path)
+            try:
+                # quick_check reads every page: damage deep in the file is found now, not on a later read
+                if (result := db.execute("PRAGMA quick_check").fetchone()[0]) != "ok":
+                    raise DamagedFile(result)
+                return db.execute("PRAGMA user_version").fetchone()[0]
+            finally:
+                db.close()
+        except sqlite3.DatabaseError as exc:
+            if getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT")):
+                raise DamagedFile(str(exc)) from exc
+            raise
+
+    def _move_aside(self, exc: DamagedFile) -> None:
+        """Rename a damaged database (and its journal files) to a dated name beside it, to start afresh."""
+        path = Path(self.path)
+        aside = path.with_name(f"{path.stem}.damaged-{datetime.now():%Y%m%d-%H%M%S}{path.suffix}")
+        try:
+            for suffix in ("-wal", "-shm", ""):  # the database last: a failure leaves it where it was
+                journal = path.with_name(path.name + suffix)
+                if journal.exists():
+                    journal.rename(aside.with_name(aside.name + suffix))
+        except OSError as error:
+            raise ChatStoreError(f"{path} is damaged ({exc}) and could not be moved aside ({error.strerror}): "
+                                 "chats are kept in memory") from exc
+        self.notice = f"{path} was damaged ({exc}): it was moved to {aside.name} and a new chat database started"
+
+    def _open_writable(self) -> None:
+        db = sqlite3.connect(str(self.path))
+        try:
+            db.execute("PRAGMA foreign_keys = ON")
+            db.execute("PRAGMA journal_mode = WAL")
+            # NORMAL in WAL mode: a committed round survives the process being killed (only a power cut may
+            # lose the last commits), without an fsync per round.
+            db.execute("PRAGMA synchronous = NORMAL")
+            # A file that cannot be written may still open: SQLite falls back to reading it. Take the write lock
+            # once, so that shows now and not at the first round saved.
+            db.execute("BEGIN IMMEDIATE")
+            db.rollback()
+            self.db = db
+            self._upgrade()
+        except sqlite3.Error:
+            db.close()
+            raise
+
+    def _open_read_only(self, version: int) -> None:
+        """The file or its folder cannot be written: show the saved chats, save nothing new."""
+        if version < SCHEMA_VERSION:
+            raise ChatStoreError(f"{self.path} is read-only and from an older SpecDec Studio, so it cannot be "
+                                 "upgraded: make it and its folder writable, then restart")
+        self.db = connect_read_only(Path(self.path))
+        self.read_only = True
+        self.notice = (f"{self.path} is read-only: your saved chats are shown, but new ones will not be saved "
+                       "(make the file and its folder writable, then restart)")
+
     def _upgrade(self) -> None:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            self.db.close()
-            raise ChatStoreError(f"{self.path} was written by a newer SpecDec Studio (schema {version}; this one "
-                                 f"reads up to {SCHEMA_VERSION}); it was left untouched")
         for step in range(version + 1, SCHEMA_VERSION + 1):
             # One explicit transaction per step: sqlite3 would commit DDL statement by statement, and a crash
             # mid-upgrade must leave the previous version whole.
@@ -228,12 +324,20 @@ class ChatStore:
             self.db.execute("DELETE FROM turns WHERE id = ?", (turn_id,))
 
     def rename_chat(self, chat_id: int, title: str) -> None:
-        with self.db:
+        with self._writing(), self.db:
             self.db.execute("UPDATE chats SET title = ?, renamed = 1 WHERE id = ?", (title.strip(), chat_id))
 
     def delete_chat(self, chat_id: int) -> None:
-        with self.db:
+        with self._writing(), self.db:
             self.db.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
+
+    @contextmanager
+    def _writing(self):
+        """A change the user asked for in the history that fails raises ChatStoreError, for the window to show."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise ChatStoreError(self.notice if self.read_only else f"could not change {self.path}: {exc}") from exc
 
     # -- reading --------------------------------------------------------------------------------------------
 
@@ -284,13 +388,14 @@ class ChatRecorder:
 
     A chat row is created lazily on its first request, so opening the app and pressing New chat leaves no empty
     chats behind. A write that fails (disk full, the file removed) stops the saving for the rest of the session,
-    reported once through `on_failure`: the chat on screen goes on.
+    reported once through `on_failure`: the chat on screen goes on. A read-only store is never written to (its
+    notice was shown when it opened).
     """
 
     def __init__(self, store: ChatStore, on_failure: Callable[[str], None] | None = None):
         self.store = store
         self.on_failure = on_failure
-        self.failure: str | None = None
+        self.failure: str | None = store.notice if store.read_only else None
         self.chat_id: int | None = None
         self.turn_id: int | None = None
 

@@ -14,6 +14,7 @@ from engine.events import DecodeSettings
 
 CUSTOM = "custom"
 GAMMA_MAX = 16
+SEED_LIMIT = 2 ** 31  # seeds the seed box can hold: a QSpinBox is a signed 32-bit int
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # A GGUF target's weights, as engine.models.loading.TARGET_WEIGHTS names them
@@ -186,7 +187,7 @@ class DecodingControls(QGroupBox):
         self.max_new_tokens.setRange(1, 8192)
         self.max_new_tokens.setValue(defaults.max_new_tokens)
         self.seed = QSpinBox()
-        self.seed.setRange(0, 2**31 - 1)
+        self.seed.setRange(0, SEED_LIMIT - 1)
         self.seed.setValue(defaults.seed)
         self.lookup = QCheckBox("copy from the conversation")
         self.lookup.setChecked(defaults.lookup)

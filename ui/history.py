@@ -126,11 +126,19 @@ class HistoryPanel(QWidget):
 
     def rename_chat(self, chat_id: int, title: str) -> None:
         if title.strip():
-            self.store.rename_chat(chat_id, title)
+            try:
+                self.store.rename_chat(chat_id, title)
+            except ChatStoreError as exc:
+                self.status_posted.emit(str(exc))
+                return
             self.refresh(self.current_id)
 
     def delete_chat(self, chat_id: int) -> None:
-        self.store.delete_chat(chat_id)
+        try:
+            self.store.delete_chat(chat_id)
+        except ChatStoreError as exc:
+            self.status_posted.emit(str(exc))
+            return
         self.refresh(None if chat_id == self.current_id else self.current_id)
         self.chat_deleted.emit(chat_id)
 

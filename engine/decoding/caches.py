@@ -6,17 +6,36 @@ ids kept beside the cache let a new chat turn reuse the longest cached prefix of
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from engine.models import fast_llama, gguf_native
+from engine.models.loading import synchronize
 
-# Prompt positions per prefill forward; Stop is heard between chunks, so one chunk bounds its delay. The embedded
-# target read 1.5-2x more tokens per CPU second in 256-token chunks than in 128-token ones (94-142 vs 46-68, positions
-# 512-1024, 2 CPU cores shared with other jobs, where a chunk took 2-5 s).
+# Stop is heard between prefill chunks, so a chunk is sized to take at most this long at the speed the previous
+# chunks were read at on this machine, whatever its CPU and its load.
+PREFILL_CHUNK_S = 0.3
+# Chunk sizes are powers of two from MIN_CHUNK (also the first chunk, read before anything was timed) to
+# MAX_CHUNK (activations stay bounded), and a chunk ends at a multiple of its size, so AR and speculative mode
+# cut a prompt at the same positions unless the machine's speed changed between them.
+MIN_CHUNK, MAX_CHUNK = 8, 1024
+# Positions per step where the draft catches up on its own (engine.decoding.decoder, not timed here), and the
+# shortest prompt the CLI draws a reading bar for.
 PREFILL_CHUNK = 256
+
+
+def chunk_size(seconds_per_position: float | None) -> int:
+    """The largest power of two in [MIN_CHUNK, MAX_CHUNK] expected to be read within PREFILL_CHUNK_S."""
+    if seconds_per_position is None:
+        return MIN_CHUNK
+    fits = PREFILL_CHUNK_S / max(seconds_per_position, 1e-12)
+    size = MIN_CHUNK
+    while size * 2 <= min(fits, MAX_CHUNK):
+        size *= 2
+    return size
 
 
 class TransformersCache:
@@ -63,6 +82,9 @@ class CachedModel:
             self.cache = fast_llama.FastLlama(model, head, int8=int8)
         else:
             self.cache = TransformersCache(model, None if self.draft_vocab is None else head)
+        self.clock = time.perf_counter  # times prefill chunks (a test may give it a machine of known speed)
+        self.seconds_per_position: float | None = None  # of the last prefill chunk of MIN_CHUNK or more
+        self.last_chunk: tuple[int, float] | None = None  # (positions, seconds) of the last prefill chunk
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -120,13 +142,20 @@ class CachedModel:
             pass
 
     def prefill_chunks(self, ids: list[int]) -> Iterator[int]:
-        """`prefill`, PREFILL_CHUNK positions per forward, yielding the cached length after each: activations stay
-        bounded and a caller can stop between chunks. Chunks end at multiples of PREFILL_CHUNK, so a prompt is
-        split the same way (and gives the same numbers) in AR and speculative mode."""
+        """`prefill` a chunk per forward, yielding the cached length after each, so a caller can stop between
+        chunks: each is sized by `chunk_size` from the speed of the chunks before it (in this reply or an
+        earlier one) and ends at a multiple of its size."""
         self.rollback(min(self.common_prefix(ids), len(ids) - 1))
-        while len(self.tokens) < len(ids) - 1:
-            end = min((len(self.tokens) // PREFILL_CHUNK + 1) * PREFILL_CHUNK, len(ids) - 1)
-            self.forward(ids[len(self.tokens): end])
+        while (start := len(self.tokens)) < len(ids) - 1:
+            size = chunk_size(self.seconds_per_position)
+            end = min((start // size + 1) * size, len(ids) - 1)
+            began = self.clock()
+            self.forward(ids[start:end])
+            synchronize(self.device)
+            seconds = self.clock() - began
+            self.last_chunk = (end - start, seconds)
+            if end - start >= MIN_CHUNK:  # a few positions would time the call's overhead more than the positions
+                self.seconds_per_position = seconds / (end - start)
             yield end
 
     def reset(self) -> None:

@@ -2,11 +2,13 @@
 
 A character can span several tokens (an emoji is 4 UTF-8 bytes, often two or three byte-level tokens), so
 decoding a token alone shows '�'. Here each token is decoded after the few tokens before it; bytes that do not
-make a whole character yet are held back, and the token that completes the character carries it. Special tokens
-(<|im_end|>, ...) carry no text. The offsets are those of transformers' TextStreamer and vLLM's detokenizer.
+make a whole character yet are held back, and the token that completes the character carries it. A reply that
+ends part-way through a character (cut at max new tokens, stopped, or ended by EOS) leaves those bytes out rather
+than showing '�', and `left_out` says so. Special tokens (<|im_end|>, ...) carry no text. The offsets are those of transformers' TextStreamer and vLLM's detokenizer.
 """
 from __future__ import annotations
 
+import codecs
 from functools import cached_property
 
 from transformers import PreTrainedTokenizerBase
@@ -25,6 +27,7 @@ class TextStream:
         # ids[prefix:read] is decoded as context for what follows it (a tokenizer may decode a token differently
         # at the start of a text); ids[read:] are held back: their bytes do not make a whole character yet.
         self.prefix = self.read = 0
+        self.left_out: str | None = None  # after `flush`: a one-line note when an incomplete character was dropped
 
     def push(self, token: int) -> str:
         """Append `token`; the text it completes ('' while a character is incomplete or for a special token)."""
@@ -58,10 +61,24 @@ class TextStream:
         return type(getattr(backend, "decoder", None)).__name__ == "ByteLevel"
 
     def flush(self) -> str:
-        """The text still held back at the end of a reply ('�' for a character its last tokens left incomplete)."""
+        """The whole characters still held back at the end of a reply. Bytes its last tokens left short of a
+        character are dropped, never shown as '�', and `left_out` says which."""
         text = self._new_text(self.ids)
+        whole = text.rstrip(INCOMPLETE)
+        if whole != text:
+            self.left_out = "the reply ended part-way through a character; its incomplete bytes were left out"
+            if self._byte_level:
+                held = self._bytes(self.ids[self.read:])
+                self.left_out += f" ({' '.join(f'{b:02x}' for b in held)})"
         self.prefix = self.read = len(self.ids)
-        return text
+        return whole
+
+    def _bytes(self, ids: list[int]) -> bytes:
+        """The bytes at the end of `ids` that do not make a whole UTF-8 character (byte-level tokenizers only)."""
+        raw = bytes(BYTE_OF[char] for piece in self.tokenizer.convert_ids_to_tokens(ids) for char in piece)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        decoder.decode(raw)
+        return decoder.getstate()[0]
 
     def fork(self) -> "TextStream":
         """An independent copy to try tokens in (only the ids still decoded as context are copied)."""

@@ -47,6 +47,10 @@ class NotNative(ValueError):
     """This GGUF (or device, or dtype) cannot run on the int4 kernel; the message says why, in one line."""
 
 
+class GGUFError(ValueError):
+    """The file is not a readable GGUF (damaged, truncated, or no GGUF at all); the message names it, in one line."""
+
+
 # ---------------------------------------------------------------------------------------------------- the file
 
 
@@ -68,17 +72,46 @@ _SCALARS = {GGUFValueType.UINT8: 1, GGUFValueType.INT8: 1, GGUFValueType.UINT16:
 
 def read_tensors(path: Path) -> tuple[str, dict[str, GGUFTensor]]:
     """The architecture and the tensors (memory-mapped) of a GGUF. gguf.GGUFReader parses every metadata value
-    into numpy views first, ~4 s for SmolLM2's 100k tokenizer strings; this skips them."""
+    into numpy views first, ~4 s for SmolLM2's 100k tokenizer strings; this skips them. Every count and offset the
+    header claims is checked against the file's size before it is used, so a damaged or truncated file raises
+    GGUFError (naming the file) and nothing of the claimed size is allocated."""
+    size = path.stat().st_size
+    if size < 24:
+        raise GGUFError(f"{path} is damaged or truncated: {size} bytes, fewer than a GGUF header")
     mapped = np.memmap(path, mode="r")
     buffer = memoryview(mapped)
     magic, version, n_tensors, n_fields = struct.unpack_from("<IIQQ", buffer, 0)
-    if magic != 0x46554747 or version < 2:
-        raise NotNative(f"{path.name} is not a GGUF file of version 2 or later")
+    if magic != 0x46554747:
+        raise GGUFError(f"{path} is not a GGUF file (it does not start with 'GGUF')")
+    if version < 2:
+        raise GGUFError(f"{path} is a GGUF file of version {version}; version 2 or later is needed")
+    # the smallest a field (key, type, value) and a tensor entry (name, 1 dimension, type, offset) can be
+    if n_fields > size // 13 or n_tensors > size // 32:
+        raise GGUFError(f"{path} is damaged: its header claims {n_tensors} tensors and {n_fields} metadata fields "
+                        f"in {size} bytes")
+    try:
+        architecture, tensors = _parse(path, mapped, buffer, n_tensors, n_fields)
+    except (struct.error, UnicodeDecodeError, ValueError, KeyError) as exc:
+        raise GGUFError(f"{path} is damaged or truncated: {exc}") from None
+    return architecture, tensors
+
+
+def _parse(path: Path, mapped: np.memmap, buffer: memoryview, n_tensors: int, n_fields: int
+           ) -> tuple[str, dict[str, GGUFTensor]]:
+    """read_tensors' walk over the metadata and tensor entries; any claim past the file's end raises ValueError
+    (or struct.error where a number itself is cut off)."""
+    size = len(buffer)
     offset = 24
+
+    def within(end: int, what: str) -> int:
+        if end > size:
+            raise ValueError(f"{what} ends at byte {end} of a {size}-byte file")
+        return end
 
     def string(at: int) -> tuple[str, int]:
         (length,) = struct.unpack_from("<Q", buffer, at)
-        return bytes(buffer[at + 8: at + 8 + length]).decode(), at + 8 + length
+        end = within(at + 8 + length, "a string")
+        return bytes(buffer[at + 8: end]).decode(), end
 
     def skip(kind: int, at: int) -> int:
         if kind == GGUFValueType.STRING:
@@ -87,10 +120,13 @@ def read_tensors(path: Path) -> tuple[str, dict[str, GGUFTensor]]:
             item, count = struct.unpack_from("<IQ", buffer, at)
             at += 12
             if item in _SCALARS:
-                return at + count * _SCALARS[item]
+                return within(at + count * _SCALARS[item], "an array")
+            within(at + count * 8, "an array")  # each item is at least a string's length
             for _ in range(count):
                 at = skip(item, at)
             return at
+        if kind not in _SCALARS:
+            raise ValueError(f"unknown metadata type {kind} at byte {at}")
         return at + _SCALARS[kind]
 
     fields = {}
@@ -107,6 +143,8 @@ def read_tensors(path: Path) -> tuple[str, dict[str, GGUFTensor]]:
     for _ in range(n_tensors):
         name, offset = string(offset)
         (n_dims,) = struct.unpack_from("<I", buffer, offset)
+        if not 1 <= n_dims <= 4:
+            raise ValueError(f"tensor {name!r} has {n_dims} dimensions")
         shape = list(struct.unpack_from(f"<{n_dims}Q", buffer, offset + 4))
         qtype, start = struct.unpack_from("<IQ", buffer, offset + 4 + 8 * n_dims)
         offset += 4 + 8 * n_dims + 12
@@ -115,10 +153,13 @@ def read_tensors(path: Path) -> tuple[str, dict[str, GGUFTensor]]:
     data_start = -(-offset // alignment) * alignment
     tensors = {}
     for name, qtype, shape, start in infos:
-        block, size = GGML_QUANT_SIZES[qtype]
-        rows = int(np.prod(shape[1:]))
-        row_bytes = shape[0] // block * size
-        data = mapped[data_start + start: data_start + start + rows * row_bytes].reshape(rows, row_bytes)
+        block, block_bytes = GGML_QUANT_SIZES[qtype]
+        if shape[0] % block:
+            raise ValueError(f"tensor {name!r} has rows of {shape[0]} values, not whole {qtype.name} blocks")
+        rows = int(np.prod(shape[1:], dtype=object))  # exact: a damaged shape may overflow int64
+        row_bytes = shape[0] // block * block_bytes
+        end = within(data_start + start + rows * row_bytes, f"tensor {name!r}")
+        data = mapped[data_start + start: end].reshape(rows, row_bytes)
         if qtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
             data = data.view(np.float32 if qtype == GGMLQuantizationType.F32 else np.float16).reshape(shape[::-1])
         tensors[name] = GGUFTensor(name, qtype, shape, data)

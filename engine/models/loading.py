@@ -20,6 +20,11 @@ from engine.events import ModelInfo
 
 # A directory holding any of these can give a tokenizer (a pair is checked from its tokenizers alone)
 TOKENIZER_MARKERS = ("config.json", "tokenizer_config.json", "tokenizer.json")
+# ... and a tokenizer is read from one of these files (fast, BPE, WordPiece, sentencepiece, tiktoken vocabularies)
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "merges.txt", "*.model", "*.tiktoken")
+# Weights that are Python pickles: loading one runs whatever code it carries
+PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+ALLOW_PICKLE = "SPECDEC_ALLOW_PICKLE"  # =1: load pickle-only checkpoints anyway
 HUB_PROBE_TIMEOUT_S = 5  # seconds to wait for the hub's answer before treating it as unreachable
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # A GGUF target's weights: "native" keeps its 4-bit blocks (engine.models.gguf_native), "dtype" de-quantises them
@@ -121,8 +126,14 @@ def _check_source(name: str, source: str, path: Path, markers: tuple[str, ...] =
     asks for sentencepiece), and find out at once whether a hub id can be downloaded, instead of after a minute of
     retries. A directory must hold one of `markers`. Returns extra `from_pretrained` arguments."""
     if path.suffix == ".gguf":
+        from engine.models import gguf_native
+
         if not path.is_file():
             raise ModelLoadError(f"GGUF file not found: {path}")
+        try:  # the header and every tensor's extent, checked here: transformers' reader would fail obscurely
+            gguf_native.read_tensors(path)
+        except gguf_native.GGUFError as exc:
+            raise ModelLoadError(str(exc)) from None
         return {}
     if path.is_file():
         raise ModelLoadError(f"{path} is a file, not a model: give a model directory (holding config.json), "
@@ -168,7 +179,28 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
         hub = _check_source(name, source, path, TOKENIZER_MARKERS)
         if path.suffix == ".gguf":
             return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        if path.is_dir() and not any(any(path.glob(pattern)) for pattern in TOKENIZER_FILES):
+            raise ModelLoadError(f"{path} has no tokenizer files (tokenizer.json, vocab.json, tokenizer.model, ...): "
+                                 "copy them from the model it was saved from")
         return AutoTokenizer.from_pretrained(source, **hub)
+
+
+def _refuse_pickle(name: str, path: Path) -> dict:
+    """Weights are read from safetensors only, unless ALLOW_PICKLE is set: a pickle checkpoint (pytorch_model.bin)
+    executes code as it loads. A local folder with nothing else is refused in one line; a hub id is asked for
+    safetensors. Returns extra `from_pretrained` arguments."""
+    if os.environ.get(ALLOW_PICKLE) == "1":
+        return {}
+    if path.is_dir() and not any(path.glob("*.safetensors")):
+        pickles = sorted(p.name for pattern in PICKLE_WEIGHTS for p in path.glob(pattern))
+        if pickles:
+            raise ModelLoadError(pickle_refused(f"{name} has only pickle weights ({pickles[0]})"))
+    return {"use_safetensors": True}
+
+
+def pickle_refused(what: str) -> str:
+    return (f"{what}, and a pickle can run code when it is loaded: convert the weights to safetensors, or set "
+            f"{ALLOW_PICKLE}=1 to load pickle weights anyway")
 
 
 def gguf_file(name: str) -> Path | None:
@@ -234,7 +266,13 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, *, shard: bo
             if getattr(model, "hf_quantizer", None) is not None:
                 model.hf_quantizer.remove_quantization_config(model)
         else:
-            model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+            safe = _refuse_pickle(name, path)
+            try:
+                model = AutoModelForCausalLM.from_pretrained(source, **kwargs, **safe)
+            except OSError as exc:  # a hub repository without safetensors: say why it is not loaded
+                if safe and "cannot be loaded with `safetensors`" in str(exc):
+                    raise ModelLoadError(pickle_refused(f"{name} has no safetensors weights on the hub")) from None
+                raise
     if "device_map" not in kwargs:
         model.to(device)
     model.eval()

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 from tqdm import tqdm
 from transformers import Cache, DynamicLayer
 
@@ -35,6 +37,26 @@ class Sample:
     teacher_ids: torch.Tensor  # (n_response, TOP_K) int32: the target's top-k tokens at each response position
     teacher_probs: torch.Tensor  # (n_response, TOP_K) float16
     greedy: bool
+
+
+def save_batch(samples: list[Sample], path: Path) -> None:
+    """A batch of samples as safetensors: tensors and JSON metadata only, so a file planted in the working folder
+    can hold wrong numbers but never code (a pickle runs whatever it carries when loaded)."""
+    tensors = {}
+    for i, sample in enumerate(samples):
+        tensors[f"{i}.ids"] = torch.tensor(sample.ids, dtype=torch.int64)
+        tensors[f"{i}.teacher_ids"] = sample.teacher_ids.contiguous()
+        tensors[f"{i}.teacher_probs"] = sample.teacher_probs.contiguous()
+    meta = {"n_prompt": [s.n_prompt for s in samples], "greedy": [s.greedy for s in samples]}
+    save_file(tensors, path, metadata={"samples": json.dumps(meta)})
+
+
+def load_batch(path: Path) -> list[Sample]:
+    with safe_open(path, "pt") as f:
+        meta = json.loads(f.metadata()["samples"])
+        tensors = {name: f.get_tensor(name) for name in f.keys()}
+    return [Sample(tensors[f"{i}.ids"].tolist(), n_prompt, tensors[f"{i}.teacher_ids"], tensors[f"{i}.teacher_probs"],
+                   greedy) for i, (n_prompt, greedy) in enumerate(zip(meta["n_prompt"], meta["greedy"]))]
 
 
 def _chat_ids(tokenizer, messages: list[dict]) -> list[int]:
@@ -118,7 +140,7 @@ def _answer_batches(target: LoadedModel, n_prompts: int, *, seed: int, batch_siz
     conversations = training_prompts(n_prompts, seed)
     for index in tqdm(range(math.ceil(len(conversations) / batch_size)), desc="target answers", unit="batch",
                       disable=not progress):
-        chunk = chunk_dir / f"batch-{index:04d}.pt"
+        chunk = chunk_dir / f"batch-{index:04d}.safetensors"
         try:
             os.close(os.open(chunk.with_suffix(".claim"), os.O_CREAT | os.O_EXCL))
         except FileExistsError:
@@ -137,7 +159,7 @@ def _answer_batches(target: LoadedModel, n_prompts: int, *, seed: int, batch_siz
         if second:
             new += generate_batch(target, [_chat_ids(target.tokenizer, c) for c in second], greedy=greedy,
                                   temperature=temperature, max_new_tokens=max_new_tokens)
-        torch.save(new, chunk.with_suffix(".tmp"))
+        save_batch(new, chunk.with_suffix(".tmp"))
         chunk.with_suffix(".tmp").rename(chunk)
 
 
@@ -164,7 +186,7 @@ def generate_data(target: LoadedModel, n_prompts: int, workers: int, *, chunk_di
 
     chunk_dir.mkdir(parents=True, exist_ok=True)
     for claim in chunk_dir.glob("*.claim"):  # claimed by an interrupted run but never saved: answer it again
-        if not claim.with_suffix(".pt").exists():
+        if not claim.with_suffix(".safetensors").exists():
             claim.unlink()
     kwargs["chunk_dir"] = chunk_dir
     context = multiprocessing.get_context("spawn")
@@ -184,11 +206,11 @@ def generate_data(target: LoadedModel, n_prompts: int, workers: int, *, chunk_di
         if affinity is not None:
             os.sched_setaffinity(0, affinity)
     n_batches = math.ceil(n_prompts / kwargs["batch_size"])
-    chunks = [chunk_dir / f"batch-{index:04d}.pt" for index in range(n_batches)]
+    chunks = [chunk_dir / f"batch-{index:04d}.safetensors" for index in range(n_batches)]
     missing = [chunk.name for chunk in chunks if not chunk.exists()]
     if missing:
         raise RuntimeError(f"a generation worker failed: {len(missing)} batches unanswered ({missing[0]}, ...)")
-    return [sample for chunk in chunks for sample in torch.load(chunk, weights_only=False)]
+    return [sample for chunk in chunks for sample in load_batch(chunk)]
 
 
 def draft_vocabulary(samples: list[Sample], size: int, always: list[int]) -> list[int]:

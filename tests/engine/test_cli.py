@@ -81,6 +81,11 @@ def argument_error(capsys, argv: list[str]) -> str:
     (["bench", "--temperature", "0"], "argument --temperature: must be positive"),
     (["train-draft", "--workers", "0"], "argument --workers: must be >= 1, not 0"),
     (["train-draft", "--layers", "0,-1"], "argument --layers: must be >= 0, not -1"),
+    (["generate", "hi", "--seed", "18446744073709551616"],
+     "argument --seed: must be from 0 to 2**63 - 1, not 18446744073709551616"),
+    (["generate", "hi", "--seed", "-1"], "argument --seed: must be from 0 to 2**63 - 1, not -1"),
+    (["bench", "--seed", str(2 ** 63)], f"argument --seed: must be from 0 to 2**63 - 1, not {2 ** 63}"),
+    (["train-draft", "--seed", str(2 ** 32)], f"argument --seed: must be from 0 to 2**32 - 1, not {2 ** 32}"),
 ])
 def test_bad_values_are_refused_by_the_argument_parser_in_one_line(monkeypatch, capsys, argv, expected):
     from engine.benchmark import bench
@@ -375,6 +380,36 @@ def test_long_prompts_come_from_stdin_or_a_file_and_max_new_tokens_is_cut_with_a
     one_error_line(capsys, "the prompt is 600 tokens on its own, but the model's window is 512 positions")
     assert main(["generate", "hi", "--mode", "ar"]) == 0
     assert capsys.readouterr().out.startswith(CHAIN_TEXT)
+
+
+def test_the_largest_seed_decodes(monkeypatch, capsys):
+    chain_decoder(monkeypatch)
+    assert main(["generate", "hi", "--mode", "ar", "--temperature", "1", "--seed", str(2 ** 63 - 1)]) == 0
+
+
+def test_a_reply_cut_inside_a_character_has_no_replacement_character_in_its_json(monkeypatch, capsys):
+    from tests.chain import CHAIN_TEXT
+
+    chain_decoder(monkeypatch)
+    assert main(["generate", "hi", "--mode", "ar", "--json", "--max-new-tokens", "6"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out)["text"] == "🐉" and "\ufffd" not in out and "\\ufffd" not in out
+    assert main(["generate", "hi", "--mode", "ar", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["text"] == CHAIN_TEXT
+
+
+def test_bench_with_an_empty_prompts_file_creates_no_out_folder(monkeypatch, tmp_path, capsys):
+    from engine.benchmark import bench
+
+    ran = []
+    monkeypatch.setattr(bench, "run_cli", lambda *a: ran.append(a) or 0)
+    (tmp_path / "empty.txt").write_text("\n  \n")
+    assert main(["bench", "--prompts", str(tmp_path / "empty.txt"), "--out", str(tmp_path / "plots")]) == 1
+    one_error_line(capsys, f"prompts file {tmp_path / 'empty.txt'} has no prompts (one per line)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.txt"]
+    (tmp_path / "prompts.txt").write_text("hi\n")  # the next command gets as far as the benchmark
+    assert main(["bench", "--prompts", str(tmp_path / "prompts.txt"), "--out", str(tmp_path / "plots")]) == 0
+    assert len(ran) == 1 and (tmp_path / "plots").is_dir()
 
 
 def test_bench_checks_its_prompts_and_out_before_running(monkeypatch, tmp_path, capsys):

@@ -93,6 +93,48 @@ def test_parallel_answering_gives_the_same_data_as_one_process_and_resumes_inter
     assert {s.greedy for s in alone} == {True, False}
 
 
+class Planted:
+    """A pickle that runs code when loaded: it creates the file named in it."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_batch_files_left_in_the_working_folder_are_never_unpickled(tmp_path):
+    from engine.training.distill import generate_data
+    from engine.models.loading import load_model
+
+    tiny = tiny_model(0, layers=2)
+    tiny.tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    tiny.model.save_pretrained(tmp_path / "target")
+    tiny.tokenizer.save_pretrained(tmp_path / "target")
+    target = load_model(str(tmp_path / "target"), torch.device("cpu"), torch.float32)
+    work = tmp_path / "work"
+    work.mkdir()
+    marker = tmp_path / "code-ran"
+    # as an earlier release left an answered batch, or as anyone could plant one
+    torch.save([Planted(marker)], work / "batch-0000.pt")
+    (work / "batch-0000.claim").touch()
+    samples = generate_data(target, 2, 1, chunk_dir=work, seed=3, batch_size=2, max_new_tokens=3, temperature=0.7,
+                            multi_turn_fraction=0.0)
+    assert not marker.exists() and len(samples) == 2
+    assert sorted(p.name for p in work.iterdir()) == ["batch-0000.claim", "batch-0000.pt", "batch-0000.safetensors"]
+
+
+def test_a_saved_batch_loads_back_sample_for_sample(tmp_path):
+    from engine.training.distill import load_batch, save_batch
+
+    samples = [_sample([5, 6, 7, 7, 7, 9], 2), _sample([5, 7, 9, 9, 8], 1)]
+    save_batch(samples, tmp_path / "batch.safetensors")
+    loaded = load_batch(tmp_path / "batch.safetensors")
+    assert [(s.ids, s.n_prompt, s.greedy) for s in loaded] == [(s.ids, s.n_prompt, s.greedy) for s in samples]
+    assert all(torch.equal(a.teacher_ids, b.teacher_ids) and torch.equal(a.teacher_probs, b.teacher_probs)
+               for a, b in zip(loaded, samples))
+
+
 def test_batched_answers_equal_each_prompt_decoded_alone():
     """Left padding must not leak into any row: a batch of prompts of different lengths gets, row by row, the
     greedy answer the model gives that prompt alone, and the kept top-k is the model's own distribution."""

@@ -76,3 +76,36 @@ def test_cli_speculation_and_ar_decode_one_target_identically_at_any_thread_coun
             out = json.loads(result.stdout)
             replies[threads, mode] = (out["target"]["weights"], out["token_ids"])
     assert len(set(map(str, replies.values()))) == 1, replies
+
+
+def test_stop_during_a_6000_token_read_in_is_heard_within_half_a_second():
+    """Each prefill chunk is sized from the speed the chunks before it were read at, so the time between two
+    chances to stop (the target's chunk, then the draft keeping pace) is under 0.5 s. The chunks' sizes are
+    checked against that speed; their measured times only in the median, as another job on the machine can
+    stretch any single one."""
+    import statistics
+    import time
+
+    from engine.decoding.caches import MIN_CHUNK, PREFILL_CHUNK_S
+    from engine.events import PrefillProgress
+
+    decoder = Decoder.load("embedded", "embedded-draft", device="cpu")
+    decoder.warm_up()
+    prompt = [{"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 600}]
+    stream = decoder.stream(prompt, DecodeSettings(max_new_tokens=8))
+    chunks, gaps, last = [], [], time.perf_counter()
+    speed = None  # seconds per position the next chunk is sized on
+    for item in stream:
+        if isinstance(item, PrefillProgress):
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+            chunks.append((decoder.runner.last_chunk[0], speed))
+            speed, total = decoder.runner.seconds_per_position, item.total
+            if item.done >= 2048:  # enough chunks to have settled on this machine's speed
+                break
+    stream.close()  # Stop, between two chunks
+    assert total >= 6000
+    assert all(n * seconds <= PREFILL_CHUNK_S or n == MIN_CHUNK for n, seconds in chunks[1:]), chunks
+    assert statistics.median(gaps) < 0.5, gaps
+    assert len(list(decoder.generate(MESSAGES, DecodeSettings(max_new_tokens=4)))) >= 1  # the next reply works

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from engine.decoding.caches import PREFILL_CHUNK
+from engine.decoding.caches import MAX_CHUNK, MIN_CHUNK, PREFILL_CHUNK_S, chunk_size
 from engine.decoding.context import ContextError
 from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import DraftModelDrafter
@@ -41,7 +41,7 @@ def test_each_character_is_carried_by_the_token_that_completes_it():
     assert texts[-1] == ""  # <|im_end|> is special: no text
 
 
-def test_an_incomplete_character_at_the_end_is_flushed_and_peek_consumes_nothing():
+def test_an_incomplete_character_at_the_end_is_left_out_and_peek_consumes_nothing():
     tokenizer = byte_tokenizer()
     first_bytes = chain_ids(tokenizer)[:2]  # half of 🐉
     stream = TextStream(tokenizer)
@@ -49,7 +49,24 @@ def test_an_incomplete_character_at_the_end_is_flushed_and_peek_consumes_nothing
     assert stream.peek(chain_ids(tokenizer)[2]) == "\ufffd"  # still incomplete, shown as such for a rejected draft
     assert stream.label(tokenizer.eos_token_id) == "<|im_end|>"  # candidates name a special token...
     assert stream.label(chain_ids(tokenizer)[2]) == "‹90›"  # ...and the bytes of a piece of a character
-    assert stream.flush() == "\ufffd"
+    assert stream.flush() == ""  # never '�'; the note names the bytes left out
+    assert stream.left_out == ("the reply ended part-way through a character; its incomplete bytes were left out "
+                               "(f0 9f)")
+
+
+def test_whole_characters_before_an_incomplete_one_are_flushed():
+    tokenizer = byte_tokenizer()
+    stream = TextStream(tokenizer)
+    ids = tokenizer("ab", add_special_tokens=False)["input_ids"] + chain_ids(tokenizer)[:3]  # 'ab', 3 bytes of 🐉
+    texts = [stream.push(t) for t in ids]
+    assert "".join(texts) + stream.flush() == "ab" and stream.left_out.endswith("(f0 9f 90)")
+
+
+def test_a_reply_that_ends_on_a_whole_character_leaves_nothing_out():
+    tokenizer = byte_tokenizer()
+    stream = TextStream(tokenizer)
+    assert "".join(stream.push(t) for t in chain_ids(tokenizer)[:4]) + stream.flush() == "🐉"
+    assert stream.left_out is None
 
 
 def test_replies_across_multi_byte_characters_are_never_garbled_in_ar_or_speculative_mode():
@@ -71,11 +88,31 @@ def test_replies_across_multi_byte_characters_are_never_garbled_in_ar_or_specula
     assert rejected and rejected[0].text == "\ufffdx"
 
 
-def test_a_reply_cut_inside_a_character_ends_with_the_replacement_character():
+def chain_decoder(chain: list[int], mode: str) -> Decoder:
     tokenizer = byte_tokenizer()
-    decoder = Decoder(chain_model(tokenizer, chain_ids(tokenizer)))
-    events = list(decoder.generate(HI, DecodeSettings(mode="ar", max_new_tokens=6)))
-    assert "".join(e.text_delta for e in events) == "🐉\ufffd"  # 日 was cut after 2 of its 3 bytes
+    target = chain_model(tokenizer, chain)
+    if mode == "ar":
+        return Decoder(target)
+    draft = chain_model(tokenizer, chain)
+    return Decoder(target, DraftModelDrafter(draft, len(tokenizer)), draft)
+
+
+@pytest.mark.parametrize("mode", ["ar", "spec"])
+def test_a_reply_cut_at_max_new_tokens_inside_a_character_leaves_its_bytes_out(mode):
+    decoder = chain_decoder(chain_ids(byte_tokenizer()), mode)
+    events = list(decoder.generate(HI, DecodeSettings(mode=mode, max_new_tokens=6, stop_below=0.0)))
+    assert events[-1].finish_reason == "length" and len(emitted(events)) == 6  # 日 cut after 2 of its 3 bytes
+    assert "".join(e.text_delta for e in events) == "🐉"
+    assert all("\ufffd" not in t.text for t in emitted(events))
+    again = list(decoder.generate(HI, DecodeSettings(mode=mode, stop_below=0.0)))  # the next reply is whole
+    assert "".join(e.text_delta for e in again) == CHAIN_TEXT
+
+
+@pytest.mark.parametrize("mode", ["ar", "spec"])
+def test_a_reply_ended_by_eos_inside_a_character_leaves_its_bytes_out(mode):
+    decoder = chain_decoder(chain_ids(byte_tokenizer())[:6], mode)  # spells 🐉 and 2 bytes of 日, then EOS
+    events = list(decoder.generate(HI, DecodeSettings(mode=mode, stop_below=0.0)))
+    assert events[-1].finish_reason == "eos" and "".join(e.text_delta for e in events) == "🐉"
 
 
 # -- 2. the context policy -------------------------------------------------------------------------------
@@ -163,12 +200,56 @@ def test_text_that_is_not_utf8_is_refused_before_tokenizing():
 # -- 3. chunked prefill -----------------------------------------------------------------------------------
 
 
+def known_speed(decoder: Decoder, positions: int) -> None:
+    """Make the target's prefill clock read as a machine that reads `positions` per PREFILL_CHUNK_S: it advances
+    with the positions the cache holds, so chunk sizes do not depend on this machine's load."""
+    runner = decoder.runner
+    runner.clock = lambda: len(runner) * PREFILL_CHUNK_S / positions
+
+
+def test_a_chunk_size_is_the_largest_power_of_two_that_fits_the_time():
+    assert chunk_size(None) == MIN_CHUNK  # nothing timed yet
+    assert chunk_size(PREFILL_CHUNK_S / 300) == 256
+    assert chunk_size(PREFILL_CHUNK_S / 256.5) == 256
+    assert chunk_size(PREFILL_CHUNK_S / 255.5) == 128
+    assert chunk_size(1.0) == MIN_CHUNK  # a very slow machine: the smallest chunk
+    assert chunk_size(1e-9) == MAX_CHUNK
+
+
 def test_prefill_runs_in_chunks_reporting_progress():
     decoder = tiny_decoder()
+    known_speed(decoder, 300)
     items = list(decoder.stream(long_prompt(700), DecodeSettings(max_new_tokens=4)))
     progress = [i for i in items if isinstance(i, PrefillProgress)]
-    assert [(p.done, p.total) for p in progress] == [(256, 699), (512, 699), (699, 699)]
+    # the first chunk before anything was timed, then 256 positions (what fits), ending at multiples of 256
+    assert [(p.done, p.total) for p in progress] == [(8, 699), (256, 699), (512, 699), (699, 699)]
     assert len(emitted(items)) == 4
+
+
+@pytest.mark.parametrize("positions", [40, 300, 5000])
+def test_each_prefill_chunk_takes_at_most_the_chunk_time_at_the_measured_speed(positions):
+    decoder = tiny_decoder()
+    known_speed(decoder, positions)
+    chunks = []
+    for item in decoder.stream(long_prompt(900), DecodeSettings(max_new_tokens=1)):
+        if isinstance(item, PrefillProgress):
+            chunks.append(decoder.runner.last_chunk)
+    assert sum(n for n, _ in chunks) == 899
+    assert all(seconds <= PREFILL_CHUNK_S for _, seconds in chunks)
+    assert max(n for n, _ in chunks) == min(chunk_size(PREFILL_CHUNK_S / positions), 899 - MIN_CHUNK)
+
+
+def test_a_machine_that_slows_down_mid_prefill_gets_smaller_chunks():
+    decoder = tiny_decoder()
+    runner = decoder.runner
+    # 300 positions per chunk time up to position 256, then ten times slower
+    runner.clock = lambda: (min(len(runner), 256) + 10 * max(len(runner) - 256, 0)) * PREFILL_CHUNK_S / 300
+    sizes = []
+    for item in decoder.stream(long_prompt(900), DecodeSettings(max_new_tokens=1)):
+        if isinstance(item, PrefillProgress):
+            sizes.append(runner.last_chunk[0])
+    assert sizes[:3] == [8, 248, 256]  # the first slow chunk was sized on the fast speed...
+    assert sizes[3:] == [16] * 24 + [3]  # ...and every one after it on the slow one (30 positions per chunk time)
 
 
 def test_closing_the_stream_during_prefill_stops_within_one_chunk_and_the_next_reply_is_right():
@@ -176,7 +257,8 @@ def test_closing_the_stream_during_prefill_stops_within_one_chunk_and_the_next_r
     stream = decoder.stream(long_prompt(900), DecodeSettings(max_new_tokens=8))
     assert isinstance(next(stream), PrefillProgress)
     stream.close()
-    assert len(decoder.runner) == PREFILL_CHUNK and decoder.drafter.cached_length() == PREFILL_CHUNK
+    assert len(decoder.runner) == decoder.runner.last_chunk[0] == MIN_CHUNK
+    assert decoder.drafter.cached_length() == MIN_CHUNK
     resumed = [t.token_id for t in emitted(decoder.stream(long_prompt(900), DecodeSettings(max_new_tokens=8)))]
     fresh = [t.token_id for t in emitted(tiny_decoder().stream(long_prompt(900), DecodeSettings(max_new_tokens=8)))]
     assert resumed == fresh
@@ -186,13 +268,14 @@ def test_ar_and_speculative_mode_prefill_the_target_in_the_same_chunks():
     sizes = {}
     for mode in ("ar", "spec"):
         decoder = tiny_decoder()
+        known_speed(decoder, 300)
         forward = decoder.runner.cache.forward
         calls = sizes[mode] = []
         decoder.runner.cache.forward = lambda ids, keep, calls=calls, forward=forward: calls.append(len(ids)) or \
             forward(ids, keep)
         next(emitted_tokens(decoder.generate(long_prompt(600), DecodeSettings(mode=mode, max_new_tokens=1))))
-        del calls[3:]  # the rounds after the prefill differ by design
-    assert sizes["ar"] == sizes["spec"] == [256, 256, 87]
+        del calls[4:]  # the rounds after the prefill differ by design
+    assert sizes["ar"] == sizes["spec"] == [8, 248, 256, 87]
 
 
 def emitted_tokens(events):

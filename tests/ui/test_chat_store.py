@@ -1,11 +1,14 @@
 """The chats database on its own: round trips, schema versions, and a writer killed with SIGKILL mid-reply."""
 from __future__ import annotations
 
+import json
 import os
+import random
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 from pathlib import Path
@@ -109,27 +112,113 @@ def test_unknown_fields_from_another_release_are_ignored_when_loading(tmp_path):
     assert store.load_chat(recorder.chat_id).replies[0].events == (round_event(0),)
 
 
-def test_a_newer_schema_is_refused_and_left_untouched(tmp_path):
+def test_a_newer_schema_is_refused_with_every_byte_of_the_file_unchanged(tmp_path):
     path = tmp_path / "chats.sqlite3"
     ChatStore(path).close()
-    with sqlite3.connect(path) as db:
+    with sqlite3.connect(path) as db:  # as a later release might leave it: a rollback journal, version + 1
+        db.execute("PRAGMA journal_mode = DELETE")
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
-    with pytest.raises(ChatStoreError, match="newer SpecDec Studio"):
+    before = path.read_bytes()
+    assert before[18:20] == b"\x01\x01"  # the header's "not WAL" bytes, which switching to WAL would change
+    with pytest.raises(ChatStoreError, match="newer SpecDec Studio.*left untouched"):
         ChatStore(path)
-    with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chats.sqlite3"]  # no journal files either
 
 
-def test_an_empty_file_is_upgraded_and_a_foreign_file_refused(tmp_path):
+def test_an_empty_file_is_upgraded(tmp_path):
     empty = tmp_path / "empty.sqlite3"
     empty.touch()
     store = ChatStore(empty)
     assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    garbage = tmp_path / "garbage.sqlite3"
-    garbage.write_bytes(b"this is not a database" * 100)
-    with pytest.raises(ChatStoreError, match="not a readable chat database"):
-        ChatStore(garbage)
+    assert store.notice is None
+
+
+def test_a_damaged_database_is_moved_aside_and_a_fresh_one_started(tmp_path):
+    path = tmp_path / "chats.sqlite3"
+    damaged = b"this is not a database" * 100
+    path.write_bytes(damaged)
+    store = ChatStore(path)
+    [aside] = tmp_path.glob("chats.damaged-*.sqlite3")
+    assert aside.read_bytes() == damaged  # the old file whole, where the notice says
+    assert store.notice == (f"{path} was damaged (file is not a database): it was moved to {aside.name} and a new "
+                            "chat database started")
+    recorder = ChatRecorder(store)  # the next chat is saved
+    recorder.turn_started(0, request("hi"), None)
+    store.close()
+    reopened = ChatStore(path)
+    assert reopened.notice is None and [c.title for c in reopened.list_chats()] == ["hi"]
+
+
+def test_a_database_with_a_malformed_page_is_moved_aside(tmp_path):
+    path = tmp_path / "chats.sqlite3"
+    recorder = ChatRecorder(ChatStore(path))
+    for i in range(20):
+        recorder.new_chat()
+        recorder.turn_started(0, request(f"chat {i} " + "x" * 2000), None)
+    recorder.store.close()
+    data = bytearray(path.read_bytes())
+    page = int.from_bytes(data[16:18], "big")
+    data[2 * page: 3 * page] = b"\xff" * page  # the third page, inside a table's b-tree
+    path.write_bytes(bytes(data))
+    store = ChatStore(path)
+    assert "was damaged" in store.notice and "moved to chats.damaged-" in store.notice
+    assert store.list_chats() == []
+
+
+READ_ONLY = textwrap.dedent("""
+    import json, sys
+    from tests.ui.test_chat_store import request, round_event
+    from ui.chat_store import ChatRecorder, ChatStore, ChatStoreError
+    from ui.session import Reply
+
+    store = ChatStore(sys.argv[1])
+    failures = []
+    recorder = ChatRecorder(store, on_failure=failures.append)
+    titles = [c.title for c in store.list_chats()]
+    ask = request("a new chat")  # the next request: the recorder takes it without writing or complaining
+    recorder.turn_started(0, ask, None)
+    recorder.round_finished(round_event(0))
+    recorder.reply_finished(Reply(ask, (round_event(0),), "ab", False))
+    try:
+        store.rename_chat(1, "renamed")
+        renamed = "no error"
+    except ChatStoreError as exc:
+        renamed = str(exc)
+    print(json.dumps({"read_only": store.read_only, "notice": store.notice, "titles": titles,
+                      "failures": failures, "renamed": renamed}))
+""")
+
+
+def test_a_read_only_database_shows_its_chats_and_saves_nothing():
+    # The child runs as an unprivileged user: root may write to any file whatever its mode.
+    as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch) / "data"
+        path = folder / "chats.sqlite3"
+        recorder = ChatRecorder(ChatStore(path))
+        for i in range(4):
+            recorder.new_chat()
+            recorder.turn_started(0, request(f"chat {i}"), None)
+            recorder.reply_finished(Reply(request(f"chat {i}"), (round_event(0),), "ab", False))
+        recorder.store.close()
+        before = path.read_bytes()
+        path.chmod(0o444)
+        folder.chmod(0o555)
+        Path(scratch).chmod(0o755)
+        try:
+            result = subprocess.run([*as_user, sys.executable, "-c", READ_ONLY, str(path)], cwd=ROOT,
+                                    capture_output=True, text=True, timeout=60)
+        finally:
+            folder.chmod(0o755)
+        assert result.returncode == 0, result.stderr
+        seen = json.loads(result.stdout)
+        assert path.read_bytes() == before and sorted(p.name for p in folder.iterdir()) == ["chats.sqlite3"]
+    notice = (f"{path} is read-only: your saved chats are shown, but new ones will not be saved (make the file "
+              "and its folder writable, then restart)")
+    assert seen == {"read_only": True, "notice": notice, "titles": [f"chat {i}" for i in (3, 2, 1, 0)],
+                    "failures": [], "renamed": notice}
 
 
 WRITER = textwrap.dedent("""
@@ -179,6 +268,67 @@ def test_sigkill_mid_reply_keeps_every_committed_turn_and_round(tmp_path):
     assert len(in_flight.events) >= 21 and in_flight.stopped  # every round printed before the kill is there
     assert [e.index for e in in_flight.events] == list(range(len(in_flight.events)))
     assert in_flight.text == "ab" * len(in_flight.events)
+
+
+REPLIES = textwrap.dedent("""
+    import sys
+    from tests.ui.test_chat_store import request, round_event
+    from ui.chat_store import ChatRecorder, ChatStore
+    from ui.session import Reply
+
+    store = ChatStore(sys.argv[1])
+    recorder = ChatRecorder(store)
+    chats = store.list_chats()
+    if chats:  # a restart after a kill carries on in the same chat, after its finished replies
+        recorder.resume(chats[0].id)
+    position = sum(not r.stopped for r in store.load_chat(chats[0].id).replies) if chats else 0
+    while position < int(sys.argv[2]):
+        ask = request(*[f"turn {position}"] * (2 * position + 1))
+        recorder.turn_started(position, ask, None)
+        events = tuple(round_event(i, finish="eos" if i == 3 else None) for i in range(4))
+        for event in events:
+            recorder.round_finished(event)
+            print("round", flush=True)
+        recorder.reply_finished(Reply(ask, events, "ab" * 4, False))
+        print("finished", position, flush=True)  # only after the reply's transaction committed
+        position += 1
+""")
+
+
+def test_kill_9_at_random_points_during_50_replies_keeps_every_finished_one(tmp_path):
+    path = tmp_path / "chats.sqlite3"
+    rng = random.Random(27)
+    finished, kills = -1, 0
+    while True:
+        child = subprocess.Popen([sys.executable, "-c", REPLIES, str(path), "50"], cwd=ROOT, stdout=subprocess.PIPE,
+                                 text=True)
+        watchdog = threading.Timer(120, child.kill)  # a child that hangs fails the test, not hangs it
+        watchdog.start()
+        try:
+            lines_until_kill = rng.randrange(1, 40)
+            for n, line in enumerate(child.stdout, 1):
+                if line.startswith("finished"):
+                    finished = int(line.split()[1])
+                if n == lines_until_kill:
+                    os.kill(child.pid, signal.SIGKILL)  # the child runs on meanwhile: it dies wherever it got to
+                    kills += 1
+                    break
+        finally:
+            watchdog.cancel()
+            child.wait(timeout=30)
+        store = ChatStore(path)
+        try:
+            assert store.db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+            replies = store.load_chat(store.list_chats()[0].id).replies
+        finally:
+            store.close()
+        done = [r for r in replies if not r.stopped]
+        assert len(done) >= finished + 1  # every reply reported finished before the kill
+        assert [r.request.messages[-1]["content"] for r in done] == [f"turn {i}" for i in range(len(done))]
+        assert all(r.text == "abababab" and len(r.events) == 4 for r in done)
+        if child.returncode == 0:
+            break
+    assert len(done) == 50 and kills >= 5
 
 
 def test_a_failing_write_stops_saving_once_and_says_so(tmp_path):

@@ -417,11 +417,20 @@ def test_a_chats_database_that_cannot_be_used_leaves_chats_in_memory_and_says_so
     store, preferences, problem = open_data_dir(tmp_path)
     assert Path(store.path) == tmp_path / "chats.sqlite3" and problem is None
     assert Path(preferences.fileName()) == tmp_path / "settings.ini"
+    store.db.execute("PRAGMA user_version = 99")
     store.close()
-    (tmp_path / "chats.sqlite3").write_bytes(b"not a database" * 100)
     store, _, problem = open_data_dir(tmp_path)
     assert store.path == ":memory:"
-    assert problem.startswith("Chats will not be saved in this session") and "not a readable chat database" in problem
+    assert problem.startswith("Chats will not be saved in this session") and "newer SpecDec Studio" in problem
+
+
+def test_a_damaged_chats_database_is_replaced_and_the_problem_says_where_it_went(tmp_path):
+    from app.studio import open_data_dir
+
+    (tmp_path / "chats.sqlite3").write_bytes(b"not a database" * 100)
+    store, _, problem = open_data_dir(tmp_path)
+    [aside] = tmp_path.glob("chats.damaged-*.sqlite3")
+    assert Path(store.path) == tmp_path / "chats.sqlite3" and f"it was moved to {aside.name}" in problem
 
 
 def test_a_chats_date_is_as_short_as_it_can_be():

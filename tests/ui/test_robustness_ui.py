@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 import os
 import signal
-
+import subprocess
+import sys
+import textwrap
+import threading
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, QStandardPaths, Qt
+import pytest
+from PySide6.QtCore import QSettings, QStandardPaths, Qt, QTimer
 from PySide6.QtWidgets import QFileDialog
 
-from engine.decoding.caches import PREFILL_CHUNK
+from engine.decoding.caches import PREFILL_CHUNK_S
 from tests.tiny import WORDS
 from tests.ui.helpers import REPLY_TIMEOUT_MS, send
 from ui.preferences import export_folder
@@ -132,11 +136,12 @@ def test_stop_during_a_long_prefill_takes_effect_within_one_chunk(make_studio, m
         studio.worker.request_stop()
 
     studio.worker.prefill_progressed.connect(stop_at_the_first_chunk, Qt.ConnectionType.DirectConnection)
+    mixed_decoder.runner.seconds_per_position = PREFILL_CHUNK_S / 300  # earlier chunks read 300 per chunk time
     reply = send(qtbot, studio, words(900))
     assert reply.stopped and reply.events == ()
-    assert [(p.done, p.total) for p in progress] == [(PREFILL_CHUNK, 899)]
-    assert len(mixed_decoder.runner) == PREFILL_CHUNK  # no second chunk was read
-    assert f"Reading the prompt: {PREFILL_CHUNK} of 899 tokens…" in shown
+    assert [(p.done, p.total) for p in progress] == [(256, 899)]
+    assert len(mixed_decoder.runner) == 256  # no second chunk was read
+    assert "Reading the prompt: 256 of 899 tokens…" in shown
     studio.worker.prefill_progressed.disconnect(stop_at_the_first_chunk)
     assert send(qtbot, studio).events
 
@@ -154,6 +159,95 @@ def test_ctrl_c_closes_the_window(make_studio, mixed_decoder, qtbot):
         signal.signal(signal.SIGINT, previous)
 
 
+def test_shutting_down_mid_reply_saves_it_as_stopped_before_returning(make_studio, mixed_decoder, qtbot):
+    from ui.chat_store import ChatStore
+
+    store = ChatStore(":memory:")
+    studio = make_studio(mixed_decoder, store=store, max_new_tokens=900)
+    saved = []
+
+    def quit_now():  # as the app quits: no event loop runs after the shutdown
+        studio.shutdown()
+        saved.extend(store.db.execute("SELECT stopped, text IS NOT NULL FROM turns").fetchall())
+
+    def on_round_shown(event):
+        if event.index == 2:
+            QTimer.singleShot(0, quit_now)
+
+    studio.window.round_shown.connect(on_round_shown)
+    studio.window.send("w3 w4")
+    qtbot.waitUntil(lambda: bool(saved), timeout=REPLY_TIMEOUT_MS)
+    assert saved == [(1, 1)] and studio.window.session.replies[-1].stopped
+
+
+STUDIO = textwrap.dedent("""
+    import sys
+    import app.studio
+
+    built = app.studio.build
+
+    def build(*args, **kwargs):  # the real app, announcing each round on stdout for the test to act on
+        studio = built(*args, **kwargs)
+        studio.window.round_shown.connect(lambda event: print("round", event.index, flush=True))
+        return studio
+
+    app.studio.build = build
+    sys.exit(app.studio.main(sys.argv[1:]))
+""")
+
+
+def never_ending_model(folder: Path) -> Path:
+    """A tiny model saved with no end-of-sequence token: its replies run to max new tokens."""
+    from tests.tiny import tiny_model
+
+    loaded = tiny_model(0)
+    loaded.model.generation_config.eos_token_id = loaded.model.config.eos_token_id = None
+    loaded.tokenizer.eos_token = None
+    loaded.model.save_pretrained(folder)
+    loaded.tokenizer.save_pretrained(folder)
+    return folder
+
+
+def run_studio(model: Path, data: Path, prompt: str, max_new_tokens: int, interrupt_at_round: int | None = None):
+    """`specdec-studio --prompt ... --quit-after-reply` in a subprocess; optionally Ctrl+C once a round is shown."""
+    child = subprocess.Popen([sys.executable, "-c", STUDIO, "--target", str(model), "--draft", "none", "--dtype",
+                              "float32", "--device", "cpu", "--prompt", prompt, "--max-new-tokens", str(max_new_tokens),
+                              "--quit-after-reply", "--data-dir", str(data)],
+                             cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    watchdog = threading.Timer(120, child.kill)  # a child that hangs fails the test, not hangs it
+    watchdog.start()
+    try:
+        for line in child.stdout:
+            if interrupt_at_round is not None and line == f"round {interrupt_at_round}\n":
+                child.send_signal(signal.SIGINT)
+        child.wait(timeout=60)
+    finally:
+        watchdog.cancel()
+    return child.returncode, child.stderr.read()
+
+
+def test_ctrl_c_during_a_reply_stores_it_as_stopped_and_exits_130(tmp_path):
+    from ui.chat_store import ChatStore
+
+    model, data = never_ending_model(tmp_path / "model"), tmp_path / "data"
+    code, stderr = run_studio(model, data, "w3 w4", max_new_tokens=900, interrupt_at_round=3)
+    assert code == 130, stderr
+    store = ChatStore(data / "chats.sqlite3")
+    [summary] = store.list_chats()
+    [reply] = store.load_chat(summary.id).replies
+    # saved by the reply's own end, not read back from the rounds of a turn that never finished
+    assert store.db.execute("SELECT stopped, text IS NOT NULL FROM turns").fetchall() == [(1, 1)]
+    assert reply.stopped and 4 <= len(reply.events) < 900 and reply.text == "".join(e.text_delta for e in reply.events)
+    store.close()
+
+    code, stderr = run_studio(model, data, "w5 w6", max_new_tokens=3)  # the next start answers, and keeps both
+    assert code == 0, stderr
+    store = ChatStore(data / "chats.sqlite3")
+    assert sorted(len(store.load_chat(c.id).replies) for c in store.list_chats()) == [1, 1]
+    assert store.db.execute("SELECT stopped FROM turns ORDER BY id").fetchall() == [(1,), (0,)]
+
+
 def test_an_export_holds_only_the_current_chat(make_studio, mixed_decoder, qtbot, tmp_path):
     studio = make_studio(mixed_decoder, max_new_tokens=3)
     send(qtbot, studio, "w3 w4")
@@ -162,3 +256,14 @@ def test_an_export_holds_only_the_current_chat(make_studio, mixed_decoder, qtbot
     studio.window.export_to(tmp_path / "chat")
     replies = json.loads((tmp_path / "chat.json").read_text())["replies"]
     assert [r["messages"][-1]["content"] for r in replies] == ["w5 w6"] and replies[0]["text"] == second.text
+
+
+def test_a_seed_the_seed_box_cannot_hold_is_refused_by_the_argument_parser(capsys):
+    from app.studio import parse_args
+    from ui.controls import SEED_LIMIT
+
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(["--seed", str(SEED_LIMIT)])
+    assert exit_.value.code == 2
+    assert f"argument --seed: must be from 0 to 2**31 - 1, not {SEED_LIMIT}" in capsys.readouterr().err
+    assert parse_args(["--seed", str(SEED_LIMIT - 1)]).seed == SEED_LIMIT - 1
