@@ -386,28 +386,108 @@ static inline float exp_approx(float x) {
     return p * scale;
 }
 
-/* One query row's attention for one head over positions 0..end-1. keys_t: the head's keys transposed,
- * (head_dim, capacity), so 16 positions' scores are one vector; p: end floats of scratch. */
-CLONES static void attend(const float *q, const float *keys_t, const float *values, int64_t end, int64_t hd,
-                          int64_t capacity, float scale, float *p, float *out) {
-    for (int64_t t = 0; t < end; t++) p[t] = 0.0f;
-    for (int64_t i = 0; i < hd; i++) {
-        const float *k = keys_t + i * capacity;
-        float qi = q[i];
-        for (int64_t t = 0; t < end; t++) p[t] += qi * k[t];
+#define MAX_GROUP 16
+
+/* p[g·capacity + t] = Σ_i q[g·hd + i] · keys_t[i·capacity + t] for t < end, each sum in order of i: the
+ * portable loops and the AVX-512 ones below do the same multiplications and additions. */
+static void scores_c(const float *q, int64_t heads, const float *keys_t, int64_t end, int64_t hd, int64_t capacity,
+                     float *p) {
+    for (int64_t g = 0; g < heads; g++)
+        for (int64_t t = 0; t < end; t++) {
+            float sum = 0.0f;
+            for (int64_t i = 0; i < hd; i++) sum += q[g * hd + i] * keys_t[i * capacity + t];
+            p[g * capacity + t] = sum;
+        }
+}
+
+/* out[g·hd + d] = Σ_t p[g·capacity + t] · values[t·hd + d], each sum in order of t. */
+static void weighted_c(const float *p, int64_t heads, const float *values, int64_t end, int64_t hd,
+                       int64_t capacity, float *out) {
+    for (int64_t g = 0; g < heads; g++)
+        for (int64_t d = 0; d < hd; d++) {
+            float sum = 0.0f;
+            for (int64_t t = 0; t < end; t++) sum += p[g * capacity + t] * values[t * hd + d];
+            out[g * hd + d] = sum;
+        }
+}
+
+#if defined(__x86_64__)
+/* 16 positions a vector, four heads at a time sharing each key vector. */
+static AVX512 void scores_avx512(const float *q, int64_t heads, const float *keys_t, int64_t end, int64_t hd,
+                                 int64_t capacity, float *p) {
+    int64_t tiles = end / LANES * LANES;
+    for (int64_t g0 = 0; g0 < heads; g0 += 4) {
+        int64_t n = heads - g0 < 4 ? heads - g0 : 4;
+        for (int64_t t0 = 0; t0 < tiles; t0 += LANES) {
+            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+            for (int64_t i = 0; i < hd; i++) {
+                __m512 k = _mm512_loadu_ps(keys_t + i * capacity + t0);
+                for (int64_t g = 0; g < 4; g++)
+                    if (g < n) acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(_mm512_set1_ps(q[(g0 + g) * hd + i]), k));
+            }
+            for (int64_t g = 0; g < n; g++) _mm512_storeu_ps(p + (g0 + g) * capacity + t0, acc[g]);
+        }
+        for (int64_t g = g0; g < g0 + n; g++)
+            for (int64_t t = tiles; t < end; t++) {
+                float sum = 0.0f;
+                for (int64_t i = 0; i < hd; i++) sum += q[g * hd + i] * keys_t[i * capacity + t];
+                p[g * capacity + t] = sum;
+            }
     }
-    float top = -INFINITY, total = 0.0f;
-    for (int64_t t = 0; t < end; t++) {
-        p[t] *= scale;
-        top = fmaxf(top, p[t]);
+}
+
+/* head_dim ≤ 128 in vectors of 16: eight accumulators over the positions. */
+static AVX512 void weighted_avx512(const float *p, int64_t heads, const float *values, int64_t end, int64_t hd,
+                                   int64_t capacity, float *out) {
+    int64_t chunks = hd / LANES;
+    for (int64_t g = 0; g < heads; g++) {
+        __m512 acc[8];
+        for (int64_t c = 0; c < 8; c++) acc[c] = _mm512_setzero_ps();
+        for (int64_t t = 0; t < end; t++) {
+            __m512 w = _mm512_set1_ps(p[g * capacity + t]);
+            for (int64_t c = 0; c < 8; c++)
+                if (c < chunks) acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(w, _mm512_loadu_ps(values + t * hd + LANES * c)));
+        }
+        for (int64_t c = 0; c < chunks; c++) _mm512_storeu_ps(out + g * hd + LANES * c, acc[c]);
     }
-    for (int64_t t = 0; t < end; t++) p[t] = exp_approx(p[t] - top);
-    for (int64_t t = 0; t < end; t++) total += p[t];
-    for (int64_t i = 0; i < hd; i++) out[i] = 0.0f;
-    for (int64_t t = 0; t < end; t++)
-        for (int64_t i = 0; i < hd; i++) out[i] += p[t] * values[t * hd + i];
-    float inv = 1.0f / total;
-    for (int64_t i = 0; i < hd; i++) out[i] *= inv;
+}
+#endif
+
+/* p[g·capacity + t] ← e^(scale·p − max) for t < end, and inv[g] = 1 / their sum (in order of t). */
+CLONES static void softmax_weights(float *p, int64_t heads, int64_t end, int64_t capacity, float scale, float *inv) {
+    for (int64_t g = 0; g < heads; g++) {
+        float *pg = p + g * capacity, top = -INFINITY, total = 0.0f;
+        for (int64_t t = 0; t < end; t++) {
+            pg[t] *= scale;
+            top = fmaxf(top, pg[t]);
+        }
+        for (int64_t t = 0; t < end; t++) pg[t] = exp_approx(pg[t] - top);
+        for (int64_t t = 0; t < end; t++) total += pg[t];
+        inv[g] = 1.0f / total;
+    }
+}
+
+/* One query row's attention over positions 0..end-1 for `heads` heads that share one kv head (GQA), their
+ * queries q (heads, hd). keys_t: that kv head's keys transposed, (hd, capacity); p: heads · capacity floats of
+ * scratch. The result does not depend on how many heads go together or on the path taken. */
+static void attend(const float *q, int64_t heads, const float *keys_t, const float *values, int64_t end,
+                   int64_t hd, int64_t capacity, float scale, float *p, float *out, int isa) {
+#if defined(__x86_64__)
+    if (isa == 2 && hd % LANES == 0 && hd <= 8 * LANES)
+        scores_avx512(q, heads, keys_t, end, hd, capacity, p);
+    else
+#endif
+        scores_c(q, heads, keys_t, end, hd, capacity, p);
+    float inv[MAX_GROUP];
+    softmax_weights(p, heads, end, capacity, scale, inv);
+#if defined(__x86_64__)
+    if (isa == 2 && hd % LANES == 0 && hd <= 8 * LANES)
+        weighted_avx512(p, heads, values, end, hd, capacity, out);
+    else
+#endif
+        weighted_c(p, heads, values, end, hd, capacity, out);
+    for (int64_t g = 0; g < heads; g++)
+        for (int64_t i = 0; i < hd; i++) out[g * hd + i] *= inv[g];
 }
 
 CLONES static void add_into(float *x, const float *y, int64_t n) {
@@ -443,7 +523,7 @@ int64_t llama_scratch_bytes(const llama *m, int64_t rows, int64_t capacity, int 
     int64_t qkv = (m->heads + 2 * m->kv_heads) * m->head_dim, widest = m->hidden;
     if (m->intermediate > widest) widest = m->intermediate;
     int64_t floats = rows * (m->hidden + qkv + m->heads * m->head_dim + 2 * m->intermediate + m->intermediate) +
-                     (int64_t)threads * capacity;
+                     (int64_t)threads * (m->heads / m->kv_heads) * capacity;
     return floats * 4 + q8_scratch_bytes(rows, widest) + 256;
 }
 
@@ -473,12 +553,17 @@ void llama_forward(const llama *m, float *x, int64_t rows, int64_t start, float 
                 memcpy(vc + (kvh * capacity + start + r) * hd, row + nq + nkv + kvh * hd, hd * 4);
             }
         }
+        /* (row, kv head) tasks, each with its `group` query heads; a decoding step's few rows split the heads
+         * too, so both threads have work. Either way each (row, head) is computed by the same operations. */
+        int64_t together = rows * m->kv_heads >= 2 * threads ? group : 1;
+        int64_t tasks = rows * m->heads / together;
 #pragma omp parallel for schedule(static) num_threads(threads)
-        for (int64_t task = 0; task < rows * m->heads; task++) {
-            int64_t r = task / m->heads, head = task % m->heads, kvh = head / group, end = start + r + 1;
-            const float *q = qkv + r * wqkv + head * hd, *keys = kc + kvh * capacity * hd;
-            attend(q, keys, vc + kvh * capacity * hd, end, hd, capacity, scale,
-                   scores + (int64_t)omp_get_thread_num() * capacity, attn + r * nq + head * hd);
+        for (int64_t task = 0; task < tasks; task++) {
+            int64_t r = task / (m->heads / together), head = task % (m->heads / together) * together;
+            int64_t kvh = head / group;
+            attend(qkv + r * wqkv + head * hd, together, kc + kvh * capacity * hd, vc + kvh * capacity * hd,
+                   start + r + 1, hd, capacity, scale, scores + (int64_t)omp_get_thread_num() * group * capacity,
+                   attn + r * nq + head * hd, isa);
         }
         q4q8_run(&m->o[layer], attn, rows, h, q8, isa, threads);
         add_into(x, h, rows * H);

@@ -27,6 +27,7 @@ import torch
 SOURCE = Path(__file__).with_name("q4q8.c")
 GROUP = 32  # inputs per scale (the GGUF block size)
 ROWS = 16  # output rows per weight block: a weight's outputs must be a multiple of this
+MAX_GROUP = 16  # query heads per kv head the forward's attention takes (q4q8.c)
 FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off", "-fPIC", "-shared")
 ISAS = {"vnni": 2, "avx2": 1, "c": 0}  # SPECDEC_Q4Q8_ISA forces one (tests compare them)
 

@@ -187,7 +187,7 @@ class _Weights:
         if not isinstance(head, q4q8.Q4Q8Weight) or not all(
                 isinstance(getattr(layer, name), q4q8.Q4Q8Weight) for layer in self.layers
                 for name in ("qkv", "o", "gate_up", "down")) or self.layers[0].q_norm is not None \
-                or self.head_dim % 16:
+                or self.head_dim % 16 or self.heads // self.kv_heads > q4q8.MAX_GROUP:
             return None
         key = id(head)
         if key not in self._native:
@@ -312,20 +312,15 @@ class FastLlama:
         n, start = len(ids), self.length
         end = start + n
         self._reserve(end)
-        if self.native and n <= ROW_BY_ROW_MAX:
+        if self.native:  # every block, a prompt's chunks too: a position's numbers do not depend on the chunking
             logits = self.native(_embed_float(w.embed, ids), start, self.k, self.v, self.cos, self.sin, keep)
             self.length = end
             return logits
-        # A native target's prompt chunks run here in float32 on the same kernels, with torch's causal attention
-        # (the native forward attends one row at a time, which is slow for hundreds of rows): AR and speculative
-        # decoding chunk a prompt alike, so both see the same cache.
-        x = _embed_float(w.embed, ids) if self.native else w.embed(ids)
-        norms = w.file_norms if self.native else None
+        x = w.embed(ids)
         cos, sin = self.cos[start:end], self.sin[start:end]
         q_width, kv_width = w.heads * w.head_dim, w.kv_heads * w.head_dim
         for i, layer in enumerate(w.layers):
-            attn_norm, mlp_norm = norms[i] if norms else (layer.attn_norm, layer.mlp_norm)
-            qkv = layer.qkv(_rms_norm(x, attn_norm, w.eps))
+            qkv = layer.qkv(_rms_norm(x, layer.attn_norm, w.eps))
             qk = qkv[:, :q_width + kv_width].view(n, w.heads + w.kv_heads, w.head_dim)  # rotated together
             v = qkv[:, q_width + kv_width:].view(n, w.kv_heads, w.head_dim)
             if layer.q_norm is not None:
@@ -333,18 +328,13 @@ class FastLlama:
                                 _rms_norm(qk[:, w.heads:], layer.k_norm, w.eps)), 1)
             qk = _rope(qk, cos, sin)
             q, k = qk[:, : w.heads].float(), qk[:, w.heads:]  # (n, heads, head_dim), (n, kv_heads, head_dim)
-            if self.native:
-                self.k[i, :, :, start:end], keys = k.permute(1, 2, 0), self.k[i].transpose(1, 2)
-            else:
-                self.k[i, :, start:end], keys = k.transpose(0, 1), self.k[i]
-            self.v[i, :, start:end] = v.transpose(0, 1)
-            attn = self._attention(q, keys, self.v[i], start).to(x.dtype)
+            self.k[i, :, start:end], self.v[i, :, start:end] = k.transpose(0, 1), v.transpose(0, 1)
+            attn = self._attention(q, self.k[i], self.v[i], start).to(x.dtype)
             x = x + layer.o(attn)
-            gate, up = layer.gate_up(_rms_norm(x, mlp_norm, w.eps)).split(w.intermediate, -1)
+            gate, up = layer.gate_up(_rms_norm(x, layer.mlp_norm, w.eps)).split(w.intermediate, -1)
             x = x + layer.down(F.silu(gate) * up)
         self.length = end
-        final_norm = _file_weight(w._decoder.norm) if self.native else w.final_norm
-        return self.head(_rms_norm(x[-keep:], final_norm, w.eps)).float()
+        return self.head(_rms_norm(x[-keep:], w.final_norm, w.eps)).float()
 
     def _attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int) -> torch.Tensor:
         """(n, heads·head_dim) attention of queries q (n, heads, head_dim) at positions start..start+n-1 over one

@@ -13,6 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from engine.benchmark import bench
 from engine.decoding.caches import CachedModel
+from engine.kernels import q4q8
 from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import DraftModelDrafter
 from engine.events import DecodeSettings
@@ -227,6 +228,19 @@ def test_native_forward_gives_a_row_the_same_bits_alone_in_a_block_and_on_one_th
         torch.set_num_threads(threads)
     assert torch.equal(together, alone)
     assert torch.equal(one_thread, together)
+
+
+@pytest.mark.skipif(not q4q8.available() or q4q8.isa_name() != "vnni", reason="the CPU has no AVX-512 VNNI")
+def test_native_forward_gives_the_same_bits_on_every_instruction_set(tmp_path, monkeypatch):
+    native, _ = tiny_gguf_pair(tmp_path)
+    ids = [3, 7, 11, 5, 9, 2, 8, 4] * 5  # 40 positions: whole tiles of 16 and a tail in the attention
+    logits = {}
+    for isa in ("vnni", "avx2", "c"):
+        monkeypatch.setenv("SPECDEC_Q4Q8_ISA", isa)
+        q4q8.isa.cache_clear()
+        logits[isa] = CachedModel(native.model, native.vocab_size).forward(ids, keep=len(ids))
+    q4q8.isa.cache_clear()
+    assert torch.equal(logits["vnni"], logits["c"]) and torch.equal(logits["avx2"], logits["c"])
 
 
 def test_greedy_speculative_equals_greedy_ar_with_native_weights(tmp_path):
