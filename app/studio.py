@@ -21,7 +21,7 @@ from app.worker import DecodeWorker
 from engine.decoding.decoder import Decoder
 from engine.events import DecodeSettings
 from engine.models.pairing import PRESETS
-from ui.chat_store import ChatStore, ChatStoreError
+from app.chat_store import ChatStore, ChatStoreError
 from ui.main_window import MainWindow
 from ui.preferences import apply_pair, apply_settings
 

@@ -10,7 +10,7 @@ from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import (QFileDialog, QInputDialog, QLabel, QListWidget, QListWidgetItem, QMenu, QMessageBox,
                                QStyle, QStyledItemDelegate, QStyleOptionViewItem, QVBoxLayout, QWidget)
 
-from ui.chat_store import ChatStore, ChatStoreError, ChatSummary
+from app.chat_store import ChatStore, ChatStoreError, ChatSummary
 from ui.export import ExportError, export_session
 from ui.preferences import export_folder, remember_export_folder
 from ui.session import Session

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QHBoxLayo
 
 from engine.events import ContextNotice, DecodeSettings, Fate, PairInfo, PrefillProgress, RoundEvent
 from ui.charts import ChartsPanel
-from ui.chat_store import ChatRecorder, ChatStore, ChatStoreError
+from app.chat_store import ChatRecorder, ChatStore, ChatStoreError
 from ui.chat_view import CLEAN, TRACE, ChatView, ReplyItem
 from ui.compare import comparison_view
 from ui.controls import DTYPES, DEVICES, DecodingControls, ModelPicker

@@ -14,7 +14,7 @@ import pytest
 
 from engine.events import (DecodeSettings, DraftedToken, EmittedToken, Fate, ModelInfo, PairInfo, RoundEvent,
                            TokenProb)
-from ui.chat_store import MIGRATIONS, SCHEMA_VERSION, ChatRecorder, ChatStore, ChatStoreError
+from app.chat_store import MIGRATIONS, SCHEMA_VERSION, ChatRecorder, ChatStore, ChatStoreError
 from ui.session import Comparison, Reply, ReplyRequest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,7 +135,7 @@ def test_an_empty_file_is_upgraded_and_a_foreign_file_refused(tmp_path):
 WRITER = textwrap.dedent("""
     import sys
     from tests.ui.test_chat_store import request, round_event
-    from ui.chat_store import ChatRecorder, ChatStore
+    from app.chat_store import ChatRecorder, ChatStore
     from ui.session import Reply
 
     recorder = ChatRecorder(ChatStore(sys.argv[1]))

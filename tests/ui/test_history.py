@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QApplication, QInputDialog, QLineEdit
 
 from tests.tiny import tiny_decoder
 from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, token_fragments
-from ui.chat_store import ChatStore
+from app.chat_store import ChatStore
 from ui.chat_view import ACTION_SCHEME, TRACE
 from ui.export import ExportError
 from ui.history import CHAT_ID, SUBTITLE, when
@@ -268,7 +268,7 @@ APP = textwrap.dedent("""
     from app.studio import build
     from engine.events import DecodeSettings
     from tests.ui.conftest import DRAFT_NOISE, near_copy_decoder
-    from ui.chat_store import ChatStore
+    from app.chat_store import ChatStore
 
     app = QApplication([])
     studio = build(near_copy_decoder(DRAFT_NOISE["mixed"]), defaults=DecodeSettings(greedy=False, max_new_tokens=8),
