@@ -129,7 +129,7 @@ class DecodeWorker(QObject):
         ar_request = dataclasses.replace(request, settings=dataclasses.replace(request.settings, mode="ar"))
         ar_events, ar_text, stopped = self._decode(ar_request, emit=False)
         spec, ar = reply.stats, reply_stats(ar_events)
-        same = [t.token_id for e in reply.events for t in e.emitted] == [t.token_id for e in ar_events for t in e.emitted]
+        same = [t.token_id for t in reply.tokens] == [t.token_id for e in ar_events for t in e.emitted]
         return Comparison(ar_events=tuple(ar_events), ar_text=ar_text, spec_wall_s=spec.wall_s, ar_wall_s=ar.wall_s,
                           spec_tokens_per_s=spec.tokens_per_s, ar_tokens_per_s=ar.tokens_per_s,
                           identical=same if request.settings.greedy and not stopped else None, stopped=stopped)

@@ -16,7 +16,6 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from engine.events import RoundEvent
 from engine.stats import expected_tokens_per_round, round_alpha
-from ui.timing import StepReference
 
 REFRESH_MS = 100
 X_STEP = 20  # the x axis grows in steps of this many rounds
@@ -120,7 +119,6 @@ class ChartsPanel(QWidget):
         super().__init__(parent)
         pg.setConfigOptions(background="w", foreground="#333", antialias=False)
         self.buffers = RoundBuffers()
-        self.reference = StepReference()  # the window's; it adds samples as rounds arrive
         self.most_per_round = 2.0  # γ + 1 of the reply being drawn
         self._dirty = False
         self.alpha_plot = _plot("α = accepted drafts / drafts the target verified (the accepted prefix plus the "
@@ -175,8 +173,9 @@ class ChartsPanel(QWidget):
         self._show_measured_entry(None)
         self._dirty = True
 
-    def on_round_finished(self, event: RoundEvent) -> None:
-        self.buffers.append(event, self.reference.seconds, self.most_per_round)
+    def add_round(self, event: RoundEvent, reference_s: float) -> None:
+        """`reference_s`: the single-token target step the round's speedup estimate uses."""
+        self.buffers.append(event, reference_s, self.most_per_round)
         self._dirty = True
 
     def show_measured_speedup(self, speedup: float) -> None:

@@ -79,6 +79,8 @@ class ReplyItem:
     notes: list[Note | ComparisonView] = field(default_factory=list)
     turn: int | None = None  # the reply's index among the window's replies, once it has finished
     actions: tuple[str, ...] = ()  # names from ACTIONS, drawn as links under the notes
+    lookup: bool = False  # drafted with prompt lookup on: its q = 1 drafts are copies
+    text: str = ""  # the reply's text once it has finished (what Copy copies)
 
 
 @dataclass
@@ -155,11 +157,12 @@ class ChatView(QTextBrowser):
         self._draw_user(text)
         self.scroll_to_bottom()
 
-    def begin_reply(self, header: str) -> None:
+    def begin_reply(self, header: str, lookup: bool = False) -> None:
+        """`lookup`: the reply is drafted with prompt lookup on (its q = 1 drafts are copies)."""
         self._end_live()
         self._retire_actions()
         self._leave_guide()
-        item = ReplyItem(header, len(self.spans), len(self.spans))
+        item = ReplyItem(header, len(self.spans), len(self.spans), lookup=lookup)
         self.items.append(item)
         self._live = _Live(item, self._end_position())
         self._draw_reply(self._live)
@@ -177,8 +180,9 @@ class ChatView(QTextBrowser):
         else:
             self._draw_all()
 
-    def add_round(self, event: RoundEvent, lookup: bool = False) -> None:
-        self.spans.extend(round_spans(event, lookup))
+    def add_round(self, event: RoundEvent) -> None:
+        item = self._live.item if self._live is not None else None
+        self.spans.extend(round_spans(event, item is not None and item.lookup))
         if self._live is not None:
             self._live.item.end = len(self.spans)
         self._pending = True
@@ -202,12 +206,20 @@ class ChatView(QTextBrowser):
     def add_comparison(self, comparison: ComparisonView) -> None:
         self._add_to_reply(comparison)
 
-    def set_reply_actions(self, turn: int, actions: tuple[str, ...]) -> None:
-        """Links under the last reply (names from ACTIONS) that act on `turn`."""
+    def set_reply_actions(self, turn: int, actions: tuple[str, ...], text: str | None = None) -> None:
+        """Links under the last reply (names from ACTIONS) that act on `turn`; `text` is what its Copy copies."""
         self._end_live()
         item = self._last_reply()
         if item is not None:
+            if text is not None:
+                item.text = text
             self._redraw_actions(item, turn, actions)
+
+    def reply_text(self, turn: int) -> str:
+        return next((item.text for item in self.items if isinstance(item, ReplyItem) and item.turn == turn), "")
+
+    def last_reply(self) -> ReplyItem | None:
+        return self._last_reply()
 
     def set_view(self, view: str) -> None:
         if view != self.view:

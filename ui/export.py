@@ -102,19 +102,20 @@ def export_paths(base: Path) -> tuple[Path, Path, Path]:
     return tuple(base.with_name(base.name + ext) for ext in (".json", ".csv", ".png"))
 
 
-def export_session(session: Session, base: Path, charts=None) -> list[Path]:
-    """Write base.json, base.csv and (given the charts widget) base.png, all or none; returns the paths written."""
+def export_session(session: Session, base: Path, chart_image=None) -> list[Path]:
+    """Write base.json, base.csv and (given `chart_image`, which returns a QImage or QPixmap of the charts)
+    base.png, all or none; returns the paths written."""
     json_path, csv_path, png_path = export_paths(base)
 
     def write_json(path: Path) -> None:
         path.write_text(json.dumps(session_json(session), indent=1, ensure_ascii=False), encoding="utf-8")
 
     def write_png(path: Path) -> None:
-        if not charts.grab().save(str(path), "PNG"):
+        if not chart_image().save(str(path), "PNG"):
             raise OSError("Qt could not save the image there")
 
     writers = [(json_path, write_json), (csv_path, lambda path: write_csv(session, path))]
-    if charts is not None:
+    if chart_image is not None:
         writers.append((png_path, write_png))
     for destination, _ in writers:
         if destination.is_dir():  # a rename onto it would fail only after the other files were in place

@@ -145,9 +145,10 @@ def test_a_click_pins_a_token_until_another_click(make_studio, mixed_decoder, qt
     assert not window.inspector.pinned
 
 
-def spans_shown_at_each_turn_start(window) -> list:
+def spans_shown_at_each_turn_start(studio) -> list:
     shown = []
-    window.prompt_submitted.connect(lambda _request: shown.append(window.inspector.span))
+    window = studio.window
+    studio.chat.prompt_requested.connect(lambda _request: shown.append(window.inspector.span))
     return shown
 
 
@@ -163,7 +164,7 @@ def test_the_inspector_opens_on_a_token_the_view_draws_and_clears_for_a_new_repl
     assert window.inspector.span.fate is Fate.REJECTED  # the trace draws the draft itself
     window.legend.trace_action.trigger()
     assert window.inspector.span is shown
-    at_start = spans_shown_at_each_turn_start(window)
+    at_start = spans_shown_at_each_turn_start(studio)
     send(qtbot, studio, "w9 w2")
     assert at_start == [None] and window.inspector.span is not shown
 
@@ -175,7 +176,7 @@ def test_a_pinned_token_stays_pinned_through_the_next_reply(make_studio, mixed_d
     first_clean = next(i for i, s in enumerate(window.chat.spans) if s.clean)
     window.on_token_clicked(first_clean)
     pinned = window.inspector.span
-    at_start = spans_shown_at_each_turn_start(window)
+    at_start = spans_shown_at_each_turn_start(studio)
     send(qtbot, studio, "w9 w2")
     assert at_start == [pinned] and window.inspector.pinned and window.inspector.span is pinned
 

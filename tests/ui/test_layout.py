@@ -117,7 +117,7 @@ def test_the_model_panel_asks_for_a_gguf_targets_weights(qtbot):
         picker.load_button.click()
     assert asked.args == [picker.target.text(), picker.draft.text(), "auto", "auto", "native"]
     target = ModelInfo("embedded", "/m/t.gguf", 135, 49152, weights="native")
-    window.on_models_loaded(PairInfo(target, None, "cpu", "bfloat16"))
+    window.on_pair_loaded(PairInfo(target, None, "cpu", "bfloat16"))
     assert window.pair_label.text().endswith("bfloat16 · int4 target")
 
 
@@ -170,7 +170,7 @@ def test_at_1000_by_700_the_ar_comparison_progress_shows_its_text_whole(qtbot):
                               "bfloat16")
     window.reply_label.setText("last reply: 120 tokens in 37 rounds · 258.1 tok/s · α 0.71 · 3.24 tok/round · "
                                "est. 1.22× vs AR (machine busy — not a fair number)")
-    window.on_comparison_progressed(1234)
+    window.on_comparison_progressed(1234, 1)
     QApplication.processEvents()
     bar = window.comparison_progress
     status = window.statusBar()

@@ -17,7 +17,7 @@ from ui.palette import STYLES
 def test_reply_shows_a_colour_for_each_fate_that_occurred(make_studio, mixed_decoder, qtbot):
     studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=48, stop_below=0.0)
     reply = send(qtbot, studio)
-    fates = {t.fate for e in reply.events for t in e.emitted}
+    fates = {t.fate for t in reply.tokens}
     assert {Fate.ACCEPTED, Fate.BONUS, Fate.RESAMPLED} <= fates  # the fixture's pair is built to show all three
     studio.window.legend.trace_action.trigger()  # the speculative trace: every draft on its tint
     shown = {(colour, strike) for _, colour, strike in token_fragments(studio.window.chat)}
@@ -28,19 +28,19 @@ def test_reply_shows_a_colour_for_each_fate_that_occurred(make_studio, mixed_dec
     studio.window.legend.trace_action.trigger()
     clean = token_fragments(studio.window.chat)
     assert all(not strike and not colour for _, colour, strike in clean)
-    assert "".join(text for text, _, _ in clean) == "".join(t.text for e in reply.events for t in e.emitted)
+    assert "".join(text for text, _, _ in clean) == "".join(t.text for t in reply.tokens)
 
 
 def test_greedy_corrections_are_blue_and_plain_ar_is_uncoloured(make_studio, greedy_mixed_decoder, qtbot):
     studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=12)
     reply = send(qtbot, studio)
-    assert Fate.CORRECTED in {t.fate for e in reply.events for t in e.emitted}
+    assert Fate.CORRECTED in {t.fate for t in reply.tokens}
     studio.window.legend.trace_action.setChecked(True)
     assert (STYLES[Fate.CORRECTED].background, False) in {(c, s) for _, c, s in token_fragments(studio.window.chat)}
     studio.window.new_chat()
     studio.window.controls.mode.setCurrentIndex(studio.window.controls.mode.findData("ar"))
     ar_reply = send(qtbot, studio)
-    assert {t.fate for e in ar_reply.events for t in e.emitted} == {Fate.TARGET}
+    assert {t.fate for t in ar_reply.tokens} == {Fate.TARGET}
     assert {colour for _, colour, _ in token_fragments(studio.window.chat)} == {""}
 
 
@@ -56,7 +56,7 @@ def test_charts_hold_one_point_per_round(make_studio, mixed_decoder, qtbot):
 def test_export_files_parse_and_agree_with_the_status_bar(make_studio, mixed_decoder, qtbot, tmp_path):
     studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=16)
     reply = send(qtbot, studio)
-    written = studio.window.export_to(tmp_path / "session")
+    written = studio.chat.export(tmp_path / "session")
     assert sorted(p.suffix for p in written) == [".csv", ".json", ".png"]
     data = json.loads((tmp_path / "session.json").read_text())
     with (tmp_path / "session.csv").open(newline="") as f:
@@ -111,17 +111,17 @@ def test_stop_ends_the_reply_within_one_round(make_studio, mixed_decoder, qtbot)
     assert reply.stopped and reply.events[-1].finish_reason is None
     assert len(reply.events) <= emitted_at_stop[0] + 1
     assert studio.window.send_button.isEnabled() and not studio.window.stop_button.isEnabled()
-    assert studio.window.messages[-1] == {"role": "assistant", "content": reply.text}
+    assert studio.chat.messages[-1] == {"role": "assistant", "content": reply.text}
 
 
 def test_compare_with_ar_reports_identical_greedy_output_and_keeps_history(make_studio, greedy_mixed_decoder, qtbot):
     studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=10)
     studio.window.controls.compare_ar.setChecked(True)
     reply = send(qtbot, studio)
-    comparison = studio.window.session.comparisons[0]
+    comparison = studio.chat.session.comparisons[0]
     assert comparison.identical is True and comparison.speedup > 0
     assert comparison.ar_text == reply.text and all(e.gamma == 0 for e in comparison.ar_events)
-    assert [m["role"] for m in studio.window.messages] == ["user", "assistant"]
+    assert [m["role"] for m in studio.chat.messages] == ["user", "assistant"]
     assert re.search(r"measured \d+\.\d\d× vs AR", studio.window.reply_label.text())
     assert studio.window.charts.measured.isVisible()
 
@@ -168,7 +168,7 @@ def test_shift_enter_adds_a_line_and_enter_sends(make_studio, mixed_decoder, qtb
     assert box.toPlainText() == "w3\nw7"
     with qtbot.waitSignal(studio.window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         qtbot.keyClick(box, Qt.Key.Key_Return)
-    assert box.toPlainText() == "" and studio.window.messages[0] == {"role": "user", "content": "w3\nw7"}
+    assert box.toPlainText() == "" and studio.chat.messages[0] == {"role": "user", "content": "w3\nw7"}
 
 
 def test_a_failed_load_gives_a_dialog_and_keeps_the_previous_pair_working(make_studio, mixed_decoder, qtbot,
@@ -180,7 +180,7 @@ def test_a_failed_load_gives_a_dialog_and_keeps_the_previous_pair_working(make_s
     with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         window.picker.load_button.click()
     assert "does not exist" in window.error_box.text()
-    assert window.progress is None and window.ready and window.send_button.isEnabled()
+    assert window.progress is None and studio.chat.ready and window.send_button.isEnabled()
     # the controls show the pair that still answers, not the one that failed
     assert window.pair_label.text() == pair_shown
     assert window.picker.target.text() == mixed_decoder.info().target.name
@@ -196,7 +196,7 @@ def test_keyboard_shortcuts_stop_and_start_a_new_chat(make_studio, mixed_decoder
     assert reply.stopped
     with qtbot.waitSignal(studio.window.new_chat_requested, timeout=1000):
         qtbot.keyClick(studio.window.message_box, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
-    assert studio.window.messages == [] and studio.window.chat.spans == []
+    assert studio.chat.messages == [] and studio.window.chat.spans == []
 
 
 def test_closing_the_window_mid_reply_stops_decoding_and_joins_the_thread(make_studio, mixed_decoder, qtbot):

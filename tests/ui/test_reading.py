@@ -102,7 +102,7 @@ def test_ctrl_a_ctrl_c_copies_the_clean_reply(make_studio, mixed_decoder, qtbot)
         qtbot.keyClick(window.chat, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
         qtbot.keyClick(window.chat, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier)
         copied = QGuiApplication.clipboard().text()
-        assert "".join(t.text for e in reply.events for t in e.emitted).strip() in copied
+        assert "".join(t.text for t in reply.tokens).strip() in copied
         assert "w3 w7 w11 w5" in copied  # the user's message too
 
 
@@ -148,7 +148,7 @@ def test_an_example_in_the_empty_chat_guide_is_sent_with_one_click(make_studio, 
     assert "Try one" in chat.toPlainText()
     with qtbot.waitSignal(studio.window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         chat.anchorClicked.emit(QUrl(f"{EXAMPLE_SCHEME}:1"))
-    assert studio.window.messages[0] == {"role": "user", "content": EXAMPLES[1][1]}
+    assert studio.chat.messages[0] == {"role": "user", "content": EXAMPLES[1][1]}
     assert "Try one" not in chat.toPlainText()
 
 

@@ -95,7 +95,7 @@ def test_a_write_failing_half_way_leaves_nothing_behind(make_studio, mixed_decod
 
     monkeypatch.setattr(export, "write_csv", full_disk)
     try:
-        studio.window.export_to(tmp_path / "s")
+        studio.chat.export(tmp_path / "s")
     except export.ExportError as exc:
         assert str(exc).endswith("s.csv: No space left on device")
     else:
@@ -159,6 +159,6 @@ def test_an_export_holds_only_the_current_chat(make_studio, mixed_decoder, qtbot
     send(qtbot, studio, "w3 w4")
     studio.window.new_chat()
     second = send(qtbot, studio, "w5 w6")
-    studio.window.export_to(tmp_path / "chat")
+    studio.chat.export(tmp_path / "chat")
     replies = json.loads((tmp_path / "chat.json").read_text())["replies"]
     assert [r["messages"][-1]["content"] for r in replies] == ["w5 w6"] and replies[0]["text"] == second.text
