@@ -14,7 +14,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.chat_store import ChatRecorder, ChatStore, ChatStoreError, ChatSummary
 from app.timing import StepReference, machine_was_busy
-from engine.events import ContextNotice, PairInfo, PrefillProgress, RoundEvent
+from engine.events import ContextNotice, Mode, PairInfo, PrefillProgress, RoundEvent
 from ui.export import ExportError, export_session
 from ui.session import (ChatStatus, Comparison, ComparisonShown, Reply, ReplyRequest, ReplyShown, RoundShown, Session,
                         TurnOptions, TurnStarted, TurnState)
@@ -188,7 +188,7 @@ class ChatController(QObject):
         """γ moved: the worker uses it from its next round, and a reply in flight records every γ it ran with."""
         self.gamma_requested.emit(gamma)
         request = self.turns[-1].request if self.turns else None
-        if (self.state is TurnState.REPLYING and request is not None and request.settings.mode == "spec"
+        if (self.state is TurnState.REPLYING and request is not None and request.settings.mode is Mode.SPEC
                 and gamma != self.gammas[-1]):
             self.gammas.append(gamma)
             self.gammas_changed.emit(request.settings, tuple(self.gammas))
@@ -281,7 +281,7 @@ class ChatController(QObject):
         self.round_received.emit(RoundShown(event, self.timing.seconds, live=True))
 
     def on_reply_finished(self, reply: Reply) -> None:
-        if reply.request.settings.mode == "spec":  # measured against the recent median, judged by the quiet floor
+        if reply.request.settings.mode is Mode.SPEC:  # measured against the recent median, judged by the quiet floor
             reply = dataclasses.replace(reply, reference_s=self.timing.seconds,
                                         machine_busy=machine_was_busy(reply.events, self.timing))
         index = len(self.turns) - 1
@@ -330,7 +330,7 @@ class ChatController(QObject):
         system = [{"role": "system", "content": options.system_prompt}] if options.system_prompt.strip() else []
         settings = options.settings
         request = ReplyRequest(tuple(system + [dict(m) for m in messages]), settings,
-                               compare_ar=options.compare_ar and settings.mode == "spec")
+                               compare_ar=options.compare_ar and settings.mode is Mode.SPEC)
         self.editing = None
         self._events, self._notice = [], None
         self.gammas = [settings.gamma]

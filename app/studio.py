@@ -19,6 +19,7 @@ from app.chat import ChatController
 from app.cli import (DEVICE_HELP, DTYPE_HELP, STOP_BELOW_HELP, TARGET_WEIGHTS_HELP, HelpFormatter,
                      finite_float, setting, whole_number)
 from app.worker import DecodeWorker
+from engine.choices import DEVICES, DTYPES, TARGET_WEIGHTS
 from engine.decoding.decoder import Decoder
 from engine.events import DecodeSettings
 from engine.models.pairing import PRESETS
@@ -127,9 +128,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--target", metavar="M", default="embedded",
                         help="hub id, local directory, .gguf file or 'embedded'")
     parser.add_argument("--draft", metavar="M", default="embedded-draft", help="as --target; 'none' for plain AR only")
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"], help=DEVICE_HELP)
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"], help=DTYPE_HELP)
-    parser.add_argument("--target-weights", default="auto", choices=["auto", "native", "dtype"],
+    parser.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
+    parser.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
+    parser.add_argument("--target-weights", default="auto", choices=TARGET_WEIGHTS,
                         help=TARGET_WEIGHTS_HELP)
     parser.add_argument("--gamma", metavar="N", type=setting("gamma", whole_number), default=defaults.gamma,
                         help="most drafts per round (γ), 1 to 64")

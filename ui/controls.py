@@ -10,14 +10,12 @@ from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QDoubleSpinBo
                                QGroupBox, QHBoxLayout, QLabel, QLineEdit, QMenu, QPushButton, QRadioButton, QSlider,
                                QSpinBox, QToolButton, QVBoxLayout, QWidget)
 
-from engine.events import DecodeSettings
+from engine.choices import DEVICES, DTYPES, TARGET_WEIGHTS
+from engine.events import DecodeSettings, Mode
 
 CUSTOM = "custom"
 GAMMA_MAX = 16
-DEVICES = ("auto", "cpu", "cuda", "mps")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-# A GGUF target's weights, as engine.models.loading.TARGET_WEIGHTS names them
-TARGET_WEIGHTS = ("auto", "native", "dtype")
+MODE_NAMES = {Mode.SPEC: "speculative", Mode.AR: "plain AR"}
 
 
 def narrow(box: QComboBox) -> None:
@@ -155,8 +153,8 @@ class DecodingControls(QGroupBox):
     def __init__(self, defaults: DecodeSettings = DecodeSettings(), parent=None):
         super().__init__("Decoding", parent)
         self.mode = QComboBox()
-        self.mode.addItem("speculative", "spec")
-        self.mode.addItem("plain AR", "ar")
+        for mode, name in MODE_NAMES.items():
+            self.mode.addItem(name, mode.value)
         narrow(self.mode)
         self.greedy = QRadioButton("greedy")
         self.sampling = QRadioButton("sampling")
@@ -230,14 +228,14 @@ class DecodingControls(QGroupBox):
 
     def settings(self) -> DecodeSettings:
         return DecodeSettings(
-            mode=self.mode.currentData(), gamma=self.gamma.value(), greedy=self.greedy.isChecked(),
+            mode=Mode(self.mode.currentData()), gamma=self.gamma.value(), greedy=self.greedy.isChecked(),
             temperature=self.temperature.value(), top_k=self.top_k.value(), top_p=self.top_p.value(),
             seed=self.seed.value(), max_new_tokens=self.max_new_tokens.value(), lookup=self.lookup.isChecked(),
             stop_below=self.stop_below.value(),
         )
 
     def _on_mode_chosen(self) -> None:
-        speculative = self.mode.currentData() == "spec"
+        speculative = self.mode.currentData() == Mode.SPEC
         self.gamma.setEnabled(speculative)
         self.lookup.setEnabled(speculative)
         self.stop_below.setEnabled(speculative)

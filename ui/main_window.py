@@ -9,11 +9,12 @@ from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QHBoxLayo
                                QMessageBox, QProgressBar, QProgressDialog, QPushButton, QScrollArea, QSplitter,
                                QVBoxLayout, QWidget)
 
-from engine.events import ContextNotice, DecodeSettings, Fate, PairInfo, PrefillProgress
+from engine.choices import DEVICES, DTYPES
+from engine.events import ContextNotice, DecodeSettings, Fate, Mode, PairInfo, PrefillProgress
 from ui.charts import ChartsPanel
 from ui.chat_view import CLEAN, TRACE, ChatView, ReplyItem
 from ui.compare import comparison_view
-from ui.controls import DTYPES, DEVICES, DecodingControls, ModelPicker
+from ui.controls import DecodingControls, ModelPicker
 from ui.history import HistoryPanel
 from ui.inspector import TokenInspector
 from ui.legend import Legend
@@ -40,7 +41,7 @@ def short_name(name: str) -> str:
 
 def reply_header(settings: DecodeSettings, gammas: tuple[int, ...] = ()) -> str:
     """`gammas`: every γ the reply ran with, in order, when it was changed mid-reply."""
-    if settings.mode == "ar":
+    if settings.mode is Mode.AR:
         return "Assistant · plain AR"
     how = "greedy" if settings.greedy else f"sampling T={settings.temperature:g}"
     gamma = "→".join(map(str, gammas)) if len(gammas) > 1 else str(settings.gamma)
@@ -55,7 +56,7 @@ def stats_line(reply: Reply) -> str:
     """The reply's figures; a busy machine's estimate says so beside it, as a measured speedup may contradict it."""
     s = reply.stats
     line = f"{s.n_tokens} tokens in {s.n_rounds} rounds · {s.tokens_per_s:.1f} tok/s"
-    if reply.request.settings.mode == "spec":
+    if reply.request.settings.mode is Mode.SPEC:
         line += (f" · α {s.alpha:.2f} · {s.tokens_per_round:.2f} tok/round · est. {reply.estimated_speedup:.2f}× vs AR"
                  + (UNFAIR if reply.machine_busy else ""))
     return line + (" · stopped" if reply.stopped else "")
