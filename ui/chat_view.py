@@ -1,4 +1,5 @@
-"""The conversation pane: user turns, and replies that can be read two ways without re-running anything.
+"""The conversation pane: renders the transcript (ui/transcript.py: user turns, and replies that can be read two
+ways without re-running anything) into a QTextDocument, and reports clicks as signals with indices.
 
 The clean view (the default) is what a chat shows: rendered Markdown, code in a monospace font, each token in
 its fate's colour, rejected drafts and chat-template tokens absent. The speculative trace shows every draft on
@@ -18,7 +19,8 @@ from PySide6.QtWidgets import QTextBrowser, QTextEdit
 from engine.events import Fate, RoundEvent
 from ui.markdown import Block, inline_runs, parse_blocks
 from ui.palette import CODE_BACKGROUND, DIFFERENCE_BACKGROUND, LEGEND_FATES, NOTE_COLOUR, STYLES, WARNING_COLOUR
-from ui.tokens import SPECIAL_TOKEN, TokenSpan, round_spans
+from ui.tokens import SPECIAL_TOKEN, TokenSpan
+from ui.transcript import ComparisonView, Note, ReplyItem, Transcript, UserItem
 
 TOKEN_SCHEME = "token"
 EXAMPLE_SCHEME = "example"
@@ -47,40 +49,6 @@ EXAMPLES = (
     ("a code answer", "Write a Python function that checks whether a word is a palindrome."),
     ("many rejections", "Invent a strange name for a dragon and describe its cave in three sentences."),
 )
-
-
-@dataclass
-class UserItem:
-    text: str
-
-
-@dataclass
-class Note:
-    text: str
-    warning: bool = False  # drawn in the warning colour: a reply cut at max tokens, a busy machine
-
-
-@dataclass(frozen=True)
-class ComparisonView:
-    """A reply beside its plain AR run: both texts as clean tokens, where they first part, and why."""
-
-    summary: str
-    explanation: str
-    reply_tokens: tuple[str, ...]
-    ar_tokens: tuple[str, ...]
-    first_difference: int | None  # token index; None when the texts agree
-
-
-@dataclass
-class ReplyItem:
-    header: str
-    first: int  # index of the reply's first span in ChatView.spans
-    end: int  # one past its last span
-    notes: list[Note | ComparisonView] = field(default_factory=list)
-    turn: int | None = None  # the reply's index among the window's replies, once it has finished
-    actions: tuple[str, ...] = ()  # names from ACTIONS, drawn as links under the notes
-    lookup: bool = False  # drafted with prompt lookup on: its q = 1 drafts are copies
-    text: str = ""  # the reply's text once it has finished (what Copy copies)
 
 
 @dataclass
@@ -119,8 +87,7 @@ class ChatView(QTextBrowser):
         super().__init__(parent)
         self.setOpenLinks(False)
         self.view = CLEAN
-        self.spans: list[TokenSpan] = []
-        self.items: list[UserItem | ReplyItem] = []
+        self.transcript = Transcript()
         self.following = True  # keep the bottom in view; off once the user scrolls up
         self._live: _Live | None = None
         self._links_at = 0  # where the last reply's links begin: they end the document while it is the last item
@@ -142,8 +109,7 @@ class ChatView(QTextBrowser):
     # -- what the window calls ----------------------------------------------------------------------------
 
     def clear_chat(self) -> None:
-        self.spans.clear()
-        self.items.clear()
+        self.transcript.clear()
         self._live = None
         self._pending = False
         self.following = True
@@ -153,7 +119,7 @@ class ChatView(QTextBrowser):
         self._end_live()
         self._retire_actions()
         self._leave_guide()
-        self.items.append(UserItem(text))
+        self.transcript.add_user(text)
         self._draw_user(text)
         self.scroll_to_bottom()
 
@@ -162,14 +128,13 @@ class ChatView(QTextBrowser):
         self._end_live()
         self._retire_actions()
         self._leave_guide()
-        item = ReplyItem(header, len(self.spans), len(self.spans), lookup=lookup)
-        self.items.append(item)
+        item = self.transcript.begin_reply(header, lookup)
         self._live = _Live(item, self._end_position())
         self._draw_reply(self._live)
 
     def set_reply_header(self, header: str) -> None:
         """Change the last reply's header (γ moved mid-reply) in place."""
-        item = self._last_reply()
+        item = self.transcript.last_reply()
         if item is None or item.header == header:
             return
         item.header = header
@@ -181,10 +146,7 @@ class ChatView(QTextBrowser):
             self._draw_all()
 
     def add_round(self, event: RoundEvent) -> None:
-        item = self._live.item if self._live is not None else None
-        self.spans.extend(round_spans(event, item is not None and item.lookup))
-        if self._live is not None:
-            self._live.item.end = len(self.spans)
+        self.transcript.add_round(event)
         self._pending = True
         if not self._flush_timer.isActive():
             self._flush_timer.start()
@@ -209,17 +171,35 @@ class ChatView(QTextBrowser):
     def set_reply_actions(self, turn: int, actions: tuple[str, ...], text: str | None = None) -> None:
         """Links under the last reply (names from ACTIONS) that act on `turn`; `text` is what its Copy copies."""
         self._end_live()
-        item = self._last_reply()
+        item = self.transcript.last_reply()
         if item is not None:
             if text is not None:
                 item.text = text
             self._redraw_actions(item, turn, actions)
 
+    @property
+    def spans(self) -> list[TokenSpan]:
+        return self.transcript.spans
+
+    @property
+    def items(self) -> list[UserItem | ReplyItem]:
+        return self.transcript.items
+
     def reply_text(self, turn: int) -> str:
-        return next((item.text for item in self.items if isinstance(item, ReplyItem) and item.turn == turn), "")
+        return self.transcript.reply_text(turn)
 
     def last_reply(self) -> ReplyItem | None:
-        return self._last_reply()
+        return self.transcript.last_reply()
+
+    def turn_at(self, pos) -> int | None:
+        """The finished reply a point of the pane is on: the one its token belongs to; beside the tokens, the last
+        reply (None when there is none, or the token's reply is still streaming)."""
+        index = self._token_index(self.anchorAt(pos))
+        replies = [item for item in self.transcript.replies() if item.turn is not None]
+        if index is None:
+            return replies[-1].turn if replies else None
+        item = self.transcript.reply_of_span(index)
+        return item.turn if item is not None else None
 
     def set_view(self, view: str) -> None:
         if view != self.view:
@@ -269,7 +249,7 @@ class ChatView(QTextBrowser):
                         text.append(piece.replace(RETURN_MARK, ""))
                         newline = True
                     else:  # the line break a hidden token (a rejected "\n" draft) ends with is not copied either
-                        newline = not self.spans[int(href.partition(":")[2])].text.endswith("\n")
+                        newline = not self.spans[self._token_index(href)].text.endswith("\n")
                 it += 1
             if block.next().isValid() and block.next().position() < end and newline:
                 text.append("\n")
@@ -343,7 +323,7 @@ class ChatView(QTextBrowser):
         if self.view == TRACE:
             self._draw_trace(state)
             return
-        source, owners = self._clean_source(state.item)
+        source, owners = self.transcript.clean_source(state.item)
         blocks = parse_blocks(source)
         if len(state.marks) > state.stable:
             self._remove_from(state.marks[state.stable])
@@ -359,7 +339,7 @@ class ChatView(QTextBrowser):
             state.marks.append(self._end_position())
             self._insert_block(top_margin=2)
         cursor = self._end()
-        code = self._code_spans(state.item)
+        code = self.transcript.code_spans(state.item)
         for index in range(state.item.first + state.stable, state.item.end):
             span = self.spans[index]
             fmt = self._token_format(index, span.fate, TRACE_CODE if index in code else TRACE)
@@ -562,7 +542,7 @@ class ChatView(QTextBrowser):
 
     def _add_to_reply(self, note: Note | ComparisonView) -> None:
         self._end_live()
-        item = self._last_reply()
+        item = self.transcript.last_reply()
         if item is None:
             return
         item.notes.append(note)
@@ -584,39 +564,15 @@ class ChatView(QTextBrowser):
             self._draw_body(self._live, final=True)
             self._live = None
 
-    def _clean_source(self, item: ReplyItem) -> tuple[str, list[int]]:
-        """The reply's clean text and, for each of its characters, the index of the span it came from."""
-        pieces, owners = [], []
-        for index in range(item.first, item.end):
-            span = self.spans[index]
-            if span.clean:
-                pieces.append(span.text)
-                owners.extend([index] * len(span.text))
-        return "".join(pieces), owners
-
-    def _code_spans(self, item: ReplyItem) -> set[int]:
-        """The spans the trace draws in the monospace font: those in a code block or inline code of the clean text,
-        and a rejected draft where the token that replaced it is."""
-        source, owners = self._clean_source(item)
-        code = set()
-        for block in parse_blocks(source):
-            if block.kind == "code":
-                code.update(owners[block.start:block.end])
-                continue
-            for start, end, style in inline_runs(source, block.start, block.end):
-                if style == "code":
-                    code.update(owners[start:end])
-        code.update(index for index in range(item.first, item.end - 1)
-                    if self.spans[index].fate is Fate.REJECTED and index + 1 in code)
-        return code
-
-    def _last_reply(self) -> ReplyItem | None:
-        return next((item for item in reversed(self.items) if isinstance(item, ReplyItem)), None)
+    @staticmethod
+    def _token_index(href: str) -> int | None:
+        """The span a token's anchor stands for (the renderer's own links; None for any other)."""
+        scheme, _, index = href.partition(":")
+        return int(index) if scheme == TOKEN_SCHEME else None
 
     def _copied(self, href: str) -> bool:
-        if not href.startswith(TOKEN_SCHEME + ":"):
-            return True
-        return self.spans[int(href.partition(":")[2])].clean
+        index = self._token_index(href)
+        return index is None or self.spans[index].clean
 
     def _token_cursor(self, index: int) -> QTextCursor | None:
         """A selection over every fragment of the token (a token can span Markdown styles)."""

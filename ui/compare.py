@@ -8,7 +8,7 @@ and a near-tie between the two best tokens then flips. Sampling runs draw differ
 from __future__ import annotations
 
 from engine.events import EmittedToken, PairInfo
-from ui.chat_view import ComparisonView
+from ui.transcript import ComparisonView
 from ui.session import Comparison, Reply
 
 

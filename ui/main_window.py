@@ -12,7 +12,7 @@ from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QHBoxLayo
 from engine.choices import DEVICES, DTYPES
 from engine.events import ContextNotice, DecodeSettings, Fate, Mode, PairInfo, PrefillProgress
 from ui.charts import ChartsPanel
-from ui.chat_view import CLEAN, TRACE, ChatView, ReplyItem
+from ui.chat_view import CLEAN, TRACE, ChatView
 from ui.compare import comparison_view
 from ui.controls import DecodingControls, ModelPicker
 from ui.history import HistoryPanel
@@ -323,7 +323,7 @@ class MainWindow(QMainWindow):
         """The chat pane's context menu: the usual copy entries, then actions on the reply under the mouse (a
         click beside the replies means the last one)."""
         menu = self.chat.createStandardContextMenu(pos)
-        turn = self._turn_at(pos)
+        turn = self.chat.turn_at(pos)
         if turn is not None and not self.status.busy:
             menu.addSeparator()
             menu.addAction("Copy this reply", lambda: self.copy_turn(turn))
@@ -547,18 +547,6 @@ class MainWindow(QMainWindow):
         if self.progress is not None:
             self.progress.close()
             self.progress = None
-
-    def _turn_at(self, pos) -> int | None:
-        """Which reply a point of the chat pane is on: its token's span falls in that reply's range."""
-        if not self.status.n_replies:
-            return None
-        href = self.chat.anchorAt(pos)
-        if not href.startswith("token:"):
-            return self.status.n_replies - 1
-        span = int(href.split(":", 1)[1])
-        replies = [item for item in self.chat.items if isinstance(item, ReplyItem)]
-        turn = next((k for k, item in enumerate(replies) if item.first <= span < item.end), None)
-        return turn if turn is not None and turn < self.status.n_replies else None
 
     def _inspect_first_rejection(self) -> None:
         """Open the inspector on this reply's first rejection, the most telling token to look at: the rejected

@@ -332,7 +332,7 @@ def test_the_chat_menu_acts_on_the_reply_under_the_mouse(make_window, mixed_deco
     cursor = token_position(window.chat, first_span=window.chat.items[1].first)
     cursor.movePosition(QTextCursor.MoveOperation.Right)  # inside the token, not on its left edge
     on_first_reply = window.chat.cursorRect(cursor).center()
-    assert window._turn_at(on_first_reply) == 0
+    assert window.chat.turn_at(on_first_reply) == 0
     window.copy_turn(0)
     assert QApplication.clipboard().text() == first.text
     window.edit_turn(0)
