@@ -16,16 +16,16 @@ import torch
 from huggingface_hub.errors import HFValidationError, HfHubHTTPError, RepositoryNotFoundError
 from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from engine.choices import TARGET_WEIGHTS
 from engine.events import ModelInfo
 
 # A directory holding any of these can give a tokenizer (a pair is checked from its tokenizers alone)
 TOKENIZER_MARKERS = ("config.json", "tokenizer_config.json", "tokenizer.json")
 HUB_PROBE_TIMEOUT_S = 5  # seconds to wait for the hub's answer before treating it as unreachable
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# A GGUF target's weights (TARGET_WEIGHTS): "native" keeps its 4-bit blocks for torch's int4 kernel
-# (engine.models.gguf_native), "dtype" de-quantises them into --dtype, "auto" is native where the kernel is fast:
-# bfloat16 activations (its float32 path is scalar code, ~25x slower than a float32 matmul, measured).
+# A GGUF target's weights: "native" keeps its 4-bit blocks for torch's int4 kernel (engine.models.gguf_native),
+# "dtype" de-quantises them into --dtype, "auto" is native where the kernel is fast: bfloat16 activations (its
+# float32 path is scalar code, ~25x slower than a float32 matmul, measured).
+TARGET_WEIGHTS = ("auto", "native", "dtype")
 
 
 class ModelLoadError(RuntimeError):

@@ -39,3 +39,10 @@ def test_the_app_and_the_cli_offer_the_same_choices(option, choices):
     actions = {a.dest: a for sub in build_parser()._subparsers._group_actions for p in sub.choices.values()
                for a in p._actions}
     assert tuple(actions[option[2:].replace("-", "_")].choices) == choices
+
+
+def test_the_loader_accepts_exactly_the_weights_offered():
+    from engine.models import loading  # torch: only this test needs it
+
+    assert loading.TARGET_WEIGHTS == TARGET_WEIGHTS
+    assert set(loading.DTYPES) == set(DTYPES) - {"auto"}
