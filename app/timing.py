@@ -2,7 +2,10 @@
 
 The reference is the median of recent single-token target steps (the fresh measurement before each speculative
 reply, and every step of a plain AR run). A machine that stays busy makes that median slow too, so the busy
-check also compares against the fastest step seen since the pair was loaded: the machine's quiet speed.
+check compares against the machine's quiet speed: the pair's cost model where the rounds carry it
+(`RoundEvent.ar_equivalent_s`: what one AR step costs on this machine when it is quiet), else the fastest step
+seen since the pair was loaded. The estimate rests on the same cost model, so a slow reply shows a low estimate
+and the flag that explains it, beside a measured comparison whose two runs were slowed alike.
 """
 from __future__ import annotations
 
@@ -53,13 +56,19 @@ def stalled(event: RoundEvent, reference_s: float) -> bool:
     return reference_s > 0 and event.verify_s > BUSY_FACTOR * (len(event.drafted) + 1) * reference_s
 
 
+def quiet_step(events: Sequence[RoundEvent], reference: StepReference) -> float:
+    """One AR step on a quiet machine: the cost model's, where these rounds carry it, else the fastest seen."""
+    modelled = [e.ar_equivalent_s / len(e.emitted) for e in events if e.ar_equivalent_s and e.emitted]
+    return median(modelled) if modelled else reference.fastest
+
+
 def machine_was_busy(events: Sequence[RoundEvent], reference: StepReference) -> bool:
     """Whether these timings are unfair: the recent median, this reply's fresh step measurement or many of its
-    rounds ran far slower than the fastest step seen (the machine's quiet speed)."""
-    if not events or not reference.samples:
+    rounds ran far slower than a quiet step (see `quiet_step`)."""
+    floor = quiet_step(events, reference)
+    if not events or floor <= 0:
         return False
-    floor = reference.fastest
-    if reference.seconds > BUSY_FACTOR * floor:
+    if reference.samples and reference.seconds > BUSY_FACTOR * floor:
         return True
     if events[0].gamma and events[0].target_step_s > BUSY_FACTOR * floor:
         return True

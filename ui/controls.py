@@ -225,6 +225,7 @@ class DecodingControls(QGroupBox):
         self.sampling.toggled.connect(self.sampling_box.setEnabled)
         self.gamma.valueChanged.connect(self._on_gamma_moved)
         self.mode.currentIndexChanged.connect(self._on_mode_chosen)
+        self._on_mode_chosen()
 
     def settings(self) -> DecodeSettings:
         return DecodeSettings(
@@ -234,11 +235,19 @@ class DecodingControls(QGroupBox):
             stop_below=self.stop_below.value(),
         )
 
+    def set_draft_available(self, available: bool) -> None:
+        """A pair without a draft decodes plain AR only: the mode says so and the drafting controls rest."""
+        if not available:
+            self.mode.setCurrentIndex(self.mode.findData(Mode.AR.value))
+        self.mode.setEnabled(available)
+        self.mode.setToolTip("" if available else "The pair has no draft model: plain AR only")
+        self._on_mode_chosen()
+
     def _on_mode_chosen(self) -> None:
+        """γ, the adaptive stop, copying and the AR comparison belong to speculative decoding."""
         speculative = self.mode.currentData() == Mode.SPEC
-        self.gamma.setEnabled(speculative)
-        self.lookup.setEnabled(speculative)
-        self.stop_below.setEnabled(speculative)
+        for control in (self.gamma, self.lookup, self.stop_below, self.compare_ar):
+            control.setEnabled(speculative)
 
     def _on_gamma_moved(self, gamma: int) -> None:
         self.gamma_label.setText(str(gamma))

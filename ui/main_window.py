@@ -403,6 +403,7 @@ class MainWindow(QMainWindow):
         int4 = " · int4 target" if info.target.weights == "native" else ""
         self.pair_label.setText(f"{short_name(info.target.name)} + {draft} · {info.device} · {info.dtype}{int4}")
         self.pair_label.setToolTip(f"target: {info.target.path}\ndraft: {info.draft.path if info.draft else '—'}")
+        self.controls.set_draft_available(info.draft is not None)
         self.models_shown.emit(info)
 
     def on_load_failed(self, kept: PairInfo, loaded_request: tuple | None) -> None:
@@ -426,7 +427,7 @@ class MainWindow(QMainWindow):
             self.inspector.reset()
         self.chat.begin_reply(self._header(request.settings, (request.settings.gamma,), last["role"]),
                               lookup=request.settings.lookup)
-        self.charts.start_reply(request.settings.gamma)
+        self.charts.start_reply(request.settings.gamma, speculative=request.settings.mode is Mode.SPEC)
 
     def on_gammas_changed(self, settings: DecodeSettings, gammas: tuple[int, ...]) -> None:
         """γ moved mid-reply: the reply's header shows every γ it ran with."""

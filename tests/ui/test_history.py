@@ -440,3 +440,23 @@ def test_a_database_failing_mid_session_is_reported_and_the_chat_goes_on(make_wi
     assert window.error_box.text().startswith("Chats are no longer being saved")
     assert studio.chat.replies[-1] is reply and reply.text
     send(qtbot, studio, "w7")  # and the chat goes on
+
+
+def chart_data(charts) -> dict:
+    return {name: charts.buffers.series(name)[1].tolist() for name in ("alpha", "alpha_mean", "tokens", "expected",
+                                                                          "speedup", "speedup_mean")}
+
+
+def test_a_reopened_chat_charts_the_points_charted_live_and_ends_on_its_footer(make_window, mixed_decoder, qtbot):
+    studio = make_window(mixed_decoder, greedy=False, max_new_tokens=24, stop_below=0.0)
+    window = studio.window
+    send(qtbot, studio, "w3 w4")
+    reply = send(qtbot, studio, "w9 w2")
+    live = chart_data(window.charts)
+    chat_id = studio.chat.chat_id
+    window.new_chat()
+    assert chart_data(window.charts)["tokens"] == []
+    studio.chat.open_chat(chat_id)
+    assert chart_data(window.charts) == live
+    assert f"est. {live['speedup_mean'][-1]:.2f}× vs AR" in window.reply_label.text()
+    assert live["speedup_mean"][-1] == pytest.approx(reply.estimated_speedup)

@@ -215,3 +215,26 @@ def test_reply_header_names_fixed_and_adaptive_rounds():
     assert reply_header(DecodeSettings(gamma=6, stop_below=0.3)) == "Assistant · speculative, greedy, γ ≤ 6, stop 0.3"
     assert (reply_header(DecodeSettings(gamma=2, stop_below=0.0, greedy=False, temperature=0.7))
             == "Assistant · speculative, sampling T=0.7, γ=2")
+
+
+def test_a_plain_ar_reply_draws_no_speedup_and_rests_gamma(make_studio, greedy_mixed_decoder, qtbot):
+    studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=12)
+    controls = studio.window.controls
+    assert controls.gamma.isEnabled()
+    controls.mode.setCurrentIndex(controls.mode.findData("ar"))
+    assert not controls.gamma.isEnabled() and not controls.compare_ar.isEnabled()
+    send(qtbot, studio)
+    studio.window.charts.refresh()
+    assert studio.window.charts.point_count("tokens") == 12
+    assert studio.window.charts.point_count("speedup") == studio.window.charts.point_count("speedup_mean") == 0
+    assert "plain AR" in studio.window.charts.headers[studio.window.charts.speedup_plot].text()
+
+
+def test_a_pair_without_a_draft_offers_plain_ar_only(make_studio, qtbot):
+    from tests.tiny import tiny_decoder
+
+    studio = make_studio(tiny_decoder(draft_seed=None), max_new_tokens=4)
+    controls = studio.window.controls
+    assert controls.settings().mode == "ar" and not controls.mode.isEnabled() and not controls.gamma.isEnabled()
+    assert send(qtbot, studio).request.settings.mode == "ar"
+    assert "plain AR" in studio.window.chat.toPlainText()
