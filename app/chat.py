@@ -124,8 +124,19 @@ class ChatController(QObject):
 
     @property
     def can_continue(self) -> bool:
+        """The last reply was cut at max new tokens or stopped, with some text to carry on from."""
         last = self.turns[-1].reply if self.turns else None
-        return bool(last and last.events and last.events[-1].finish_reason == "length")
+        return bool(last and last.text and (last.stopped or last.events[-1].finish_reason == "length"))
+
+    def whole_reply(self, index: int) -> Reply:
+        """The reply turn `index` shows: its part, after the parts it continues."""
+        first = index
+        while first > 0 and self.turns[first].continues:
+            first -= 1
+        whole = self.turns[first].reply
+        for turn in self.turns[first + 1:index + 1]:
+            whole = whole.extended_by(turn.reply)
+        return whole
 
     @property
     def status(self) -> ChatStatus:
@@ -161,12 +172,16 @@ class ChatController(QObject):
             self._emit_status()
 
     def regenerate(self, options: TurnOptions) -> None:
-        """Decode the last reply again with these settings; it replaces the old one here and on disk."""
+        """Decode the last reply again (all of it, if it was continued) with these settings; it replaces the old one
+        here and on disk."""
         if self.busy or not self.replies or not self.ready:
             return
-        last = self.turns[-1]
-        self._truncate(len(self.turns) - 1)
-        self._start_turn([dict(m) for m in last.request.messages if m["role"] != "system"], options)
+        first = len(self.turns) - 1
+        while first > 0 and self.turns[first].continues:
+            first -= 1
+        request = self.turns[first].request
+        self._truncate(first)
+        self._start_turn([dict(m) for m in request.messages if m["role"] != "system"], options)
 
     def continue_reply(self, options: TurnOptions) -> None:
         """Let the model carry on the last reply, cut at max new tokens, in the same assistant message."""
@@ -287,7 +302,7 @@ class ChatController(QObject):
         index = len(self.turns) - 1
         self.turns[index] = dataclasses.replace(self.turns[index], reply=reply)
         self.recorder.reply_finished(reply)
-        self.reply_finished.emit(ReplyShown(index, reply, self.can_continue, live=True))
+        self.reply_finished.emit(ReplyShown(index, reply, self.whole_reply(index), self.can_continue, live=True))
         if reply.request.compare_ar and not reply.stopped:
             if self.state is TurnState.REPLYING:
                 self._set_state(TurnState.COMPARING)
@@ -375,8 +390,8 @@ class ChatController(QObject):
             self.turn_started.emit(TurnStarted(index, turn.request, live=False))
             for event in reply.events:
                 self.round_received.emit(RoundShown(event, reply.reference, live=False))
-            self.reply_finished.emit(ReplyShown(index, reply, index == len(self.turns) - 1 and self.can_continue,
-                                                live=False))
+            self.reply_finished.emit(ReplyShown(index, reply, self.whole_reply(index),
+                                                index == len(self.turns) - 1 and self.can_continue, live=False))
             if turn.comparison is not None:
                 self.comparison_finished.emit(ComparisonShown(index, turn.comparison, reply, self.pair))
         self._emit_status()

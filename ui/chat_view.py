@@ -132,6 +132,19 @@ class ChatView(QTextBrowser):
         self._live = _Live(item, self._end_position())
         self._draw_reply(self._live)
 
+    def continue_reply(self, header: str, lookup: bool = False) -> None:
+        """The last reply goes on streaming where it stopped (a Continue): its notes and links go until it ends."""
+        self._end_live()
+        item = self.transcript.last_reply()
+        if item is None or item is not self.items[-1]:
+            self.begin_reply(header, lookup)
+            return
+        item.notes.clear()
+        item.actions = ()
+        item.lookup = lookup
+        self._live = _Live(item, 0)  # redrawn below as the reply still streaming
+        self._draw_all()
+
     def set_reply_header(self, header: str) -> None:
         """Change the last reply's header (γ moved mid-reply) in place."""
         item = self.transcript.last_reply()

@@ -418,20 +418,24 @@ class MainWindow(QMainWindow):
         self.reply_label.clear()
 
     def on_turn_started(self, started: TurnStarted) -> None:
-        """The user's message (none for a continuation) and the header the reply's tokens will follow."""
+        """The user's message and the header the reply's tokens will follow; a continuation goes on in the reply
+        it continues, on the same chart."""
         request = started.request
-        last = request.messages[-1]
-        if last["role"] == "user":
-            self.chat.add_user_message(last["content"])
+        settings = request.settings
+        header = reply_header(settings, (settings.gamma,))
         if not self.inspector.pinned:  # the last reply's token would pass for one of this reply
             self.inspector.reset()
-        self.chat.begin_reply(self._header(request.settings, (request.settings.gamma,), last["role"]),
-                              lookup=request.settings.lookup)
-        self.charts.start_reply(request.settings.gamma, speculative=request.settings.mode is Mode.SPEC)
+        if request.messages[-1]["role"] == "assistant":
+            self.chat.continue_reply(header, lookup=settings.lookup)
+            self.charts.most_per_round = max(self.charts.most_per_round, settings.gamma + 1.0)
+            return
+        self.chat.add_user_message(request.messages[-1]["content"])
+        self.chat.begin_reply(header, lookup=settings.lookup)
+        self.charts.start_reply(settings.gamma, speculative=settings.mode is Mode.SPEC)
 
     def on_gammas_changed(self, settings: DecodeSettings, gammas: tuple[int, ...]) -> None:
         """γ moved mid-reply: the reply's header shows every γ it ran with."""
-        self.chat.set_reply_header(self._header(settings, gammas, "user"))
+        self.chat.set_reply_header(reply_header(settings, gammas))
         self.charts.most_per_round = max(self.charts.most_per_round, gammas[-1] + 1.0)
 
     def on_round_received(self, shown: RoundShown) -> None:
@@ -441,17 +445,16 @@ class MainWindow(QMainWindow):
             self.round_shown.emit(shown.event)
 
     def on_reply_finished(self, shown: ReplyShown) -> None:
-        reply = shown.reply
+        reply = shown.whole
         self.chat.flush()
         self.charts.refresh()
         line = stats_line(reply)
         self.chat.add_note(unbreakable(line))
         if reply.machine_busy:
             self.chat.add_note("The machine was busy during this reply (target steps ran far slower than this "
-                               "machine's fastest since the model loaded): its timings and speedup estimate are not "
-                               "a fair number.", warning=True)
-        if shown.can_continue:
-            # Said as a fact about this part, which stays true after a Continue; the Continue link is the how.
+                               "machine's quiet speed): its timings and speedup estimate are not a fair number.",
+                               warning=True)
+        if reply.events and reply.events[-1].finish_reason == "length":
             self.chat.add_note("✂ cut at max new tokens", warning=True)
         self.chat.set_reply_actions(shown.index, ("copy", "edit", "regenerate")
                                     + (("continue",) if shown.can_continue else ()), text=reply.text)
@@ -562,11 +565,6 @@ class MainWindow(QMainWindow):
 
     def _inspect(self, index: int) -> None:
         self.inspector.show_span(self.chat.spans[index])
-
-    @staticmethod
-    def _header(settings: DecodeSettings, gammas: tuple[int, ...], last_role: str) -> str:
-        continued = " · continued" if last_role == "assistant" else ""
-        return reply_header(settings, gammas) + continued
 
     # -- slots for the window's own widgets ----------------------------------------------------------------
 

@@ -52,6 +52,11 @@ class Reply:
     def reference(self) -> float:
         return self.reference_s or (self.events[0].target_step_s if self.events else 0.0)
 
+    def extended_by(self, part: "Reply") -> "Reply":
+        """This reply with a continuation's part after it, as one reply (the part's reference step and end)."""
+        return Reply(self.request, self.events + part.events, self.text + part.text, part.stopped, part.reference,
+                     self.machine_busy or part.machine_busy)
+
     @property
     def gamma(self) -> int:
         """The largest γ it ran with (γ may rise mid-reply): the cap on its estimate is γ + 1."""
@@ -138,7 +143,8 @@ class RoundShown:
 @dataclass(frozen=True)
 class ReplyShown:
     index: int
-    reply: Reply
+    reply: Reply  # this turn's part of the reply
+    whole: Reply  # the reply as shown: with the parts it continues, when it is a continuation
     can_continue: bool
     live: bool
 

@@ -221,3 +221,32 @@ def test_a_speculative_reply_is_judged_for_a_busy_machine(chat):
     worker.replies.append(two_rounds())
     chat.send("hi", SPEC)
     assert chat.turns[0].reply.machine_busy and chat.turns[0].reply.reference_s == chat.timing.seconds
+
+
+def test_a_stopped_reply_can_be_continued(chat):
+    worker = FakeWorker(chat)
+    worker.replies.append(two_rounds())
+    worker.stop_after = 1
+    chat.send("hi", SPEC)
+    assert chat.status.can_continue
+
+
+def test_a_new_chat_offers_no_continue(chat):
+    worker, seen = FakeWorker(chat), Recorder(chat)
+    worker.replies.append(two_rounds(finish="length"))
+    chat.send("hi", SPEC)
+    chat.new_chat()
+    assert not seen.of("status_changed")[-1].can_continue and seen.of("status_changed")[-1].n_replies == 0
+
+
+def test_a_continued_reply_is_shown_whole_and_regenerated_whole(chat):
+    worker, seen = FakeWorker(chat), Recorder(chat)
+    worker.replies += [two_rounds(finish="length"), [accepted_round(0, ["!"], "?", finish="eos")],
+                       [accepted_round(0, ["Hi"], ".", finish="eos")]]
+    chat.send("hi", SPEC)
+    chat.continue_reply(SPEC)
+    whole = seen.of("reply_finished")[-1].whole
+    assert whole.text == "Hello world!?" and len(whole.events) == 3
+    chat.regenerate(SPEC)
+    assert [t.reply.text for t in chat.turns] == ["Hi."]
+    assert worker.requests[-1].messages == ({"role": "user", "content": "hi"},)

@@ -387,10 +387,13 @@ def test_links_under_each_reply_copy_edit_regenerate_and_continue_it(make_window
     with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         click_link(qtbot, chat, "continue", 1)
     assert studio.chat.messages[-1]["content"] == second.text + studio.chat.replies[-1].text
-    assert links()[2:] == [("copy", 1), ("edit", 1), ("copy", 2), ("edit", 2), ("regenerate", 2), ("continue", 2)]
+    # the continued reply is one reply: one set of links, acting on its last part
+    assert links()[2:] == [("copy", 2), ("edit", 2), ("regenerate", 2), ("continue", 2)]
+    click_link(qtbot, chat, "copy", 2)
+    assert QApplication.clipboard().text() == studio.chat.messages[-1]["content"]
     with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
-        click_link(qtbot, chat, "regenerate", 2)
-    assert len(studio.chat.replies) == 3 and links()[-2:] == [("regenerate", 2), ("continue", 2)]
+        click_link(qtbot, chat, "regenerate", 2)  # all of the continued reply, from its message
+    assert len(studio.chat.replies) == 2 and links()[-2:] == [("regenerate", 1), ("continue", 1)]
     click_link(qtbot, chat, "edit", 0)
     assert window.message_box.toPlainText() == "w3 w4" and studio.chat.editing == 0
 

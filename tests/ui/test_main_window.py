@@ -238,3 +238,32 @@ def test_a_pair_without_a_draft_offers_plain_ar_only(make_studio, qtbot):
     assert controls.settings().mode == "ar" and not controls.mode.isEnabled() and not controls.gamma.isEnabled()
     assert send(qtbot, studio).request.settings.mode == "ar"
     assert "plain AR" in studio.window.chat.toPlainText()
+
+
+def test_continue_extends_the_reply_in_place(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, max_new_tokens=6)
+    cut = send(qtbot, studio)
+    window = studio.window
+    assert window.continue_button.isVisible() and window.continue_action.isEnabled()
+    with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        window.continue_action.trigger()
+    more = studio.chat.replies[-1]
+    [reply] = window.chat.transcript.replies()
+    assert window.chat.transcript.clean_text(reply) == cut.text + more.text
+    assert window.chat.toPlainText().count("Assistant") == 1 and "continued" not in window.chat.toPlainText()
+    assert f"{len(cut.tokens) + len(more.tokens)} tokens in" in window.reply_label.text()
+
+
+def test_a_new_chat_shows_no_continue(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, max_new_tokens=6)
+    send(qtbot, studio)
+    studio.window.new_chat()
+    assert not studio.window.continue_button.isVisible() and not studio.window.continue_action.isEnabled()
+
+
+def test_a_reply_cut_by_stop_offers_continue(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=200)
+    stopped = []
+    studio.window.round_shown.connect(lambda _e: stopped or (stopped.append(1), studio.window.stop()))
+    assert send(qtbot, studio).stopped
+    assert studio.window.continue_button.isVisible() and studio.window.continue_action.isEnabled()
