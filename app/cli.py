@@ -319,6 +319,7 @@ def cmd_generate(args) -> int:
         top_k=args.top_k, top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens, lookup=args.lookup,
         stop_below=args.stop_below,
     )
+    from app.labels import with_byte_labels
     from engine.decoding.decoder import Decoder  # torch and transformers: only once the input is known to be good
 
     decoder = Decoder.load(target, draft if args.mode == Mode.SPEC else None, args.device, args.dtype,
@@ -339,6 +340,7 @@ def cmd_generate(args) -> int:
             if args.json:
                 continue
             if colour:
+                event = with_byte_labels(event, decoder.tokenizer)
                 shown = [t for t in event.drafted if not t.accepted]
                 text = "".join(f"{COLOURS[t.fate.value]}{t.text}{RESET}" for t in event.emitted[:event.n_accepted])
                 text += "".join(f"{COLOURS['rejected']}{t.text}{RESET}" for t in shown)

@@ -12,6 +12,7 @@ import traceback
 
 from PySide6.QtCore import QObject, Signal, Slot
 
+from app.labels import with_byte_labels
 from engine.decoding.decoder import Decoder
 from engine.events import ContextNotice, Mode, PrefillProgress
 from engine.models.loading import ModelLoadError
@@ -110,6 +111,7 @@ class DecodeWorker(QObject):
                     if emit:
                         self.prefill_progressed.emit(item)
                 else:
+                    item = with_byte_labels(item, self.decoder.tokenizer)
                     events.append(item)
                     pieces.append(item.text_delta)
                     finished = item.finish_reason is not None
