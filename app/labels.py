@@ -32,12 +32,16 @@ def labelled(token: DraftedToken | TokenProb, tokenizer: PreTrainedTokenizerBase
                                     top_q=tuple(labelled(t, tokenizer) for t in token.top_q))
     if INCOMPLETE not in token.text:
         return token
+    own = token.text.replace(INCOMPLETE, "")  # a '�' before its text is the earlier pieces', not its own
+    if own and not token.text.endswith(INCOMPLETE):
+        return dataclasses.replace(token, text=own)
     label = byte_label(tokenizer, token.token_id)
     return token if label is None else dataclasses.replace(token, text=label)
 
 
 def with_byte_labels(event: RoundEvent, tokenizer: PreTrainedTokenizerBase) -> RoundEvent:
-    """The round with every draft that decodes to '�' spelled as its bytes. Drafts are display only (what joined
-    the reply is in `emitted`), so the reply's text is unchanged."""
+    """The round with every draft that is a piece of a character spelled as its bytes, and a draft read after
+    such pieces without their '�'. Drafts are display only (what joined the reply is in `emitted`), so the reply's
+    text is unchanged."""
     drafted = tuple(labelled(token, tokenizer) for token in event.drafted)
     return event if drafted == event.drafted else dataclasses.replace(event, drafted=drafted)

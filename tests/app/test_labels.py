@@ -61,3 +61,8 @@ def test_an_emitted_byte_piece_has_a_label():
     event = rejected_round(0, [""], "x", "b")  # the accepted draft is a piece whose text waits for the next token
     [piece] = [s for s in round_spans(event) if s.fate is Fate.ACCEPTED]
     assert piece.label == "‹…›" and "A piece of a character" in text_of(span_html(piece))
+
+
+def test_a_draft_read_after_pieces_of_a_character_loses_their_replacement_mark(byte_tokenizer):
+    event = rejected_round(0, [], "\ufffdx", "b")
+    assert with_byte_labels(event, byte_tokenizer).drafted[0].text == "x"
