@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QMimeData, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (QColor, QFont, QFontDatabase, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFormat,
                            QTextLength, QTextTableFormat)
-from PySide6.QtWidgets import QTextBrowser, QTextEdit
+from PySide6.QtWidgets import QTextBrowser, QTextEdit, QToolTip
 
 from engine.events import Fate, RoundEvent
 from ui.markdown import Block, inline_runs, parse_blocks
@@ -36,7 +36,7 @@ ACTIONS = {
     "edit": ("Edit message", "Put the message this reply answers back in the box; sending it replaces this turn and "
                              "what followed (Ctrl+Shift+E for the last message)"),
     "regenerate": ("Regenerate", "Decode this reply again with the current settings (Ctrl+R)"),
-    "continue": ("Continue", "The reply was cut at max new tokens: let the model carry on (Ctrl+Shift+Enter)"),
+    "continue": ("Continue", "Let the model carry on this reply where it stopped (Ctrl+Shift+Enter)"),
 }
 LAST_REPLY_ONLY = ("regenerate", "continue")
 ACTION_ROW = QTextFormat.Property.UserProperty + 1  # block property of a reply's links: never copied with the text
@@ -298,6 +298,12 @@ class ChatView(QTextBrowser):
         mime.setText(self.selected_clean_text())
         return mime
 
+    def leaveEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        """A token's or a link's tooltip goes with the mouse (Qt keeps it up over a document it no longer points
+        into)."""
+        QToolTip.hideText()
+        super().leaveEvent(event)
+
     def mouseReleaseEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         on_anchor = bool(self.anchorAt(event.position().toPoint()))
         super().mouseReleaseEvent(event)
@@ -510,6 +516,7 @@ class ChatView(QTextBrowser):
     def _remove_actions(self, item: ReplyItem) -> None:
         """Take the last reply's links off the end of the document (to draw a note above them, or new links)."""
         if item.actions:
+            QToolTip.hideText()  # a link's tooltip would outlive the link
             self._remove_from(self._links_at)
 
     def _retire_actions(self) -> None:

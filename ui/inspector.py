@@ -54,7 +54,8 @@ def ambiguous(tokens: list[TokenProb]) -> set[str]:
 
 
 def drafts_phrase(n: int) -> str:
-    return "the round's only draft was" if n == 1 else f"all {n} of the round's drafts were"
+    return {1: "the round's only draft was", 2: "both of the round's drafts were"}.get(
+        n, f"all {n} of the round's drafts were")
 
 
 def explanation(span: TokenSpan) -> str:

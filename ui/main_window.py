@@ -119,7 +119,7 @@ class MainWindow(QMainWindow):
 
         self.history = HistoryPanel(preferences)
         self.continue_button = QPushButton("Continue")
-        self.continue_button.setToolTip("The reply was cut at max new tokens: let the model carry on")
+        self.continue_button.setToolTip("Let the model carry on the last reply where it stopped (Ctrl+Shift+Enter)")
         self.picker = ModelPicker(presets, target, draft, device, dtype, devices, dtypes, offline)
         self.controls = DecodingControls(defaults)
         self.legend = Legend()
@@ -270,6 +270,8 @@ class MainWindow(QMainWindow):
         self.chat.background_clicked.connect(self.on_background_clicked)
         self.chat.example_chosen.connect(self.on_example_chosen)
         self.chat.action_chosen.connect(self.on_reply_action_chosen)
+        self.controls.greedy.toggled.connect(self.legend.set_greedy)
+        self.legend.set_greedy(self.controls.greedy.isChecked())
 
     # -- commands, passed on to the chat controller ----------------------------------------------------------
 
@@ -431,6 +433,7 @@ class MainWindow(QMainWindow):
             return
         self.chat.add_user_message(request.messages[-1]["content"])
         self.chat.begin_reply(header, lookup=settings.lookup)
+        self.legend.set_greedy(settings.greedy)  # the legend names what this reply shows
         self.charts.start_reply(settings.gamma, speculative=settings.mode is Mode.SPEC)
 
     def on_gammas_changed(self, settings: DecodeSettings, gammas: tuple[int, ...]) -> None:

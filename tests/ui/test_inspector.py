@@ -197,3 +197,19 @@ def test_another_token_is_shown_from_its_header_not_from_the_last_scroll_positio
     bar.setValue(bar.maximum())
     inspector.pin(spans[Fate.REJECTED])
     assert bar.value() == 0
+
+
+def test_a_bonus_after_two_drafts_says_both_were_accepted():
+    bonus = spans_of(accepted_round(0, ["a", "b"], "c"))[Fate.BONUS]
+    assert "both of the round's drafts were accepted" in text_of(span_html(bonus))
+
+
+def test_the_legend_names_the_targets_token_after_a_rejection_by_mode(qtbot):
+    from ui.legend import Legend
+
+    legend = Legend()
+    qtbot.addWidget(legend)
+    legend.set_greedy(True)
+    assert legend.chips[Fate.RESAMPLED].text() == "corrected"
+    legend.set_greedy(False)
+    assert legend.chips[Fate.RESAMPLED].text() == "resampled"
