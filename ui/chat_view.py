@@ -25,6 +25,7 @@ from ui.transcript import ComparisonView, Note, ReplyItem, Transcript, UserItem
 TOKEN_SCHEME = "token"
 EXAMPLE_SCHEME = "example"
 ACTION_SCHEME = "action"
+FOLD_SCHEME = "fold"  # a long user message's Show all / Fold link: fold:<item index>
 CLEAN, TRACE = "clean", "trace"
 TRACE_CODE = "trace-code"  # a trace token inside code: the trace's tint, the clean view's monospace font
 FLUSH_MS = 50  # new tokens reach the document at most this often: one relayout per batch, not per round
@@ -120,7 +121,7 @@ class ChatView(QTextBrowser):
         self._retire_actions()
         self._leave_guide()
         self.transcript.add_user(text)
-        self._draw_user(text)
+        self._draw_user(self.items[-1], len(self.items) - 1)
         self.scroll_to_bottom()
 
     def begin_reply(self, header: str, lookup: bool = False) -> None:
@@ -283,6 +284,19 @@ class ChatView(QTextBrowser):
         elif url.scheme() == ACTION_SCHEME:
             name, _, turn = url.path().partition(":")
             self.action_chosen.emit(name, int(turn))
+        elif url.scheme() == FOLD_SCHEME:
+            self.toggle_fold(int(url.path()))
+
+    def toggle_fold(self, index: int) -> None:
+        """Show a long user message whole, or fold it back to its opening lines."""
+        item = self.items[index]
+        item.folded = not item.folded
+        following, self.following = self.following, False  # stay where the reader is
+        value = self.verticalScrollBar().value()
+        self._draw_all()
+        self.following = following
+        if not following:
+            self.verticalScrollBar().setValue(value)
 
     def on_range_changed(self, _minimum: int, maximum: int) -> None:
         if self.following:
@@ -319,9 +333,9 @@ class ChatView(QTextBrowser):
         self._live = None
         if not self.items:
             self._draw_guide()
-        for item in self.items:
+        for index, item in enumerate(self.items):
             if isinstance(item, UserItem):
-                self._draw_user(item.text)
+                self._draw_user(item, index)
                 continue
             state = _Live(item, self._end_position())
             self._draw_reply(state, final=item is not live_item)
@@ -400,10 +414,26 @@ class ChatView(QTextBrowser):
         for run, stop, owner in _owner_runs(owners, start, end):
             cursor.insertText(source[run:stop], self._token_format(owner, self.spans[owner].fate, style, size_step))
 
-    def _draw_user(self, text: str) -> None:
+    def _draw_user(self, item: UserItem, index: int) -> None:
         self._draw_label("You", top_margin=14)
         cursor = self._insert_block(top_margin=2)
-        cursor.insertText(text, QTextCharFormat())
+        cursor.insertText(item.opening if item.folded else item.text, QTextCharFormat())
+        if item.foldable:
+            words = len(item.text.split())
+            link = QTextCharFormat()
+            link.setAnchor(True)
+            link.setAnchorHref(f"{FOLD_SCHEME}:{index}")
+            link.setForeground(self.palette().link())
+            link.setFontPointSize(max(6.0, self.font().pointSizeF() - 1))
+            row = self._insert_block(top_margin=2)
+            row.mergeBlockFormat(self._action_row())
+            row.insertText(f"Show all ({words} words)" if item.folded else "Fold", link)
+
+    @staticmethod
+    def _action_row() -> QTextBlockFormat:
+        row = QTextBlockFormat()
+        row.setProperty(ACTION_ROW, True)  # never copied with the text
+        return row
 
     def _draw_note(self, note: Note | ComparisonView) -> None:
         if isinstance(note, ComparisonView):

@@ -55,6 +55,8 @@ UNFAIR = " (machine busy — not a fair number)"
 def stats_line(reply: Reply) -> str:
     """The reply's figures; a busy machine's estimate says so beside it, as a measured speedup may contradict it."""
     s = reply.stats
+    if not s.n_tokens:  # stopped before its first round: no figures to give
+        return "stopped while reading the prompt: no tokens yet" if reply.stopped else "no tokens"
     line = f"{s.n_tokens} tokens in {s.n_rounds} rounds · {s.tokens_per_s:.1f} tok/s"
     if reply.request.settings.mode is Mode.SPEC:
         line += (f" · α {s.alpha:.2f} · {s.tokens_per_round:.2f} tok/round · est. {reply.estimated_speedup:.2f}× vs AR"
@@ -148,6 +150,13 @@ class MainWindow(QMainWindow):
         holder_layout = QHBoxLayout(holder)
         holder_layout.setContentsMargins(0, 0, STATUS_RIGHT_MARGIN, 0)
         holder_layout.addWidget(self.comparison_progress)
+        self.prefill_progress = QProgressBar()
+        self.prefill_progress.setFormat("reading the prompt: %v of %m tokens")
+        self.prefill_progress.setToolTip("A long prompt is read in chunks; Stop takes effect between them")
+        widest = self.prefill_progress.format().replace("%v", "00000").replace("%m", "00000")
+        self.prefill_progress.setMinimumWidth(self.prefill_progress.fontMetrics().horizontalAdvance(widest) + 24)
+        self.prefill_progress.hide()
+        holder_layout.addWidget(self.prefill_progress)
         self.statusBar().addPermanentWidget(holder)
         self._menus()
         self._connect()
@@ -384,7 +393,12 @@ class MainWindow(QMainWindow):
         self.status = status
         busy, ready = status.busy, status.ready
         self.send_button.setEnabled(ready and not busy)
-        self.stop_button.setEnabled(busy)
+        stopping = status.state is TurnState.STOPPING
+        self.stop_button.setEnabled(busy and not stopping)
+        self.stop_button.setText("Stopping…" if stopping else "Stop")
+        if stopping:  # the worker stops between rounds or prompt chunks: say it was heard
+            self.prefill_progress.hide()
+            self.statusBar().showMessage("Stopping… (the round or prompt chunk in progress finishes first)")
         self.picker.load_button.setEnabled(not busy)
         idle_with_reply = ready and not busy and bool(status.n_replies)
         for act in (self.regenerate_action, self.edit_action):
@@ -485,13 +499,13 @@ class MainWindow(QMainWindow):
         self.chat.add_note("Context: " + notice.message)
 
     def on_prefill_progressed(self, progress: PrefillProgress) -> None:
-        if progress.done < progress.total:
-            self.statusBar().showMessage(f"Reading the prompt: {progress.done} of {progress.total} tokens…")
-        else:
-            self.statusBar().clearMessage()
+        self.prefill_progress.setRange(0, max(progress.total, 1))
+        self.prefill_progress.setValue(progress.done)
+        self.prefill_progress.setVisible(progress.done < progress.total and self.status.state is not TurnState.STOPPING)
 
     def on_turn_completed(self) -> None:
         self.comparison_progress.hide()
+        self.prefill_progress.hide()
         self.statusBar().clearMessage()
         self.turn_completed.emit()
 

@@ -9,9 +9,23 @@ from ui.markdown import Block, inline_runs, parse_blocks
 from ui.tokens import TokenSpan, reply_text, round_spans
 
 
+FOLD_LINES = 12  # a user message longer than this (or than FOLD_CHARS) is shown folded: a pasted document
+FOLD_CHARS = 1200
+
+
 @dataclass
 class UserItem:
     text: str
+    folded: bool = False  # only its opening lines are shown, with a link to show it all
+
+    @property
+    def foldable(self) -> bool:
+        return self.text.count("\n") >= FOLD_LINES or len(self.text) > FOLD_CHARS
+
+    @property
+    def opening(self) -> str:
+        """What a folded message shows: its first lines, at most FOLD_CHARS characters."""
+        return "\n".join(self.text.split("\n")[:FOLD_LINES // 2])[:FOLD_CHARS // 2].rstrip() + " …"
 
 
 @dataclass
@@ -56,6 +70,7 @@ class Transcript:
 
     def add_user(self, text: str) -> UserItem:
         item = UserItem(text)
+        item.folded = item.foldable
         self.items.append(item)
         return item
 

@@ -173,3 +173,21 @@ def test_an_unfenced_indented_line_is_drawn_indented(qtbot):
         margins[block.text()] = block.blockFormat().leftMargin()
         block = block.next()
     assert margins["return 1"] == 4 * chat.fontMetrics().horizontalAdvance(" ") > margins["def f():"]
+
+
+def test_a_long_prompt_is_shown_folded_and_unfolds_on_click(qtbot):
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    document = " ".join(f"w{i % 40}" for i in range(4000))
+    chat.add_user_message(document)
+    shown = chat.toPlainText()
+    assert document not in shown and "Show all (4000 words)" in shown and len(shown) < 1000
+    chat.on_anchor_clicked(QUrl("fold:0"))
+    assert document in chat.toPlainText() and "Fold" in chat.toPlainText()
+
+
+def test_a_short_message_is_never_folded(qtbot):
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    chat.add_user_message("w3 w7\nw11")
+    assert "w3 w7\nw11" in chat.toPlainText() and "Show all" not in chat.toPlainText()

@@ -125,7 +125,8 @@ def test_a_conversation_cut_to_the_window_says_so_in_the_chat(make_studio, mixed
 def test_stop_during_a_long_prefill_takes_effect_within_one_chunk(make_studio, mixed_decoder, qtbot):
     studio = make_studio(mixed_decoder, max_new_tokens=4)
     shown, progress = [], []
-    studio.window.statusBar().messageChanged.connect(shown.append)
+    bar = studio.window.prefill_progress
+    studio.chat.prefill_progressed.connect(lambda _p: shown.append((bar.isVisible(), bar.value(), bar.maximum())))
 
     def stop_at_the_first_chunk(item):
         progress.append(item)
@@ -136,9 +137,27 @@ def test_stop_during_a_long_prefill_takes_effect_within_one_chunk(make_studio, m
     assert reply.stopped and reply.events == ()
     assert [(p.done, p.total) for p in progress] == [(PREFILL_CHUNK, 899)]
     assert len(mixed_decoder.runner) == PREFILL_CHUNK  # no second chunk was read
-    assert f"Reading the prompt: {PREFILL_CHUNK} of 899 tokens…" in shown
+    assert shown == [(True, PREFILL_CHUNK, 899)]  # the read-in progress is a bar, while it lasts
+    assert not bar.isVisible()
+    assert "stopped while reading the prompt: no tokens yet" in studio.window.chat.toPlainText()
     studio.worker.prefill_progressed.disconnect(stop_at_the_first_chunk)
     assert send(qtbot, studio).events
+
+
+def test_stop_says_stopping_until_the_worker_has_stopped(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, max_new_tokens=4)
+    window, seen = studio.window, []
+
+    def stop_once(_progress):
+        if not seen:
+            qtbot.mouseClick(window.stop_button, Qt.MouseButton.LeftButton)
+            seen.append((window.stop_button.text(), window.stop_button.isEnabled(), window.statusBar().currentMessage()))
+
+    studio.chat.prefill_progressed.connect(stop_once)
+    assert send(qtbot, studio, words(900)).stopped
+    text, enabled, message = seen[0]
+    assert text == "Stopping…" and not enabled and message.startswith("Stopping…")
+    assert window.stop_button.text() == "Stop" and window.send_button.isEnabled()
 
 
 def test_ctrl_c_closes_the_window(make_studio, mixed_decoder, qtbot):
