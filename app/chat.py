@@ -12,7 +12,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from app.chat_store import ChatRecorder, ChatStore, ChatStoreError, ChatSummary
+from app.chat_store import ChatRecorder, ChatStore, ChatStoreError, ChatSummary, title_for
 from app.timing import StepReference, machine_was_busy
 from engine.events import ContextNotice, Mode, PairInfo, PrefillProgress, RoundEvent
 from ui.export import ExportError, export_session
@@ -94,7 +94,12 @@ class ChatController(QObject):
         """What the exporter writes: the pair, and the replies in order with their comparisons."""
         done = [turn for turn in self.turns if turn.reply is not None]
         return Session(self.pair, [turn.reply for turn in done],
-                       {i: turn.comparison for i, turn in enumerate(done) if turn.comparison is not None})
+                       {i: turn.comparison for i, turn in enumerate(done) if turn.comparison is not None},
+                       self.title)
+
+    @property
+    def title(self) -> str:
+        return title_for(self.turns[0].request) if self.turns else ""
 
     @property
     def messages(self) -> list[dict]:
@@ -140,7 +145,7 @@ class ChatController(QObject):
 
     @property
     def status(self) -> ChatStatus:
-        return ChatStatus(self.state, self.ready, len(self.replies), self.can_continue, self.editing)
+        return ChatStatus(self.state, self.ready, len(self.replies), self.can_continue, self.editing, self.title)
 
     # -- commands ------------------------------------------------------------------------------------------
 
@@ -270,7 +275,7 @@ class ChatController(QObject):
     def export_chat(self, chat_id: int, base: Path) -> list[Path]:
         """A saved chat as the conversation on screen is exported (JSON and CSV; no chart image)."""
         chat = self.store.load_chat(chat_id)
-        return export_session(Session(pair=chat.pair, replies=chat.replies, comparisons=chat.comparisons), base)
+        return export_session(Session(chat.pair, chat.replies, chat.comparisons, chat.title), base)
 
     # -- slots for the worker's signals --------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import (QFileDialog, QInputDialog, QLabel, QListWidget, QListWidgetItem, QMenu, QMessageBox,
                                QStyle, QStyledItemDelegate, QStyleOptionViewItem, QVBoxLayout, QWidget)
 
-from ui.export import ExportError
+from ui.export import ExportError, file_stem
 from ui.preferences import export_folder, remember_export_folder
 
 CHAT_ID = Qt.ItemDataRole.UserRole
@@ -158,7 +158,7 @@ class HistoryPanel(QWidget):
         menu = QMenu(self)
         menu.addAction("Open", lambda: self.chat_chosen.emit(chat_id))
         menu.addAction("Rename…", lambda: self._ask_rename(chat_id, item.text()))
-        menu.addAction("Export…", lambda: self._ask_export(chat_id))
+        menu.addAction("Export…", lambda: self._ask_export(chat_id, item.text()))
         menu.addSeparator()
         menu.addAction("Delete…", lambda: self._ask_delete(chat_id, item.text()))
         return menu
@@ -176,10 +176,11 @@ class HistoryPanel(QWidget):
         dialog.textValueSelected.connect(lambda new_title: self.rename_chat(chat_id, new_title))
         dialog.open()
 
-    def _ask_export(self, chat_id: int) -> None:
+    def _ask_export(self, chat_id: int, title: str = "") -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Export chat", str(export_folder(self.preferences) /
-                                                                       "specdec-chat.json"),
-                                              "Session stats: NAME.json and NAME.csv (*.json)")
+                                                                       f"{file_stem(title)}.json"),
+                                              "Chat: NAME.json and NAME.csv (every round) and NAME.md "
+                                              "(transcript) (*.json)")
         if not path:
             return
         try:

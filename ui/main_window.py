@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt, Signal
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtCore import QRect, QSettings, QSize, Qt, Signal
+from PySide6.QtGui import QAction, QImage, QKeySequence, QPainter
 from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QHBoxLayout, QInputDialog, QMainWindow,
                                QMessageBox, QProgressBar, QProgressDialog, QPushButton, QScrollArea, QSplitter,
                                QVBoxLayout, QWidget)
@@ -15,14 +15,16 @@ from ui.charts import ChartsPanel
 from ui.chat_view import CLEAN, TRACE, ChatView
 from ui.compare import comparison_view
 from ui.controls import DecodingControls, ModelPicker
+from ui.export import file_stem
 from ui.history import HistoryPanel
 from ui.inspector import TokenInspector
 from ui.legend import Legend
 from ui.message_box import MessageBox
 from ui.preferences import export_folder, remember_export_folder, restore_preferences, save_preferences
-from ui.session import (ChatStatus, Comparison, ComparisonShown, Reply, ReplyShown, RoundShown, TurnOptions, TurnStarted,
+from ui.session import (ChatStatus, ComparisonShown, ReplyShown, RoundShown, Session, TurnOptions, TurnStarted,
                         TurnState)
 from ui.status_bar import ElidedLabel
+from ui.wording import UNFAIR, comparison_line, reply_header, stats_line, unbreakable  # noqa: F401 (tests use them here)
 
 MIN_WIDTH, MIN_HEIGHT = 1000, 700
 PANE_MIN_WIDTH = {"side": 235, "chat": 315, "right": 200}  # with the history dock, still under 1000 px
@@ -31,59 +33,13 @@ PANE_MIN_WIDTH = {"side": 235, "chat": 315, "right": 200}  # with the history do
 # comes back with its share.
 PANE_WIDTH = {"side": 280, "chat": 770, "right": 350}
 STATUS_RIGHT_MARGIN = 8  # between the status bar's last widget and the window's right edge
+EXPORT_TITLE_HEIGHT = 20  # the exported chart image's row naming each reply
 HISTORY_WIDTH = 150  # the history dock's first width: its titles elide, and at 1000 px the chat needs the room
 
 
 def short_name(name: str) -> str:
     """A model name that fits the status bar: the file or folder name of a local path."""
     return Path(name).name if name.startswith(("/", ".", "~")) else name
-
-
-def reply_header(settings: DecodeSettings, gammas: tuple[int, ...] = ()) -> str:
-    """`gammas`: every γ the reply ran with, in order, when it was changed mid-reply."""
-    if settings.mode is Mode.AR:
-        return "Assistant · plain AR"
-    how = "greedy" if settings.greedy else f"sampling T={settings.temperature:g}"
-    gamma = "→".join(map(str, gammas)) if len(gammas) > 1 else str(settings.gamma)
-    rounds = f"γ ≤ {gamma}, stop {settings.stop_below:g}" if settings.stop_below else f"γ={gamma}"
-    return f"Assistant · speculative, {how}, {rounds}"
-
-
-UNFAIR = " (machine busy — not a fair number)"
-
-
-def stats_line(reply: Reply) -> str:
-    """The reply's figures; a busy machine's estimate says so beside it, as a measured speedup may contradict it."""
-    s = reply.stats
-    if not s.n_tokens:  # stopped before its first round: no figures to give
-        return "stopped while reading the prompt: no tokens yet" if reply.stopped else "no tokens"
-    line = f"{s.n_tokens} tokens in {s.n_rounds} rounds · {s.tokens_per_s:.1f} tok/s"
-    if reply.request.settings.mode is Mode.SPEC:
-        line += (f" · α {s.alpha:.2f} · {s.tokens_per_round:.2f} tok/round · est. {reply.estimated_speedup:.2f}× vs AR"
-                 + (UNFAIR if reply.machine_busy else ""))
-    return line + (" · stopped" if reply.stopped else "")
-
-
-def unbreakable(line: str) -> str:
-    """A ' · '-separated line whose figures never wrap inside themselves ("est. / 0.46× vs AR" at 1000 px); a
-    remark in parentheses after a figure still may."""
-    def keep_together(part: str) -> str:
-        figure, parenthesis, remark = part.partition(" (")
-        return figure.replace(" ", "\u00a0") + parenthesis + remark
-    return " · ".join(keep_together(part) for part in line.split(" · "))
-
-
-def comparison_line(comparison: Comparison, reply: Reply) -> str:
-    ar_tokens = len(comparison.ar_tokens)
-    if comparison.stopped:  # a few AR tokens against a whole reply would claim a speedup nobody measured
-        return f"plain AR stopped after {ar_tokens} tokens: no measured speedup"
-    line = (f"plain AR: {ar_tokens} tokens in {comparison.ar_wall_s:.2f} s ({comparison.ar_tokens_per_s:.1f} tok/s) vs "
-            f"speculative {reply.stats.n_tokens} in {comparison.spec_wall_s:.2f} s "
-            f"({comparison.spec_tokens_per_s:.1f} tok/s) → measured {comparison.speedup:.2f}×"
-            + (UNFAIR if comparison.machine_busy else ""))
-    if comparison.identical is not None:
-        line += " · greedy outputs identical" if comparison.identical else " · greedy outputs differ"
-    return line
 
 
 class MainWindow(QMainWindow):
@@ -235,7 +191,7 @@ class MainWindow(QMainWindow):
             return act
 
         file_menu = self.menuBar().addMenu("&File")
-        self.export_action = action(file_menu, "&Export session stats…", "Ctrl+E", self.export_dialog)
+        self.export_action = action(file_menu, "&Export chat…", "Ctrl+E", self.export_dialog)
         file_menu.addSeparator()
         action(file_menu, "&Quit", "Ctrl+Q", self.close)
         chat_menu = self.menuBar().addMenu("&Chat")
@@ -376,16 +332,38 @@ class MainWindow(QMainWindow):
         if not self.status.n_replies:
             self.statusBar().showMessage("Nothing to export yet", 4000)
             return
-        path, _ = QFileDialog.getSaveFileName(self, "Export session stats",
-                                              str(export_folder(self.preferences) / "specdec-session.json"),
-                                              "Session stats: NAME.json, NAME.csv and NAME.png charts (*.json)")
+        path, _ = QFileDialog.getSaveFileName(self, "Export chat",
+                                              str(export_folder(self.preferences) / f"{file_stem(self.status.title)}.json"),
+                                              "Chat: NAME.json and NAME.csv (every round), NAME.md (transcript) and "
+                                              "NAME.png (charts) (*.json)")
         if path:
             self.export_requested.emit(Path(path))
 
-    def chart_image(self):
-        """The charts as they are drawn now, for an export."""
-        self.charts.refresh()
-        return self.charts.grab()
+    def chart_image(self, session: Session) -> QImage:
+        """Every reply's charts side by side, each drawn as the live charts draw it, at the charts pane's size."""
+        size = self.charts.size() if self.charts.width() > 50 else QSize(350, 600)
+        shown = session.shown_replies()
+        image = QImage(size.width() * max(1, len(shown)), size.height() + EXPORT_TITLE_HEIGHT,
+                       QImage.Format.Format_RGB32)
+        image.fill(Qt.GlobalColor.white)
+        painter = QPainter(image)
+        for column, (reply, comparison) in enumerate(shown):
+            charts = ChartsPanel()
+            charts.resize(size)
+            settings = reply.request.settings
+            charts.start_reply(reply.gamma, speculative=settings.mode is Mode.SPEC)
+            for event in reply.events:
+                charts.add_round(event, reply.reference)
+            if comparison is not None and not comparison.stopped:
+                charts.show_measured_speedup(comparison.speedup)
+            charts.refresh()
+            x = column * size.width()
+            painter.drawText(QRect(x, 0, size.width(), EXPORT_TITLE_HEIGHT), Qt.AlignmentFlag.AlignCenter,
+                             f"reply {column + 1}")
+            painter.drawPixmap(x, EXPORT_TITLE_HEIGHT, charts.grab())
+            charts.deleteLater()
+        painter.end()
+        return image
 
     # -- slots for the chat controller's signals -------------------------------------------------------------
 

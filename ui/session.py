@@ -99,6 +99,19 @@ class Session:
     pair: PairInfo | None = None
     replies: list[Reply] = field(default_factory=list)
     comparisons: dict[int, Comparison] = field(default_factory=dict)  # reply index -> AR comparison
+    title: str = ""  # the chat's title
+
+    def shown_replies(self) -> list[tuple[Reply, Comparison | None]]:
+        """The replies as the chat shows them: a continuation joined to the reply it continues, each with the
+        comparison of its last part."""
+        shown: list[tuple[Reply, Comparison | None]] = []
+        for index, reply in enumerate(self.replies):
+            comparison = self.comparisons.get(index)
+            if shown and reply.request.messages[-1]["role"] == "assistant":
+                shown[-1] = (shown[-1][0].extended_by(reply), comparison)
+            else:
+                shown.append((reply, comparison))
+        return shown
 
 
 # What the chat controller (app/chat.py) tells the window: the turn's state, and the conversation as it happens.
@@ -120,6 +133,7 @@ class ChatStatus:
     n_replies: int
     can_continue: bool  # the last reply was cut at max new tokens
     editing: int | None  # the turn whose message is being edited and resent
+    title: str = ""  # the chat's title (its first message), for an export's file name
 
     @property
     def busy(self) -> bool:

@@ -44,7 +44,7 @@ def test_a_failed_export_writes_nothing_says_why_and_the_next_export_works(make_
 
     chosen.append(tmp_path / "ok.json")
     window.export_dialog()
-    assert sorted(p.name for p in tmp_path.glob("ok.*")) == ["ok.csv", "ok.json", "ok.png"]
+    assert sorted(p.name for p in tmp_path.glob("ok.*")) == ["ok.csv", "ok.json", "ok.md", "ok.png"]
     assert json.loads((tmp_path / "ok.json").read_text())["replies"]
 
 
@@ -181,3 +181,42 @@ def test_an_export_holds_only_the_current_chat(make_studio, mixed_decoder, qtbot
     studio.chat.export(tmp_path / "chat")
     replies = json.loads((tmp_path / "chat.json").read_text())["replies"]
     assert [r["messages"][-1]["content"] for r in replies] == ["w5 w6"] and replies[0]["text"] == second.text
+
+
+def test_the_export_dialog_proposes_the_chats_title(make_studio, mixed_decoder, qtbot, monkeypatch):
+    studio = make_studio(mixed_decoder, max_new_tokens=3)
+    send(qtbot, studio, "w3 w4: a/b?")
+    proposed = []
+
+    def save_dialog(_parent, _caption, start, filters):
+        proposed.append(Path(start).name)
+        return "", filters  # cancelled
+
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", save_dialog)
+    studio.window.export_dialog()
+    assert proposed == ["w3 w4 a b.json"]
+
+
+def test_the_markdown_transcript_reads_as_the_chat(make_studio, mixed_decoder, qtbot, tmp_path):
+    studio = make_studio(mixed_decoder, max_new_tokens=6)
+    first = send(qtbot, studio, "w3 w4")
+    with qtbot.waitSignal(studio.window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        studio.window.continue_action.trigger()  # a continued reply reads as one
+    second = send(qtbot, studio, "w5 w6")
+    studio.chat.export(tmp_path / "chat")
+    text = (tmp_path / "chat.md").read_text()
+    assert text.startswith("# w3 w4\n") and text.count("**You**") == 2
+    assert (first.text + studio.chat.replies[1].text).strip() in text and second.text.strip() in text
+    assert text.count(" tokens in ") == 2
+
+
+def test_the_chart_image_holds_every_reply(make_studio, mixed_decoder, qtbot, tmp_path):
+    from PySide6.QtGui import QImage
+
+    studio = make_studio(mixed_decoder, max_new_tokens=4)
+    send(qtbot, studio, "w3 w4")
+    studio.chat.export(tmp_path / "one")
+    send(qtbot, studio, "w5 w6")
+    studio.chat.export(tmp_path / "two")
+    one, two = QImage(str(tmp_path / "one.png")), QImage(str(tmp_path / "two.png"))
+    assert two.width() == 2 * one.width() and two.height() == one.height()
