@@ -20,7 +20,7 @@ from ui.timing import ar_seconds
 
 REFRESH_MS = 100
 X_STEP = 20  # the x axis grows in steps of this many rounds
-MIN_CHART_HEIGHT = 105
+MIN_CHART_HEIGHT = 140
 AXIS_END_ROOM = 16  # pixels right of the x axis: half of a four-digit tick label
 AXIS_TOP_ROOM = 7  # pixels above the y axis: half of a tick label's height, for the label at its top
 COLUMNS = ("alpha", "alpha_mean", "tokens", "tokens_mean", "expected", "speedup", "speedup_mean")
@@ -83,7 +83,8 @@ def _plot(tooltip: str, y_label: str) -> pg.PlotWidget:
     plot.getAxis("bottom").setStyle(hideOverlappingLabels=AXIS_END_ROOM)
     plot.getAxis("left").setStyle(hideOverlappingLabels=AXIS_TOP_ROOM)
     plot.setMouseEnabled(x=False, y=False)
-    # Three charts fit the right pane at 1000×700 with room for the inspector; below this they stop being legible.
+    # Three charts of this height and the inspector's minimum fill the right pane at 1000×700; at 120 px a plot's
+    # curves and legend were cramped. Taller windows give the inspector its share back.
     plot.setMinimumHeight(MIN_CHART_HEIGHT)
     # Fixed ranges, widened in steps by `refresh`: re-ticking axes on every refresh costs more than the curves.
     plot.disableAutoRange()

@@ -25,6 +25,7 @@ from ui.transcript import ComparisonView, Note, ReplyItem, Transcript, UserItem
 TOKEN_SCHEME = "token"
 EXAMPLE_SCHEME = "example"
 ACTION_SCHEME = "action"
+CODE_SCHEME = "code"  # a code block's Copy link: code:<index into ChatView._code_texts>
 FOLD_SCHEME = "fold"  # a long user message's Show all / Fold link: fold:<item index>
 CLEAN, TRACE = "clean", "trace"
 TRACE_CODE = "trace-code"  # a trace token inside code: the trace's tint, the clean view's monospace font
@@ -83,12 +84,14 @@ class ChatView(QTextBrowser):
     background_clicked = Signal()  # a click that hit no token: releases a pinned token
     example_chosen = Signal(str)  # the text of a guide example the user clicked
     action_chosen = Signal(str, int)  # a link under a reply: its name in ACTIONS and the reply's turn
+    code_copied = Signal(str)  # a code block's Copy link was clicked: its text
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setOpenLinks(False)
         self.view = CLEAN
         self.transcript = Transcript()
+        self._code_texts: list[str] = []  # what each code block's Copy link copies, in the document drawn
         self.following = True  # keep the bottom in view; off once the user scrolls up
         self._live: _Live | None = None
         self._links_at = 0  # where the last reply's links begin: they end the document while it is the last item
@@ -286,6 +289,8 @@ class ChatView(QTextBrowser):
             self.action_chosen.emit(name, int(turn))
         elif url.scheme() == FOLD_SCHEME:
             self.toggle_fold(int(url.path()))
+        elif url.scheme() == CODE_SCHEME:
+            self.code_copied.emit(self._code_texts[int(url.path())])
 
     def toggle_fold(self, index: int) -> None:
         """Show a long user message whole, or fold it back to its opening lines."""
@@ -328,6 +333,7 @@ class ChatView(QTextBrowser):
 
     def _draw_all(self) -> None:
         self._pending = False
+        self._code_texts.clear()
         self.clear()
         live_item = self._live.item if self._live is not None else None
         self._live = None
@@ -363,7 +369,7 @@ class ChatView(QTextBrowser):
             del state.marks[state.stable:]
         for i in range(state.stable, len(blocks)):
             state.marks.append(self._end_position())
-            self._draw_block(source, owners, blocks[i], first=i == 0)
+            self._draw_block(source, owners, blocks[i], first=i == 0, whole=final or i < len(blocks) - 1)
         # The last block may still grow (a line, an open code fence): it is redrawn by the next flush.
         state.stable = len(blocks) if final else max(0, len(blocks) - 1)
 
@@ -380,10 +386,13 @@ class ChatView(QTextBrowser):
             cursor.insertText(text, fmt)
         state.stable = state.item.end - state.item.first
 
-    def _draw_block(self, source: str, owners: list[int], block: Block, first: bool) -> None:
+    def _draw_block(self, source: str, owners: list[int], block: Block, first: bool, whole: bool = True) -> None:
+        """`whole`: the block is complete (a code block then gets its Copy link)."""
         top = 2 if first else (8 if block.gap else 1)
         if block.kind == "code":
             self._draw_code(source, owners, block, top)
+            if whole:
+                self._draw_code_link(source[block.start:block.end])
             return
         cursor = self._insert_block(top_margin=top, left_margin=self._indent(block))
         if block.kind == "rule":
@@ -407,6 +416,19 @@ class ChatView(QTextBrowser):
             cursor = self._insert_block(top_margin=top if n == 0 else 0, left_margin=4, background=CODE_BACKGROUND)
             self._insert_owned(cursor, source, owners, offset, offset + len(line), "code")
             offset += len(line) + 1
+
+    def _draw_code_link(self, code: str) -> None:
+        """A Copy link under a code block: its text without the fences, as a reader pastes it."""
+        self._code_texts.append(code)
+        link = QTextCharFormat()
+        link.setAnchor(True)
+        link.setAnchorHref(f"{CODE_SCHEME}:{len(self._code_texts) - 1}")
+        link.setForeground(self.palette().link())
+        link.setFontPointSize(max(6.0, self.font().pointSizeF() - 2))
+        link.setToolTip("Copy this code block")
+        row = self._insert_block(top_margin=1, left_margin=4)
+        row.mergeBlockFormat(self._action_row())
+        row.insertText("⧉ Copy code", link)
 
     def _insert_owned(self, cursor: QTextCursor, source: str, owners: list[int], start: int, end: int, style: str,
                       size_step: int = 0) -> None:

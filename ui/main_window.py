@@ -6,7 +6,7 @@ from pathlib import Path
 from PySide6.QtCore import QRect, QSettings, QSize, Qt, Signal
 from PySide6.QtGui import QAction, QImage, QKeySequence, QPainter
 from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QHBoxLayout, QInputDialog, QMainWindow,
-                               QMessageBox, QProgressBar, QProgressDialog, QPushButton, QScrollArea, QSplitter,
+                               QMenu, QMessageBox, QProgressBar, QPushButton, QScrollArea, QSplitter,
                                QVBoxLayout, QWidget)
 
 from engine.choices import DEVICES, DTYPES
@@ -32,9 +32,17 @@ PANE_MIN_WIDTH = {"side": 235, "chat": 315, "right": 200}  # with the history do
 # pane's minimum, so at 1000 px the side panes sit at their minimums and the chat gets the rest; a hidden pane
 # comes back with its share.
 PANE_WIDTH = {"side": 280, "chat": 770, "right": 350}
+SIDE_MAX_WIDTH = 320
 STATUS_RIGHT_MARGIN = 8  # between the status bar's last widget and the window's right edge
 EXPORT_TITLE_HEIGHT = 20  # the exported chart image's row naming each reply
-HISTORY_WIDTH = 150  # the history dock's first width: its titles elide, and at 1000 px the chat needs the room
+HISTORY_WIDTH = 150
+INT4_NOTE = ("The target keeps its own 4-bit weights (int4): plain AR steps run about twice as fast in bfloat16 and "
+             "it needs half the memory; speculation over it can be slower than its own AR (README: Weights)")
+ABOUT = ("<h3>SpecDec Studio</h3><p>A chat app that makes speculative decoding visible: a small draft model guesses "
+         "up to γ tokens, the target checks them in one pass, and rejection sampling keeps the output exactly the "
+         "target's. Every token is coloured by its fate; the charts show α, tokens per round and the speedup over "
+         "plain autoregressive decoding.</p><p>The algorithm follows section 19.4 of the textbook; "
+         "engine/decoding/verification.py reads like it. Chats are saved as they happen (History, Ctrl+H).</p>")  # the history dock's first width: its titles elide, and at 1000 px the chat needs the room
 
 
 def short_name(name: str) -> str:
@@ -69,8 +77,9 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.setWindowTitle("SpecDec Studio")
         self.status = ChatStatus(TurnState.IDLE, ready=False, n_replies=0, can_continue=False, editing=None)
-        self.progress: QProgressDialog | None = None
-        self._loading_text = "Loading models…"  # what the progress dialog says while a pair loads
+        self._loading_text = "Loading models…"  # what the status bar says while a pair loads
+        self._pair_text = "no model loaded"
+        self.help_box: QMessageBox | None = None
         self.error_box: QMessageBox | None = None
         self.preferences = preferences
         self.system_prompt = ""
@@ -106,6 +115,12 @@ class MainWindow(QMainWindow):
         holder_layout = QHBoxLayout(holder)
         holder_layout.setContentsMargins(0, 0, STATUS_RIGHT_MARGIN, 0)
         holder_layout.addWidget(self.comparison_progress)
+        self.load_progress = QProgressBar()
+        self.load_progress.setRange(0, 0)  # busy: a load reports no steps
+        self.load_progress.setMaximumWidth(120)
+        self.load_progress.setToolTip("Loading the model pair; the first load prepares it and can take a while")
+        self.load_progress.hide()
+        holder_layout.addWidget(self.load_progress)
         self.prefill_progress = QProgressBar()
         self.prefill_progress.setFormat("reading the prompt: %v of %m tokens")
         self.prefill_progress.setToolTip("A long prompt is read in chunks; Stop takes effect between them")
@@ -137,6 +152,9 @@ class MainWindow(QMainWindow):
         side_scroll.setWidget(side)
         side_scroll.setWidgetResizable(True)
         side_scroll.setMinimumWidth(PANE_MIN_WIDTH["side"])
+        # A form needs no more: a wider window's room goes to the chat (the splitter shares a resize in proportion
+        # to the panes' widths, and with the charts hidden the controls grew to 400 px).
+        side_scroll.setMaximumWidth(SIDE_MAX_WIDTH)
 
         chat = QWidget()
         chat_layout = QVBoxLayout(chat)
@@ -170,6 +188,7 @@ class MainWindow(QMainWindow):
             self.splitter.addWidget(widget)
         self.splitter.setChildrenCollapsible(False)
         self.splitter.setSizes([PANE_WIDTH[name] for name in self.panes])
+
         return self.splitter
 
     def _history_dock(self) -> QDockWidget:
@@ -217,6 +236,9 @@ class MainWindow(QMainWindow):
             act.toggled.connect(lambda shown, pane=name: self.show_pane(pane, shown))
             view_menu.addAction(act)
             self.pane_actions[name] = act
+        help_menu = self.menuBar().addMenu("&Help")
+        action(help_menu, "&Keyboard shortcuts", "F1", self.show_shortcuts)
+        action(help_menu, "&About SpecDec Studio", "", self.show_about)
 
     def _connect(self) -> None:
         self.picker.load_requested.connect(self.request_load)
@@ -235,6 +257,7 @@ class MainWindow(QMainWindow):
         self.chat.background_clicked.connect(self.on_background_clicked)
         self.chat.example_chosen.connect(self.on_example_chosen)
         self.chat.action_chosen.connect(self.on_reply_action_chosen)
+        self.chat.code_copied.connect(self.on_code_copied)
         self.controls.greedy.toggled.connect(self.legend.set_greedy)
         self.legend.set_greedy(self.controls.greedy.isChecked())
 
@@ -272,6 +295,10 @@ class MainWindow(QMainWindow):
         """A reply's text (no rejected drafts) to the clipboard."""
         QApplication.clipboard().setText(self.chat.reply_text(turn))
         self.statusBar().showMessage("Copied the reply", 3000)
+
+    def on_code_copied(self, code: str) -> None:
+        QApplication.clipboard().setText(code)
+        self.statusBar().showMessage("Copied the code", 3000)
 
     def regenerate(self) -> None:
         self.regenerate_requested.emit(self.options())
@@ -324,6 +351,30 @@ class MainWindow(QMainWindow):
             self.system_prompt = text.strip()
             if self.preferences is not None:
                 self.preferences.setValue("chat/system_prompt", self.system_prompt)
+
+    def shortcuts(self) -> list[tuple[str, str]]:
+        """(keys, what they do) for every menu entry with a shortcut, and the keys of the message box and pane."""
+        rows = [("Enter", "Send the message"), ("Shift+Enter", "A new line in the message")]
+        for menu in self.menuBar().findChildren(QMenu):
+            for act in menu.actions():
+                if not act.shortcut().isEmpty():
+                    keys = act.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
+                    rows.append((keys, act.text().replace("&", "").removesuffix("…")))
+        rows.append(("Click a token", "Pin it in the inspector (click again to release)"))
+        return rows
+
+    def show_shortcuts(self) -> None:
+        table = "".join(f"<tr><td><b>{keys}</b>&nbsp;&nbsp;</td><td>{what}</td></tr>" for keys, what in self.shortcuts())
+        self.help_box = QMessageBox(QMessageBox.Icon.NoIcon, "Keyboard shortcuts", f"<table>{table}</table>",
+                                    QMessageBox.StandardButton.Close, self)
+        self.help_box.setTextFormat(Qt.TextFormat.RichText)
+        self.help_box.open()
+
+    def show_about(self) -> None:
+        self.help_box = QMessageBox(QMessageBox.Icon.Information, "About SpecDec Studio", ABOUT,
+                                    QMessageBox.StandardButton.Close, self)
+        self.help_box.setTextFormat(Qt.TextFormat.RichText)
+        self.help_box.open()
 
     def export_dialog(self) -> None:
         if self.status.busy:  # the reply on screen is not in the conversation until it ends
@@ -394,8 +445,11 @@ class MainWindow(QMainWindow):
     def on_pair_loaded(self, info: PairInfo) -> None:
         self._close_progress()
         draft = short_name(info.draft.name) if info.draft else "no draft (AR only)"
-        int4 = " · int4 target" if info.target.weights == "native" else ""
+        native = info.target.weights == "native"
+        int4 = " · int4 target (its own 4-bit weights)" if native else ""
         self.pair_label.setText(f"{short_name(info.target.name)} + {draft} · {info.device} · {info.dtype}{int4}")
+        if native:  # said where it is seen, not only in a tooltip
+            self.statusBar().showMessage(INT4_NOTE, 20000)
         self.pair_label.setToolTip(f"target: {info.target.path}\ndraft: {info.draft.path if info.draft else '—'}")
         self.controls.set_draft_available(info.draft is not None)
         self.models_shown.emit(info)
@@ -533,19 +587,16 @@ class MainWindow(QMainWindow):
     # -- helpers -----------------------------------------------------------------------------------------
 
     def _open_progress(self) -> None:
-        if self.progress is not None:
-            return
-        self.progress = QProgressDialog(self._loading_text, "", 0, 0, self)
-        self.progress.setWindowTitle("Loading models")
-        self.progress.setCancelButton(None)
-        self.progress.setWindowModality(Qt.WindowModality.WindowModal)
-        self.progress.setMinimumDuration(0)
-        self.progress.show()
+        """Loading shows in the status bar, not in a dialog: the guide and its example prompts stay in view."""
+        if self.load_progress.isHidden():
+            self._pair_text = self.pair_label.text()  # shown again if the load fails
+        self.load_progress.show()
+        self.pair_label.setText(self._loading_text)
 
     def _close_progress(self) -> None:
-        if self.progress is not None:
-            self.progress.close()
-            self.progress = None
+        if not self.load_progress.isHidden():
+            self.load_progress.hide()
+            self.pair_label.setText(self._pair_text)
 
     def _inspect_first_rejection(self) -> None:
         """Open the inspector on this reply's first rejection, the most telling token to look at: the rejected

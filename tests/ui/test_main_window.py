@@ -7,6 +7,7 @@ import re
 
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QTextCursor
+from PySide6.QtWidgets import QApplication, QMenu
 
 from engine.events import DecodeSettings, Fate
 from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, text_of, token_fragments
@@ -180,7 +181,7 @@ def test_a_failed_load_gives_a_dialog_and_keeps_the_previous_pair_working(make_s
     with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         window.picker.load_button.click()
     assert "does not exist" in window.error_box.text()
-    assert window.progress is None and studio.chat.ready and window.send_button.isEnabled()
+    assert not window.load_progress.isVisible() and studio.chat.ready and window.send_button.isEnabled()
     # the controls show the pair that still answers, not the one that failed
     assert window.pair_label.text() == pair_shown
     assert window.picker.target.text() == mixed_decoder.info().target.name
@@ -267,3 +268,31 @@ def test_a_reply_cut_by_stop_offers_continue(make_studio, mixed_decoder, qtbot):
     studio.window.round_shown.connect(lambda _e: stopped or (stopped.append(1), studio.window.stop()))
     assert send(qtbot, studio).stopped
     assert studio.window.continue_button.isVisible() and studio.window.continue_action.isEnabled()
+
+
+def test_the_help_menu_lists_every_shortcut(make_studio, mixed_decoder, qtbot):
+    window = make_studio(mixed_decoder, max_new_tokens=4).window
+    shortcuts = dict(window.shortcuts())
+    for keys in ("Ctrl+N", "Ctrl+R", "Ctrl+T", "Ctrl+H", "Ctrl+E", "Ctrl+1", "Ctrl+2", "Esc", "Enter", "F1"):
+        assert keys in shortcuts, keys
+    assert shortcuts["Ctrl+N"] == "New chat"
+    qtbot.keyClick(window, Qt.Key.Key_F1)
+    assert window.help_box.isVisible() and "Ctrl+Shift+E" in window.help_box.text()
+    window.help_box.close()
+    help_menu = next(m for m in window.menuBar().findChildren(QMenu) if m.title() == "&Help")
+    about = next(a for a in help_menu.actions() if a.text().startswith("&About"))
+    about.trigger()
+    assert "speculative decoding" in window.help_box.text()
+    window.help_box.close()
+
+
+def test_loading_a_pair_leaves_the_guide_in_view(make_studio, mixed_decoder, qtbot, tmp_path):
+    studio = make_studio(mixed_decoder, max_new_tokens=4)
+    window = studio.window
+    window.new_chat()
+    window.picker.target.setText(str(tmp_path / "missing"))
+    with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        window.picker.load_button.click()
+        assert window.load_progress.isVisible() and "Loading" in window.pair_label.text()
+        assert QApplication.activeModalWidget() is None and "Try one" in window.chat.toPlainText()
+    window.error_box.close()

@@ -35,7 +35,7 @@ def test_clean_view_renders_markdown_without_rejected_drafts_or_special_tokens(q
     chat = shown_reply(qtbot)
     assert chat.view == CLEAN
     text = chat.toPlainText()
-    assert "Here is fast code:\ndef f():\n    return 1\nDone.\nstats" in text
+    assert "Here is fast code:\ndef f():\n    return 1\n⧉ Copy code\nDone.\nstats" in text  # the code's Copy link
     for absent in ("**", "```", "<|im_end|>", " pass"):
         assert absent not in text
     code = [fmt for piece, fmt, _ in fragments(chat) if piece in ("def", "    return")]
@@ -191,3 +191,19 @@ def test_a_short_message_is_never_folded(qtbot):
     qtbot.addWidget(chat)
     chat.add_user_message("w3 w7\nw11")
     assert "w3 w7\nw11" in chat.toPlainText() and "Show all" not in chat.toPlainText()
+
+
+def test_a_code_block_has_a_copy_link_that_copies_its_code(qtbot):
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    chat.begin_reply("Assistant")
+    for event in markdown_reply():
+        chat.add_round(event)
+    chat.flush()
+    chat.set_reply_actions(0, ("copy",), text="")
+    assert chat.toPlainText().count("Copy code") == 1
+    with qtbot.waitSignal(chat.code_copied, timeout=1000) as copied:
+        chat.on_anchor_clicked(QUrl("code:0"))
+    assert copied.args == ["def f():\n    return 1"]  # the code alone: no fences, no rejected draft
+    chat.selectAll()
+    assert "Copy code" not in chat.selected_clean_text()
