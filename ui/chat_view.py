@@ -428,7 +428,7 @@ class ChatView(QTextBrowser):
         link.setToolTip("Copy this code block")
         row = self._insert_block(top_margin=1, left_margin=4)
         row.mergeBlockFormat(self._action_row())
-        row.insertText("⧉ Copy code", link)
+        row.insertText("Copy code", link)
 
     def _insert_owned(self, cursor: QTextCursor, source: str, owners: list[int], start: int, end: int, style: str,
                       size_step: int = 0) -> None:

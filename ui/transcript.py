@@ -11,7 +11,7 @@ from ui.tokens import TokenSpan, reply_text, round_spans
 
 FOLD_LINES = 12  # a user message longer than this (or than FOLD_CHARS) is shown folded: a pasted document
 FOLD_CHARS = 1200
-
+OPENING_LINES, OPENING_CHARS = 4, 300  # what a folded message shows: a few lines at 1000 px
 
 @dataclass
 class UserItem:
@@ -24,8 +24,8 @@ class UserItem:
 
     @property
     def opening(self) -> str:
-        """What a folded message shows: its first lines, at most FOLD_CHARS characters."""
-        return "\n".join(self.text.split("\n")[:FOLD_LINES // 2])[:FOLD_CHARS // 2].rstrip() + " …"
+        """What a folded message shows: its first lines, at most OPENING_CHARS characters."""
+        return "\n".join(self.text.split("\n")[:OPENING_LINES])[:OPENING_CHARS].rstrip() + " …"
 
 
 @dataclass
