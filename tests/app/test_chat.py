@@ -250,3 +250,25 @@ def test_a_continued_reply_is_shown_whole_and_regenerated_whole(chat):
     chat.regenerate(SPEC)
     assert [t.reply.text for t in chat.turns] == ["Hi."]
     assert worker.requests[-1].messages == ({"role": "user", "content": "hi"},)
+
+
+def test_a_whole_conversation_reopens_as_it_was_left(chat):
+    """send → reply → compare → regenerate → continue → reopen, with no widget anywhere."""
+    worker, seen = FakeWorker(chat), Recorder(chat)
+    worker.replies += [two_rounds(), two_rounds(finish="length"), [accepted_round(0, ["Hi"], ",", finish="length")],
+                       [accepted_round(0, [" there"], "!", finish="eos")]]
+    chat.send("first", COMPARED)
+    chat.send("second", SPEC)
+    chat.regenerate(SPEC)
+    chat.continue_reply(SPEC)
+    assert chat.messages == [{"role": "user", "content": "first"}, {"role": "assistant", "content": "Hello world"},
+                             {"role": "user", "content": "second"}, {"role": "assistant", "content": "Hi, there!"}]
+    live = (chat.messages, [t.reply for t in chat.turns], [t.comparison for t in chat.turns])
+    chat_id = chat.chat_id
+    chat.new_chat()
+    assert chat.turns == [] and chat.messages == []
+    seen.seen.clear()
+    chat.open_chat(chat_id)
+    assert (chat.messages, [t.reply for t in chat.turns], [t.comparison for t in chat.turns]) == live
+    assert [shown.whole.text for shown in seen.of("reply_finished")] == ["Hello world", "Hi,", "Hi, there!"]
+    assert seen.names().count("turn_completed") == 0  # a reopened chat is drawn, not decoded
