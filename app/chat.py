@@ -76,8 +76,8 @@ class ChatController(QObject):
         self.timing = StepReference()  # recent target-step timings: the reference for speedup estimates
         self.editing: int | None = None
         self.gammas: list[int] = []  # every γ the reply in flight ran with
-        self.chart_image: Callable[[], object] | None = None  # the charts as an image, for exports (the window's)
-        self._events: list[RoundEvent] = []  # the reply in flight's rounds
+        # Session -> an image of its replies' charts, for exports (the window draws it; None: no PNG)
+        self.chart_image: Callable[[Session], object] | None = None
         self._notice: ContextNotice | None = None
         self._after_turn: Callable[[], None] | None = None  # asked for mid-reply: run once the turn has ended
         self._load_request: tuple | None = None  # of the load in flight
@@ -296,7 +296,6 @@ class ChatController(QObject):
 
     def on_round_finished(self, event: RoundEvent) -> None:
         self.timing.add_round(event)  # live rounds only: a reopened chat's timings are from another moment
-        self._events.append(event)
         self.recorder.round_finished(event)
         self.round_received.emit(RoundShown(event, self.timing.seconds, live=True))
 
@@ -352,7 +351,7 @@ class ChatController(QObject):
         request = ReplyRequest(tuple(system + [dict(m) for m in messages]), settings,
                                compare_ar=options.compare_ar and settings.mode is Mode.SPEC)
         self.editing = None
-        self._events, self._notice = [], None
+        self._notice = None
         self.gammas = [settings.gamma]
         self.recorder.turn_started(len(self.turns), request, self.pair)
         self.turns.append(Turn(request, stored_id=self.recorder.turn_id))

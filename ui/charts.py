@@ -83,8 +83,8 @@ def _plot(tooltip: str, y_label: str) -> pg.PlotWidget:
     plot.getAxis("bottom").setStyle(hideOverlappingLabels=AXIS_END_ROOM)
     plot.getAxis("left").setStyle(hideOverlappingLabels=AXIS_TOP_ROOM)
     plot.setMouseEnabled(x=False, y=False)
-    # Three charts of this height and the inspector's minimum fill the right pane at 1000×700; at 120 px a plot's
-    # curves and legend were cramped. Taller windows give the inspector its share back.
+    # Three charts of this height and the inspector's minimum fill the right pane at 1000×700, the least at which
+    # a plot's curves and legend read comfortably; taller windows give the inspector its share.
     plot.setMinimumHeight(MIN_CHART_HEIGHT)
     # Fixed ranges, widened in steps by `refresh`: re-ticking axes on every refresh costs more than the curves.
     plot.disableAutoRange()

@@ -153,7 +153,7 @@ class MainWindow(QMainWindow):
         side_scroll.setWidgetResizable(True)
         side_scroll.setMinimumWidth(PANE_MIN_WIDTH["side"])
         # A form needs no more: a wider window's room goes to the chat (the splitter shares a resize in proportion
-        # to the panes' widths, and with the charts hidden the controls grew to 400 px).
+        # to the panes' widths, the controls included).
         side_scroll.setMaximumWidth(SIDE_MAX_WIDTH)
 
         chat = QWidget()

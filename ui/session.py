@@ -131,7 +131,7 @@ class ChatStatus:
     state: TurnState
     ready: bool  # a pair is loaded and answers
     n_replies: int
-    can_continue: bool  # the last reply was cut at max new tokens
+    can_continue: bool  # the last reply was cut at max new tokens or stopped, with text to carry on from
     editing: int | None  # the turn whose message is being edited and resent
     title: str = ""  # the chat's title (its first message), for an export's file name
 
