@@ -13,6 +13,9 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from engine.choices import DEVICES, DRAFT_WEIGHTS, DTYPES, MODES, TARGET_WEIGHTS
+from engine.events import Mode
+
 DEFAULT_TARGET = "embedded"
 DEFAULT_DRAFT = "embedded-draft"
 NO_DRAFT = "none"  # --draft none: plain AR, as in specdec-studio
@@ -160,12 +163,12 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
                              "the target itself)")
     parser.add_argument("--preset", metavar="NAME", default=None,
                         help="a named target/draft pair (see `specdec presets`) (default: none)")
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"], help=DEVICE_HELP)
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"], help=DTYPE_HELP)
-    parser.add_argument("--draft-weights", default="int8", choices=["int8", "dtype"],
+    parser.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
+    parser.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
+    parser.add_argument("--draft-weights", default="int8", choices=DRAFT_WEIGHTS,
                         help="the draft's weights on CPU: weight-only int8 (half the bytes, same α), or kept in "
                              "--dtype")
-    parser.add_argument("--target-weights", default="auto", choices=["auto", "native", "dtype"],
+    parser.add_argument("--target-weights", default="auto", choices=TARGET_WEIGHTS,
                         help=TARGET_WEIGHTS_HELP)
 
 
@@ -204,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--max-new-tokens", metavar="N", type=setting("max_new_tokens", whole_number),
                      default=defaults.max_new_tokens,
                      help="most tokens in the reply (cut, with a note, to what the model's window leaves)")
-    gen.add_argument("--mode", choices=["spec", "ar"], default=defaults.mode,
+    gen.add_argument("--mode", choices=MODES, default=defaults.mode.value,
                      help="speculative decoding, or plain autoregressive decoding with the target alone")
     gen.add_argument("--no-lookup", dest="lookup", action="store_false",
                      help="draft with the draft model only, never by copying from the conversation")
@@ -340,14 +343,15 @@ def cmd_generate(args) -> int:
     prompt = read_prompt(args)
     target, draft = resolve_pair(args)
     settings = DecodeSettings(
-        mode=args.mode if draft else "ar", gamma=args.gamma, greedy=args.temperature is None,
+        mode=args.mode if draft else Mode.AR, gamma=args.gamma, greedy=args.temperature is None,
         temperature=args.temperature if args.temperature is not None else 1.0,
         top_k=args.top_k, top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens, lookup=args.lookup,
         **length_rule(args.stop_below),
     )
+    from app.labels import with_byte_labels
     from engine.decoding.decoder import Decoder  # torch and transformers: only once the input is known to be good
 
-    decoder = Decoder.load(target, draft if args.mode == "spec" else None, args.device, args.dtype,
+    decoder = Decoder.load(target, draft if args.mode == Mode.SPEC else None, args.device, args.dtype,
                            draft_int8=args.draft_weights == "int8", target_weights=args.target_weights)
     events, notice, bar = [], None, PrefillBar()
     colour = sys.stdout.isatty() and not args.json
@@ -365,6 +369,7 @@ def cmd_generate(args) -> int:
             if args.json:
                 continue
             if colour:
+                event = with_byte_labels(event, decoder.tokenizer)
                 shown = [t for t in event.drafted if not t.accepted]
                 text = "".join(f"{COLOURS[t.fate.value]}{t.text}{RESET}" for t in event.emitted[:event.n_accepted])
                 text += "".join(f"{COLOURS['rejected']}{t.text}{RESET}" for t in shown)
@@ -392,7 +397,7 @@ def cmd_generate(args) -> int:
         print(f"\n[{stats.n_tokens} tokens in {stats.wall_s:.2f}s = {stats.tokens_per_s:.1f} tok/s; "
               f"α {stats.alpha:.2f}, {stats.tokens_per_round:.2f} tokens/round over {stats.n_rounds} rounds]",
               file=sys.stderr)
-        if settings.mode == "spec" and settings.greedy:
+        if settings.mode is Mode.SPEC and settings.greedy:
             exact = decoder.info().greedy_exact
             print("[greedy: exactly the tokens of greedy AR decoding]" if exact else
                   "[greedy: the tokens of greedy AR decoding up to rounding; this target is off the batch-invariant "

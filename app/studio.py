@@ -15,13 +15,15 @@ from PySide6.QtWidgets import QApplication
 from transformers.utils import logging as transformers_logging
 
 from app import machine
+from app.chat import ChatController
 from app.cli import (DEVICE_HELP, DTYPE_HELP, STOP_BELOW_HELP, TARGET_WEIGHTS_HELP, HelpFormatter,
                      finite_float, length_rule, seed_below, setting, whole_number)
 from app.worker import DecodeWorker
+from engine.choices import DEVICES, DTYPES, TARGET_WEIGHTS
 from engine.decoding.decoder import Decoder
 from engine.events import DecodeSettings
 from engine.models.pairing import PRESETS
-from ui.chat_store import ChatStore, ChatStoreError
+from app.chat_store import ChatStore, ChatStoreError
 from ui.controls import SEED_LIMIT
 from ui.main_window import MainWindow
 from ui.preferences import apply_pair, apply_settings
@@ -36,6 +38,7 @@ INTERRUPTED = 128 + signal.SIGINT  # the exit status of a program ended by Ctrl+
 @dataclass
 class Studio:
     window: MainWindow
+    chat: ChatController
     worker: DecodeWorker
     thread: QThread
 
@@ -55,33 +58,72 @@ class Studio:
 def build(decoder: Decoder | None = None, target: str = "embedded", draft: str | None = "embedded-draft",
           device: str = "auto", dtype: str = "auto", defaults: DecodeSettings = DecodeSettings(),
           store: ChatStore | None = None, preferences: QSettings | None = None) -> Studio:
-    """The window and a worker on its own (not yet started) thread, wired together; an injected decoder skips
-    loading: the worker announces it with `models_loaded` as soon as the thread starts. `store` and
-    `preferences` are where chats and settings are kept (in memory / not at all when None)."""
+    """The window, the chat controller and a worker on its own (not yet started) thread, wired together; an
+    injected decoder skips loading: the worker announces it with `models_loaded` as soon as the thread starts.
+    `store` and `preferences` are where chats and settings are kept (in memory / not at all when None)."""
     available = machine.devices()
-    window = MainWindow(PRESETS, target, draft, device, dtype, defaults, store, preferences, devices=available,
+    window = MainWindow(PRESETS, target, draft, device, dtype, defaults, preferences, devices=available,
                         dtypes=machine.dtypes(available), offline=machine.offline_presets(PRESETS))
+    chat = ChatController(store)
+    chat.chart_image = window.chart_image
     worker = DecodeWorker(decoder)
     thread = QThread()
     thread.setObjectName("decode-worker")
     worker.moveToThread(thread)
     direct = Qt.ConnectionType.DirectConnection  # stop and γ must reach a worker busy in its round loop
 
+    # the window's commands
+    window.load_requested.connect(chat.load_pair)
+    window.send_requested.connect(chat.send)
+    window.stop_requested.connect(chat.stop)
+    window.regenerate_requested.connect(chat.regenerate)
+    window.continue_requested.connect(chat.continue_reply)
+    window.edit_requested.connect(chat.edit)
+    window.gamma_requested.connect(chat.set_gamma)
+    window.new_chat_requested.connect(chat.new_chat)
+    window.export_requested.connect(chat.export_to)
+    window.history.chat_chosen.connect(chat.open_chat)
+    window.history.set_library(chat)
+    # what the controller reports, for the window to draw
+    chat.status_changed.connect(window.on_status_changed)
+    chat.load_started.connect(window.on_load_started)
+    chat.pair_loaded.connect(window.on_pair_loaded)
+    chat.load_failed.connect(window.on_load_failed)
+    chat.conversation_cleared.connect(window.on_conversation_cleared)
+    chat.turn_started.connect(window.on_turn_started)
+    chat.gammas_changed.connect(window.on_gammas_changed)
+    chat.round_received.connect(window.on_round_received)
+    chat.reply_finished.connect(window.on_reply_finished)
+    chat.comparison_progressed.connect(window.on_comparison_progressed)
+    chat.comparison_finished.connect(window.on_comparison_finished)
+    chat.context_fitted.connect(window.on_context_fitted)
+    chat.prefill_progressed.connect(window.on_prefill_progressed)
+    chat.turn_completed.connect(window.on_turn_completed)
+    chat.edit_started.connect(window.on_edit_started)
+    chat.edit_cancelled.connect(window.on_edit_cancelled)
+    chat.system_prompt_restored.connect(window.on_system_prompt_restored)
+    chat.chats_changed.connect(window.on_chats_changed)
+    chat.notice_posted.connect(window.on_notice_posted)
+    chat.failed.connect(window.on_failed)
+    chat.store_failed.connect(window.on_store_failed)
+    chat.exported.connect(window.on_exported)
+    chat.export_failed.connect(window.on_export_failed)
+    # the controller and the worker
     thread.started.connect(worker.on_thread_started)
-    window.load_requested.connect(worker.on_load_requested)
-    window.prompt_submitted.connect(worker.on_prompt_submitted)
-    window.new_chat_requested.connect(worker.on_new_chat_requested)
-    window.stop_requested.connect(worker.request_stop, direct)
-    window.gamma_requested.connect(worker.request_gamma, direct)
-    worker.models_loaded.connect(window.on_models_loaded)
-    worker.context_fitted.connect(window.on_context_fitted)
-    worker.prefill_progressed.connect(window.on_prefill_progressed)
-    worker.round_finished.connect(window.on_round_finished)
-    worker.reply_finished.connect(window.on_reply_finished)
-    worker.comparison_finished.connect(window.on_comparison_finished)
-    worker.comparison_progressed.connect(window.on_comparison_progressed)
-    worker.failed.connect(window.on_failed)
-    return Studio(window, worker, thread)
+    chat.load_requested.connect(worker.on_load_requested)
+    chat.prompt_requested.connect(worker.on_prompt_submitted)
+    chat.reset_requested.connect(worker.on_new_chat_requested)
+    chat.stop_requested.connect(worker.request_stop, direct)
+    chat.gamma_requested.connect(worker.request_gamma, direct)
+    worker.models_loaded.connect(chat.on_models_loaded)
+    worker.context_fitted.connect(chat.on_context_fitted)
+    worker.prefill_progressed.connect(chat.on_prefill_progressed)
+    worker.round_finished.connect(chat.on_round_finished)
+    worker.reply_finished.connect(chat.on_reply_finished)
+    worker.comparison_finished.connect(chat.on_comparison_finished)
+    worker.comparison_progressed.connect(chat.on_comparison_progressed)
+    worker.failed.connect(chat.on_failed)
+    return Studio(window, chat, worker, thread)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -91,9 +133,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--target", metavar="M", default="embedded",
                         help="hub id, local directory, .gguf file or 'embedded'")
     parser.add_argument("--draft", metavar="M", default="embedded-draft", help="as --target; 'none' for plain AR only")
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"], help=DEVICE_HELP)
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"], help=DTYPE_HELP)
-    parser.add_argument("--target-weights", default="auto", choices=["auto", "native", "dtype"],
+    parser.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
+    parser.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
+    parser.add_argument("--target-weights", default="auto", choices=TARGET_WEIGHTS,
                         help=TARGET_WEIGHTS_HELP)
     parser.add_argument("--gamma", metavar="N", type=setting("gamma", whole_number), default=defaults.gamma,
                         help="most drafts per round (γ), 1 to 64")

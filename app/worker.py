@@ -12,8 +12,9 @@ import traceback
 
 from PySide6.QtCore import QObject, Signal, Slot
 
+from app.labels import with_byte_labels
 from engine.decoding.decoder import Decoder
-from engine.events import ContextNotice, PrefillProgress
+from engine.events import ContextNotice, Mode, PrefillProgress
 from engine.models.loading import ModelLoadError
 from engine.models.pairing import PairingError
 from engine.stats import reply_stats
@@ -96,7 +97,7 @@ class DecodeWorker(QObject):
     def _decode(self, request: ReplyRequest, emit: bool) -> tuple[list, str, bool]:
         """Run the engine's stream to its end or to a stop request (checked between rounds and prefill chunks)."""
         events, pieces = [], []
-        if emit and request.settings.mode == "spec":
+        if emit and request.settings.mode is Mode.SPEC:
             self.decoder.measure_target_step()  # fresh, so the live AR-speedup estimate tracks machine load
         stream = self.decoder.stream([dict(m) for m in request.messages], request.settings)
         try:
@@ -110,6 +111,7 @@ class DecodeWorker(QObject):
                     if emit:
                         self.prefill_progressed.emit(item)
                 else:
+                    item = with_byte_labels(item, self.decoder.tokenizer)
                     events.append(item)
                     pieces.append(item.text_delta)
                     finished = item.finish_reason is not None
@@ -126,10 +128,10 @@ class DecodeWorker(QObject):
 
     def _compare(self, request: ReplyRequest, reply: Reply) -> Comparison:
         """Decode the same messages with plain AR; the chat history is not touched."""
-        ar_request = dataclasses.replace(request, settings=dataclasses.replace(request.settings, mode="ar"))
+        ar_request = dataclasses.replace(request, settings=dataclasses.replace(request.settings, mode=Mode.AR))
         ar_events, ar_text, stopped = self._decode(ar_request, emit=False)
         spec, ar = reply.stats, reply_stats(ar_events)
-        same = [t.token_id for e in reply.events for t in e.emitted] == [t.token_id for e in ar_events for t in e.emitted]
+        same = [t.token_id for t in reply.tokens] == [t.token_id for e in ar_events for t in e.emitted]
         return Comparison(ar_events=tuple(ar_events), ar_text=ar_text, spec_wall_s=spec.wall_s, ar_wall_s=ar.wall_s,
                           spec_tokens_per_s=spec.tokens_per_s, ar_tokens_per_s=ar.tokens_per_s,
                           identical=same if request.settings.greedy and not stopped else None, stopped=stopped)

@@ -21,9 +21,16 @@ class Fate(str, Enum):
     TARGET = "target"  # plain autoregressive decoding: one token from the target
 
 
+class Mode(str, Enum):
+    """How a reply is decoded. A str, so settings written as "spec" / "ar" compare and load as before."""
+
+    SPEC = "spec"  # speculative: the drafter proposes, the target verifies
+    AR = "ar"  # plain autoregressive: one target step per token
+
+
 @dataclass(frozen=True)
 class DecodeSettings:
-    mode: str = "spec"  # "spec" or "ar"
+    mode: Mode = Mode.SPEC
     # The most drafts per round (the γ slider is this cap).
     gamma: int = 6
     greedy: bool = True
@@ -47,8 +54,9 @@ class DecodeSettings:
         for name in ("temperature", "top_p", "stop_below"):
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name} must be a finite number, not {getattr(self, name)}")
-        if self.mode not in ("spec", "ar"):
+        if self.mode not in tuple(Mode):
             raise ValueError(f"mode must be 'spec' or 'ar', not {self.mode!r}")
+        object.__setattr__(self, "mode", Mode(self.mode))
         if not 1 <= self.gamma <= 64:
             raise ValueError(f"gamma must be between 1 and 64, not {self.gamma}")
         if not self.greedy and self.temperature <= 0:

@@ -16,11 +16,11 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from engine.events import RoundEvent
 from engine.stats import expected_tokens_per_round, round_alpha
-from ui.timing import StepReference
+from ui.timing import ar_seconds
 
 REFRESH_MS = 100
 X_STEP = 20  # the x axis grows in steps of this many rounds
-MIN_CHART_HEIGHT = 105
+MIN_CHART_HEIGHT = 140
 AXIS_END_ROOM = 16  # pixels right of the x axis: half of a four-digit tick label
 AXIS_TOP_ROOM = 7  # pixels above the y axis: half of a tick label's height, for the label at its top
 COLUMNS = ("alpha", "alpha_mean", "tokens", "tokens_mean", "expected", "speedup", "speedup_mean")
@@ -35,12 +35,14 @@ class RoundBuffers:
         self.y = {name: np.full(capacity, np.nan) for name in COLUMNS}
         self.accepted = self.verified = self.tokens = 0
         self.rounds_s = 0.0
+        self.ar_s = 0.0  # what plain AR would have taken for the tokens so far
 
     def clear(self) -> None:
         self.__init__(len(self.x))
 
     def append(self, event: RoundEvent, reference_s: float, most_per_round: float) -> None:
-        """`reference_s` is the robust single-token step time; no estimate exceeds `most_per_round` (γ + 1)."""
+        """`reference_s` is the single-token step a round without a cost-model figure is estimated by; no estimate
+        exceeds `most_per_round` (γ + 1). A plain AR step has no speedup to chart: it is the baseline."""
         if self.n == len(self.x):  # rare: grow by doubling, still no per-round allocation
             self.x = np.arange(1, 2 * self.n + 1, dtype=float)
             self.y = {k: np.concatenate([v, np.full(self.n, np.nan)]) for k, v in self.y.items()}
@@ -49,6 +51,8 @@ class RoundBuffers:
         self.verified += len(event.drafted)
         self.tokens += n_tokens
         self.rounds_s += event.round_s
+        ar_s = ar_seconds(event, reference_s)
+        self.ar_s += ar_s
         alpha = round_alpha(event)
         running_alpha = self.accepted / self.verified if self.verified else None
         self.y["alpha"][i] = np.nan if alpha is None else alpha
@@ -57,10 +61,11 @@ class RoundBuffers:
         self.y["tokens_mean"][i] = self.tokens / (i + 1)
         self.y["expected"][i] = (expected_tokens_per_round(running_alpha, event.gamma)
                                  if running_alpha is not None and event.gamma else 1.0)
-        self.y["speedup"][i] = (min(most_per_round, n_tokens * reference_s / event.round_s)
-                                if event.round_s > 0 and reference_s > 0 else np.nan)
-        self.y["speedup_mean"][i] = (min(most_per_round, self.tokens * reference_s / self.rounds_s)
-                                     if self.rounds_s > 0 and reference_s > 0 else np.nan)
+        speculative = bool(event.gamma or event.drafted)
+        self.y["speedup"][i] = (min(most_per_round, ar_s / event.round_s)
+                                if speculative and event.round_s > 0 and ar_s > 0 else np.nan)
+        self.y["speedup_mean"][i] = (min(most_per_round, self.ar_s / self.rounds_s)
+                                     if speculative and self.rounds_s > 0 and self.ar_s > 0 else np.nan)
         self.n += 1
 
     def series(self, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -78,7 +83,8 @@ def _plot(tooltip: str, y_label: str) -> pg.PlotWidget:
     plot.getAxis("bottom").setStyle(hideOverlappingLabels=AXIS_END_ROOM)
     plot.getAxis("left").setStyle(hideOverlappingLabels=AXIS_TOP_ROOM)
     plot.setMouseEnabled(x=False, y=False)
-    # Three charts fit the right pane at 1000×700 with room for the inspector; below this they stop being legible.
+    # Three charts of this height and the inspector's minimum fill the right pane at 1000×700, the least at which
+    # a plot's curves and legend read comfortably; taller windows give the inspector its share.
     plot.setMinimumHeight(MIN_CHART_HEIGHT)
     # Fixed ranges, widened in steps by `refresh`: re-ticking axes on every refresh costs more than the curves.
     plot.disableAutoRange()
@@ -104,13 +110,14 @@ class ChartHeader(QLabel):
     def __init__(self, title: str):
         super().__init__()
         self.title = title
+        self.note = ""  # said instead of the legend when the chart has nothing to show
         self.setWordWrap(True)
         self.setTextFormat(Qt.TextFormat.RichText)
         self.setAlignment(Qt.AlignmentFlag.AlignHCenter)
         self.setStyleSheet("background: white; color: #333;")
 
     def show_entries(self, entries: list[tuple[QPen, str]]) -> None:
-        legend = " &nbsp; ".join(legend_entry(pen, name) for pen, name in entries)
+        legend = escape(self.note) if self.note else " &nbsp; ".join(legend_entry(pen, name) for pen, name in entries)
         self.setText(f"<span style='font-size:9pt'>{escape(self.title)}</span><br>"
                      f"<span style='font-size:7pt'>{legend}</span>")
 
@@ -120,7 +127,6 @@ class ChartsPanel(QWidget):
         super().__init__(parent)
         pg.setConfigOptions(background="w", foreground="#333", antialias=False)
         self.buffers = RoundBuffers()
-        self.reference = StepReference()  # the window's; it adds samples as rounds arrive
         self.most_per_round = 2.0  # γ + 1 of the reply being drawn
         self._dirty = False
         self.alpha_plot = _plot("α = accepted drafts / drafts the target verified (the accepted prefix plus the "
@@ -128,9 +134,10 @@ class ChartsPanel(QWidget):
         self.alpha_plot.setYRange(0, 1.05, padding=0)
         self.tokens_plot = _plot("tokens emitted per round (accepted drafts + the correction or bonus token) beside "
                                  "the seed's E = (1 − α^(γ+1)) / (1 − α) at the running α and current γ", "tokens")
-        self.speedup_plot = _plot("estimated speedup = tokens × single-token target step (median of recent "
-                                  "measurements) / round time, at most γ + 1; the red dashed line is the measured AR "
-                                  "comparison, the grey line plain AR (1×)", "×")
+        self.speedup_plot = _plot("estimated speedup = what plain AR would take for the round's tokens (the pair's "
+                                  "cost model; without one, tokens × the median of recent single-token target steps) "
+                                  "/ round time, at most γ + 1; the red dashed line is the measured AR comparison, "
+                                  "the grey line plain AR (1×)", "×")
         thin = dict(width=1)
         self.curves = {
             "alpha": self.alpha_plot.plot(pen=pg.mkPen("#7cb342", **thin), name="round α", connect="finite"),
@@ -169,14 +176,17 @@ class ChartsPanel(QWidget):
         self.timer.timeout.connect(self.refresh)
         self.timer.start()
 
-    def start_reply(self, gamma: int = 1) -> None:
+    def start_reply(self, gamma: int = 1, speculative: bool = True) -> None:
+        """A plain AR reply is the baseline itself: its speedup chart says so and stays empty."""
         self.most_per_round = gamma + 1.0
         self.buffers.clear()
+        self.headers[self.speedup_plot].note = "" if speculative else "none: this reply is plain AR"
         self._show_measured_entry(None)
         self._dirty = True
 
-    def on_round_finished(self, event: RoundEvent) -> None:
-        self.buffers.append(event, self.reference.seconds, self.most_per_round)
+    def add_round(self, event: RoundEvent, reference_s: float) -> None:
+        """`reference_s`: the single-token target step the round's speedup estimate uses."""
+        self.buffers.append(event, reference_s, self.most_per_round)
         self._dirty = True
 
     def show_measured_speedup(self, speedup: float) -> None:

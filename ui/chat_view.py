@@ -1,4 +1,5 @@
-"""The conversation pane: user turns, and replies that can be read two ways without re-running anything.
+"""The conversation pane: renders the transcript (ui/transcript.py: user turns, and replies that can be read two
+ways without re-running anything) into a QTextDocument, and reports clicks as signals with indices.
 
 The clean view (the default) is what a chat shows: rendered Markdown, code in a monospace font, each token in
 its fate's colour, rejected drafts and chat-template tokens absent. The speculative trace shows every draft on
@@ -13,16 +14,19 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QMimeData, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (QColor, QFont, QFontDatabase, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFormat,
                            QTextLength, QTextTableFormat)
-from PySide6.QtWidgets import QTextBrowser, QTextEdit
+from PySide6.QtWidgets import QTextBrowser, QTextEdit, QToolTip
 
 from engine.events import Fate, RoundEvent
 from ui.markdown import Block, inline_runs, parse_blocks
 from ui.palette import CODE_BACKGROUND, DIFFERENCE_BACKGROUND, LEGEND_FATES, NOTE_COLOUR, STYLES, WARNING_COLOUR
-from ui.tokens import SPECIAL_TOKEN, TokenSpan, round_spans
+from ui.tokens import SPECIAL_TOKEN, TokenSpan
+from ui.transcript import ComparisonView, Note, ReplyItem, Transcript, UserItem
 
 TOKEN_SCHEME = "token"
 EXAMPLE_SCHEME = "example"
 ACTION_SCHEME = "action"
+CODE_SCHEME = "code"  # a code block's Copy link: code:<index into ChatView._code_texts>
+FOLD_SCHEME = "fold"  # a long user message's Show all / Fold link: fold:<item index>
 CLEAN, TRACE = "clean", "trace"
 TRACE_CODE = "trace-code"  # a trace token inside code: the trace's tint, the clean view's monospace font
 FLUSH_MS = 50  # new tokens reach the document at most this often: one relayout per batch, not per round
@@ -34,7 +38,7 @@ ACTIONS = {
     "edit": ("Edit message", "Put the message this reply answers back in the box; sending it replaces this turn and "
                              "what followed (Ctrl+Shift+E for the last message)"),
     "regenerate": ("Regenerate", "Decode this reply again with the current settings (Ctrl+R)"),
-    "continue": ("Continue", "The reply was cut at max new tokens: let the model carry on (Ctrl+Shift+Enter)"),
+    "continue": ("Continue", "Let the model carry on this reply where it stopped (Ctrl+Shift+Enter)"),
 }
 LAST_REPLY_ONLY = ("regenerate", "continue")
 ACTION_ROW = QTextFormat.Property.UserProperty + 1  # block property of a reply's links: never copied with the text
@@ -47,38 +51,6 @@ EXAMPLES = (
     ("a code answer", "Write a Python function that checks whether a word is a palindrome."),
     ("many rejections", "Invent a strange name for a dragon and describe its cave in three sentences."),
 )
-
-
-@dataclass
-class UserItem:
-    text: str
-
-
-@dataclass
-class Note:
-    text: str
-    warning: bool = False  # drawn in the warning colour: a reply cut at max tokens, a busy machine
-
-
-@dataclass(frozen=True)
-class ComparisonView:
-    """A reply beside its plain AR run: both texts as clean tokens, where they first part, and why."""
-
-    summary: str
-    explanation: str
-    reply_tokens: tuple[str, ...]
-    ar_tokens: tuple[str, ...]
-    first_difference: int | None  # token index; None when the texts agree
-
-
-@dataclass
-class ReplyItem:
-    header: str
-    first: int  # index of the reply's first span in ChatView.spans
-    end: int  # one past its last span
-    notes: list[Note | ComparisonView] = field(default_factory=list)
-    turn: int | None = None  # the reply's index among the window's replies, once it has finished
-    actions: tuple[str, ...] = ()  # names from ACTIONS, drawn as links under the notes
 
 
 @dataclass
@@ -112,13 +84,14 @@ class ChatView(QTextBrowser):
     background_clicked = Signal()  # a click that hit no token: releases a pinned token
     example_chosen = Signal(str)  # the text of a guide example the user clicked
     action_chosen = Signal(str, int)  # a link under a reply: its name in ACTIONS and the reply's turn
+    code_copied = Signal(str)  # a code block's Copy link was clicked: its text
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setOpenLinks(False)
         self.view = CLEAN
-        self.spans: list[TokenSpan] = []
-        self.items: list[UserItem | ReplyItem] = []
+        self.transcript = Transcript()
+        self._code_texts: list[str] = []  # what each code block's Copy link copies, in the document drawn
         self.following = True  # keep the bottom in view; off once the user scrolls up
         self._live: _Live | None = None
         self._links_at = 0  # where the last reply's links begin: they end the document while it is the last item
@@ -140,8 +113,7 @@ class ChatView(QTextBrowser):
     # -- what the window calls ----------------------------------------------------------------------------
 
     def clear_chat(self) -> None:
-        self.spans.clear()
-        self.items.clear()
+        self.transcript.clear()
         self._live = None
         self._pending = False
         self.following = True
@@ -151,22 +123,35 @@ class ChatView(QTextBrowser):
         self._end_live()
         self._retire_actions()
         self._leave_guide()
-        self.items.append(UserItem(text))
-        self._draw_user(text)
+        self.transcript.add_user(text)
+        self._draw_user(self.items[-1], len(self.items) - 1)
         self.scroll_to_bottom()
 
-    def begin_reply(self, header: str) -> None:
+    def begin_reply(self, header: str, lookup: bool = False) -> None:
+        """`lookup`: the reply is drafted with prompt lookup on (its q = 1 drafts are copies)."""
         self._end_live()
         self._retire_actions()
         self._leave_guide()
-        item = ReplyItem(header, len(self.spans), len(self.spans))
-        self.items.append(item)
+        item = self.transcript.begin_reply(header, lookup)
         self._live = _Live(item, self._end_position())
         self._draw_reply(self._live)
 
+    def continue_reply(self, header: str, lookup: bool = False) -> None:
+        """The last reply goes on streaming where it stopped (a Continue): its notes and links go until it ends."""
+        self._end_live()
+        item = self.transcript.last_reply()
+        if item is None or item is not self.items[-1]:
+            self.begin_reply(header, lookup)
+            return
+        item.notes.clear()
+        item.actions = ()
+        item.lookup = lookup
+        self._live = _Live(item, 0)  # redrawn below as the reply still streaming
+        self._draw_all()
+
     def set_reply_header(self, header: str) -> None:
         """Change the last reply's header (γ moved mid-reply) in place."""
-        item = self._last_reply()
+        item = self.transcript.last_reply()
         if item is None or item.header == header:
             return
         item.header = header
@@ -177,10 +162,8 @@ class ChatView(QTextBrowser):
         else:
             self._draw_all()
 
-    def add_round(self, event: RoundEvent, lookup: bool = False) -> None:
-        self.spans.extend(round_spans(event, lookup))
-        if self._live is not None:
-            self._live.item.end = len(self.spans)
+    def add_round(self, event: RoundEvent) -> None:
+        self.transcript.add_round(event)
         self._pending = True
         if not self._flush_timer.isActive():
             self._flush_timer.start()
@@ -202,12 +185,38 @@ class ChatView(QTextBrowser):
     def add_comparison(self, comparison: ComparisonView) -> None:
         self._add_to_reply(comparison)
 
-    def set_reply_actions(self, turn: int, actions: tuple[str, ...]) -> None:
-        """Links under the last reply (names from ACTIONS) that act on `turn`."""
+    def set_reply_actions(self, turn: int, actions: tuple[str, ...], text: str | None = None) -> None:
+        """Links under the last reply (names from ACTIONS) that act on `turn`; `text` is what its Copy copies."""
         self._end_live()
-        item = self._last_reply()
+        item = self.transcript.last_reply()
         if item is not None:
+            if text is not None:
+                item.text = text
             self._redraw_actions(item, turn, actions)
+
+    @property
+    def spans(self) -> list[TokenSpan]:
+        return self.transcript.spans
+
+    @property
+    def items(self) -> list[UserItem | ReplyItem]:
+        return self.transcript.items
+
+    def reply_text(self, turn: int) -> str:
+        return self.transcript.reply_text(turn)
+
+    def last_reply(self) -> ReplyItem | None:
+        return self.transcript.last_reply()
+
+    def turn_at(self, pos) -> int | None:
+        """The finished reply a point of the pane is on: the one its token belongs to; beside the tokens, the last
+        reply (None when there is none, or the token's reply is still streaming)."""
+        index = self._token_index(self.anchorAt(pos))
+        replies = [item for item in self.transcript.replies() if item.turn is not None]
+        if index is None:
+            return replies[-1].turn if replies else None
+        item = self.transcript.reply_of_span(index)
+        return item.turn if item is not None else None
 
     def set_view(self, view: str) -> None:
         if view != self.view:
@@ -257,7 +266,7 @@ class ChatView(QTextBrowser):
                         text.append(piece.replace(RETURN_MARK, ""))
                         newline = True
                     else:  # the line break a hidden token (a rejected "\n" draft) ends with is not copied either
-                        newline = not self.spans[int(href.partition(":")[2])].text.endswith("\n")
+                        newline = not self.spans[self._token_index(href)].text.endswith("\n")
                 it += 1
             if block.next().isValid() and block.next().position() < end and newline:
                 text.append("\n")
@@ -278,6 +287,21 @@ class ChatView(QTextBrowser):
         elif url.scheme() == ACTION_SCHEME:
             name, _, turn = url.path().partition(":")
             self.action_chosen.emit(name, int(turn))
+        elif url.scheme() == FOLD_SCHEME:
+            self.toggle_fold(int(url.path()))
+        elif url.scheme() == CODE_SCHEME:
+            self.code_copied.emit(self._code_texts[int(url.path())])
+
+    def toggle_fold(self, index: int) -> None:
+        """Show a long user message whole, or fold it back to its opening lines."""
+        item = self.items[index]
+        item.folded = not item.folded
+        following, self.following = self.following, False  # stay where the reader is
+        value = self.verticalScrollBar().value()
+        self._draw_all()
+        self.following = following
+        if not following:
+            self.verticalScrollBar().setValue(value)
 
     def on_range_changed(self, _minimum: int, maximum: int) -> None:
         if self.following:
@@ -293,6 +317,12 @@ class ChatView(QTextBrowser):
         mime.setText(self.selected_clean_text())
         return mime
 
+    def leaveEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        """A token's or a link's tooltip goes with the mouse (Qt keeps it up over a document it no longer points
+        into)."""
+        QToolTip.hideText()
+        super().leaveEvent(event)
+
     def mouseReleaseEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         on_anchor = bool(self.anchorAt(event.position().toPoint()))
         super().mouseReleaseEvent(event)
@@ -303,14 +333,15 @@ class ChatView(QTextBrowser):
 
     def _draw_all(self) -> None:
         self._pending = False
+        self._code_texts.clear()
         self.clear()
         live_item = self._live.item if self._live is not None else None
         self._live = None
         if not self.items:
             self._draw_guide()
-        for item in self.items:
+        for index, item in enumerate(self.items):
             if isinstance(item, UserItem):
-                self._draw_user(item.text)
+                self._draw_user(item, index)
                 continue
             state = _Live(item, self._end_position())
             self._draw_reply(state, final=item is not live_item)
@@ -331,14 +362,14 @@ class ChatView(QTextBrowser):
         if self.view == TRACE:
             self._draw_trace(state)
             return
-        source, owners = self._clean_source(state.item)
+        source, owners = self.transcript.clean_source(state.item)
         blocks = parse_blocks(source)
         if len(state.marks) > state.stable:
             self._remove_from(state.marks[state.stable])
             del state.marks[state.stable:]
         for i in range(state.stable, len(blocks)):
             state.marks.append(self._end_position())
-            self._draw_block(source, owners, blocks[i], first=i == 0)
+            self._draw_block(source, owners, blocks[i], first=i == 0, whole=final or i < len(blocks) - 1)
         # The last block may still grow (a line, an open code fence): it is redrawn by the next flush.
         state.stable = len(blocks) if final else max(0, len(blocks) - 1)
 
@@ -347,7 +378,7 @@ class ChatView(QTextBrowser):
             state.marks.append(self._end_position())
             self._insert_block(top_margin=2)
         cursor = self._end()
-        code = self._code_spans(state.item)
+        code = self.transcript.code_spans(state.item)
         for index in range(state.item.first + state.stable, state.item.end):
             span = self.spans[index]
             fmt = self._token_format(index, span.fate, TRACE_CODE if index in code else TRACE)
@@ -355,10 +386,13 @@ class ChatView(QTextBrowser):
             cursor.insertText(text, fmt)
         state.stable = state.item.end - state.item.first
 
-    def _draw_block(self, source: str, owners: list[int], block: Block, first: bool) -> None:
+    def _draw_block(self, source: str, owners: list[int], block: Block, first: bool, whole: bool = True) -> None:
+        """`whole`: the block is complete (a code block then gets its Copy link)."""
         top = 2 if first else (8 if block.gap else 1)
         if block.kind == "code":
             self._draw_code(source, owners, block, top)
+            if whole:
+                self._draw_code_link(source[block.start:block.end])
             return
         cursor = self._insert_block(top_margin=top, left_margin=self._indent(block))
         if block.kind == "rule":
@@ -383,16 +417,45 @@ class ChatView(QTextBrowser):
             self._insert_owned(cursor, source, owners, offset, offset + len(line), "code")
             offset += len(line) + 1
 
+    def _draw_code_link(self, code: str) -> None:
+        """A Copy link under a code block: its text without the fences, as a reader pastes it."""
+        self._code_texts.append(code)
+        link = QTextCharFormat()
+        link.setAnchor(True)
+        link.setAnchorHref(f"{CODE_SCHEME}:{len(self._code_texts) - 1}")
+        link.setForeground(self.palette().link())
+        link.setFontPointSize(max(6.0, self.font().pointSizeF() - 2))
+        link.setToolTip("Copy this code block")
+        row = self._insert_block(top_margin=1, left_margin=4)
+        row.mergeBlockFormat(self._action_row())
+        row.insertText("Copy code", link)
+
     def _insert_owned(self, cursor: QTextCursor, source: str, owners: list[int], start: int, end: int, style: str,
                       size_step: int = 0) -> None:
         """Insert source[start:end], one run per token, each in its fate's reading colour and the given style."""
         for run, stop, owner in _owner_runs(owners, start, end):
             cursor.insertText(source[run:stop], self._token_format(owner, self.spans[owner].fate, style, size_step))
 
-    def _draw_user(self, text: str) -> None:
+    def _draw_user(self, item: UserItem, index: int) -> None:
         self._draw_label("You", top_margin=14)
         cursor = self._insert_block(top_margin=2)
-        cursor.insertText(text, QTextCharFormat())
+        cursor.insertText(item.opening if item.folded else item.text, QTextCharFormat())
+        if item.foldable:
+            words = len(item.text.split())
+            link = QTextCharFormat()
+            link.setAnchor(True)
+            link.setAnchorHref(f"{FOLD_SCHEME}:{index}")
+            link.setForeground(self.palette().link())
+            link.setFontPointSize(max(6.0, self.font().pointSizeF() - 1))
+            row = self._insert_block(top_margin=2)
+            row.mergeBlockFormat(self._action_row())
+            row.insertText(f"Show all ({words} words)" if item.folded else "Fold", link)
+
+    @staticmethod
+    def _action_row() -> QTextBlockFormat:
+        row = QTextBlockFormat()
+        row.setProperty(ACTION_ROW, True)  # never copied with the text
+        return row
 
     def _draw_note(self, note: Note | ComparisonView) -> None:
         if isinstance(note, ComparisonView):
@@ -505,6 +568,7 @@ class ChatView(QTextBrowser):
     def _remove_actions(self, item: ReplyItem) -> None:
         """Take the last reply's links off the end of the document (to draw a note above them, or new links)."""
         if item.actions:
+            QToolTip.hideText()  # a link's tooltip would outlive the link
             self._remove_from(self._links_at)
 
     def _retire_actions(self) -> None:
@@ -550,7 +614,7 @@ class ChatView(QTextBrowser):
 
     def _add_to_reply(self, note: Note | ComparisonView) -> None:
         self._end_live()
-        item = self._last_reply()
+        item = self.transcript.last_reply()
         if item is None:
             return
         item.notes.append(note)
@@ -572,39 +636,15 @@ class ChatView(QTextBrowser):
             self._draw_body(self._live, final=True)
             self._live = None
 
-    def _clean_source(self, item: ReplyItem) -> tuple[str, list[int]]:
-        """The reply's clean text and, for each of its characters, the index of the span it came from."""
-        pieces, owners = [], []
-        for index in range(item.first, item.end):
-            span = self.spans[index]
-            if span.clean:
-                pieces.append(span.text)
-                owners.extend([index] * len(span.text))
-        return "".join(pieces), owners
-
-    def _code_spans(self, item: ReplyItem) -> set[int]:
-        """The spans the trace draws in the monospace font: those in a code block or inline code of the clean text,
-        and a rejected draft where the token that replaced it is."""
-        source, owners = self._clean_source(item)
-        code = set()
-        for block in parse_blocks(source):
-            if block.kind == "code":
-                code.update(owners[block.start:block.end])
-                continue
-            for start, end, style in inline_runs(source, block.start, block.end):
-                if style == "code":
-                    code.update(owners[start:end])
-        code.update(index for index in range(item.first, item.end - 1)
-                    if self.spans[index].fate is Fate.REJECTED and index + 1 in code)
-        return code
-
-    def _last_reply(self) -> ReplyItem | None:
-        return next((item for item in reversed(self.items) if isinstance(item, ReplyItem)), None)
+    @staticmethod
+    def _token_index(href: str) -> int | None:
+        """The span a token's anchor stands for (the renderer's own links; None for any other)."""
+        scheme, _, index = href.partition(":")
+        return int(index) if scheme == TOKEN_SCHEME else None
 
     def _copied(self, href: str) -> bool:
-        if not href.startswith(TOKEN_SCHEME + ":"):
-            return True
-        return self.spans[int(href.partition(":")[2])].clean
+        index = self._token_index(href)
+        return index is None or self.spans[index].clean
 
     def _token_cursor(self, index: int) -> QTextCursor | None:
         """A selection over every fragment of the token (a token can span Markdown styles)."""

@@ -8,7 +8,7 @@ and a near-tie between the two best tokens then flips. Sampling runs draw differ
 from __future__ import annotations
 
 from engine.events import EmittedToken, PairInfo
-from ui.chat_view import ComparisonView
+from ui.transcript import ComparisonView
 from ui.session import Comparison, Reply
 
 
@@ -26,8 +26,7 @@ def greedy_is_exact(pair: PairInfo | None) -> bool:
 
 
 def explain(comparison: Comparison, reply: Reply, exact: bool) -> str:
-    ours = [t for e in reply.events for t in e.emitted]
-    theirs = [t for e in comparison.ar_events for t in e.emitted]
+    ours, theirs = reply.tokens, comparison.ar_tokens
     at = first_difference([t.token_id for t in ours], [t.token_id for t in theirs])
     if comparison.stopped:
         return "The plain AR run was stopped early, so only the speed of what it produced is compared."
@@ -47,15 +46,14 @@ def explain(comparison: Comparison, reply: Reply, exact: bool) -> str:
             + ("." if exact else "; off the fast path greedy is exact only up to rounding."))
 
 
-def _token(tokens: list[EmittedToken], at: int) -> str:
+def _token(tokens: tuple[EmittedToken, ...], at: int) -> str:
     if at >= len(tokens):
         return "the end of the text"
     return f"“{tokens[at].text}” (p = {tokens[at].p:.3f})"
 
 
 def comparison_view(comparison: Comparison, reply: Reply, summary: str, pair: PairInfo | None) -> ComparisonView:
-    ours = [t for e in reply.events for t in e.emitted]
-    theirs = [t for e in comparison.ar_events for t in e.emitted]
+    ours, theirs = reply.tokens, comparison.ar_tokens
     at = first_difference([t.token_id for t in ours], [t.token_id for t in theirs])
     return ComparisonView(summary=summary, explanation=explain(comparison, reply, greedy_is_exact(pair)),
                           reply_tokens=tuple(t.text for t in ours), ar_tokens=tuple(t.text for t in theirs),

@@ -10,15 +10,13 @@ from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QDoubleSpinBo
                                QGroupBox, QHBoxLayout, QLabel, QLineEdit, QMenu, QPushButton, QRadioButton, QSlider,
                                QSpinBox, QToolButton, QVBoxLayout, QWidget)
 
-from engine.events import DecodeSettings
+from engine.choices import DEVICES, DTYPES, TARGET_WEIGHTS
+from engine.events import DecodeSettings, Mode
 
 CUSTOM = "custom"
 GAMMA_MAX = 16
 SEED_LIMIT = 2 ** 31  # seeds the seed box can hold: a QSpinBox is a signed 32-bit int
-DEVICES = ("auto", "cpu", "cuda", "mps")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-# A GGUF target's weights, as engine.models.loading.TARGET_WEIGHTS names them
-TARGET_WEIGHTS = ("auto", "native", "dtype")
+MODE_NAMES = {Mode.SPEC: "speculative", Mode.AR: "plain AR"}
 
 
 def narrow(box: QComboBox) -> None:
@@ -72,10 +70,9 @@ class ModelPicker(QGroupBox):
         self.weights.addItems(list(TARGET_WEIGHTS))
         self.weights.setCurrentText(weights if weights in TARGET_WEIGHTS else "auto")
         self.weights.setToolTip(
-            "A GGUF target's weights: native keeps its 4-bit blocks (about 2x faster plain decoding in bfloat16, "
-            "half the memory), dtype de-quantises them into the dtype above; auto is native without a draft and "
-            "de-quantised with one (over the native target today's draft makes speculation slower than plain "
-            "decoding). Other targets ignore it.")
+            "A GGUF target's weights, the same for plain AR and speculation: native keeps its 4-bit blocks (a "
+            "Q4 x Q8 kernel, as llama.cpp runs them: faster and half the memory), dtype de-quantises them into the "
+            "dtype above; auto is native wherever that kernel is fast on this CPU. Other targets ignore it.")
         self.load_button = QPushButton("Load pair")
         self.load_button.setToolTip("Load the target and draft models (this can take a while)")
         for box in (self.preset, self.device, self.dtype, self.weights):
@@ -156,8 +153,8 @@ class DecodingControls(QGroupBox):
     def __init__(self, defaults: DecodeSettings = DecodeSettings(), parent=None):
         super().__init__("Decoding", parent)
         self.mode = QComboBox()
-        self.mode.addItem("speculative", "spec")
-        self.mode.addItem("plain AR", "ar")
+        for mode, name in MODE_NAMES.items():
+            self.mode.addItem(name, mode.value)
         narrow(self.mode)
         self.greedy = QRadioButton("greedy")
         self.sampling = QRadioButton("sampling")
@@ -177,12 +174,19 @@ class DecodingControls(QGroupBox):
         self.gamma.setToolTip("γ: the most drafts proposed per round; a change applies from the next round")
         self.gamma_label = QLabel(str(defaults.gamma))
         self.gamma_label.setMinimumWidth(18)
+        self.draft_length = QComboBox()
+        self.draft_length.addItem("cost-aware", True)
+        self.draft_length.addItem("confidence stop", False)
+        self.draft_length.setCurrentIndex(0 if defaults.cost_aware else 1)
+        self.draft_length.setToolTip(
+            "How long a round drafts, up to γ. Cost-aware: one more draft while it raises the round's tokens per "
+            "second, from this machine's measured costs and the drafts' measured acceptance (a round may draft "
+            "nothing). Confidence stop: until the draft's own estimate that all its drafts are kept falls below "
+            "'stop below'. Neither looks at the target's p for the round, so the output is unchanged")
         self.stop_below = self._double(0.0, 0.95, 0.05, defaults.stop_below)
         self.stop_below.setSpecialValueText("off")
-        self.stop_below.setToolTip("Adaptive draft length: a round stops drafting before γ once the draft's own "
-                                   "estimate that all its drafts will be accepted falls below this. It never looks "
-                                   "at the target's p for the round, so the output is unchanged; off drafts γ "
-                                   "every round")
+        self.stop_below.setToolTip("Confidence stop: a round stops drafting before γ once the draft's own estimate "
+                                   "that all its drafts will be accepted falls below this; off drafts γ every round")
         self.max_new_tokens = QSpinBox()
         self.max_new_tokens.setRange(1, 8192)
         self.max_new_tokens.setValue(defaults.max_new_tokens)
@@ -216,6 +220,7 @@ class DecodingControls(QGroupBox):
         gamma_row.addWidget(self.gamma)
         gamma_row.addWidget(self.gamma_label)
         form.addRow("γ", gamma_row)
+        form.addRow("draft length", self.draft_length)
         form.addRow("stop below", self.stop_below)
         form.addRow("max tokens", self.max_new_tokens)
         form.addRow("seed", self.seed)
@@ -228,20 +233,32 @@ class DecodingControls(QGroupBox):
         self.sampling.toggled.connect(self.sampling_box.setEnabled)
         self.gamma.valueChanged.connect(self._on_gamma_moved)
         self.mode.currentIndexChanged.connect(self._on_mode_chosen)
+        self.draft_length.currentIndexChanged.connect(self._on_mode_chosen)
+        self._on_mode_chosen()
 
     def settings(self) -> DecodeSettings:
         return DecodeSettings(
-            mode=self.mode.currentData(), gamma=self.gamma.value(), greedy=self.greedy.isChecked(),
+            mode=Mode(self.mode.currentData()), gamma=self.gamma.value(), greedy=self.greedy.isChecked(),
             temperature=self.temperature.value(), top_k=self.top_k.value(), top_p=self.top_p.value(),
             seed=self.seed.value(), max_new_tokens=self.max_new_tokens.value(), lookup=self.lookup.isChecked(),
-            stop_below=self.stop_below.value(),
+            cost_aware=self.draft_length.currentData(), stop_below=self.stop_below.value(),
         )
 
+    def set_draft_available(self, available: bool) -> None:
+        """A pair without a draft decodes plain AR only: the mode says so and the drafting controls rest."""
+        if not available:
+            self.mode.setCurrentIndex(self.mode.findData(Mode.AR.value))
+        self.mode.setEnabled(available)
+        self.mode.setToolTip("" if available else "The pair has no draft model: plain AR only")
+        self._on_mode_chosen()
+
     def _on_mode_chosen(self) -> None:
-        speculative = self.mode.currentData() == "spec"
-        self.gamma.setEnabled(speculative)
-        self.lookup.setEnabled(speculative)
-        self.stop_below.setEnabled(speculative)
+        """γ, the draft length, copying and the AR comparison belong to speculative decoding; the stop threshold
+        to the confidence stop."""
+        speculative = self.mode.currentData() == Mode.SPEC
+        for control in (self.gamma, self.lookup, self.draft_length, self.compare_ar):
+            control.setEnabled(speculative)
+        self.stop_below.setEnabled(speculative and not self.draft_length.currentData())
 
     def _on_gamma_moved(self, gamma: int) -> None:
         self.gamma_label.setText(str(gamma))

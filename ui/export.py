@@ -1,4 +1,5 @@
-"""Export a session: JSON (settings, models, environment, every round), CSV (one row per round), PNG (charts).
+"""Export a session: JSON (settings, models, environment, every round), CSV (one row per round), a Markdown
+transcript (the chat as it reads, with each reply's figures) and a PNG of every reply's charts.
 
 All or nothing: every file is written beside its destination under a temporary name and renamed into place
 only once all of them are written, so a failure leaves no partial export (and no half-written file).
@@ -10,6 +11,7 @@ import dataclasses
 import json
 import os
 import platform
+import re
 import sys
 from datetime import datetime, timezone
 from enum import Enum
@@ -20,6 +22,8 @@ from engine.events import RoundEvent
 from engine.stats import round_alpha
 from ui.session import Reply, Session
 from ui.timing import estimated_speedup
+from ui.tokens import SPECIAL_TOKEN
+from ui.wording import comparison_line, reply_header, stats_line
 
 CSV_COLUMNS = ("reply", "round", "mode", "gamma", "n_verified", "n_accepted", "n_emitted", "round_alpha",
                "draft_s", "verify_s", "round_s", "prefill_s", "target_step_s", "estimated_speedup",
@@ -92,29 +96,62 @@ def write_csv(session: Session, path: Path) -> None:
                 writer.writerow(round_row(i, reply, event))
 
 
+def markdown(session: Session) -> str:
+    """The chat as it reads: each message, each reply (a continued one whole) under its header, and its figures."""
+    pair = session.pair
+    lines = [f"# {session.title or 'SpecDec Studio chat'}", ""]
+    if pair is not None:
+        draft = pair.draft.name if pair.draft else "no draft"
+        lines += [f"*{pair.target.name} + {draft} · {pair.device} · {pair.dtype}*", ""]
+    system = next((m["content"] for m in (session.replies[0].request.messages if session.replies else ())
+                   if m["role"] == "system"), "")
+    if system:
+        lines += ["**System prompt**", "", system, ""]
+    for reply, comparison in session.shown_replies():
+        lines += ["**You**", "", reply.request.messages[-1]["content"], ""]
+        lines += [f"**{reply_header(reply.request.settings)}**", "", SPECIAL_TOKEN.sub("", reply.text).strip(), ""]
+        lines += [f"*{stats_line(reply)}*", ""]
+        if comparison is not None:
+            lines += [f"*{comparison_line(comparison, reply)}*", ""]
+    return "\n".join(lines)
+
+
 class ExportError(Exception):
     """An export failed and wrote nothing; the message names the file and the reason, for the user."""
 
 
-def export_paths(base: Path) -> tuple[Path, Path, Path]:
-    """base.json, base.csv and base.png (a base already ending in one of those suffixes loses it)."""
-    base = base.with_suffix("") if base.suffix in (".json", ".csv", ".png") else base
-    return tuple(base.with_name(base.name + ext) for ext in (".json", ".csv", ".png"))
+SUFFIXES = (".json", ".csv", ".md", ".png")
+UNSAFE = re.compile(r'[\\/:*?"<>|\x00-\x1f]+')  # characters a file name cannot hold on some system
 
 
-def export_session(session: Session, base: Path, charts=None) -> list[Path]:
-    """Write base.json, base.csv and (given the charts widget) base.png, all or none; returns the paths written."""
-    json_path, csv_path, png_path = export_paths(base)
+def file_stem(title: str) -> str:
+    """A file name for a chat's export: its title, shortened, without characters a file system refuses."""
+    stem = UNSAFE.sub(" ", title).strip(" .")
+    stem = " ".join(stem.split())[:60].rstrip(" .")
+    return stem or "specdec-chat"
+
+
+def export_paths(base: Path) -> tuple[Path, ...]:
+    """base.json, base.csv, base.md and base.png (a base already ending in one of those suffixes loses it)."""
+    base = base.with_suffix("") if base.suffix in SUFFIXES else base
+    return tuple(base.with_name(base.name + ext) for ext in SUFFIXES)
+
+
+def export_session(session: Session, base: Path, chart_image=None) -> list[Path]:
+    """Write base.json, base.csv, base.md and (given `chart_image`, which returns a QImage or QPixmap of the
+    session's charts) base.png, all or none; returns the paths written."""
+    json_path, csv_path, md_path, png_path = export_paths(base)
 
     def write_json(path: Path) -> None:
         path.write_text(json.dumps(session_json(session), indent=1, ensure_ascii=False), encoding="utf-8")
 
     def write_png(path: Path) -> None:
-        if not charts.grab().save(str(path), "PNG"):
+        if not chart_image(session).save(str(path), "PNG"):
             raise OSError("Qt could not save the image there")
 
-    writers = [(json_path, write_json), (csv_path, lambda path: write_csv(session, path))]
-    if charts is not None:
+    writers = [(json_path, write_json), (csv_path, lambda path: write_csv(session, path)),
+               (md_path, lambda path: path.write_text(markdown(session), encoding="utf-8"))]
+    if chart_image is not None:
         writers.append((png_path, write_png))
     for destination, _ in writers:
         if destination.is_dir():  # a rename onto it would fail only after the other files were in place

@@ -10,10 +10,8 @@ from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import (QFileDialog, QInputDialog, QLabel, QListWidget, QListWidgetItem, QMenu, QMessageBox,
                                QStyle, QStyledItemDelegate, QStyleOptionViewItem, QVBoxLayout, QWidget)
 
-from ui.chat_store import ChatStore, ChatStoreError, ChatSummary
-from ui.export import ExportError, export_session
+from ui.export import ExportError, file_stem
 from ui.preferences import export_folder, remember_export_folder
-from ui.session import Session
 
 CHAT_ID = Qt.ItemDataRole.UserRole
 SUBTITLE = Qt.ItemDataRole.UserRole + 1  # when the chat was last used and how many replies it holds
@@ -80,13 +78,13 @@ class ChatList(QListWidget):
 
 class HistoryPanel(QWidget):
     chat_chosen = Signal(int)  # chat id: the user clicked a chat to reopen it
-    chat_deleted = Signal(int)
     status_posted = Signal(str)  # a one-line result for the status bar (an export written or failed)
 
-    def __init__(self, store: ChatStore, preferences: QSettings | None = None, parent=None):
-        """`preferences` keeps the folder of the last export (as the window's Export does)."""
+    def __init__(self, preferences: QSettings | None = None, parent=None):
+        """`preferences` keeps the folder of the last export (as the window's Export does). The chats come from
+        a library (`set_library`: the chat controller) that lists, renames, deletes and exports them."""
         super().__init__(parent)
-        self.store = store
+        self.library = None
         self.preferences = preferences
         self.current_id: int | None = None
         self.list = ChatList()
@@ -107,13 +105,15 @@ class HistoryPanel(QWidget):
         self.list.customContextMenuRequested.connect(self.on_context_menu_requested)
         self.refresh()
 
+    def set_library(self, library) -> None:
+        self.library = library
+        self.refresh()
+
     def refresh(self, current_id: int | None = None) -> None:
         """Reload the list from the database and highlight the chat on screen (if it is saved yet)."""
         self.current_id = current_id
-        try:
-            chats = self.store.list_chats()
-        except ChatStoreError as exc:  # the list stays as it was
-            self.status_posted.emit(str(exc))
+        chats = self.library.list_chats() if self.library is not None else []
+        if chats is None:  # unreadable: the list stays as it was (the library said why)
             return
         self.list.clear()
         for chat in chats:
@@ -125,32 +125,19 @@ class HistoryPanel(QWidget):
         self.empty.setHidden(not empty)
 
     def rename_chat(self, chat_id: int, title: str) -> None:
-        if title.strip():
-            try:
-                self.store.rename_chat(chat_id, title)
-            except ChatStoreError as exc:
-                self.status_posted.emit(str(exc))
-                return
-            self.refresh(self.current_id)
+        self.library.rename_chat(chat_id, title)
 
     def delete_chat(self, chat_id: int) -> None:
-        try:
-            self.store.delete_chat(chat_id)
-        except ChatStoreError as exc:
-            self.status_posted.emit(str(exc))
-            return
-        self.refresh(None if chat_id == self.current_id else self.current_id)
-        self.chat_deleted.emit(chat_id)
+        self.library.delete_chat(chat_id)
 
     def export_chat(self, chat_id: int, base: Path) -> list[Path]:
         """Export a saved chat as the window exports the one on screen (JSON and CSV; no chart image)."""
-        chat = self.store.load_chat(chat_id)
-        session = Session(pair=chat.pair, replies=chat.replies, comparisons=chat.comparisons)
-        return export_session(session, base)
+        return self.library.export_chat(chat_id, base)
 
     # -- user actions --------------------------------------------------------------------------------------
 
-    def _item(self, chat: ChatSummary) -> QListWidgetItem:
+    def _item(self, chat) -> QListWidgetItem:
+        """`chat`: a ChatSummary (app/chat_store.py)."""
         replies = f"{chat.n_replies} repl{'y' if chat.n_replies == 1 else 'ies'}"
         item = QListWidgetItem(chat.title or "Untitled chat")
         item.setData(CHAT_ID, chat.id)
@@ -171,7 +158,7 @@ class HistoryPanel(QWidget):
         menu = QMenu(self)
         menu.addAction("Open", lambda: self.chat_chosen.emit(chat_id))
         menu.addAction("Rename…", lambda: self._ask_rename(chat_id, item.text()))
-        menu.addAction("Export…", lambda: self._ask_export(chat_id))
+        menu.addAction("Export…", lambda: self._ask_export(chat_id, item.text()))
         menu.addSeparator()
         menu.addAction("Delete…", lambda: self._ask_delete(chat_id, item.text()))
         return menu
@@ -189,10 +176,11 @@ class HistoryPanel(QWidget):
         dialog.textValueSelected.connect(lambda new_title: self.rename_chat(chat_id, new_title))
         dialog.open()
 
-    def _ask_export(self, chat_id: int) -> None:
+    def _ask_export(self, chat_id: int, title: str = "") -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Export chat", str(export_folder(self.preferences) /
-                                                                       "specdec-chat.json"),
-                                              "Session stats: NAME.json and NAME.csv (*.json)")
+                                                                       f"{file_stem(title)}.json"),
+                                              "Chat: NAME.json and NAME.csv (every round) and NAME.md "
+                                              "(transcript) (*.json)")
         if not path:
             return
         try:

@@ -54,7 +54,8 @@ def ambiguous(tokens: list[TokenProb]) -> set[str]:
 
 
 def drafts_phrase(n: int) -> str:
-    return "the round's only draft was" if n == 1 else f"all {n} of the round's drafts were"
+    return {1: "the round's only draft was", 2: "both of the round's drafts were"}.get(
+        n, f"all {n} of the round's drafts were")
 
 
 def explanation(span: TokenSpan) -> str:
@@ -110,11 +111,14 @@ def span_html(span: TokenSpan, pinned: bool = False) -> str:
     parts.append(unbroken(f"round {span.round_index + 1}"))
     if span.fate is not Fate.TARGET:
         parts.append("greedy" if span.greedy else "sampling")
-    rows = [paragraph(f"<span style='{swatch}font-size:15px'>&nbsp;{show(span.text)}&nbsp;</span> {tag}<br>"
+    rows = [paragraph(f"<span style='{swatch}font-size:15px'>&nbsp;{show(span.label)}&nbsp;</span> {tag}<br>"
                       + " · ".join(parts)),
             paragraph(escape(explanation(span)), "color:#444")]
     if span.copied:
         rows.append(paragraph(escape(copy_note(span)), "color:#444"))
+    if not span.text and not span.special:
+        rows.append(paragraph("A piece of a character (some of its UTF-8 bytes): its text is written with the "
+                              "token that completes the character.", "color:#444"))
     fields = _fields(span)
     if fields:
         rows.append(paragraph("<br>".join(fields)))

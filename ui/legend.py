@@ -4,6 +4,7 @@ from __future__ import annotations
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 
+from engine.events import Fate
 from ui.palette import LEGEND_FATES, STYLES
 
 SHORT_LABELS = {fate: STYLES[fate].label.split(" /")[0].removesuffix(" draft").removesuffix(" token")
@@ -16,10 +17,12 @@ class Legend(QWidget):
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         row.setSpacing(4)
+        self.chips: dict[Fate, QLabel] = {}
         for fate in LEGEND_FATES:
             style = STYLES[fate]
             chip = QLabel(SHORT_LABELS[fate])
             chip.setToolTip(style.label)
+            self.chips[fate] = chip
             strike = "text-decoration: line-through;" if style.strike else ""
             chip.setStyleSheet(f"background:{style.background}; color:{style.foreground}; {strike}"
                                "padding:1px 3px; border-radius:3px; font-size:8pt;")
@@ -34,3 +37,11 @@ class Legend(QWidget):
         self.trace_button = QToolButton()
         self.trace_button.setDefaultAction(self.trace_action)
         row.addWidget(self.trace_button)
+
+    def set_greedy(self, greedy: bool) -> None:
+        """The blue chip names what the target does after a rejection in this mode: its argmax (greedy) or a draw
+        from the residual (sampling)."""
+        chip = self.chips[Fate.RESAMPLED]
+        fate = Fate.CORRECTED if greedy else Fate.RESAMPLED
+        chip.setText("corrected" if greedy else "resampled")
+        chip.setToolTip(STYLES[fate].label if greedy else "resampled by the target from norm(max(0, p − q))")

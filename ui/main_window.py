@@ -1,30 +1,30 @@
 """The main window: controls, the chat pane with its legend, the token inspector and the live charts."""
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt, Signal
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtCore import QRect, QSettings, QSize, Qt, Signal
+from PySide6.QtGui import QAction, QImage, QKeySequence, QPainter
 from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QHBoxLayout, QInputDialog, QMainWindow,
-                               QMessageBox, QProgressBar, QProgressDialog, QPushButton, QScrollArea, QSplitter,
+                               QMenu, QMessageBox, QProgressBar, QPushButton, QScrollArea, QSplitter,
                                QVBoxLayout, QWidget)
 
-from engine.events import ContextNotice, DecodeSettings, Fate, PairInfo, PrefillProgress, RoundEvent
+from engine.choices import DEVICES, DTYPES
+from engine.events import ContextNotice, DecodeSettings, Fate, Mode, PairInfo, PrefillProgress
 from ui.charts import ChartsPanel
-from ui.chat_store import ChatRecorder, ChatStore, ChatStoreError
-from ui.chat_view import CLEAN, TRACE, ChatView, ReplyItem
+from ui.chat_view import CLEAN, TRACE, ChatView
 from ui.compare import comparison_view
-from ui.controls import DTYPES, DEVICES, DecodingControls, ModelPicker
-from ui.export import ExportError, export_session
+from ui.controls import DecodingControls, ModelPicker
+from ui.export import file_stem
 from ui.history import HistoryPanel
 from ui.inspector import TokenInspector
 from ui.legend import Legend
 from ui.message_box import MessageBox
 from ui.preferences import export_folder, remember_export_folder, restore_preferences, save_preferences
-from ui.session import Comparison, Reply, ReplyRequest, Session
+from ui.session import (ChatStatus, ComparisonShown, ReplyShown, RoundShown, Session, TurnOptions, TurnStarted,
+                        TurnState)
 from ui.status_bar import ElidedLabel
-from ui.timing import StepReference, machine_was_busy
+from ui.wording import UNFAIR, comparison_line, reply_header, stats_line, unbreakable  # noqa: F401 (tests use them here)
 
 MIN_WIDTH, MIN_HEIGHT = 1000, 700
 PANE_MIN_WIDTH = {"side": 235, "chat": 315, "right": 200}  # with the history dock, still under 1000 px
@@ -32,8 +32,17 @@ PANE_MIN_WIDTH = {"side": 235, "chat": 315, "right": 200}  # with the history do
 # pane's minimum, so at 1000 px the side panes sit at their minimums and the chat gets the rest; a hidden pane
 # comes back with its share.
 PANE_WIDTH = {"side": 280, "chat": 770, "right": 350}
+SIDE_MAX_WIDTH = 320
 STATUS_RIGHT_MARGIN = 8  # between the status bar's last widget and the window's right edge
-HISTORY_WIDTH = 150  # the history dock's first width: its titles elide, and at 1000 px the chat needs the room
+EXPORT_TITLE_HEIGHT = 20  # the exported chart image's row naming each reply
+HISTORY_WIDTH = 150
+INT4_NOTE = ("The target keeps its own 4-bit weights (int4): plain AR steps run about twice as fast in bfloat16 and "
+             "it needs half the memory; speculation over it can be slower than its own AR (README: Weights)")
+ABOUT = ("<h3>SpecDec Studio</h3><p>A chat app that makes speculative decoding visible: a small draft model guesses "
+         "up to γ tokens, the target checks them in one pass, and rejection sampling keeps the output exactly the "
+         "target's. Every token is coloured by its fate; the charts show α, tokens per round and the speedup over "
+         "plain autoregressive decoding.</p><p>The algorithm follows section 19.4 of the textbook; "
+         "engine/decoding/verification.py reads like it. Chats are saved as they happen (History, Ctrl+H).</p>")  # the history dock's first width: its titles elide, and at 1000 px the chat needs the room
 
 
 def short_name(name: str) -> str:
@@ -41,95 +50,43 @@ def short_name(name: str) -> str:
     return Path(name).name if name.startswith(("/", ".", "~")) else name
 
 
-def reply_header(settings: DecodeSettings, gammas: tuple[int, ...] = ()) -> str:
-    """`gammas`: every γ the reply ran with, in order, when it was changed mid-reply."""
-    if settings.mode == "ar":
-        return "Assistant · plain AR"
-    how = "greedy" if settings.greedy else f"sampling T={settings.temperature:g}"
-    gamma = "→".join(map(str, gammas)) if len(gammas) > 1 else str(settings.gamma)
-    rounds = f"γ ≤ {gamma}, stop {settings.stop_below:g}" if settings.stop_below else f"γ={gamma}"
-    return f"Assistant · speculative, {how}, {rounds}"
-
-
-UNFAIR = " (machine busy — not a fair number)"
-
-
-def stats_line(reply: Reply) -> str:
-    """The reply's figures; a busy machine's estimate says so beside it, as a measured speedup may contradict it."""
-    s = reply.stats
-    line = f"{s.n_tokens} tokens in {s.n_rounds} rounds · {s.tokens_per_s:.1f} tok/s"
-    if reply.request.settings.mode == "spec":
-        line += (f" · α {s.alpha:.2f} · {s.tokens_per_round:.2f} tok/round · est. {reply.estimated_speedup:.2f}× vs AR"
-                 + (UNFAIR if reply.machine_busy else ""))
-    return line + (" · stopped" if reply.stopped else "")
-
-
-def unbreakable(line: str) -> str:
-    """A ' · '-separated line whose figures never wrap inside themselves ("est. / 0.46× vs AR" at 1000 px); a
-    remark in parentheses after a figure still may."""
-    def keep_together(part: str) -> str:
-        figure, parenthesis, remark = part.partition(" (")
-        return figure.replace(" ", "\u00a0") + parenthesis + remark
-    return " · ".join(keep_together(part) for part in line.split(" · "))
-
-
-def comparison_line(comparison: Comparison, reply: Reply) -> str:
-    ar_tokens = sum(len(e.emitted) for e in comparison.ar_events)
-    if comparison.stopped:  # a few AR tokens against a whole reply would claim a speedup nobody measured
-        return f"plain AR stopped after {ar_tokens} tokens: no measured speedup"
-    line = (f"plain AR: {ar_tokens} tokens in {comparison.ar_wall_s:.2f} s ({comparison.ar_tokens_per_s:.1f} tok/s) vs "
-            f"speculative {reply.stats.n_tokens} in {comparison.spec_wall_s:.2f} s "
-            f"({comparison.spec_tokens_per_s:.1f} tok/s) → measured {comparison.speedup:.2f}×"
-            + (UNFAIR if comparison.machine_busy else ""))
-    if comparison.identical is not None:
-        line += " · greedy outputs identical" if comparison.identical else " · greedy outputs differ"
-    return line
-
-
 class MainWindow(QMainWindow):
+    """Layout, menus and the slots that draw. The conversation, its turn state and its saving are the chat
+    controller's (app/chat.py): the window asks it through the `*_requested` signals and draws what it reports."""
+
     load_requested = Signal(str, object, str, str, str)  # target, draft or None, device, dtype, GGUF weights
-    prompt_submitted = Signal(object)  # ReplyRequest
+    send_requested = Signal(str, object)  # the message, TurnOptions
     stop_requested = Signal()
+    regenerate_requested = Signal(object)  # TurnOptions
+    continue_requested = Signal(object)  # TurnOptions
+    edit_requested = Signal(int)  # the turn whose message to edit and resend
     gamma_requested = Signal(int)
     new_chat_requested = Signal()
+    export_requested = Signal(object)  # Path: the chat on screen, as NAME.json, NAME.csv and NAME.png
     models_shown = Signal(object)  # PairInfo, once the window is ready to send
     round_shown = Signal(object)  # RoundEvent, once it is in the chat pane and the chart buffers
     turn_completed = Signal()  # the reply (and its AR comparison, if asked for) is on screen
 
     def __init__(self, presets: dict, target: str = "embedded", draft: str | None = "embedded-draft",
                  device: str = "auto", dtype: str = "auto", defaults: DecodeSettings = DecodeSettings(),
-                 store: ChatStore | None = None, preferences: QSettings | None = None,
-                 devices: tuple[str, ...] = DEVICES, dtypes: tuple[str, ...] = DTYPES,
-                 offline: dict[str, bool] | None = None):
-        """`store` saves every chat as it happens (in memory only when None); `preferences` keeps settings and
-        layout from one run to the next (nothing kept when None, as in the tests). `devices`, `dtypes` and
-        `offline` (per preset: both models on disk) describe the machine; app/ asks, as this module has no torch."""
+                 preferences: QSettings | None = None, devices: tuple[str, ...] = DEVICES,
+                 dtypes: tuple[str, ...] = DTYPES, offline: dict[str, bool] | None = None):
+        """`preferences` keeps settings and layout from one run to the next (nothing kept when None, as in the
+        tests). `devices`, `dtypes` and `offline` (per preset: both models on disk) describe the machine; app/
+        asks, as this module has no torch."""
         super().__init__()
         self.setWindowTitle("SpecDec Studio")
-        self.session = Session()
-        self.messages: list[dict] = []
-        self.request: ReplyRequest | None = None
-        self.reply_chars: list[str] = []
-        self.reply_span_start = 0  # index of the current reply's first token span
-        self.busy = False
-        self.ready = False
-        self.progress: QProgressDialog | None = None
+        self.status = ChatStatus(TurnState.IDLE, ready=False, n_replies=0, can_continue=False, editing=None)
+        self._loading_text = "Loading models…"  # what the status bar says while a pair loads
+        self._pair_text = "no model loaded"
+        self.help_box: QMessageBox | None = None
         self.error_box: QMessageBox | None = None
-        self.store = store or ChatStore(":memory:")
-        self.recorder = ChatRecorder(self.store, on_failure=self.show_store_failure)
         self.preferences = preferences
         self.system_prompt = ""
-        self.editing: int | None = None  # index of the reply whose user message is being edited and resent
-        self.after_turn = None  # New chat / opening a chat asked for while a reply ran: done once it has stopped
-        self.timing = StepReference()  # recent target-step timings: the reference for speedup estimates
-        self.loading = False  # a load was asked for and has not yet succeeded or failed
-        self.load_request: tuple | None = None  # (target, draft, device, dtype, weights) of the load in flight
-        self.loaded_request: tuple | None = None  # ... and of the pair loaded (None: injected, or none yet)
-        self.gammas: list[int] = []  # every γ the current reply ran with, for its header
 
-        self.history = HistoryPanel(self.store, preferences)
+        self.history = HistoryPanel(preferences)
         self.continue_button = QPushButton("Continue")
-        self.continue_button.setToolTip("The reply was cut at max new tokens: let the model carry on")
+        self.continue_button.setToolTip("Let the model carry on the last reply where it stopped (Ctrl+Shift+Enter)")
         self.picker = ModelPicker(presets, target, draft, device, dtype, devices, dtypes, offline)
         self.controls = DecodingControls(defaults)
         self.legend = Legend()
@@ -140,7 +97,6 @@ class MainWindow(QMainWindow):
         self.new_chat_button = QPushButton("New chat")
         self.inspector = TokenInspector()
         self.charts = ChartsPanel()
-        self.charts.reference = self.timing
         self.pair_label = ElidedLabel("no model loaded")
         self.reply_label = ElidedLabel("")
         self.setCentralWidget(self._layout())
@@ -159,10 +115,23 @@ class MainWindow(QMainWindow):
         holder_layout = QHBoxLayout(holder)
         holder_layout.setContentsMargins(0, 0, STATUS_RIGHT_MARGIN, 0)
         holder_layout.addWidget(self.comparison_progress)
+        self.load_progress = QProgressBar()
+        self.load_progress.setRange(0, 0)  # busy: a load reports no steps
+        self.load_progress.setMaximumWidth(120)
+        self.load_progress.setToolTip("Loading the model pair; the first load prepares it and can take a while")
+        self.load_progress.hide()
+        holder_layout.addWidget(self.load_progress)
+        self.prefill_progress = QProgressBar()
+        self.prefill_progress.setFormat("reading the prompt: %v of %m tokens")
+        self.prefill_progress.setToolTip("A long prompt is read in chunks; Stop takes effect between them")
+        widest = self.prefill_progress.format().replace("%v", "00000").replace("%m", "00000")
+        self.prefill_progress.setMinimumWidth(self.prefill_progress.fontMetrics().horizontalAdvance(widest) + 24)
+        self.prefill_progress.hide()
+        holder_layout.addWidget(self.prefill_progress)
         self.statusBar().addPermanentWidget(holder)
         self._menus()
         self._connect()
-        self._set_busy(False)
+        self.on_status_changed(self.status)
         self.setMinimumSize(MIN_WIDTH, MIN_HEIGHT)
         self.resize(1400, 900)
         if preferences is not None:
@@ -183,6 +152,9 @@ class MainWindow(QMainWindow):
         side_scroll.setWidget(side)
         side_scroll.setWidgetResizable(True)
         side_scroll.setMinimumWidth(PANE_MIN_WIDTH["side"])
+        # A form needs no more: a wider window's room goes to the chat (the splitter shares a resize in proportion
+        # to the panes' widths, the controls included).
+        side_scroll.setMaximumWidth(SIDE_MAX_WIDTH)
 
         chat = QWidget()
         chat_layout = QVBoxLayout(chat)
@@ -216,6 +188,7 @@ class MainWindow(QMainWindow):
             self.splitter.addWidget(widget)
         self.splitter.setChildrenCollapsible(False)
         self.splitter.setSizes([PANE_WIDTH[name] for name in self.panes])
+
         return self.splitter
 
     def _history_dock(self) -> QDockWidget:
@@ -237,7 +210,7 @@ class MainWindow(QMainWindow):
             return act
 
         file_menu = self.menuBar().addMenu("&File")
-        self.export_action = action(file_menu, "&Export session stats…", "Ctrl+E", self.export_dialog)
+        self.export_action = action(file_menu, "&Export chat…", "Ctrl+E", self.export_dialog)
         file_menu.addSeparator()
         action(file_menu, "&Quit", "Ctrl+Q", self.close)
         chat_menu = self.menuBar().addMenu("&Chat")
@@ -263,6 +236,9 @@ class MainWindow(QMainWindow):
             act.toggled.connect(lambda shown, pane=name: self.show_pane(pane, shown))
             view_menu.addAction(act)
             self.pane_actions[name] = act
+        help_menu = self.menuBar().addMenu("&Help")
+        action(help_menu, "&Keyboard shortcuts", "F1", self.show_shortcuts)
+        action(help_menu, "&About SpecDec Studio", "", self.show_about)
 
     def _connect(self) -> None:
         self.picker.load_requested.connect(self.request_load)
@@ -274,152 +250,81 @@ class MainWindow(QMainWindow):
         self.continue_button.clicked.connect(self.continue_reply)
         self.chat.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.chat.customContextMenuRequested.connect(self.on_chat_menu_requested)
-        self.history.chat_chosen.connect(self.on_chat_chosen)
-        self.history.chat_deleted.connect(self.on_chat_deleted)
         self.history.status_posted.connect(lambda message: self.statusBar().showMessage(message, 6000))
         self.legend.trace_action.toggled.connect(self.on_trace_toggled)
-        self.controls.gamma_changed.connect(self.on_gamma_changed)
         self.chat.token_hovered.connect(self._inspect)
         self.chat.token_clicked.connect(self.on_token_clicked)
         self.chat.background_clicked.connect(self.on_background_clicked)
         self.chat.example_chosen.connect(self.on_example_chosen)
         self.chat.action_chosen.connect(self.on_reply_action_chosen)
+        self.chat.code_copied.connect(self.on_code_copied)
+        self.controls.greedy.toggled.connect(self.legend.set_greedy)
+        self.legend.set_greedy(self.controls.greedy.isChecked())
 
-    # -- actions ------------------------------------------------------------------------------------------
+    # -- commands, passed on to the chat controller ----------------------------------------------------------
+
+    def options(self) -> TurnOptions:
+        """How the next turn is decoded: the controls' settings, Compare with AR and the system prompt."""
+        return TurnOptions(self.controls.settings(), self.controls.compare_ar.isChecked(), self.system_prompt)
 
     def request_load(self, target: str, draft: str | None, device: str, dtype: str, weights: str) -> None:
-        if self.busy:
-            self.stop()
-        self.ready = False
-        self.loading = True
-        self.load_request = (target, draft, device, dtype, weights)
-        self._set_busy(False)
-        self.progress = QProgressDialog(f"Loading {target}" + (f" and {draft}" if draft else "") + "…", "", 0, 0,
-                                        self)
-        self.progress.setWindowTitle("Loading models")
-        self.progress.setCancelButton(None)
-        self.progress.setWindowModality(Qt.WindowModality.WindowModal)
-        self.progress.setMinimumDuration(0)
-        self.progress.show()
         self.load_requested.emit(target, draft, device, dtype, weights)
 
     def send(self, text: str) -> None:
-        if self.busy:
+        if self.status.busy:
             return
-        if not self.ready:
-            self.statusBar().showMessage("Load a model pair first", 4000)
-            return
-        self.message_box.clear()
-        if self.editing is not None:  # edit-and-resend: the edited message replaces that turn and what followed
-            self._truncate(self.editing)
-            self.editing = None
-        self.messages.append({"role": "user", "content": text})
-        self._start_turn()
-
-    def _start_turn(self) -> None:
-        """Send `messages` (ending with the user's message, or with a reply to continue) as the next turn."""
-        settings = self.controls.settings()
-        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt.strip() else []
-        self.request = ReplyRequest(tuple(system + [dict(m) for m in self.messages]), settings,
-                                    compare_ar=self.controls.compare_ar.isChecked() and settings.mode == "spec")
-        self.reply_chars = []
-        self._show_request(self.request)
-        self.recorder.turn_started(len(self.session.replies), self.request, self.session.pair)
-        self.history.refresh(self.recorder.chat_id)
-        self._set_busy(True)
-        self.prompt_submitted.emit(self.request)
+        if self.status.ready:
+            self.message_box.clear()
+        self.send_requested.emit(text, self.options())
 
     def stop(self) -> None:
-        if self.busy:
-            self.stop_requested.emit()
-        elif self.editing is not None:  # Esc also leaves edit-and-resend
-            self.editing = None
-            self.message_box.clear()
-            self.statusBar().showMessage("Edit cancelled", 3000)
+        self.stop_requested.emit()
 
     def new_chat(self) -> None:
-        """Start a fresh chat (saved once its first message is sent); a reply in flight is stopped and kept in
-        the chat it belongs to first, so nothing of it lands in the new one."""
-        if self._after_stop(self.new_chat):
-            return
-        self.recorder.new_chat()
-        self.system_prompt = self.preferences.value("chat/system_prompt", "", type=str) if self.preferences else ""
-        self._clear_chat()
-        self.history.refresh(None)
+        if self.preferences is not None:
+            self.system_prompt = self.preferences.value("chat/system_prompt", "", type=str)
+        else:
+            self.system_prompt = ""
         self.new_chat_requested.emit()
 
-    def on_chat_chosen(self, chat_id: int) -> None:
-        """Reopen a saved chat as it was left: text, colours, notes, the last reply's charts, and carry on in it."""
-        if self._after_stop(lambda: self.on_chat_chosen(chat_id)):
-            return
-        try:
-            chat = self.store.load_chat(chat_id)
-        except ChatStoreError as exc:
-            self.statusBar().showMessage(f"Could not open that chat: {exc}", 10000)
-            return
-        self.recorder.resume(chat_id)
-        self.system_prompt = chat.system_prompt
-        self._replay(chat.replies, chat.comparisons)
-        self.history.refresh(chat_id)
-
-    def on_chat_deleted(self, chat_id: int) -> None:
-        if chat_id == self.recorder.chat_id:
-            self.new_chat()
-
-    def show_store_failure(self, message: str) -> None:
-        """Saving failed mid-session (disk full, file removed): say so once, without interrupting the reply."""
-        self.statusBar().showMessage(message)
-        self.error_box = QMessageBox(QMessageBox.Icon.Warning, "SpecDec Studio", message,
-                                     QMessageBox.StandardButton.Ok, self)
-        self.error_box.open()
-
     def copy_reply(self) -> None:
-        if self.session.replies:
-            self.copy_turn(len(self.session.replies) - 1)
+        if self.status.n_replies:
+            self.copy_turn(self.status.n_replies - 1)
 
     def copy_turn(self, turn: int) -> None:
-        """A reply's clean text (no rejected drafts, no special tokens) to the clipboard."""
-        QApplication.clipboard().setText(self.session.replies[turn].text)
+        """A reply's text (no rejected drafts) to the clipboard."""
+        QApplication.clipboard().setText(self.chat.reply_text(turn))
         self.statusBar().showMessage("Copied the reply", 3000)
 
+    def on_code_copied(self, code: str) -> None:
+        QApplication.clipboard().setText(code)
+        self.statusBar().showMessage("Copied the code", 3000)
+
     def regenerate(self) -> None:
-        """Decode the last reply again with the current settings; it replaces the old one here and on disk."""
-        if self.busy or not self.session.replies:
-            return
-        last = self.session.replies[-1]
-        self._truncate(len(self.session.replies) - 1)
-        self.messages = [dict(m) for m in last.request.messages if m["role"] != "system"]
-        self._start_turn()
+        self.regenerate_requested.emit(self.options())
 
     def edit_message(self) -> None:
-        if self.session.replies:
-            self.edit_turn(len(self.session.replies) - 1)
+        if self.status.n_replies:
+            self.edit_turn(self.status.n_replies - 1)
 
     def edit_turn(self, turn: int) -> None:
-        """Put the user message of a turn back in the message box; sending it replaces that turn and all after it.
-        A continued reply's message is the one its first part answered."""
-        if self.busy:
-            return
-        while turn > 0 and self.session.replies[turn].request.messages[-1]["role"] != "user":
-            turn -= 1
-        self.editing = turn
-        self.message_box.setPlainText(self.session.replies[turn].request.messages[-1]["content"])
-        self.message_box.setFocus()
-        self.statusBar().showMessage("Editing a message: Enter resends it in place of its turn and what followed",
-                                     6000)
+        self.edit_requested.emit(turn)
+
+    def continue_reply(self) -> None:
+        self.continue_requested.emit(self.options())
 
     def on_chat_menu_requested(self, pos) -> None:
         """The chat pane's context menu: the usual copy entries, then actions on the reply under the mouse (a
         click beside the replies means the last one)."""
         menu = self.chat.createStandardContextMenu(pos)
-        turn = self._turn_at(pos)
-        if turn is not None and not self.busy:
+        turn = self.chat.turn_at(pos)
+        if turn is not None and not self.status.busy:
             menu.addSeparator()
             menu.addAction("Copy this reply", lambda: self.copy_turn(turn))
             menu.addAction("Edit and resend its message…", lambda: self.edit_turn(turn))
-            if turn == len(self.session.replies) - 1:
+            if turn == self.status.n_replies - 1:
                 menu.addAction(self.regenerate_action)
-                if self._can_continue():
+                if self.status.can_continue:
                     menu.addAction(self.continue_action)
         menu.exec(self.chat.viewport().mapToGlobal(pos))
 
@@ -428,21 +333,16 @@ class MainWindow(QMainWindow):
         the others prepare or start a turn, so not while one runs."""
         if action == "copy":
             self.copy_turn(turn)
-        elif self.busy:
+        elif self.status.busy:
             self.statusBar().showMessage("A reply is running: wait for it, or stop it (Esc)", 4000)
         elif action == "edit":
             self.edit_turn(turn)
-        elif not self.ready:
+        elif not self.status.ready:
             self.statusBar().showMessage("Load a model pair first", 4000)
         elif action == "regenerate":
             self.regenerate()
         else:
             self.continue_reply()
-
-    def continue_reply(self) -> None:
-        """Let the model carry on the last reply, cut at max new tokens, in the same assistant message."""
-        if not self.busy and self._can_continue():
-            self._start_turn()
 
     def ask_system_prompt(self) -> None:
         text, ok = QInputDialog.getMultiLineText(self, "System prompt", "Sent first in every turn of new chats "
@@ -452,255 +352,258 @@ class MainWindow(QMainWindow):
             if self.preferences is not None:
                 self.preferences.setValue("chat/system_prompt", self.system_prompt)
 
+    def shortcuts(self) -> list[tuple[str, str]]:
+        """(keys, what they do) for every menu entry with a shortcut, and the keys of the message box and pane."""
+        rows = [("Enter", "Send the message"), ("Shift+Enter", "A new line in the message")]
+        for menu in self.menuBar().findChildren(QMenu):
+            for act in menu.actions():
+                if not act.shortcut().isEmpty():
+                    keys = act.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
+                    rows.append((keys, act.text().replace("&", "").removesuffix("…")))
+        rows.append(("Click a token", "Pin it in the inspector (click again to release)"))
+        return rows
+
+    def show_shortcuts(self) -> None:
+        table = "".join(f"<tr><td><b>{keys}</b>&nbsp;&nbsp;</td><td>{what}</td></tr>" for keys, what in self.shortcuts())
+        self.help_box = QMessageBox(QMessageBox.Icon.NoIcon, "Keyboard shortcuts", f"<table>{table}</table>",
+                                    QMessageBox.StandardButton.Close, self)
+        self.help_box.setTextFormat(Qt.TextFormat.RichText)
+        self.help_box.open()
+
+    def show_about(self) -> None:
+        self.help_box = QMessageBox(QMessageBox.Icon.Information, "About SpecDec Studio", ABOUT,
+                                    QMessageBox.StandardButton.Close, self)
+        self.help_box.setTextFormat(Qt.TextFormat.RichText)
+        self.help_box.open()
+
     def export_dialog(self) -> None:
-        if self.busy:  # the reply on screen is not in the session until it ends: it would be left out silently
+        if self.status.busy:  # the reply on screen is not in the conversation until it ends
             self.statusBar().showMessage("A reply is still running: export (Ctrl+E) once it has finished", 6000)
             return
-        if not self.session.replies:
+        if not self.status.n_replies:
             self.statusBar().showMessage("Nothing to export yet", 4000)
             return
-        path, _ = QFileDialog.getSaveFileName(self, "Export session stats",
-                                              str(export_folder(self.preferences) / "specdec-session.json"),
-                                              "Session stats: NAME.json, NAME.csv and NAME.png charts (*.json)")
-        if not path:
-            return
-        try:
-            written = self.export_to(Path(path))
-        except ExportError as exc:
-            self.statusBar().showMessage(f"Export failed, nothing written: {exc}", 10000)
-            self.error_box = QMessageBox(QMessageBox.Icon.Warning, "Export failed", f"Nothing was written: {exc}",
-                                         QMessageBox.StandardButton.Ok, self)
-            self.error_box.open()
-            return
-        remember_export_folder(self.preferences, written[0])
-        self.statusBar().showMessage("Wrote " + ", ".join(p.name for p in written), 6000)
+        path, _ = QFileDialog.getSaveFileName(self, "Export chat",
+                                              str(export_folder(self.preferences) / f"{file_stem(self.status.title)}.json"),
+                                              "Chat: NAME.json and NAME.csv (every round), NAME.md (transcript) and "
+                                              "NAME.png (charts) (*.json)")
+        if path:
+            self.export_requested.emit(Path(path))
 
-    def export_to(self, base: Path) -> list[Path]:
-        self.charts.refresh()
-        return export_session(self.session, base, self.charts)
+    def chart_image(self, session: Session) -> QImage:
+        """Every reply's charts side by side, each drawn as the live charts draw it, at the charts pane's size."""
+        size = self.charts.size() if self.charts.width() > 50 else QSize(350, 600)
+        shown = session.shown_replies()
+        image = QImage(size.width() * max(1, len(shown)), size.height() + EXPORT_TITLE_HEIGHT,
+                       QImage.Format.Format_RGB32)
+        image.fill(Qt.GlobalColor.white)
+        painter = QPainter(image)
+        for column, (reply, comparison) in enumerate(shown):
+            charts = ChartsPanel()
+            charts.resize(size)
+            settings = reply.request.settings
+            charts.start_reply(reply.gamma, speculative=settings.mode is Mode.SPEC)
+            for event in reply.events:
+                charts.add_round(event, reply.reference)
+            if comparison is not None and not comparison.stopped:
+                charts.show_measured_speedup(comparison.speedup)
+            charts.refresh()
+            x = column * size.width()
+            painter.drawText(QRect(x, 0, size.width(), EXPORT_TITLE_HEIGHT), Qt.AlignmentFlag.AlignCenter,
+                             f"reply {column + 1}")
+            painter.drawPixmap(x, EXPORT_TITLE_HEIGHT, charts.grab())
+            charts.deleteLater()
+        painter.end()
+        return image
 
-    # -- slots for the worker's signals ------------------------------------------------------------------
+    # -- slots for the chat controller's signals -------------------------------------------------------------
 
-    def on_models_loaded(self, info: PairInfo) -> None:
+    def on_status_changed(self, status: ChatStatus) -> None:
+        self.status = status
+        busy, ready = status.busy, status.ready
+        self.send_button.setEnabled(ready and not busy)
+        stopping = status.state is TurnState.STOPPING
+        self.stop_button.setEnabled(busy and not stopping)
+        self.stop_button.setText("Stopping…" if stopping else "Stop")
+        if stopping:  # the worker stops between rounds or prompt chunks: say it was heard
+            self.prefill_progress.hide()
+            self.statusBar().showMessage("Stopping… (the round or prompt chunk in progress finishes first)")
+        self.picker.load_button.setEnabled(not busy)
+        idle_with_reply = ready and not busy and bool(status.n_replies)
+        for act in (self.regenerate_action, self.edit_action):
+            act.setEnabled(idle_with_reply)
+        self.continue_action.setEnabled(idle_with_reply and status.can_continue)
+        self.continue_button.setVisible(idle_with_reply and status.can_continue)
+        if status.state is TurnState.LOADING:
+            self._open_progress()
+        else:
+            self._close_progress()
+
+    def on_load_started(self, target: str, draft: str | None) -> None:
+        self._loading_text = f"Loading {target}" + (f" and {draft}" if draft else "") + "…"
+
+    def on_pair_loaded(self, info: PairInfo) -> None:
         self._close_progress()
-        self.timing.clear()  # the last pair's step times are neither this one's median nor its quiet speed
-        self.timing.add(info.target_step_s)  # one timing before the first reply's own: a slow one is then caught
-        self.session.pair = info
-        self.ready = True
-        self.loading = False
-        self.loaded_request = self.load_request
         draft = short_name(info.draft.name) if info.draft else "no draft (AR only)"
-        int4 = " · int4 target" if info.target.weights == "native" else ""
+        native = info.target.weights == "native"
+        int4 = " · int4 target (its own 4-bit weights)" if native else ""
         self.pair_label.setText(f"{short_name(info.target.name)} + {draft} · {info.device} · {info.dtype}{int4}")
+        if native:  # said where it is seen, not only in a tooltip
+            self.statusBar().showMessage(INT4_NOTE, 20000)
         self.pair_label.setToolTip(f"target: {info.target.path}\ndraft: {info.draft.path if info.draft else '—'}")
-        self._set_busy(False)
+        self.controls.set_draft_available(info.draft is not None)
         self.models_shown.emit(info)
 
-    def on_round_finished(self, event: RoundEvent) -> None:
-        self.timing.add_round(event)  # live rounds only: a replayed chat's timings are from another moment
-        self._show_round(event)
-        self.reply_chars.append(event.text_delta)
-        self.recorder.round_finished(event)
-        self.round_shown.emit(event)
+    def on_load_failed(self, kept: PairInfo, loaded_request: tuple | None) -> None:
+        """A new pair could not be loaded; `kept` still answers: the controls show it again."""
+        self.picker.show_pair(*(loaded_request or (kept.target.name, kept.draft and kept.draft.name)))
+        self.statusBar().showMessage(f"Could not load the new pair; still using {self.pair_label.text()}", 15000)
 
-    def _show_round(self, event: RoundEvent) -> None:
-        """What a round changes on screen, live or replayed from a saved chat."""
-        self.chat.add_round(event, lookup=self.request is not None and self.request.settings.lookup)
-        self.charts.on_round_finished(event)
-
-    def on_reply_finished(self, reply: Reply) -> None:
-        if reply.request.settings.mode == "spec":  # measured against the recent median, judged by the quiet floor
-            reply = dataclasses.replace(reply, reference_s=self.timing.seconds,
-                                        machine_busy=machine_was_busy(reply.events, self.timing))
-        self._show_reply(reply)
-        self.recorder.reply_finished(reply)
-        if self.request is not None and self.request.compare_ar and not reply.stopped:
-            self.on_comparison_progressed(0)
-            return
-        self._finish_turn()
-
-    def on_comparison_progressed(self, tokens: int) -> None:
-        """The plain AR run behind Compare with AR has produced `tokens`; it aims at the reply's length."""
-        expected = self.session.replies[-1].stats.n_tokens if self.session.replies else 1
-        self.comparison_progress.setRange(0, max(expected, tokens, 1))
-        self.comparison_progress.setValue(tokens)
-        self.comparison_progress.show()
-
-    def on_comparison_finished(self, comparison: Comparison) -> None:
-        self.comparison_progress.hide()
-        for event in comparison.ar_events:
-            self.timing.add_round(event)  # every AR step is a fresh single-token timing
-        comparison = dataclasses.replace(comparison, machine_busy=machine_was_busy(comparison.ar_events, self.timing))
-        self._show_comparison(comparison)
-        self.recorder.comparison_finished(comparison)
-        self.statusBar().clearMessage()
-        self._finish_turn()
-
-    def on_context_fitted(self, notice: ContextNotice) -> None:
-        """Never silent: a note under the reply it applies to, once that is on screen (a note drawn now would end
-        the reply's live drawing)."""
-        self.turn_completed.connect(lambda: self.chat.add_note("Context: " + notice.message),
-                                    Qt.ConnectionType.SingleShotConnection)
-
-    def on_prefill_progressed(self, progress: PrefillProgress) -> None:
-        if progress.done < progress.total:
-            self.statusBar().showMessage(f"Reading the prompt: {progress.done} of {progress.total} tokens…")
-        else:
-            self.statusBar().clearMessage()
-
-    def on_failed(self, message: str) -> None:
-        self._close_progress()
-        self.comparison_progress.hide()
-        # A failed load leaves the worker's decoder as it was: the previous pair, if any, still answers.
-        failed_load, self.loading = self.loading, False
-        kept = self.session.pair if failed_load else None
-        if kept is not None:
-            self.ready = True
-            self.picker.show_pair(*(self.loaded_request or (kept.target.name, kept.draft and kept.draft.name)))
-        if self.busy and self.messages and self.messages[-1]["role"] == "user" and not self.reply_chars:
-            self.messages.pop()  # the turn never happened; let the user send it again
-        if self.busy:
-            self.recorder.turn_failed()
-        self.error_box = QMessageBox(QMessageBox.Icon.Critical, "SpecDec Studio", message,
-                                     QMessageBox.StandardButton.Ok, self)
-        self.error_box.open()
-        self._finish_turn()
-        if kept is not None:
-            self.statusBar().showMessage(f"Could not load the new pair; still using {self.pair_label.text()}", 15000)
-
-    # -- helpers -----------------------------------------------------------------------------------------
-
-    def _finish_turn(self) -> None:
-        self.statusBar().clearMessage()
-        self._set_busy(False)
-        self.turn_completed.emit()
-        if self.after_turn is not None:
-            action, self.after_turn = self.after_turn, None
-            action()
-
-    def _after_stop(self, action) -> bool:
-        """With a reply in flight, stop it and run `action` once its turn has ended (True); else do nothing."""
-        if not self.busy:
-            return False
-        self.after_turn = action
-        self.stop()
-        return True
-
-    def _show_request(self, request: ReplyRequest) -> None:
-        """The user's message (none for a continuation) and the header the reply's tokens will follow."""
-        last = request.messages[-1]
-        if last["role"] == "user":
-            self.chat.add_user_message(last["content"])
-        self.reply_span_start = len(self.chat.spans)
-        if not self.inspector.pinned:  # the last reply's token would pass for one of this reply
-            self.inspector.reset()
-        self.gammas = [request.settings.gamma]
-        self.chat.begin_reply(self._header(request))
-        self.charts.start_reply(request.settings.gamma)
-
-    def _show_reply(self, reply: Reply) -> None:
-        self.chat.flush()
-        self.charts.refresh()
-        self.session.replies.append(reply)
-        if reply.request.messages[-1]["role"] == "assistant":  # a continuation extends the reply it continued
-            self.messages[-1]["content"] += reply.text
-        else:
-            self.messages.append({"role": "assistant", "content": reply.text})
-        line = stats_line(reply)
-        self.chat.add_note(unbreakable(line))
-        if reply.machine_busy:
-            self.chat.add_note("The machine was busy during this reply (target steps ran far slower than this "
-                               "machine's fastest since the model loaded): its timings and speedup estimate are not "
-                               "a fair number.", warning=True)
-        if self._can_continue():
-            # Said as a fact about this part, which stays true after a Continue; the Continue link is the how.
-            self.chat.add_note("✂ cut at max new tokens", warning=True)
-        self.chat.set_reply_actions(len(self.session.replies) - 1, ("copy", "edit", "regenerate")
-                                    + (("continue",) if self._can_continue() else ()))
-        self._inspect_first_rejection()
-        self.reply_label.setText("last reply: " + line)
-
-    def _show_comparison(self, comparison: Comparison) -> None:
-        self.session.comparisons[len(self.session.replies) - 1] = comparison
-        reply = self.session.replies[-1]
-        self.chat.add_comparison(comparison_view(comparison, reply, comparison_line(comparison, reply),
-                                                 self.session.pair))
-        if not comparison.stopped:
-            self.charts.show_measured_speedup(comparison.speedup)
-            self.reply_label.setText(self.reply_label.text() + " · " + f"measured {comparison.speedup:.2f}× vs AR"
-                                     + (UNFAIR if comparison.machine_busy else ""))
-
-    def _replay(self, replies: list[Reply], comparisons: dict[int, Comparison]) -> None:
-        """Show saved replies as they were streamed: the same calls as live, from the stored round events."""
-        self._clear_chat()
-        for index, reply in enumerate(replies):
-            self.request = reply.request
-            self.messages = [dict(m) for m in reply.request.messages if m["role"] != "system"]
-            self._show_request(reply.request)
-            # Charted against the step time measured with the reply, as its stats line is, not today's median.
-            self.charts.reference = StepReference()
-            for event in reply.events:
-                self.charts.reference.add_round(event)
-                self._show_round(event)
-            self._show_reply(reply)
-            if index in comparisons:
-                self._show_comparison(comparisons[index])
-        self.charts.reference = self.timing
-        self._set_busy(False)
-
-    def _truncate(self, n_replies: int) -> None:
-        """Keep the first `n_replies` turns on screen; the store forgets the rest when the next turn starts."""
-        replies = self.session.replies[:n_replies]
-        comparisons = {i: c for i, c in self.session.comparisons.items() if i < n_replies}
-        self._replay(replies, comparisons)
-
-    def _clear_chat(self) -> None:
-        self.messages = []
-        self.session.replies.clear()
-        self.session.comparisons.clear()
-        self.editing = None
+    def on_conversation_cleared(self) -> None:
         self.chat.clear_chat()
         self.charts.start_reply()
         self.inspector.reset()
         self.reply_label.clear()
 
-    def _turn_at(self, pos) -> int | None:
-        """Which reply a point of the chat pane is on: its token's span falls in that reply's range."""
-        if not self.session.replies:
-            return None
-        href = self.chat.anchorAt(pos)
-        if not href.startswith("token:"):
-            return len(self.session.replies) - 1
-        span = int(href.split(":", 1)[1])
-        replies = [item for item in self.chat.items if isinstance(item, ReplyItem)]
-        turn = next((k for k, item in enumerate(replies) if item.first <= span < item.end), None)
-        return turn if turn is not None and turn < len(self.session.replies) else None
+    def on_turn_started(self, started: TurnStarted) -> None:
+        """The user's message and the header the reply's tokens will follow; a continuation goes on in the reply
+        it continues, on the same chart."""
+        request = started.request
+        settings = request.settings
+        header = reply_header(settings, (settings.gamma,))
+        if not self.inspector.pinned:  # the last reply's token would pass for one of this reply
+            self.inspector.reset()
+        if request.messages[-1]["role"] == "assistant":
+            self.chat.continue_reply(header, lookup=settings.lookup)
+            self.charts.most_per_round = max(self.charts.most_per_round, settings.gamma + 1.0)
+            return
+        self.chat.add_user_message(request.messages[-1]["content"])
+        self.chat.begin_reply(header, lookup=settings.lookup)
+        self.legend.set_greedy(settings.greedy)  # the legend names what this reply shows
+        self.charts.start_reply(settings.gamma, speculative=settings.mode is Mode.SPEC)
 
-    def _can_continue(self) -> bool:
-        last = self.session.replies[-1] if self.session.replies else None
-        return bool(last and last.events and last.events[-1].finish_reason == "length")
+    def on_gammas_changed(self, settings: DecodeSettings, gammas: tuple[int, ...]) -> None:
+        """γ moved mid-reply: the reply's header shows every γ it ran with."""
+        self.chat.set_reply_header(reply_header(settings, gammas))
+        self.charts.most_per_round = max(self.charts.most_per_round, gammas[-1] + 1.0)
 
-    def _set_busy(self, busy: bool) -> None:
-        self.busy = busy
-        self.send_button.setEnabled(self.ready and not busy)
-        self.stop_button.setEnabled(busy)
-        self.picker.load_button.setEnabled(not busy)
-        idle_with_reply = self.ready and not busy and bool(self.session.replies)
-        for act in (self.regenerate_action, self.edit_action):
-            act.setEnabled(idle_with_reply)
-        self.continue_action.setEnabled(idle_with_reply and self._can_continue())
-        self.continue_button.setVisible(idle_with_reply and self._can_continue())
+    def on_round_received(self, shown: RoundShown) -> None:
+        self.chat.add_round(shown.event)
+        self.charts.add_round(shown.event, shown.reference_s)
+        if shown.live:
+            self.round_shown.emit(shown.event)
+
+    def on_reply_finished(self, shown: ReplyShown) -> None:
+        reply = shown.whole
+        self.chat.flush()
+        self.charts.refresh()
+        line = stats_line(reply)
+        self.chat.add_note(unbreakable(line))
+        if reply.machine_busy:
+            self.chat.add_note("The machine was busy during this reply (target steps ran far slower than this "
+                               "machine's quiet speed): its timings and speedup estimate are not a fair number.",
+                               warning=True)
+        if reply.events and reply.events[-1].finish_reason == "length":
+            self.chat.add_note("✂ cut at max new tokens", warning=True)
+        self.chat.set_reply_actions(shown.index, ("copy", "edit", "regenerate")
+                                    + (("continue",) if shown.can_continue else ()), text=reply.text)
+        self._inspect_first_rejection()
+        self.reply_label.setText("last reply: " + line)
+
+    def on_comparison_progressed(self, tokens: int, expected: int) -> None:
+        """The plain AR run behind Compare with AR has produced `tokens`; it aims at the reply's length."""
+        self.comparison_progress.setRange(0, max(expected, tokens, 1))
+        self.comparison_progress.setValue(tokens)
+        self.comparison_progress.show()
+
+    def on_comparison_finished(self, shown: ComparisonShown) -> None:
+        self.comparison_progress.hide()
+        comparison, reply = shown.comparison, shown.reply
+        self.chat.add_comparison(comparison_view(comparison, reply, comparison_line(comparison, reply), shown.pair))
+        if not comparison.stopped:
+            self.charts.show_measured_speedup(comparison.speedup)
+            self.reply_label.setText(self.reply_label.text() + " · " + f"measured {comparison.speedup:.2f}× vs AR"
+                                     + (UNFAIR if comparison.machine_busy else ""))
+        self.statusBar().clearMessage()
+
+    def on_context_fitted(self, notice: ContextNotice) -> None:
+        """Never silent: a note under the reply it applies to."""
+        self.chat.add_note("Context: " + notice.message)
+
+    def on_prefill_progressed(self, progress: PrefillProgress) -> None:
+        self.prefill_progress.setRange(0, max(progress.total, 1))
+        self.prefill_progress.setValue(progress.done)
+        self.prefill_progress.setVisible(progress.done < progress.total and self.status.state is not TurnState.STOPPING)
+
+    def on_turn_completed(self) -> None:
+        self.comparison_progress.hide()
+        self.prefill_progress.hide()
+        self.statusBar().clearMessage()
+        self.turn_completed.emit()
+
+    def on_edit_started(self, _turn: int, text: str) -> None:
+        self.message_box.setPlainText(text)
+        self.message_box.setFocus()
+        self.statusBar().showMessage("Editing a message: Enter resends it in place of its turn and what followed",
+                                     6000)
+
+    def on_edit_cancelled(self) -> None:
+        self.message_box.clear()
+        self.statusBar().showMessage("Edit cancelled", 3000)
+
+    def on_system_prompt_restored(self, text: str) -> None:
+        self.system_prompt = text
+
+    def on_chats_changed(self, current_id: int | None) -> None:
+        self.history.refresh(current_id)
+
+    def on_notice_posted(self, message: str) -> None:
+        self.statusBar().showMessage(message, 8000)
+
+    def on_exported(self, written: list) -> None:
+        remember_export_folder(self.preferences, written[0])
+        self.statusBar().showMessage("Wrote " + ", ".join(p.name for p in written), 6000)
+
+    def on_export_failed(self, message: str) -> None:
+        self.statusBar().showMessage(f"Export failed, nothing written: {message}", 10000)
+        self.error_box = QMessageBox(QMessageBox.Icon.Warning, "Export failed", f"Nothing was written: {message}",
+                                     QMessageBox.StandardButton.Ok, self)
+        self.error_box.open()
+
+    def on_failed(self, message: str) -> None:
+        self._close_progress()
+        self.comparison_progress.hide()
+        self.error_box = QMessageBox(QMessageBox.Icon.Critical, "SpecDec Studio", message,
+                                     QMessageBox.StandardButton.Ok, self)
+        self.error_box.open()
+
+    def on_store_failed(self, message: str) -> None:
+        """Saving failed mid-session (disk full, file removed): say so once, without interrupting the reply."""
+        self.statusBar().showMessage(message)
+        self.error_box = QMessageBox(QMessageBox.Icon.Warning, "SpecDec Studio", message,
+                                     QMessageBox.StandardButton.Ok, self)
+        self.error_box.open()
+
+    # -- helpers -----------------------------------------------------------------------------------------
+
+    def _open_progress(self) -> None:
+        """Loading shows in the status bar, not in a dialog: the guide and its example prompts stay in view."""
+        if self.load_progress.isHidden():
+            self._pair_text = self.pair_label.text()  # shown again if the load fails
+        self.load_progress.show()
+        self.pair_label.setText(self._loading_text)
 
     def _close_progress(self) -> None:
-        if self.progress is not None:
-            self.progress.close()
-            self.progress = None
+        if not self.load_progress.isHidden():
+            self.load_progress.hide()
+            self.pair_label.setText(self._pair_text)
 
     def _inspect_first_rejection(self) -> None:
         """Open the inspector on this reply's first rejection, the most telling token to look at: the rejected
         draft in the trace; in the clean view, which leaves drafts out, the token put in its place (its inspector
         shows what the draft proposed too)."""
-        for index in range(self.reply_span_start, len(self.chat.spans)):
+        item = self.chat.last_reply()
+        for index in range(item.first, item.end) if item is not None else ():
             span = self.chat.spans[index]
             if (span.fate is Fate.REJECTED or span.replaces is not None) and self.chat.shows(span):
                 self._inspect(index)
@@ -708,10 +611,6 @@ class MainWindow(QMainWindow):
 
     def _inspect(self, index: int) -> None:
         self.inspector.show_span(self.chat.spans[index])
-
-    def _header(self, request: ReplyRequest) -> str:
-        continued = " · continued" if request.messages[-1]["role"] == "assistant" else ""
-        return reply_header(request.settings, tuple(self.gammas)) + continued
 
     # -- slots for the window's own widgets ----------------------------------------------------------------
 
@@ -743,17 +642,10 @@ class MainWindow(QMainWindow):
 
     def on_example_chosen(self, text: str) -> None:
         self.message_box.setPlainText(text)
-        if self.ready and not self.busy:
+        if self.status.ready and not self.status.busy:
             self.message_box.submit()
         else:
             self.message_box.setFocus()
-
-    def on_gamma_changed(self, gamma: int) -> None:
-        """γ moved mid-reply: the reply's header shows every γ it ran with."""
-        if self.busy and self.request is not None and self.request.settings.mode == "spec" and gamma != self.gammas[-1]:
-            self.gammas.append(gamma)
-            self.chat.set_reply_header(self._header(self.request))
-            self.charts.most_per_round = max(self.charts.most_per_round, gamma + 1.0)
 
     def show_pane(self, name: str, shown: bool) -> None:
         """Hide a side pane, or bring it back, taking its width from the chat: the share a fresh window of this

@@ -3,15 +3,16 @@
 of the last export, kept with QSettings."""
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, QStandardPaths
 from PySide6.QtWidgets import QSplitter
 
-from engine.events import DecodeSettings
+from engine.events import DecodeSettings, Mode
 
-DECODING_KEYS = ("mode", "gamma", "greedy", "temperature", "top_p", "top_k", "stop_below", "max_new_tokens", "seed",
-                 "lookup")
+DECODING_KEYS = ("mode", "gamma", "greedy", "temperature", "top_p", "top_k", "cost_aware", "stop_below",
+                 "max_new_tokens", "seed", "lookup")
 
 
 EXPORT_FOLDER = "export/folder"
@@ -35,12 +36,13 @@ def remember_export_folder(preferences: QSettings | None, written: Path) -> None
 
 def apply_settings(controls, settings: DecodeSettings) -> None:
     """Show `settings` in the decoding controls (the inverse of `controls.settings()`)."""
-    controls.mode.setCurrentIndex(max(0, controls.mode.findData(settings.mode)))
+    controls.mode.setCurrentIndex(max(0, controls.mode.findData(Mode(settings.mode).value)))
     (controls.greedy if settings.greedy else controls.sampling).setChecked(True)
     controls.gamma.setValue(settings.gamma)
     controls.temperature.setValue(settings.temperature)
     controls.top_p.setValue(settings.top_p)
     controls.top_k.setValue(settings.top_k)
+    controls.draft_length.setCurrentIndex(controls.draft_length.findData(settings.cost_aware))
     controls.stop_below.setValue(settings.stop_below)
     controls.max_new_tokens.setValue(settings.max_new_tokens)
     controls.seed.setValue(settings.seed)
@@ -62,10 +64,16 @@ def _splitters(window) -> list[QSplitter]:
     return window.findChildren(QSplitter)
 
 
+def _stored_type(default) -> type:
+    """How QSettings reads a setting back: a str-enum (the mode) as its string value."""
+    return str if isinstance(default, str) else type(default)
+
+
 def save_preferences(preferences: QSettings, window) -> None:
     settings = window.controls.settings()
     for key in DECODING_KEYS:
-        preferences.setValue(f"decoding/{key}", getattr(settings, key))
+        value = getattr(settings, key)
+        preferences.setValue(f"decoding/{key}", value.value if isinstance(value, Enum) else value)
     preferences.setValue("decoding/compare_ar", window.controls.compare_ar.isChecked())
     picker = window.picker
     for key, value in (("target", picker.target.text()), ("draft", picker.draft.text()),
@@ -89,7 +97,7 @@ def restore_preferences(preferences: QSettings, window) -> None:
         defaults = window.controls.settings()
         try:
             settings = DecodeSettings(**{
-                key: preferences.value(f"decoding/{key}", getattr(defaults, key), type=type(getattr(defaults, key)))
+                key: preferences.value(f"decoding/{key}", getattr(defaults, key), type=_stored_type(getattr(defaults, key)))
                 for key in DECODING_KEYS})
         except ValueError:  # edited by hand or from another version: keep the defaults
             settings = defaults

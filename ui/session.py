@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
-from engine.events import DecodeSettings, PairInfo, RoundEvent
+from engine.events import DecodeSettings, EmittedToken, PairInfo, RoundEvent
 from engine.stats import ReplyStats, reply_stats
 from ui.timing import estimated_speedup
 
@@ -18,6 +19,16 @@ class ReplyRequest:
 
 
 @dataclass(frozen=True)
+class TurnOptions:
+    """How the window asks for the next turn: the decoding settings, whether to compare with plain AR, and the
+    system prompt sent first."""
+
+    settings: DecodeSettings
+    compare_ar: bool = False
+    system_prompt: str = ""
+
+
+@dataclass(frozen=True)
 class Reply:
     """A finished (or stopped) reply and every round that produced it."""
 
@@ -29,12 +40,22 @@ class Reply:
     machine_busy: bool = False  # its timings ran far slower than the machine's quiet speed: not a fair number
 
     @property
+    def tokens(self) -> tuple[EmittedToken, ...]:
+        """Every token that joined the reply, in order."""
+        return tuple(t for e in self.events for t in e.emitted)
+
+    @property
     def stats(self) -> ReplyStats:
         return reply_stats(self.events)
 
     @property
     def reference(self) -> float:
         return self.reference_s or (self.events[0].target_step_s if self.events else 0.0)
+
+    def extended_by(self, part: "Reply") -> "Reply":
+        """This reply with a continuation's part after it, as one reply (the part's reference step and end)."""
+        return Reply(self.request, self.events + part.events, self.text + part.text, part.stopped, part.reference,
+                     self.machine_busy or part.machine_busy)
 
     @property
     def gamma(self) -> int:
@@ -62,6 +83,10 @@ class Comparison:
     machine_busy: bool = False  # the AR steps ran far slower than the machine's quiet speed: not a fair number
 
     @property
+    def ar_tokens(self) -> tuple[EmittedToken, ...]:
+        return tuple(t for e in self.ar_events for t in e.emitted)
+
+    @property
     def speedup(self) -> float:
         """Measured speedup as a throughput ratio (equals the wall-time ratio when both replies match)."""
         return self.spec_tokens_per_s / self.ar_tokens_per_s if self.ar_tokens_per_s > 0 else 0.0
@@ -74,3 +99,73 @@ class Session:
     pair: PairInfo | None = None
     replies: list[Reply] = field(default_factory=list)
     comparisons: dict[int, Comparison] = field(default_factory=dict)  # reply index -> AR comparison
+    title: str = ""  # the chat's title
+
+    def shown_replies(self) -> list[tuple[Reply, Comparison | None]]:
+        """The replies as the chat shows them: a continuation joined to the reply it continues, each with the
+        comparison of its last part."""
+        shown: list[tuple[Reply, Comparison | None]] = []
+        for index, reply in enumerate(self.replies):
+            comparison = self.comparisons.get(index)
+            if shown and reply.request.messages[-1]["role"] == "assistant":
+                shown[-1] = (shown[-1][0].extended_by(reply), comparison)
+            else:
+                shown.append((reply, comparison))
+        return shown
+
+
+# What the chat controller (app/chat.py) tells the window: the turn's state, and the conversation as it happens.
+
+class TurnState(Enum):
+    IDLE = "idle"  # waiting for a command (whether a pair answers is `ChatStatus.ready`)
+    LOADING = "loading"  # a model pair is being loaded
+    REPLYING = "replying"  # the worker is decoding a reply
+    COMPARING = "comparing"  # the reply is in; plain AR decodes the same messages to measure the speedup
+    STOPPING = "stopping"  # Stop was asked for; the worker finishes its round or prefill chunk
+
+
+@dataclass(frozen=True)
+class ChatStatus:
+    """What the window enables its commands from."""
+
+    state: TurnState
+    ready: bool  # a pair is loaded and answers
+    n_replies: int
+    can_continue: bool  # the last reply was cut at max new tokens or stopped, with text to carry on from
+    editing: int | None  # the turn whose message is being edited and resent
+    title: str = ""  # the chat's title (its first message), for an export's file name
+
+    @property
+    def busy(self) -> bool:
+        return self.state is not TurnState.IDLE and self.state is not TurnState.LOADING
+
+
+@dataclass(frozen=True)
+class TurnStarted:
+    index: int
+    request: ReplyRequest
+    live: bool  # False while a reopened chat is replayed
+
+
+@dataclass(frozen=True)
+class RoundShown:
+    event: RoundEvent
+    reference_s: float  # the single-token target step its speedup estimate uses
+    live: bool
+
+
+@dataclass(frozen=True)
+class ReplyShown:
+    index: int
+    reply: Reply  # this turn's part of the reply
+    whole: Reply  # the reply as shown: with the parts it continues, when it is a continuation
+    can_continue: bool
+    live: bool
+
+
+@dataclass(frozen=True)
+class ComparisonShown:
+    index: int
+    comparison: Comparison
+    reply: Reply
+    pair: PairInfo | None

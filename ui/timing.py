@@ -1,77 +1,24 @@
-"""Numbers a user can trust: a robust reference for one target step, the speedup estimate built on it, and a
-check that says when the machine was too busy for a fair number.
-
-One timing taken on a busy moment once made the window claim 17.9× beside a measured 0.37×. So the reference is
-the median of recent single-token target steps (the fresh measurement before each speculative reply, and every
-step of a plain AR run), and an estimate never exceeds γ + 1, the most tokens a round can yield. A machine that
-stays busy makes that median slow too (278 ms against a quiet 27 ms once went unflagged), so the busy check also
-compares against the fastest step seen since the pair was loaded: the machine's quiet speed.
+"""The speedup vs plain AR that a reply's records show: Σ AR time of its tokens / Σ its round time, never above
+γ + 1 (the most tokens a round can yield). A round brings the AR time of its tokens from the pair's cost model
+(`RoundEvent.ar_equivalent_s`); where that is 0 (no cost model), tokens × a reference single-token step stands
+in. The live chart, the stats line, a reopened chat and the export all use these two functions. Whether the
+timings were fair is judged in app/timing.py, by the chat controller.
 """
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
-from statistics import median
 
 from engine.events import RoundEvent
 
-RECENT = 32  # samples kept: enough for a stable median, few enough to follow a change of machine load
-BUSY_FACTOR = 2.0  # a timing this many times the reference is a stall, not the model's speed
-BUSY_SHARE = 0.2  # the share of stalled rounds above which a reply's numbers are flagged
 
-
-class StepReference:
-    """Recent single-token target-step timings; their median is the reference for speedup estimates, and the
-    fastest of all of them is the floor a busy machine is judged against."""
-
-    def __init__(self, size: int = RECENT):
-        self.samples: deque[float] = deque(maxlen=size)
-        self.fastest = 0.0
-
-    def add(self, seconds: float) -> None:
-        if seconds > 0:
-            self.samples.append(seconds)
-            self.fastest = min(self.fastest, seconds) if self.fastest else seconds
-
-    def clear(self) -> None:
-        """Forget every timing: another pair (or device, or dtype) has its own speed."""
-        self.samples.clear()
-        self.fastest = 0.0
-
-    def add_round(self, event: RoundEvent) -> None:
-        """A plain AR step is itself a single-token step; a speculative reply brings the engine's fresh
-        measurement once, on its first round."""
-        if event.gamma == 0 and not event.drafted:
-            self.add(event.verify_s)
-        elif event.index == 0:
-            self.add(event.target_step_s)
-
-    @property
-    def seconds(self) -> float:
-        return median(self.samples) if self.samples else 0.0
+def ar_seconds(event: RoundEvent, reference_s: float) -> float:
+    """What plain AR would take for this round's tokens: the cost model's figure, or tokens × the reference."""
+    return event.ar_equivalent_s or len(event.emitted) * reference_s
 
 
 def estimated_speedup(events: Sequence[RoundEvent], reference_s: float, gamma: int) -> float:
-    """Speedup vs plain AR: tokens × reference step / time in rounds, at most γ + 1 (a round's most tokens)."""
+    """Speedup vs plain AR over these rounds, at most γ + 1; 0 when there is nothing to measure it by."""
     rounds_s = sum(e.round_s for e in events)
-    if rounds_s <= 0 or reference_s <= 0:
+    if rounds_s <= 0 or any(not e.ar_equivalent_s and reference_s <= 0 for e in events):
         return 0.0
-    return min(gamma + 1.0, sum(len(e.emitted) for e in events) * reference_s / rounds_s)
-
-
-def stalled(event: RoundEvent, reference_s: float) -> bool:
-    """A round whose target pass took far longer than scoring its tokens one by one would on a quiet machine."""
-    return reference_s > 0 and event.verify_s > BUSY_FACTOR * (len(event.drafted) + 1) * reference_s
-
-
-def machine_was_busy(events: Sequence[RoundEvent], reference: StepReference) -> bool:
-    """Whether these timings are unfair: the recent median, this reply's fresh step measurement or many of its
-    rounds ran far slower than the fastest step seen (the machine's quiet speed)."""
-    if not events or not reference.samples:
-        return False
-    floor = reference.fastest
-    if reference.seconds > BUSY_FACTOR * floor:
-        return True
-    if events[0].gamma and events[0].target_step_s > BUSY_FACTOR * floor:
-        return True
-    return sum(stalled(e, floor) for e in events) > BUSY_SHARE * len(events)
+    return min(gamma + 1.0, sum(ar_seconds(e, reference_s) for e in events) / rounds_s)

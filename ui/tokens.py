@@ -30,6 +30,16 @@ class TokenSpan:
     special: bool = False
 
     @property
+    def label(self) -> str:
+        """What the inspector names the token by: its text, or for a piece of a character (whose text waits for
+        the token that completes it) its bytes as its draft was labelled, else ‹…›."""
+        if self.text or self.special:
+            return self.text
+        if self.drafted is not None and self.drafted.text.startswith("‹"):
+            return self.drafted.text
+        return "‹…›"
+
+    @property
     def clean(self) -> bool:
         """Whether the span belongs to the text a reader sees (and copies)."""
         return self.fate is not Fate.REJECTED and not self.special

@@ -16,12 +16,12 @@ REPLY_TIMEOUT_MS = 60_000  # tiny models, but the CI machine may be busy
 
 def send(qtbot, studio, text: str = "w3 w7 w11 w5"):
     """Type a message, press Enter, and wait until the whole turn is on screen; returns the Reply."""
-    replies = len(studio.window.session.replies)
+    replies = len(studio.chat.replies)
     with qtbot.waitSignal(studio.window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         qtbot.keyClicks(studio.window.message_box, text)
         qtbot.keyClick(studio.window.message_box, Qt.Key.Key_Return)
-    assert len(studio.window.session.replies) == replies + 1, "the turn ended without a reply"
-    return studio.window.session.replies[-1]
+    assert len(studio.chat.replies) == replies + 1, "the turn ended without a reply"
+    return studio.chat.replies[-1]
 
 
 def token_fragments_with_blocks(chat) -> list:

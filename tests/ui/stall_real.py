@@ -26,11 +26,11 @@ def main() -> int:
     studio = build(target=target, draft=draft, defaults=DecodeSettings(max_new_tokens=max_new_tokens))
     window = studio.window
     probe = StallProbe(10)
-    window.prompt_submitted.connect(probe.start)
+    studio.chat.prompt_requested.connect(probe.start)
 
     def report() -> None:
         probe.stop()
-        reply = window.session.replies[-1]
+        reply = studio.chat.replies[-1]
         stats = reply.stats
         print(f"{target} + {draft}: {stats.n_tokens} tokens, {stats.n_rounds} rounds, {stats.tokens_per_s:.1f} tok/s; "
               f"worst event-loop stall {probe.worst_stall_s * 1000:.1f} ms over {len(probe.gaps)} ticks "

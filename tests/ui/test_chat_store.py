@@ -17,7 +17,7 @@ import pytest
 
 from engine.events import (DecodeSettings, DraftedToken, EmittedToken, Fate, ModelInfo, PairInfo, RoundEvent,
                            TokenProb)
-from ui.chat_store import MIGRATIONS, SCHEMA_VERSION, ChatRecorder, ChatStore, ChatStoreError
+from app.chat_store import MIGRATIONS, SCHEMA_VERSION, ChatRecorder, ChatStore, ChatStoreError
 from ui.session import Comparison, Reply, ReplyRequest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,7 +170,7 @@ def test_a_database_with_a_malformed_page_is_moved_aside(tmp_path):
 READ_ONLY = textwrap.dedent("""
     import json, sys
     from tests.ui.test_chat_store import request, round_event
-    from ui.chat_store import ChatRecorder, ChatStore, ChatStoreError
+    from app.chat_store import ChatRecorder, ChatStore, ChatStoreError
     from ui.session import Reply
 
     store = ChatStore(sys.argv[1])
@@ -224,7 +224,7 @@ def test_a_read_only_database_shows_its_chats_and_saves_nothing():
 WRITER = textwrap.dedent("""
     import sys
     from tests.ui.test_chat_store import request, round_event
-    from ui.chat_store import ChatRecorder, ChatStore
+    from app.chat_store import ChatRecorder, ChatStore
     from ui.session import Reply
 
     recorder = ChatRecorder(ChatStore(sys.argv[1]))
@@ -273,7 +273,7 @@ def test_sigkill_mid_reply_keeps_every_committed_turn_and_round(tmp_path):
 REPLIES = textwrap.dedent("""
     import sys
     from tests.ui.test_chat_store import request, round_event
-    from ui.chat_store import ChatRecorder, ChatStore
+    from app.chat_store import ChatRecorder, ChatStore
     from ui.session import Reply
 
     store = ChatStore(sys.argv[1])

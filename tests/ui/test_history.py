@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QApplication, QInputDialog, QLineEdit
 
 from tests.tiny import tiny_decoder
 from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, token_fragments
-from ui.chat_store import ChatStore
+from app.chat_store import ChatStore
 from ui.chat_view import ACTION_SCHEME, TRACE
 from ui.export import ExportError
 from ui.history import CHAT_ID, SUBTITLE, when
@@ -40,7 +40,7 @@ def make_window(make_studio, tmp_path):
     def close(studio):
         studio.window.close()
         studio.shutdown()
-        studio.window.store.close()
+        studio.chat.store.close()
 
     make.close = close
     return make
@@ -53,19 +53,19 @@ def click_chat(qtbot, window, row: int) -> None:
 
 
 def test_history_survives_a_restart_and_restores_text_colours_charts_and_stats(make_window, mixed_decoder, qtbot):
-    first = make_window(mixed_decoder, greedy=False, max_new_tokens=24, stop_below=0.0)
+    first = make_window(mixed_decoder, greedy=False, max_new_tokens=24, cost_aware=False, stop_below=0.0)
     replies = [send(qtbot, first, "w3 w7 w11 w5"), send(qtbot, first, "w9 w2")]
     shown = token_fragments(first.window.chat)
     make_window.close(first)
 
     second = make_window(mixed_decoder, greedy=False, max_new_tokens=24)
     window = second.window
-    assert window.session.replies == []
+    assert second.chat.replies == []
     assert window.history.list.count() == 1
     assert window.history.list.item(0).text() == "w3 w7 w11 w5"
     assert window.history.list.item(0).data(SUBTITLE).startswith("today ")
     click_chat(qtbot, window, 0)
-    assert window.session.replies == replies  # every round event, the request and the settings came back
+    assert second.chat.replies == replies  # every round event, the request and the settings came back
     assert token_fragments(window.chat) == shown  # same tokens, colours and strike-outs as when they streamed
     window.legend.trace_action.setChecked(True)  # the trace view: every draft, coloured by its fate
     window.chat.flush()
@@ -75,11 +75,11 @@ def test_history_survives_a_restart_and_restores_text_colours_charts_and_stats(m
     window.charts.refresh()
     for series in ("alpha", "tokens", "speedup_mean"):  # the charts show the last reply, its speedup included
         assert window.charts.point_count(series) == len(replies[-1].events)
-    assert [m["role"] for m in window.messages] == ["user", "assistant", "user", "assistant"]
+    assert [m["role"] for m in second.chat.messages] == ["user", "assistant", "user", "assistant"]
 
     third = send(qtbot, second, "w4")  # carrying on in the restored chat writes to it, not to a new one
-    assert third.request.messages[:4] == tuple(window.messages[:4])
-    assert [c.n_replies for c in window.store.list_chats()] == [3]
+    assert third.request.messages[:4] == tuple(second.chat.messages[:4])
+    assert [c.n_replies for c in second.chat.store.list_chats()] == [3]
 
 
 def test_settings_and_layout_persist_through_qsettings(make_window, mixed_decoder, qtbot):
@@ -123,12 +123,12 @@ def test_regenerate_replaces_the_last_reply_here_and_on_disk(make_window, mixed_
     window.controls.seed.setValue(7)
     with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         window.regenerate_action.trigger()
-    new = window.session.replies[-1]
-    assert len(window.session.replies) == 2 and new.request.settings.seed == 7
+    new = studio.chat.replies[-1]
+    assert len(studio.chat.replies) == 2 and new.request.settings.seed == 7
     assert new.request.messages == old.request.messages and new.text != old.text
     assert window.chat.toPlainText().count("w5 w6") == 1  # the old reply is gone from the pane, not repeated
-    saved = window.store.load_chat(window.recorder.chat_id)
-    assert [r.text for r in saved.replies] == [r.text for r in window.session.replies]
+    saved = studio.chat.store.load_chat(studio.chat.chat_id)
+    assert [r.text for r in saved.replies] == [r.text for r in studio.chat.replies]
 
 
 def test_edit_and_resend_replaces_that_turn(make_window, mixed_decoder, qtbot):
@@ -139,14 +139,14 @@ def test_edit_and_resend_replaces_that_turn(make_window, mixed_decoder, qtbot):
     window.edit_action.trigger()
     assert window.message_box.toPlainText() == "w5 w6"
     qtbot.keyClick(window.message_box, Qt.Key.Key_Escape)  # Esc leaves the edit
-    assert window.editing is None and window.message_box.toPlainText() == ""
+    assert studio.chat.editing is None and window.message_box.toPlainText() == ""
     window.edit_action.trigger()
     window.message_box.setPlainText("w7 w8")
     with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         qtbot.keyClick(window.message_box, Qt.Key.Key_Return)
-    assert [r.request.messages[-1]["content"] for r in window.session.replies] == ["w3 w4", "w7 w8"]
+    assert [r.request.messages[-1]["content"] for r in studio.chat.replies] == ["w3 w4", "w7 w8"]
     assert window.chat.toPlainText().count("w5 w6") == 0
-    saved = window.store.load_chat(window.recorder.chat_id)
+    saved = studio.chat.store.load_chat(studio.chat.chat_id)
     assert [r.request.messages[-1]["content"] for r in saved.replies] == ["w3 w4", "w7 w8"]
 
 
@@ -158,9 +158,9 @@ def test_continue_carries_on_a_reply_cut_at_max_tokens(make_window, mixed_decode
     assert window.continue_button.isVisible() and window.continue_action.isEnabled()
     with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         qtbot.mouseClick(window.continue_button, Qt.MouseButton.LeftButton)
-    more = window.session.replies[-1]
+    more = studio.chat.replies[-1]
     assert more.request.messages[-1] == {"role": "assistant", "content": cut.text}
-    assert window.messages[-1] == {"role": "assistant", "content": cut.text + more.text}
+    assert studio.chat.messages[-1] == {"role": "assistant", "content": cut.text + more.text}
     assert window.chat.toPlainText().count("w3 w4") == 1  # no new user message for a continuation
 
 
@@ -175,12 +175,12 @@ def test_a_continuation_carries_on_the_assistant_message_in_the_chat_template():
 
 
 def test_copy_gives_the_clean_reply_and_the_system_prompt_goes_first(make_window, mixed_decoder, qtbot):
-    studio = make_window(mixed_decoder, greedy=False, max_new_tokens=16, stop_below=0.0)
+    studio = make_window(mixed_decoder, greedy=False, max_new_tokens=16, cost_aware=False, stop_below=0.0)
     window = studio.window
     window.system_prompt = "w9 w10"
     reply = send(qtbot, studio, "w3 w4")
     assert reply.request.messages[0] == {"role": "system", "content": "w9 w10"}
-    assert window.store.load_chat(window.recorder.chat_id).system_prompt == "w9 w10"
+    assert studio.chat.store.load_chat(studio.chat.chat_id).system_prompt == "w9 w10"
     window.copy_action.trigger()
     assert QApplication.clipboard().text() == reply.text
 
@@ -191,14 +191,14 @@ def test_new_chat_during_a_reply_stops_it_and_keeps_it_in_the_old_chat(make_wind
     with qtbot.waitSignal(window.round_shown, timeout=REPLY_TIMEOUT_MS):
         qtbot.keyClicks(window.message_box, "w3 w4")
         qtbot.keyClick(window.message_box, Qt.Key.Key_Return)
-    old_chat = window.recorder.chat_id
-    with qtbot.waitSignal(window.new_chat_requested, timeout=REPLY_TIMEOUT_MS):
+    old_chat = studio.chat.chat_id
+    with qtbot.waitSignal(studio.chat.reset_requested, timeout=REPLY_TIMEOUT_MS):  # once the reply has stopped
         qtbot.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
-    assert not window.busy and window.session.replies == [] and window.messages == []
+    assert not studio.chat.busy and studio.chat.replies == [] and studio.chat.messages == []
     assert "w3 w4" not in window.chat.toPlainText() and window.reply_label.text() == ""
     assert window.inspector.span is None
-    assert window.recorder.chat_id is None  # the next message starts a new saved chat
-    [stopped] = window.store.load_chat(old_chat).replies
+    assert studio.chat.chat_id is None  # the next message starts a new saved chat
+    [stopped] = studio.chat.store.load_chat(old_chat).replies
     assert stopped.stopped and 0 < len(stopped.events) < 600
 
 
@@ -216,11 +216,11 @@ def test_the_title_follows_an_edited_first_message_and_a_right_click_keeps_the_o
         qtbot.keyClick(window.message_box, Qt.Key.Key_Return)
     history = window.history.list
     assert history.item(0).text() == edited.strip()  # never renamed: it follows its first message
-    assert history.currentItem().data(CHAT_ID) == window.recorder.chat_id
+    assert history.currentItem().data(CHAT_ID) == studio.chat.chat_id
 
     qtbot.mouseClick(history.viewport(), Qt.MouseButton.RightButton, pos=history.visualItemRect(
         history.item(1)).center())  # the other chat's menu
-    assert history.currentItem().data(CHAT_ID) == window.recorder.chat_id  # still the chat on screen
+    assert history.currentItem().data(CHAT_ID) == studio.chat.chat_id  # still the chat on screen
     menu = window.history.chat_menu(history.item(0))  # what a right-click opens, without its blocking exec()
     next(action for action in menu.actions() if action.text() == "Rename…").trigger()
     dialog = window.history.findChild(QInputDialog)
@@ -238,7 +238,7 @@ def test_rename_delete_and_export_a_saved_chat(make_window, mixed_decoder, qtbot
     studio = make_window(mixed_decoder, greedy=False, max_new_tokens=8)
     window = studio.window
     reply = send(qtbot, studio, "w3 w4")
-    chat_id = window.recorder.chat_id
+    chat_id = studio.chat.chat_id
     title = "w3 w4 " * 10  # a title as long as one made from a first message gets
     window.history.rename_chat(chat_id, title)
     window.history._ask_rename(chat_id, title.strip())  # Rename… in the chat's context menu
@@ -251,12 +251,12 @@ def test_rename_delete_and_export_a_saved_chat(make_window, mixed_decoder, qtbot
     assert window.history.list.item(0).text() == "Tiny words"
     written = window.history.export_chat(chat_id, tmp_path / "again")
     data = json.loads((tmp_path / "again.json").read_text())
-    assert [p.suffix for p in written] == [".json", ".csv"] and data["replies"][0]["text"] == reply.text
+    assert [p.suffix for p in written] == [".json", ".csv", ".md"] and data["replies"][0]["text"] == reply.text
     (tmp_path / "blocked.csv").mkdir()
     with pytest.raises(ExportError, match="blocked.csv"):
         window.history.export_chat(chat_id, tmp_path / "blocked")
     window.history.delete_chat(chat_id)
-    assert window.session.replies == []  # the open chat was the one deleted
+    assert studio.chat.replies == []  # the open chat was the one deleted
     empty = window.history.empty  # says what will appear, on as many lines as the dock's width needs
     assert window.history.list.isHidden() and empty.isVisible() and "No saved chats yet" in empty.text()
     assert empty.minimumSizeHint().width() <= empty.width()
@@ -268,7 +268,7 @@ APP = textwrap.dedent("""
     from app.studio import build
     from engine.events import DecodeSettings
     from tests.ui.conftest import DRAFT_NOISE, near_copy_decoder
-    from ui.chat_store import ChatStore
+    from app.chat_store import ChatStore
 
     app = QApplication([])
     studio = build(near_copy_decoder(DRAFT_NOISE["mixed"]), defaults=DecodeSettings(greedy=False, max_new_tokens=8),
@@ -281,8 +281,8 @@ APP = textwrap.dedent("""
         print("round", len(rounds), flush=True)
 
     def on_turn_completed():
-        print("turn", len(window.session.replies), flush=True)
-        if len(window.session.replies) == 1:
+        print("turn", len(studio.chat.replies), flush=True)
+        if len(studio.chat.replies) == 1:
             window.controls.max_new_tokens.setValue(5000)  # a reply that outlives the kill
             window.send("w5 w6")
 
@@ -332,7 +332,7 @@ def test_the_chat_menu_acts_on_the_reply_under_the_mouse(make_window, mixed_deco
     cursor = token_position(window.chat, first_span=window.chat.items[1].first)
     cursor.movePosition(QTextCursor.MoveOperation.Right)  # inside the token, not on its left edge
     on_first_reply = window.chat.cursorRect(cursor).center()
-    assert window._turn_at(on_first_reply) == 0
+    assert window.chat.turn_at(on_first_reply) == 0
     window.copy_turn(0)
     assert QApplication.clipboard().text() == first.text
     window.edit_turn(0)
@@ -340,7 +340,7 @@ def test_the_chat_menu_acts_on_the_reply_under_the_mouse(make_window, mixed_deco
     window.message_box.setPlainText("w9")
     with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         qtbot.keyClick(window.message_box, Qt.Key.Key_Return)
-    assert [r.request.messages[-1]["content"] for r in window.session.replies] == ["w9"]
+    assert [r.request.messages[-1]["content"] for r in studio.chat.replies] == ["w9"]
 
 
 def reply_links(chat) -> list[tuple[str, int, int]]:
@@ -386,13 +386,16 @@ def test_links_under_each_reply_copy_edit_regenerate_and_continue_it(make_window
     assert "Regenerate" not in chat.selected_clean_text()  # the links are not part of the chat's text
     with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         click_link(qtbot, chat, "continue", 1)
-    assert window.messages[-1]["content"] == second.text + window.session.replies[-1].text
-    assert links()[2:] == [("copy", 1), ("edit", 1), ("copy", 2), ("edit", 2), ("regenerate", 2), ("continue", 2)]
+    assert studio.chat.messages[-1]["content"] == second.text + studio.chat.replies[-1].text
+    # the continued reply is one reply: one set of links, acting on its last part
+    assert links()[2:] == [("copy", 2), ("edit", 2), ("regenerate", 2), ("continue", 2)]
+    click_link(qtbot, chat, "copy", 2)
+    assert QApplication.clipboard().text() == studio.chat.messages[-1]["content"]
     with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
-        click_link(qtbot, chat, "regenerate", 2)
-    assert len(window.session.replies) == 3 and links()[-2:] == [("regenerate", 2), ("continue", 2)]
+        click_link(qtbot, chat, "regenerate", 2)  # all of the continued reply, from its message
+    assert len(studio.chat.replies) == 2 and links()[-2:] == [("regenerate", 1), ("continue", 1)]
     click_link(qtbot, chat, "edit", 0)
-    assert window.message_box.toPlainText() == "w3 w4" and window.editing == 0
+    assert window.message_box.toPlainText() == "w3 w4" and studio.chat.editing == 0
 
 
 def token_position(chat, first_span: int) -> QTextCursor:
@@ -444,8 +447,28 @@ def test_a_database_failing_mid_session_is_reported_and_the_chat_goes_on(make_wi
     studio = make_window(mixed_decoder, greedy=False, max_new_tokens=8)
     window = studio.window
     send(qtbot, studio, "w3 w4")
-    window.store.db.close()  # the next write raises, as on a full disk or a removed file
+    studio.chat.store.db.close()  # the next write raises, as on a full disk or a removed file
     reply = send(qtbot, studio, "w5 w6")
     assert window.error_box.text().startswith("Chats are no longer being saved")
-    assert window.session.replies[-1] is reply and reply.text
+    assert studio.chat.replies[-1] is reply and reply.text
     send(qtbot, studio, "w7")  # and the chat goes on
+
+
+def chart_data(charts) -> dict:
+    return {name: charts.buffers.series(name)[1].tolist() for name in ("alpha", "alpha_mean", "tokens", "expected",
+                                                                          "speedup", "speedup_mean")}
+
+
+def test_a_reopened_chat_charts_the_points_charted_live_and_ends_on_its_footer(make_window, mixed_decoder, qtbot):
+    studio = make_window(mixed_decoder, greedy=False, max_new_tokens=24, cost_aware=False, stop_below=0.0)
+    window = studio.window
+    send(qtbot, studio, "w3 w4")
+    reply = send(qtbot, studio, "w9 w2")
+    live = chart_data(window.charts)
+    chat_id = studio.chat.chat_id
+    window.new_chat()
+    assert chart_data(window.charts)["tokens"] == []
+    studio.chat.open_chat(chat_id)
+    assert chart_data(window.charts) == live
+    assert f"est. {live['speedup_mean'][-1]:.2f}× vs AR" in window.reply_label.text()
+    assert live["speedup_mean"][-1] == pytest.approx(reply.estimated_speedup)

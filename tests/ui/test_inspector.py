@@ -125,7 +125,7 @@ def test_the_bonus_sentence_counts_the_drafts_of_its_round():
 
 
 def test_a_click_pins_a_token_until_another_click(make_studio, mixed_decoder, qtbot):
-    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=16, stop_below=0.0)
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=16, cost_aware=False, stop_below=0.0)
     send(qtbot, studio)
     window, chat = studio.window, studio.window.chat
     clean = [i for i, s in enumerate(chat.spans) if s.clean]
@@ -145,14 +145,15 @@ def test_a_click_pins_a_token_until_another_click(make_studio, mixed_decoder, qt
     assert not window.inspector.pinned
 
 
-def spans_shown_at_each_turn_start(window) -> list:
+def spans_shown_at_each_turn_start(studio) -> list:
     shown = []
-    window.prompt_submitted.connect(lambda _request: shown.append(window.inspector.span))
+    window = studio.window
+    studio.chat.prompt_requested.connect(lambda _request: shown.append(window.inspector.span))
     return shown
 
 
 def test_the_inspector_opens_on_a_token_the_view_draws_and_clears_for_a_new_reply(make_studio, mixed_decoder, qtbot):
-    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=24, stop_below=0.0)
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=24, cost_aware=False, stop_below=0.0)
     window = studio.window
     send(qtbot, studio)
     assert any(s.fate is Fate.REJECTED for s in window.chat.spans)
@@ -163,19 +164,19 @@ def test_the_inspector_opens_on_a_token_the_view_draws_and_clears_for_a_new_repl
     assert window.inspector.span.fate is Fate.REJECTED  # the trace draws the draft itself
     window.legend.trace_action.trigger()
     assert window.inspector.span is shown
-    at_start = spans_shown_at_each_turn_start(window)
+    at_start = spans_shown_at_each_turn_start(studio)
     send(qtbot, studio, "w9 w2")
     assert at_start == [None] and window.inspector.span is not shown
 
 
 def test_a_pinned_token_stays_pinned_through_the_next_reply(make_studio, mixed_decoder, qtbot):
-    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=24, stop_below=0.0)
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=24, cost_aware=False, stop_below=0.0)
     window = studio.window
     send(qtbot, studio)
     first_clean = next(i for i, s in enumerate(window.chat.spans) if s.clean)
     window.on_token_clicked(first_clean)
     pinned = window.inspector.span
-    at_start = spans_shown_at_each_turn_start(window)
+    at_start = spans_shown_at_each_turn_start(studio)
     send(qtbot, studio, "w9 w2")
     assert at_start == [pinned] and window.inspector.pinned and window.inspector.span is pinned
 
@@ -196,3 +197,19 @@ def test_another_token_is_shown_from_its_header_not_from_the_last_scroll_positio
     bar.setValue(bar.maximum())
     inspector.pin(spans[Fate.REJECTED])
     assert bar.value() == 0
+
+
+def test_a_bonus_after_two_drafts_says_both_were_accepted():
+    bonus = spans_of(accepted_round(0, ["a", "b"], "c"))[Fate.BONUS]
+    assert "both of the round's drafts were accepted" in text_of(span_html(bonus))
+
+
+def test_the_legend_names_the_targets_token_after_a_rejection_by_mode(qtbot):
+    from ui.legend import Legend
+
+    legend = Legend()
+    qtbot.addWidget(legend)
+    legend.set_greedy(True)
+    assert legend.chips[Fate.RESAMPLED].text() == "corrected"
+    legend.set_greedy(False)
+    assert legend.chips[Fate.RESAMPLED].text() == "resampled"

@@ -10,7 +10,8 @@ from PySide6.QtWidgets import QApplication, QStyle, QStyleOptionComboBox
 from engine.events import ModelInfo, PairInfo
 from engine.models.pairing import PRESETS
 from ui.charts import MIN_CHART_HEIGHT
-from ui.main_window import MIN_HEIGHT, MIN_WIDTH, PANE_MIN_WIDTH, PANE_WIDTH, STATUS_RIGHT_MARGIN, MainWindow
+from ui.main_window import (MIN_HEIGHT, MIN_WIDTH, PANE_MIN_WIDTH, PANE_WIDTH, SIDE_MAX_WIDTH, STATUS_RIGHT_MARGIN,
+                            MainWindow)
 
 
 def shown_window(qtbot, width: int, height: int, **machine) -> MainWindow:
@@ -117,8 +118,9 @@ def test_the_model_panel_asks_for_a_gguf_targets_weights(qtbot):
         picker.load_button.click()
     assert asked.args == [picker.target.text(), picker.draft.text(), "auto", "auto", "native"]
     target = ModelInfo("embedded", "/m/t.gguf", 135, 49152, weights="native")
-    window.on_models_loaded(PairInfo(target, None, "cpu", "bfloat16"))
-    assert window.pair_label.text().endswith("bfloat16 · int4 target")
+    window.on_pair_loaded(PairInfo(target, None, "cpu", "bfloat16"))
+    assert window.pair_label.text().endswith("bfloat16 · int4 target (its own 4-bit weights)")
+    assert "twice as fast" in window.statusBar().currentMessage()  # why it matters, where it is seen
 
 
 def drawn_labels(plot, side: str = "bottom") -> dict[str, QRect]:
@@ -170,7 +172,7 @@ def test_at_1000_by_700_the_ar_comparison_progress_shows_its_text_whole(qtbot):
                               "bfloat16")
     window.reply_label.setText("last reply: 120 tokens in 37 rounds · 258.1 tok/s · α 0.71 · 3.24 tok/round · "
                                "est. 1.22× vs AR (machine busy — not a fair number)")
-    window.on_comparison_progressed(1234)
+    window.on_comparison_progressed(1234, 1)
     QApplication.processEvents()
     bar = window.comparison_progress
     status = window.statusBar()
@@ -195,3 +197,15 @@ def test_at_1000_by_700_the_preset_box_shows_its_preset_whole(qtbot):
                                            QStyle.SubControl.SC_ComboBoxEditField, box)
         assert box.fontMetrics().horizontalAdvance(option.currentText) <= field.width(), option.currentText
         assert option.currentText == box.currentData()  # the name, without "— needs a download"
+
+
+def test_a_window_widened_with_the_charts_hidden_widens_only_the_chat(qtbot):
+    window = shown_window(qtbot, MIN_WIDTH, MIN_HEIGHT)
+    window.pane_actions["right"].trigger()  # Ctrl+2
+    window.resize(1600, 1000)
+    QApplication.processEvents()
+    assert pane_widths(window)["side"] <= SIDE_MAX_WIDTH
+    window.pane_actions["right"].trigger()
+    QApplication.processEvents()
+    widths = pane_widths(window)
+    assert widths["side"] <= SIDE_MAX_WIDTH and widths["chat"] > widths["right"] >= PANE_MIN_WIDTH["right"]

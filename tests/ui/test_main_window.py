@@ -7,6 +7,7 @@ import re
 
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QTextCursor
+from PySide6.QtWidgets import QApplication, QMenu
 
 from engine.events import DecodeSettings, Fate
 from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, text_of, token_fragments
@@ -15,9 +16,9 @@ from ui.palette import STYLES
 
 
 def test_reply_shows_a_colour_for_each_fate_that_occurred(make_studio, mixed_decoder, qtbot):
-    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=48, stop_below=0.0)
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=48, cost_aware=False, stop_below=0.0)
     reply = send(qtbot, studio)
-    fates = {t.fate for e in reply.events for t in e.emitted}
+    fates = {t.fate for t in reply.tokens}
     assert {Fate.ACCEPTED, Fate.BONUS, Fate.RESAMPLED} <= fates  # the fixture's pair is built to show all three
     studio.window.legend.trace_action.trigger()  # the speculative trace: every draft on its tint
     shown = {(colour, strike) for _, colour, strike in token_fragments(studio.window.chat)}
@@ -28,19 +29,19 @@ def test_reply_shows_a_colour_for_each_fate_that_occurred(make_studio, mixed_dec
     studio.window.legend.trace_action.trigger()
     clean = token_fragments(studio.window.chat)
     assert all(not strike and not colour for _, colour, strike in clean)
-    assert "".join(text for text, _, _ in clean) == "".join(t.text for e in reply.events for t in e.emitted)
+    assert "".join(text for text, _, _ in clean) == "".join(t.text for t in reply.tokens)
 
 
 def test_greedy_corrections_are_blue_and_plain_ar_is_uncoloured(make_studio, greedy_mixed_decoder, qtbot):
     studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=12)
     reply = send(qtbot, studio)
-    assert Fate.CORRECTED in {t.fate for e in reply.events for t in e.emitted}
+    assert Fate.CORRECTED in {t.fate for t in reply.tokens}
     studio.window.legend.trace_action.setChecked(True)
     assert (STYLES[Fate.CORRECTED].background, False) in {(c, s) for _, c, s in token_fragments(studio.window.chat)}
     studio.window.new_chat()
     studio.window.controls.mode.setCurrentIndex(studio.window.controls.mode.findData("ar"))
     ar_reply = send(qtbot, studio)
-    assert {t.fate for e in ar_reply.events for t in e.emitted} == {Fate.TARGET}
+    assert {t.fate for t in ar_reply.tokens} == {Fate.TARGET}
     assert {colour for _, colour, _ in token_fragments(studio.window.chat)} == {""}
 
 
@@ -56,8 +57,8 @@ def test_charts_hold_one_point_per_round(make_studio, mixed_decoder, qtbot):
 def test_export_files_parse_and_agree_with_the_status_bar(make_studio, mixed_decoder, qtbot, tmp_path):
     studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=16)
     reply = send(qtbot, studio)
-    written = studio.window.export_to(tmp_path / "session")
-    assert sorted(p.suffix for p in written) == [".csv", ".json", ".png"]
+    written = studio.chat.export(tmp_path / "session")
+    assert sorted(p.suffix for p in written) == [".csv", ".json", ".md", ".png"]
     data = json.loads((tmp_path / "session.json").read_text())
     with (tmp_path / "session.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
@@ -72,7 +73,7 @@ def test_export_files_parse_and_agree_with_the_status_bar(make_studio, mixed_dec
 
 
 def test_gamma_change_applies_from_the_next_round(make_studio, mixed_decoder, qtbot):
-    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=40, gamma=4, stop_below=0.0)
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=40, gamma=4, cost_aware=False, stop_below=0.0)
     seen_at_change = []
 
     def change_gamma_once(event):
@@ -111,23 +112,23 @@ def test_stop_ends_the_reply_within_one_round(make_studio, mixed_decoder, qtbot)
     assert reply.stopped and reply.events[-1].finish_reason is None
     assert len(reply.events) <= emitted_at_stop[0] + 1
     assert studio.window.send_button.isEnabled() and not studio.window.stop_button.isEnabled()
-    assert studio.window.messages[-1] == {"role": "assistant", "content": reply.text}
+    assert studio.chat.messages[-1] == {"role": "assistant", "content": reply.text}
 
 
 def test_compare_with_ar_reports_identical_greedy_output_and_keeps_history(make_studio, greedy_mixed_decoder, qtbot):
     studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=10)
     studio.window.controls.compare_ar.setChecked(True)
     reply = send(qtbot, studio)
-    comparison = studio.window.session.comparisons[0]
+    comparison = studio.chat.session.comparisons[0]
     assert comparison.identical is True and comparison.speedup > 0
     assert comparison.ar_text == reply.text and all(e.gamma == 0 for e in comparison.ar_events)
-    assert [m["role"] for m in studio.window.messages] == ["user", "assistant"]
+    assert [m["role"] for m in studio.chat.messages] == ["user", "assistant"]
     assert re.search(r"measured \d+\.\d\d× vs AR", studio.window.reply_label.text())
     assert studio.window.charts.measured.isVisible()
 
 
 def test_hovering_a_rejected_token_shows_p_q_r_and_the_top_tokens(make_studio, mixed_decoder, qtbot):
-    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=16, stop_below=0.0)
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=16, cost_aware=False, stop_below=0.0)
     send(qtbot, studio)
     chat = studio.window.chat
     studio.window.legend.trace_action.setChecked(True)  # rejected drafts are only drawn in the trace
@@ -168,7 +169,7 @@ def test_shift_enter_adds_a_line_and_enter_sends(make_studio, mixed_decoder, qtb
     assert box.toPlainText() == "w3\nw7"
     with qtbot.waitSignal(studio.window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         qtbot.keyClick(box, Qt.Key.Key_Return)
-    assert box.toPlainText() == "" and studio.window.messages[0] == {"role": "user", "content": "w3\nw7"}
+    assert box.toPlainText() == "" and studio.chat.messages[0] == {"role": "user", "content": "w3\nw7"}
 
 
 def test_a_failed_load_gives_a_dialog_and_keeps_the_previous_pair_working(make_studio, mixed_decoder, qtbot,
@@ -180,7 +181,7 @@ def test_a_failed_load_gives_a_dialog_and_keeps_the_previous_pair_working(make_s
     with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         window.picker.load_button.click()
     assert "does not exist" in window.error_box.text()
-    assert window.progress is None and window.ready and window.send_button.isEnabled()
+    assert not window.load_progress.isVisible() and studio.chat.ready and window.send_button.isEnabled()
     # the controls show the pair that still answers, not the one that failed
     assert window.pair_label.text() == pair_shown
     assert window.picker.target.text() == mixed_decoder.info().target.name
@@ -196,7 +197,7 @@ def test_keyboard_shortcuts_stop_and_start_a_new_chat(make_studio, mixed_decoder
     assert reply.stopped
     with qtbot.waitSignal(studio.window.new_chat_requested, timeout=1000):
         qtbot.keyClick(studio.window.message_box, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
-    assert studio.window.messages == [] and studio.window.chat.spans == []
+    assert studio.chat.messages == [] and studio.window.chat.spans == []
 
 
 def test_closing_the_window_mid_reply_stops_decoding_and_joins_the_thread(make_studio, mixed_decoder, qtbot):
@@ -215,3 +216,83 @@ def test_reply_header_names_fixed_and_adaptive_rounds():
     assert reply_header(DecodeSettings(gamma=6, stop_below=0.3)) == "Assistant · speculative, greedy, γ ≤ 6, stop 0.3"
     assert (reply_header(DecodeSettings(gamma=2, stop_below=0.0, greedy=False, temperature=0.7))
             == "Assistant · speculative, sampling T=0.7, γ=2")
+
+
+def test_a_plain_ar_reply_draws_no_speedup_and_rests_gamma(make_studio, greedy_mixed_decoder, qtbot):
+    studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=12)
+    controls = studio.window.controls
+    assert controls.gamma.isEnabled()
+    controls.mode.setCurrentIndex(controls.mode.findData("ar"))
+    assert not controls.gamma.isEnabled() and not controls.compare_ar.isEnabled()
+    send(qtbot, studio)
+    studio.window.charts.refresh()
+    assert studio.window.charts.point_count("tokens") == 12
+    assert studio.window.charts.point_count("speedup") == studio.window.charts.point_count("speedup_mean") == 0
+    assert "plain AR" in studio.window.charts.headers[studio.window.charts.speedup_plot].text()
+
+
+def test_a_pair_without_a_draft_offers_plain_ar_only(make_studio, qtbot):
+    from tests.tiny import tiny_decoder
+
+    studio = make_studio(tiny_decoder(draft_seed=None), max_new_tokens=4)
+    controls = studio.window.controls
+    assert controls.settings().mode == "ar" and not controls.mode.isEnabled() and not controls.gamma.isEnabled()
+    assert send(qtbot, studio).request.settings.mode == "ar"
+    assert "plain AR" in studio.window.chat.toPlainText()
+
+
+def test_continue_extends_the_reply_in_place(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, max_new_tokens=6)
+    cut = send(qtbot, studio)
+    window = studio.window
+    assert window.continue_button.isVisible() and window.continue_action.isEnabled()
+    with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        window.continue_action.trigger()
+    more = studio.chat.replies[-1]
+    [reply] = window.chat.transcript.replies()
+    assert window.chat.transcript.clean_text(reply) == cut.text + more.text
+    assert window.chat.toPlainText().count("Assistant") == 1 and "continued" not in window.chat.toPlainText()
+    assert f"{len(cut.tokens) + len(more.tokens)} tokens in" in window.reply_label.text()
+
+
+def test_a_new_chat_shows_no_continue(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, max_new_tokens=6)
+    send(qtbot, studio)
+    studio.window.new_chat()
+    assert not studio.window.continue_button.isVisible() and not studio.window.continue_action.isEnabled()
+
+
+def test_a_reply_cut_by_stop_offers_continue(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=200)
+    stopped = []
+    studio.window.round_shown.connect(lambda _e: stopped or (stopped.append(1), studio.window.stop()))
+    assert send(qtbot, studio).stopped
+    assert studio.window.continue_button.isVisible() and studio.window.continue_action.isEnabled()
+
+
+def test_the_help_menu_lists_every_shortcut(make_studio, mixed_decoder, qtbot):
+    window = make_studio(mixed_decoder, max_new_tokens=4).window
+    shortcuts = dict(window.shortcuts())
+    for keys in ("Ctrl+N", "Ctrl+R", "Ctrl+T", "Ctrl+H", "Ctrl+E", "Ctrl+1", "Ctrl+2", "Esc", "Enter", "F1"):
+        assert keys in shortcuts, keys
+    assert shortcuts["Ctrl+N"] == "New chat"
+    qtbot.keyClick(window, Qt.Key.Key_F1)
+    assert window.help_box.isVisible() and "Ctrl+Shift+E" in window.help_box.text()
+    window.help_box.close()
+    help_menu = next(m for m in window.menuBar().findChildren(QMenu) if m.title() == "&Help")
+    about = next(a for a in help_menu.actions() if a.text().startswith("&About"))
+    about.trigger()
+    assert "speculative decoding" in window.help_box.text()
+    window.help_box.close()
+
+
+def test_loading_a_pair_leaves_the_guide_in_view(make_studio, mixed_decoder, qtbot, tmp_path):
+    studio = make_studio(mixed_decoder, max_new_tokens=4)
+    window = studio.window
+    window.new_chat()
+    window.picker.target.setText(str(tmp_path / "missing"))
+    with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        window.picker.load_button.click()
+        assert window.load_progress.isVisible() and "Loading" in window.pair_label.text()
+        assert QApplication.activeModalWidget() is None and "Try one" in window.chat.toPlainText()
+    window.error_box.close()

@@ -6,15 +6,20 @@ import dataclasses
 import json
 from types import SimpleNamespace
 
+import numpy as np
+import pytest
+
 from engine.events import DecodeSettings, EmittedToken, Fate, ModelInfo, PairInfo, RoundEvent
-from engine.models.pairing import PRESETS
 from tests.ui.helpers import send
 from tests.ui.synthetic import accepted_round
+from ui.charts import RoundBuffers
 from ui.chat_view import ACTION_ROW
 from ui.compare import comparison_view, explain, first_difference
-from ui.main_window import MainWindow, comparison_line, stats_line
+from app.chat import ChatController
+from app.timing import RECENT, StepReference, machine_was_busy
+from ui.main_window import comparison_line, stats_line
 from ui.session import Comparison, Reply, ReplyRequest
-from ui.timing import RECENT, StepReference, estimated_speedup, machine_was_busy
+from ui.timing import estimated_speedup
 
 
 def ar_step(index: int, token_id: int, text: str, p: float, step_s: float = 0.03) -> RoundEvent:
@@ -63,16 +68,15 @@ def test_a_machine_that_stays_busy_is_judged_against_its_quiet_speed():
     assert reference.fastest == 0.0 and not machine_was_busy(events, reference)
 
 
-def test_the_first_reply_is_judged_against_the_step_timed_when_the_pair_loaded(qtbot):
-    window = MainWindow(PRESETS)
-    qtbot.addWidget(window)
+def test_the_first_reply_is_judged_against_the_step_timed_when_the_pair_loaded():
+    chat = ChatController()
     first = [dataclasses.replace(accepted_round(i, ["a"], "b"), target_step_s=0.2) for i in range(5)]
     flagged = []
     for warm_up_s in (0.0, 0.02):  # 0: a pair announced without a warm-up timing
-        window.on_models_loaded(PairInfo(ModelInfo("t", "/t", 1, 64), None, "cpu", "float32",
-                                         target_step_s=warm_up_s))
-        window.timing.add_round(first[0])  # the fresh timing before the reply, as the window adds it
-        flagged.append(machine_was_busy(first, window.timing))
+        chat.on_models_loaded(PairInfo(ModelInfo("t", "/t", 1, 64), None, "cpu", "float32",
+                                       target_step_s=warm_up_s))
+        chat.timing.add_round(first[0])  # the fresh timing before the reply, as the controller adds it
+        flagged.append(machine_was_busy(first, chat.timing))
     assert flagged == [False, True]  # alone, a slow fresh timing is its own floor
 
 
@@ -88,9 +92,9 @@ def test_on_a_busy_machine_window_and_export_show_one_estimate_marked_unfair(mak
     studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=10)
     window = studio.window
     window.controls.compare_ar.setChecked(True)
-    window.timing.add(1e-6)  # a quiet step far faster than this machine ever runs: every real step looks busy
+    studio.chat.timing.add(1e-6)  # a quiet step far faster than this machine ever runs: every real step looks busy
     send(qtbot, studio)
-    reply = window.session.replies[-1]
+    reply = studio.chat.replies[-1]
     estimate = f"est. {reply.estimated_speedup:.2f}× vs AR (machine busy — not a fair number)"
     shown = window.reply_label.text()
     assert reply.machine_busy and f"{estimate} · measured" in shown
@@ -98,7 +102,7 @@ def test_on_a_busy_machine_window_and_export_show_one_estimate_marked_unfair(mak
     assert "The machine was busy during this reply" in window.chat.toPlainText()
     figure = f"est.\u00a0{reply.estimated_speedup:.2f}×\u00a0vs\u00a0AR (machine busy"  # it never wraps inside
     assert figure in window.chat.document().toRawText()
-    window.export_to(tmp_path / "s")
+    studio.chat.export(tmp_path / "s")
     stats = json.loads((tmp_path / "s.json").read_text())["replies"][0]["stats"]
     assert f"est. {stats['estimated_speedup']:.2f}×" in shown and stats["machine_busy"] is True
 
@@ -155,3 +159,52 @@ def test_a_stopped_ar_comparison_claims_no_speedup():
     assert "measured 3.03×" in comparison_line(finished, reply)
     stopped = dataclasses.replace(finished, stopped=True)
     assert comparison_line(stopped, reply) == "plain AR stopped after 2 tokens: no measured speedup"
+
+
+def costed(event: RoundEvent, ar_step_s: float) -> RoundEvent:
+    """The round as the engine reports it with a cost model: its tokens' AR time at `ar_step_s` a step."""
+    return dataclasses.replace(event, ar_equivalent_s=len(event.emitted) * ar_step_s)
+
+
+def test_the_estimate_rests_on_the_cost_model_where_the_rounds_carry_it():
+    events = [costed(accepted_round(i, ["a", "b"], "c"), 0.015) for i in range(4)]  # 3 tokens, 45 ms of AR each
+    assert estimated_speedup(events, reference_s=0.5, gamma=4) == pytest.approx(0.045 / 0.03)
+
+
+def test_without_a_cost_model_the_estimate_falls_back_to_the_reference_step():
+    events = [accepted_round(i, ["a", "b"], "c") for i in range(4)]
+    assert estimated_speedup(events, reference_s=0.015, gamma=4) == pytest.approx(0.045 / 0.03)
+
+
+def test_the_chart_ends_on_the_estimate_the_stats_line_shows():
+    events = [costed(accepted_round(i, ["a"] * (i % 3), "c"), 0.012) for i in range(6)]
+    reply = Reply(ReplyRequest(({"role": "user", "content": "x"},), DecodeSettings(gamma=3)), tuple(events), "",
+                  False, reference_s=0.02)
+    buffers = RoundBuffers()
+    for event in events:
+        buffers.append(event, reply.reference, reply.gamma + 1.0)
+    assert buffers.series("speedup_mean")[1][-1] == pytest.approx(reply.estimated_speedup)
+    assert f"est. {reply.estimated_speedup:.2f}× vs AR" in stats_line(reply)
+
+
+def test_a_first_reply_slower_than_the_cost_model_says_is_flagged_busy():
+    reference = StepReference()
+    reference.add(0.2)  # the only timings so far are this reply's own slow ones: alone they look quiet
+    slow = [costed(dataclasses.replace(accepted_round(i, ["a"], "b"), target_step_s=0.2, verify_s=0.25), 0.03)
+            for i in range(5)]
+    assert machine_was_busy(slow, reference)
+
+
+def test_a_reply_at_the_cost_models_speed_is_not_flagged():
+    reference = StepReference()
+    reference.add(0.03)
+    quiet = [costed(dataclasses.replace(accepted_round(i, ["a"], "b"), target_step_s=0.03, verify_s=0.035), 0.03)
+             for i in range(5)]
+    assert not machine_was_busy(quiet, reference)
+
+
+def test_a_plain_ar_reply_charts_no_speedup():
+    buffers = RoundBuffers()
+    for i in range(5):
+        buffers.append(ar_step(i, 7, "w", 0.5, step_s=0.03 if i else 0.005), 0.03, 2.0)  # a fast first step
+    assert np.isnan(buffers.series("speedup")[1]).all() and np.isnan(buffers.series("speedup_mean")[1]).all()

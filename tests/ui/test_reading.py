@@ -35,7 +35,7 @@ def test_clean_view_renders_markdown_without_rejected_drafts_or_special_tokens(q
     chat = shown_reply(qtbot)
     assert chat.view == CLEAN
     text = chat.toPlainText()
-    assert "Here is fast code:\ndef f():\n    return 1\nDone.\nstats" in text
+    assert "Here is fast code:\ndef f():\n    return 1\nCopy code\nDone.\nstats" in text  # the code's Copy link
     for absent in ("**", "```", "<|im_end|>", " pass"):
         assert absent not in text
     code = [fmt for piece, fmt, _ in fragments(chat) if piece in ("def", "    return")]
@@ -90,7 +90,7 @@ def test_the_trace_draws_code_in_the_monospace_font_like_the_clean_view(qtbot):
 
 
 def test_ctrl_a_ctrl_c_copies_the_clean_reply(make_studio, mixed_decoder, qtbot):
-    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=24, stop_below=0.0)
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=24, cost_aware=False, stop_below=0.0)
     reply = send(qtbot, studio)
     window = studio.window
     rejected = [s.text for s in window.chat.spans if s.fate is Fate.REJECTED]
@@ -102,12 +102,12 @@ def test_ctrl_a_ctrl_c_copies_the_clean_reply(make_studio, mixed_decoder, qtbot)
         qtbot.keyClick(window.chat, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
         qtbot.keyClick(window.chat, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier)
         copied = QGuiApplication.clipboard().text()
-        assert "".join(t.text for e in reply.events for t in e.emitted).strip() in copied
+        assert "".join(t.text for t in reply.tokens).strip() in copied
         assert "w3 w7 w11 w5" in copied  # the user's message too
 
 
 def test_the_view_toggle_has_a_shortcut_and_redraws_without_rerunning(make_studio, mixed_decoder, qtbot):
-    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=16, stop_below=0.0)
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=16, cost_aware=False, stop_below=0.0)
     send(qtbot, studio)
     window = studio.window
     rounds = studio.worker.rounds_emitted
@@ -148,7 +148,7 @@ def test_an_example_in_the_empty_chat_guide_is_sent_with_one_click(make_studio, 
     assert "Try one" in chat.toPlainText()
     with qtbot.waitSignal(studio.window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         chat.anchorClicked.emit(QUrl(f"{EXAMPLE_SCHEME}:1"))
-    assert studio.window.messages[0] == {"role": "user", "content": EXAMPLES[1][1]}
+    assert studio.chat.messages[0] == {"role": "user", "content": EXAMPLES[1][1]}
     assert "Try one" not in chat.toPlainText()
 
 
@@ -173,3 +173,37 @@ def test_an_unfenced_indented_line_is_drawn_indented(qtbot):
         margins[block.text()] = block.blockFormat().leftMargin()
         block = block.next()
     assert margins["return 1"] == 4 * chat.fontMetrics().horizontalAdvance(" ") > margins["def f():"]
+
+
+def test_a_long_prompt_is_shown_folded_and_unfolds_on_click(qtbot):
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    document = " ".join(f"w{i % 40}" for i in range(4000))
+    chat.add_user_message(document)
+    shown = chat.toPlainText()
+    assert document not in shown and "Show all (4000 words)" in shown and len(shown) < 400
+    chat.on_anchor_clicked(QUrl("fold:0"))
+    assert document in chat.toPlainText() and "Fold" in chat.toPlainText()
+
+
+def test_a_short_message_is_never_folded(qtbot):
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    chat.add_user_message("w3 w7\nw11")
+    assert "w3 w7\nw11" in chat.toPlainText() and "Show all" not in chat.toPlainText()
+
+
+def test_a_code_block_has_a_copy_link_that_copies_its_code(qtbot):
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    chat.begin_reply("Assistant")
+    for event in markdown_reply():
+        chat.add_round(event)
+    chat.flush()
+    chat.set_reply_actions(0, ("copy",), text="")
+    assert chat.toPlainText().count("Copy code") == 1
+    with qtbot.waitSignal(chat.code_copied, timeout=1000) as copied:
+        chat.on_anchor_clicked(QUrl("code:0"))
+    assert copied.args == ["def f():\n    return 1"]  # the code alone: no fences, no rejected draft
+    chat.selectAll()
+    assert "Copy code" not in chat.selected_clean_text()

@@ -10,7 +10,7 @@ from ui.stall_probe import StallProbe
 def test_event_loop_keeps_ticking_while_a_reply_streams(make_studio, mixed_decoder, qtbot):
     studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=160)
     probe = StallProbe(10)
-    studio.window.prompt_submitted.connect(probe.start)
+    studio.chat.prompt_requested.connect(probe.start)
     studio.window.turn_completed.connect(probe.stop)
     reply = send(qtbot, studio)
     assert len(reply.events) > 5

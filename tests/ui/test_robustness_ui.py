@@ -48,7 +48,7 @@ def test_a_failed_export_writes_nothing_says_why_and_the_next_export_works(make_
 
     chosen.append(tmp_path / "ok.json")
     window.export_dialog()
-    assert sorted(p.name for p in tmp_path.glob("ok.*")) == ["ok.csv", "ok.json", "ok.png"]
+    assert sorted(p.name for p in tmp_path.glob("ok.*")) == ["ok.csv", "ok.json", "ok.md", "ok.png"]
     assert json.loads((tmp_path / "ok.json").read_text())["replies"]
 
 
@@ -99,7 +99,7 @@ def test_a_write_failing_half_way_leaves_nothing_behind(make_studio, mixed_decod
 
     monkeypatch.setattr(export, "write_csv", full_disk)
     try:
-        studio.window.export_to(tmp_path / "s")
+        studio.chat.export(tmp_path / "s")
     except export.ExportError as exc:
         assert str(exc).endswith("s.csv: No space left on device")
     else:
@@ -129,7 +129,8 @@ def test_a_conversation_cut_to_the_window_says_so_in_the_chat(make_studio, mixed
 def test_stop_during_a_long_prefill_takes_effect_within_one_chunk(make_studio, mixed_decoder, qtbot):
     studio = make_studio(mixed_decoder, max_new_tokens=4)
     shown, progress = [], []
-    studio.window.statusBar().messageChanged.connect(shown.append)
+    bar = studio.window.prefill_progress
+    studio.chat.prefill_progressed.connect(lambda _p: shown.append((bar.isVisible(), bar.value(), bar.maximum())))
 
     def stop_at_the_first_chunk(item):
         progress.append(item)
@@ -141,9 +142,27 @@ def test_stop_during_a_long_prefill_takes_effect_within_one_chunk(make_studio, m
     assert reply.stopped and reply.events == ()
     assert [(p.done, p.total) for p in progress] == [(256, 899)]
     assert len(mixed_decoder.runner) == 256  # no second chunk was read
-    assert "Reading the prompt: 256 of 899 tokens…" in shown
+    assert shown == [(True, 256, 899)]  # the read-in progress is a bar, while it lasts
+    assert not bar.isVisible()
+    assert "stopped while reading the prompt: no tokens yet" in studio.window.chat.toPlainText()
     studio.worker.prefill_progressed.disconnect(stop_at_the_first_chunk)
     assert send(qtbot, studio).events
+
+
+def test_stop_says_stopping_until_the_worker_has_stopped(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, max_new_tokens=4)
+    window, seen = studio.window, []
+
+    def stop_once(_progress):
+        if not seen:
+            qtbot.mouseClick(window.stop_button, Qt.MouseButton.LeftButton)
+            seen.append((window.stop_button.text(), window.stop_button.isEnabled(), window.statusBar().currentMessage()))
+
+    studio.chat.prefill_progressed.connect(stop_once)
+    assert send(qtbot, studio, words(900)).stopped
+    text, enabled, message = seen[0]
+    assert text == "Stopping…" and not enabled and message.startswith("Stopping…")
+    assert window.stop_button.text() == "Stop" and window.send_button.isEnabled()
 
 
 def test_ctrl_c_closes_the_window(make_studio, mixed_decoder, qtbot):
@@ -160,7 +179,7 @@ def test_ctrl_c_closes_the_window(make_studio, mixed_decoder, qtbot):
 
 
 def test_shutting_down_mid_reply_saves_it_as_stopped_before_returning(make_studio, mixed_decoder, qtbot):
-    from ui.chat_store import ChatStore
+    from app.chat_store import ChatStore
 
     store = ChatStore(":memory:")
     studio = make_studio(mixed_decoder, store=store, max_new_tokens=900)
@@ -228,7 +247,7 @@ def run_studio(model: Path, data: Path, prompt: str, max_new_tokens: int, interr
 
 
 def test_ctrl_c_during_a_reply_stores_it_as_stopped_and_exits_130(tmp_path):
-    from ui.chat_store import ChatStore
+    from app.chat_store import ChatStore
 
     model, data = never_ending_model(tmp_path / "model"), tmp_path / "data"
     code, stderr = run_studio(model, data, "w3 w4", max_new_tokens=900, interrupt_at_round=3)
@@ -253,7 +272,7 @@ def test_an_export_holds_only_the_current_chat(make_studio, mixed_decoder, qtbot
     send(qtbot, studio, "w3 w4")
     studio.window.new_chat()
     second = send(qtbot, studio, "w5 w6")
-    studio.window.export_to(tmp_path / "chat")
+    studio.chat.export(tmp_path / "chat")
     replies = json.loads((tmp_path / "chat.json").read_text())["replies"]
     assert [r["messages"][-1]["content"] for r in replies] == ["w5 w6"] and replies[0]["text"] == second.text
 
@@ -267,3 +286,42 @@ def test_a_seed_the_seed_box_cannot_hold_is_refused_by_the_argument_parser(capsy
     assert exit_.value.code == 2
     assert f"argument --seed: must be from 0 to 2**31 - 1, not {SEED_LIMIT}" in capsys.readouterr().err
     assert parse_args(["--seed", str(SEED_LIMIT - 1)]).seed == SEED_LIMIT - 1
+
+
+def test_the_export_dialog_proposes_the_chats_title(make_studio, mixed_decoder, qtbot, monkeypatch):
+    studio = make_studio(mixed_decoder, max_new_tokens=3)
+    send(qtbot, studio, "w3 w4: a/b?")
+    proposed = []
+
+    def save_dialog(_parent, _caption, start, filters):
+        proposed.append(Path(start).name)
+        return "", filters  # cancelled
+
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", save_dialog)
+    studio.window.export_dialog()
+    assert proposed == ["w3 w4 a b.json"]
+
+
+def test_the_markdown_transcript_reads_as_the_chat(make_studio, mixed_decoder, qtbot, tmp_path):
+    studio = make_studio(mixed_decoder, max_new_tokens=6)
+    first = send(qtbot, studio, "w3 w4")
+    with qtbot.waitSignal(studio.window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        studio.window.continue_action.trigger()  # a continued reply reads as one
+    second = send(qtbot, studio, "w5 w6")
+    studio.chat.export(tmp_path / "chat")
+    text = (tmp_path / "chat.md").read_text()
+    assert text.startswith("# w3 w4\n") and text.count("**You**") == 2
+    assert (first.text + studio.chat.replies[1].text).strip() in text and second.text.strip() in text
+    assert text.count(" tokens in ") == 2
+
+
+def test_the_chart_image_holds_every_reply(make_studio, mixed_decoder, qtbot, tmp_path):
+    from PySide6.QtGui import QImage
+
+    studio = make_studio(mixed_decoder, max_new_tokens=4)
+    send(qtbot, studio, "w3 w4")
+    studio.chat.export(tmp_path / "one")
+    send(qtbot, studio, "w5 w6")
+    studio.chat.export(tmp_path / "two")
+    one, two = QImage(str(tmp_path / "one.png")), QImage(str(tmp_path / "two.png"))
+    assert two.width() == 2 * one.width() and two.height() == one.height()

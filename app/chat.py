@@ -1,0 +1,416 @@
+"""The chat controller: one conversation, its turn state, its saving and the fairness of its numbers, without a
+widget. Commands come in as method calls; what happened goes out as past-tense signals carrying plain records
+(as PyMeasure's Manager is to its window). A reopened chat is sent through the same signals as a live one, so
+the window draws both with the same slots.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+
+from app.chat_store import ChatRecorder, ChatStore, ChatStoreError, ChatSummary, title_for
+from app.timing import StepReference, machine_was_busy
+from engine.events import ContextNotice, Mode, PairInfo, PrefillProgress, RoundEvent
+from ui.export import ExportError, export_session
+from ui.session import (ChatStatus, Comparison, ComparisonShown, Reply, ReplyRequest, ReplyShown, RoundShown, Session,
+                        TurnOptions, TurnStarted, TurnState)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One request and what came of it. A continuation is a turn whose request ends with the reply it extends."""
+
+    request: ReplyRequest
+    reply: Reply | None = None  # None while it streams
+    comparison: Comparison | None = None
+    stored_id: int | None = None  # its row in the chats database (None: not saved, or reopened from it)
+
+    @property
+    def continues(self) -> bool:
+        return self.request.messages[-1]["role"] == "assistant"
+
+
+class ChatController(QObject):
+    # commands for the worker (studio.build connects them)
+    load_requested = Signal(str, object, str, str, str)  # target, draft or None, device, dtype, GGUF weights
+    prompt_requested = Signal(object)  # ReplyRequest
+    stop_requested = Signal()
+    gamma_requested = Signal(int)
+    reset_requested = Signal()  # a new conversation: the decoder forgets the last one's caches
+    # what happened, for the window
+    status_changed = Signal(object)  # ChatStatus
+    load_started = Signal(str, object)  # target, draft
+    pair_loaded = Signal(object)  # PairInfo
+    load_failed = Signal(object, object)  # the PairInfo still answering (or None), the request that loaded it
+    conversation_cleared = Signal()
+    turn_started = Signal(object)  # TurnStarted
+    round_received = Signal(object)  # RoundShown
+    reply_finished = Signal(object)  # ReplyShown
+    comparison_progressed = Signal(int, int)  # AR tokens so far, tokens expected (the reply's length)
+    comparison_finished = Signal(object)  # ComparisonShown
+    context_fitted = Signal(object)  # ContextNotice of the turn just completed
+    prefill_progressed = Signal(object)  # PrefillProgress
+    turn_completed = Signal()
+    gammas_changed = Signal(object, object)  # the reply in flight's DecodeSettings, every γ it ran with (a tuple)
+    edit_started = Signal(int, str)  # turn, the message put back for editing
+    edit_cancelled = Signal()
+    system_prompt_restored = Signal(str)  # a reopened chat's own system prompt
+    chats_changed = Signal(object)  # the saved chat on screen (id or None): the history list is out of date
+    notice_posted = Signal(str)  # a one-line message for the status bar
+    exported = Signal(object)  # the paths written
+    export_failed = Signal(str)  # nothing was written, and why
+    failed = Signal(str)  # a dialog's worth: a load or a reply failed
+    store_failed = Signal(str)  # saving stopped for this session
+
+    def __init__(self, store: ChatStore | None = None, parent=None):
+        super().__init__(parent)
+        self.store = store or ChatStore(":memory:")
+        self.recorder = ChatRecorder(self.store, on_failure=self.store_failed.emit)
+        self.turns: list[Turn] = []
+        self.state = TurnState.IDLE
+        self.pair: PairInfo | None = None
+        self.timing = StepReference()  # recent target-step timings: the reference for speedup estimates
+        self.editing: int | None = None
+        self.gammas: list[int] = []  # every γ the reply in flight ran with
+        # Session -> an image of its replies' charts, for exports (the window draws it; None: no PNG)
+        self.chart_image: Callable[[Session], object] | None = None
+        self._notice: ContextNotice | None = None
+        self._after_turn: Callable[[], None] | None = None  # asked for mid-reply: run once the turn has ended
+        self._load_request: tuple | None = None  # of the load in flight
+        self._loaded_request: tuple | None = None  # of the pair loaded (None: injected, or none yet)
+
+    # -- what the conversation is --------------------------------------------------------------------------
+
+    @property
+    def replies(self) -> list[Reply]:
+        return [turn.reply for turn in self.turns if turn.reply is not None]
+
+    @property
+    def session(self) -> Session:
+        """What the exporter writes: the pair, and the replies in order with their comparisons."""
+        done = [turn for turn in self.turns if turn.reply is not None]
+        return Session(self.pair, [turn.reply for turn in done],
+                       {i: turn.comparison for i, turn in enumerate(done) if turn.comparison is not None},
+                       self.title)
+
+    @property
+    def title(self) -> str:
+        return title_for(self.turns[0].request) if self.turns else ""
+
+    @property
+    def messages(self) -> list[dict]:
+        """The conversation as the next request sends it (no system prompt): a continuation extends its reply."""
+        messages: list[dict] = []
+        for turn in self.turns:
+            if not turn.continues:
+                messages.append(dict(turn.request.messages[-1]))
+            if turn.reply is not None:
+                if turn.continues:
+                    messages[-1]["content"] += turn.reply.text
+                else:
+                    messages.append({"role": "assistant", "content": turn.reply.text})
+        return messages
+
+    @property
+    def chat_id(self) -> int | None:
+        return self.recorder.chat_id
+
+    @property
+    def ready(self) -> bool:
+        return self.pair is not None and self.state is not TurnState.LOADING
+
+    @property
+    def busy(self) -> bool:
+        return self.status.busy
+
+    @property
+    def can_continue(self) -> bool:
+        """The last reply was cut at max new tokens or stopped, with some text to carry on from."""
+        last = self.turns[-1].reply if self.turns else None
+        return bool(last and last.text and (last.stopped or last.events[-1].finish_reason == "length"))
+
+    def whole_reply(self, index: int) -> Reply:
+        """The reply turn `index` shows: its part, after the parts it continues."""
+        first = index
+        while first > 0 and self.turns[first].continues:
+            first -= 1
+        whole = self.turns[first].reply
+        for turn in self.turns[first + 1:index + 1]:
+            whole = whole.extended_by(turn.reply)
+        return whole
+
+    @property
+    def status(self) -> ChatStatus:
+        return ChatStatus(self.state, self.ready, len(self.replies), self.can_continue, self.editing, self.title)
+
+    # -- commands ------------------------------------------------------------------------------------------
+
+    def load_pair(self, target: str, draft: str | None, device: str, dtype: str, weights: str) -> None:
+        if self._after_stop(lambda: self.load_pair(target, draft, device, dtype, weights)):
+            return
+        self._load_request = (target, draft, device, dtype, weights)
+        self._set_state(TurnState.LOADING)
+        self.load_started.emit(target, draft)
+        self.load_requested.emit(target, draft, device, dtype, weights)
+
+    def send(self, text: str, options: TurnOptions) -> None:
+        if self.busy:
+            return
+        if not self.ready:
+            self.notice_posted.emit("Load a model pair first")
+            return
+        if self.editing is not None:  # edit-and-resend: the edited message replaces that turn and what followed
+            self._truncate(self.editing)
+        self._start_turn(self.messages + [{"role": "user", "content": text}], options)
+
+    def stop(self) -> None:
+        if self.busy:
+            self._set_state(TurnState.STOPPING)
+            self.stop_requested.emit()
+        elif self.editing is not None:  # Esc also leaves edit-and-resend
+            self.editing = None
+            self.edit_cancelled.emit()
+            self._emit_status()
+
+    def regenerate(self, options: TurnOptions) -> None:
+        """Decode the last reply again (all of it, if it was continued) with these settings; it replaces the old one
+        here and on disk."""
+        if self.busy or not self.replies or not self.ready:
+            return
+        first = len(self.turns) - 1
+        while first > 0 and self.turns[first].continues:
+            first -= 1
+        request = self.turns[first].request
+        self._truncate(first)
+        self._start_turn([dict(m) for m in request.messages if m["role"] != "system"], options)
+
+    def continue_reply(self, options: TurnOptions) -> None:
+        """Let the model carry on the last reply, cut at max new tokens, in the same assistant message."""
+        if not self.busy and self.ready and self.can_continue:
+            self._start_turn(self.messages, options)
+
+    def edit(self, turn: int) -> None:
+        """Put a turn's user message back for editing; sending it replaces that turn and all after it. A
+        continuation's message is the one its first part answered."""
+        if self.busy or not 0 <= turn < len(self.turns):
+            return
+        while turn > 0 and self.turns[turn].continues:
+            turn -= 1
+        self.editing = turn
+        self.edit_started.emit(turn, self.turns[turn].request.messages[-1]["content"])
+        self._emit_status()
+
+    def set_gamma(self, gamma: int) -> None:
+        """γ moved: the worker uses it from its next round, and a reply in flight records every γ it ran with."""
+        self.gamma_requested.emit(gamma)
+        request = self.turns[-1].request if self.turns else None
+        if (self.state is TurnState.REPLYING and request is not None and request.settings.mode is Mode.SPEC
+                and gamma != self.gammas[-1]):
+            self.gammas.append(gamma)
+            self.gammas_changed.emit(request.settings, tuple(self.gammas))
+
+    def new_chat(self) -> None:
+        """Start a fresh chat (saved once its first message is sent); a reply in flight is stopped and kept in
+        the chat it belongs to first, so nothing of it lands in the new one."""
+        if self._after_stop(self.new_chat):
+            return
+        self.recorder.new_chat()
+        self._replay([])
+        self.chats_changed.emit(None)
+        self.reset_requested.emit()
+
+    def open_chat(self, chat_id: int) -> None:
+        """Reopen a saved chat as it was left, and carry on in it."""
+        if self._after_stop(lambda: self.open_chat(chat_id)):
+            return
+        try:
+            chat = self.store.load_chat(chat_id)
+        except ChatStoreError as exc:
+            self.notice_posted.emit(f"Could not open that chat: {exc}")
+            return
+        self.recorder.resume(chat_id)
+        self.system_prompt_restored.emit(chat.system_prompt)
+        self._replay([Turn(reply.request, reply, chat.comparisons.get(i)) for i, reply in enumerate(chat.replies)])
+        self.chats_changed.emit(chat_id)
+
+    def export(self, base: Path) -> list[Path]:
+        """The conversation's JSON, CSV and (given the window's charts) PNG; raises ExportError, writing nothing."""
+        return export_session(self.session, base, self.chart_image)
+
+    def export_to(self, base: Path) -> None:
+        """File ▸ Export: `export`, reported as `exported` or `export_failed`."""
+        try:
+            written = self.export(base)
+        except ExportError as exc:
+            self.export_failed.emit(str(exc))
+            return
+        self.exported.emit(written)
+
+    # -- the saved chats, for the history list -------------------------------------------------------------
+
+    def list_chats(self) -> list[ChatSummary] | None:
+        """None when the database cannot be read (the message is posted)."""
+        try:
+            return self.store.list_chats()
+        except ChatStoreError as exc:
+            self.notice_posted.emit(str(exc))
+            return None
+
+    def rename_chat(self, chat_id: int, title: str) -> None:
+        if title.strip():
+            try:
+                self.store.rename_chat(chat_id, title)
+            except ChatStoreError as exc:  # a read-only database: the notice says where to fix it
+                self.notice_posted.emit(str(exc))
+                return
+            self.chats_changed.emit(self.chat_id)
+
+    def delete_chat(self, chat_id: int) -> None:
+        try:
+            self.store.delete_chat(chat_id)
+        except ChatStoreError as exc:
+            self.notice_posted.emit(str(exc))
+            return
+        if chat_id == self.chat_id:
+            self.new_chat()
+        else:
+            self.chats_changed.emit(self.chat_id)
+
+    def export_chat(self, chat_id: int, base: Path) -> list[Path]:
+        """A saved chat as the conversation on screen is exported (JSON and CSV; no chart image)."""
+        chat = self.store.load_chat(chat_id)
+        return export_session(Session(chat.pair, chat.replies, chat.comparisons, chat.title), base)
+
+    # -- slots for the worker's signals --------------------------------------------------------------------
+
+    def on_models_loaded(self, info: PairInfo) -> None:
+        self.timing.clear()  # the last pair's step times are neither this one's median nor its quiet speed
+        self.timing.add(info.target_step_s)  # one timing before the first reply's own: a slow one is then caught
+        self.pair = info
+        self._loaded_request = self._load_request
+        self.state = TurnState.IDLE
+        self.pair_loaded.emit(info)
+        self._emit_status()
+
+    def on_context_fitted(self, notice: ContextNotice) -> None:
+        self._notice = notice
+
+    def on_prefill_progressed(self, progress: PrefillProgress) -> None:
+        self.prefill_progressed.emit(progress)
+
+    def on_round_finished(self, event: RoundEvent) -> None:
+        self.timing.add_round(event)  # live rounds only: a reopened chat's timings are from another moment
+        self.recorder.round_finished(event)
+        self.round_received.emit(RoundShown(event, self.timing.seconds, live=True))
+
+    def on_reply_finished(self, reply: Reply) -> None:
+        if reply.request.settings.mode is Mode.SPEC:  # measured against the recent median, judged by the quiet floor
+            reply = dataclasses.replace(reply, reference_s=self.timing.seconds,
+                                        machine_busy=machine_was_busy(reply.events, self.timing))
+        index = len(self.turns) - 1
+        self.turns[index] = dataclasses.replace(self.turns[index], reply=reply)
+        self.recorder.reply_finished(reply)
+        self.reply_finished.emit(ReplyShown(index, reply, self.whole_reply(index), self.can_continue, live=True))
+        if reply.request.compare_ar and not reply.stopped:
+            if self.state is TurnState.REPLYING:
+                self._set_state(TurnState.COMPARING)
+            self.on_comparison_progressed(0)
+            return
+        self._finish_turn()
+
+    def on_comparison_progressed(self, tokens: int) -> None:
+        """The plain AR run behind Compare with AR has produced `tokens`; it aims at the reply's length."""
+        last = self.turns[-1].reply if self.turns else None
+        self.comparison_progressed.emit(tokens, last.stats.n_tokens if last is not None else 1)
+
+    def on_comparison_finished(self, comparison: Comparison) -> None:
+        for event in comparison.ar_events:
+            self.timing.add_round(event)  # every AR step is a fresh single-token timing
+        comparison = dataclasses.replace(comparison, machine_busy=machine_was_busy(comparison.ar_events, self.timing))
+        index = len(self.turns) - 1
+        self.turns[index] = dataclasses.replace(self.turns[index], comparison=comparison)
+        self.recorder.comparison_finished(comparison)
+        self.comparison_finished.emit(ComparisonShown(index, comparison, self.turns[index].reply, self.pair))
+        self._finish_turn()
+
+    def on_failed(self, message: str) -> None:
+        """A failed load leaves the worker's decoder as it was: the previous pair, if any, still answers. A
+        failed reply is dropped, here and on disk: the user can send it again."""
+        loading = self.state is TurnState.LOADING
+        in_flight = self.busy and self.turns and self.turns[-1].reply is None
+        self.state = TurnState.IDLE
+        self.failed.emit(message)
+        if in_flight:
+            self.recorder.turn_failed()
+            self._replay(self.turns[:-1])
+        self._finish_turn()
+        if loading and self.pair is not None:
+            self.load_failed.emit(self.pair, self._loaded_request)
+
+    # -- helpers -------------------------------------------------------------------------------------------
+
+    def _start_turn(self, messages: list[dict], options: TurnOptions) -> None:
+        system = [{"role": "system", "content": options.system_prompt}] if options.system_prompt.strip() else []
+        settings = options.settings
+        request = ReplyRequest(tuple(system + [dict(m) for m in messages]), settings,
+                               compare_ar=options.compare_ar and settings.mode is Mode.SPEC)
+        self.editing = None
+        self._notice = None
+        self.gammas = [settings.gamma]
+        self.recorder.turn_started(len(self.turns), request, self.pair)
+        self.turns.append(Turn(request, stored_id=self.recorder.turn_id))
+        self.turn_started.emit(TurnStarted(len(self.turns) - 1, request, live=True))
+        self.chats_changed.emit(self.chat_id)
+        self._set_state(TurnState.REPLYING)
+        self.prompt_requested.emit(request)
+
+    def _finish_turn(self) -> None:
+        self.state = TurnState.IDLE
+        if self._notice is not None:
+            notice, self._notice = self._notice, None
+            self.context_fitted.emit(notice)
+        self._emit_status()
+        self.turn_completed.emit()
+        if self._after_turn is not None:
+            action, self._after_turn = self._after_turn, None
+            action()
+
+    def _after_stop(self, action: Callable[[], None]) -> bool:
+        """With a reply in flight, stop it and run `action` once its turn has ended (True); else do nothing."""
+        if not self.busy:
+            return False
+        self._after_turn = action
+        self.stop()
+        return True
+
+    def _truncate(self, n_turns: int) -> None:
+        """Keep the first `n_turns` turns; the store forgets the rest when the next turn starts."""
+        self._replay(self.turns[:n_turns])
+
+    def _replay(self, turns: list[Turn]) -> None:
+        """Make `turns` the conversation and send it to the window as it was streamed: the same signals as live,
+        each round charted against the reference step its reply was measured with."""
+        self.turns = list(turns)
+        self.editing = None
+        self.conversation_cleared.emit()
+        for index, turn in enumerate(self.turns):
+            reply = turn.reply
+            self.turn_started.emit(TurnStarted(index, turn.request, live=False))
+            for event in reply.events:
+                self.round_received.emit(RoundShown(event, reply.reference, live=False))
+            self.reply_finished.emit(ReplyShown(index, reply, self.whole_reply(index),
+                                                index == len(self.turns) - 1 and self.can_continue, live=False))
+            if turn.comparison is not None:
+                self.comparison_finished.emit(ComparisonShown(index, turn.comparison, reply, self.pair))
+        self._emit_status()
+
+    def _set_state(self, state: TurnState) -> None:
+        self.state = state
+        self._emit_status()
+
+    def _emit_status(self) -> None:
+        self.status_changed.emit(self.status)

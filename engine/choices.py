@@ -1,0 +1,12 @@
+"""The choices a user can make, named once for the CLI, the app's options and its side pane (no torch here, so the
+widgets can import it). `auto` lets the engine pick: see engine.models.loading."""
+from __future__ import annotations
+
+from engine.events import Mode
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+# A GGUF target's weights: "native" keeps its 4-bit blocks for torch's int4 kernel, "dtype" de-quantises them
+TARGET_WEIGHTS = ("auto", "native", "dtype")
+DRAFT_WEIGHTS = ("int8", "dtype")  # the draft's linear layers: weight-only int8 on CPU, or the dtype's
+MODES = tuple(mode.value for mode in Mode)

@@ -1,0 +1,274 @@
+"""The chat controller without a widget: whole conversations driven through its commands, with a fake worker
+that answers each request from hand-made round events, and the records it emits checked."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from app.chat import ChatController
+from engine.events import DecodeSettings, EmittedToken, Fate, ModelInfo, PairInfo, RoundEvent
+from tests.ui.synthetic import accepted_round, rejected_round
+from ui.session import Comparison, Reply, TurnOptions, TurnState
+
+PAIR = PairInfo(ModelInfo("t", "/t", 1, 64), ModelInfo("d", "/d", 1, 64), "cpu", "float32", target_step_s=0.02)
+SPEC = TurnOptions(DecodeSettings(gamma=3, max_new_tokens=8))
+COMPARED = dataclasses.replace(SPEC, compare_ar=True)
+
+
+def ar_step(index: int, text: str) -> RoundEvent:
+    return RoundEvent(index=index, gamma=0, drafted=(), emitted=(EmittedToken(7, text, Fate.TARGET, 0.5),),
+                      text_delta=text, draft_s=0.0, verify_s=0.02, round_s=0.02, target_step_s=0.02)
+
+
+class FakeWorker:
+    """Answers every request at once, as the real worker would over its thread: rounds, the reply, and the AR
+    comparison when asked for. `replies` is a queue of round lists; `stop_after` stops a reply after that many."""
+
+    def __init__(self, chat: ChatController):
+        self.chat = chat
+        self.replies: list[list[RoundEvent]] = []
+        self.requests = []
+        self.stop_after: int | None = None
+        self.fail_with: str | None = None
+        self.stopped = False
+        chat.prompt_requested.connect(self.on_prompt_requested)
+        chat.stop_requested.connect(self.on_stop_requested)
+
+    def on_stop_requested(self) -> None:
+        self.stopped = True
+
+    def on_prompt_requested(self, request) -> None:
+        self.requests.append(request)
+        self.stopped = False
+        if self.fail_with:
+            self.chat.on_failed(self.fail_with)
+            return
+        events = self.replies.pop(0)
+        if self.stop_after is not None:
+            for event in events[:self.stop_after]:
+                self.chat.on_round_finished(event)
+            self.chat.stop()  # the user pressed Stop while this round ran
+            events = events[:self.stop_after]
+            self.chat.on_reply_finished(Reply(request, tuple(events), "".join(e.text_delta for e in events), True))
+            return
+        for event in events:
+            self.chat.on_round_finished(event)
+        reply = Reply(request, tuple(events), "".join(e.text_delta for e in events), False)
+        self.chat.on_reply_finished(reply)
+        if request.compare_ar:
+            ar = tuple(ar_step(i, t.text) for i, t in enumerate(reply.tokens))
+            self.chat.on_comparison_progressed(len(ar))
+            self.chat.on_comparison_finished(Comparison(ar, reply.text, 0.1, 0.2, 50.0, 25.0, identical=True))
+
+
+class Recorder:
+    """Every signal the controller emits for the window, in order, as (name, first argument)."""
+
+    NAMES = ("status_changed", "conversation_cleared", "turn_started", "round_received", "reply_finished",
+             "comparison_finished", "turn_completed", "edit_started", "notice_posted", "failed")
+
+    def __init__(self, chat: ChatController):
+        self.seen: list[tuple[str, object]] = []
+        for name in self.NAMES:
+            getattr(chat, name).connect(lambda *args, name=name: self.seen.append((name, args[0] if args else None)))
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.seen if name != "status_changed"]
+
+    def states(self) -> list[TurnState]:
+        states = [status.state for name, status in self.seen if name == "status_changed"]
+        return [s for i, s in enumerate(states) if i == 0 or s != states[i - 1]]
+
+    def of(self, name: str) -> list:
+        return [value for seen, value in self.seen if seen == name]
+
+
+def two_rounds(finish: str | None = "eos") -> list[RoundEvent]:
+    return [rejected_round(0, ["Hel"], "p", "lo"), accepted_round(1, [" wor"], "ld", finish=finish)]
+
+
+@pytest.fixture
+def chat(qapp):
+    controller = ChatController()
+    controller.on_models_loaded(PAIR)
+    return controller
+
+
+def test_a_sent_message_streams_as_one_turn_and_ends_idle(chat):
+    worker, seen = FakeWorker(chat), Recorder(chat)
+    worker.replies.append(two_rounds())
+    chat.send("hi", SPEC)
+    assert seen.names() == ["turn_started", "round_received", "round_received", "reply_finished", "turn_completed"]
+    assert seen.states() == [TurnState.REPLYING, TurnState.IDLE]
+    [turn] = chat.turns
+    assert turn.request.messages == ({"role": "user", "content": "hi"},) and turn.reply.text == "Hello world"
+    assert turn.stored_id is not None and chat.store.load_chat(chat.chat_id).replies == [turn.reply]
+    assert chat.messages == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello world"}]
+
+
+def test_a_compared_reply_passes_through_comparing_and_keeps_its_comparison(chat):
+    worker, seen = FakeWorker(chat), Recorder(chat)
+    worker.replies.append(two_rounds())
+    chat.send("hi", COMPARED)
+    assert seen.states() == [TurnState.REPLYING, TurnState.COMPARING, TurnState.IDLE]
+    [shown] = seen.of("comparison_finished")
+    assert shown.comparison is chat.turns[0].comparison and shown.reply is chat.turns[0].reply
+    assert chat.session.comparisons == {0: chat.turns[0].comparison}
+    assert chat.store.load_chat(chat.chat_id).comparisons[0] == chat.turns[0].comparison
+
+
+def test_regenerate_replaces_the_last_turn_and_resends_its_messages(chat):
+    worker = FakeWorker(chat)
+    worker.replies += [two_rounds(), two_rounds(), [accepted_round(0, ["Hey"], "!", finish="eos")]]
+    chat.send("hi", SPEC)
+    chat.send("again", SPEC)
+    chat.regenerate(SPEC)
+    assert [t.reply.text for t in chat.turns] == ["Hello world", "Hey!"]
+    assert worker.requests[2].messages == worker.requests[1].messages
+    assert [r.text for r in chat.store.load_chat(chat.chat_id).replies] == ["Hello world", "Hey!"]
+
+
+def test_continue_extends_the_last_assistant_message(chat):
+    worker = FakeWorker(chat)
+    worker.replies += [two_rounds(finish="length"), [accepted_round(0, ["!"], "!", finish="eos")]]
+    chat.send("hi", SPEC)
+    assert chat.status.can_continue
+    chat.continue_reply(SPEC)
+    assert worker.requests[1].messages[-1] == {"role": "assistant", "content": "Hello world"}
+    assert chat.messages[-1] == {"role": "assistant", "content": "Hello world!!"}
+    assert chat.turns[1].continues and not chat.status.can_continue
+
+
+def test_continue_does_nothing_when_the_reply_was_not_cut(chat):
+    worker = FakeWorker(chat)
+    worker.replies.append(two_rounds(finish="eos"))
+    chat.send("hi", SPEC)
+    chat.continue_reply(SPEC)
+    assert len(worker.requests) == 1 and not chat.status.can_continue
+
+
+def test_edit_and_resend_replaces_that_turn_and_what_followed(chat):
+    worker, seen = FakeWorker(chat), Recorder(chat)
+    worker.replies += [two_rounds(), two_rounds(), two_rounds()]
+    chat.send("first", SPEC)
+    chat.send("second", SPEC)
+    chat.edit(0)
+    assert seen.of("edit_started") == [0] and chat.editing == 0
+    chat.send("first, edited", SPEC)
+    assert [t.request.messages[-1]["content"] for t in chat.turns] == ["first, edited"]
+    assert chat.editing is None
+
+
+def test_stop_passes_through_stopping_and_keeps_the_stopped_reply(chat):
+    worker, seen = FakeWorker(chat), Recorder(chat)
+    worker.replies.append(two_rounds())
+    worker.stop_after = 1
+    chat.send("hi", SPEC)
+    assert worker.stopped and seen.states() == [TurnState.REPLYING, TurnState.STOPPING, TurnState.IDLE]
+    assert chat.turns[0].reply.stopped and chat.turns[0].reply.text == "Hello"
+
+
+def test_a_reopened_chat_sends_the_records_the_live_chat_sent(chat):
+    worker, seen = FakeWorker(chat), Recorder(chat)
+    worker.replies += [two_rounds(), two_rounds(finish="length")]
+    chat.send("hi", COMPARED)
+    chat.send("more", SPEC)
+
+    def records():  # the rounds with the reference step they are charted against, the replies, the comparison
+        return ([(r.event, r.reference_s) for r in seen.of("round_received")],
+                [(r.reply, r.can_continue) for r in seen.of("reply_finished")], seen.of("comparison_finished"))
+
+    live, chat_id = records(), chat.chat_id
+    chat.new_chat()
+    seen.seen.clear()
+    chat.open_chat(chat_id)
+    assert records() == live
+    assert chat.messages[-1]["content"] == "Hello world" and chat.status.can_continue
+
+
+def test_new_chat_during_a_reply_waits_for_it_to_stop(chat):
+    worker = FakeWorker(chat)
+    chat.prompt_requested.disconnect(worker.on_prompt_requested)  # the reply runs on: nothing answers yet
+    chat.send("hi", SPEC)
+    chat.new_chat()
+    assert chat.state is TurnState.STOPPING and len(chat.turns) == 1
+    chat.on_round_finished(two_rounds()[0])
+    chat.on_reply_finished(Reply(chat.turns[0].request, (two_rounds()[0],), "Help", True))
+    assert chat.turns == [] and chat.chat_id is None and chat.state is TurnState.IDLE
+
+
+def test_a_failed_reply_is_dropped_here_and_on_disk(chat):
+    worker, seen = FakeWorker(chat), Recorder(chat)
+    worker.replies.append(two_rounds())
+    chat.send("hi", SPEC)
+    worker.fail_with = "out of memory"
+    chat.send("boom", SPEC)
+    assert seen.of("failed") == ["out of memory"] and [t.reply.text for t in chat.turns] == ["Hello world"]
+    assert len(chat.store.load_chat(chat.chat_id).replies) == 1 and chat.state is TurnState.IDLE
+
+
+def test_a_message_before_any_pair_is_loaded_is_refused_with_a_notice(qapp):
+    chat = ChatController()
+    seen = Recorder(chat)
+    chat.send("hi", SPEC)
+    assert chat.turns == [] and seen.of("notice_posted") == ["Load a model pair first"]
+
+
+def test_a_speculative_reply_is_judged_for_a_busy_machine(chat):
+    worker = FakeWorker(chat)
+    chat.timing.add(1e-6)  # a quiet step far faster than any real one: every round looks stalled
+    worker.replies.append(two_rounds())
+    chat.send("hi", SPEC)
+    assert chat.turns[0].reply.machine_busy and chat.turns[0].reply.reference_s == chat.timing.seconds
+
+
+def test_a_stopped_reply_can_be_continued(chat):
+    worker = FakeWorker(chat)
+    worker.replies.append(two_rounds())
+    worker.stop_after = 1
+    chat.send("hi", SPEC)
+    assert chat.status.can_continue
+
+
+def test_a_new_chat_offers_no_continue(chat):
+    worker, seen = FakeWorker(chat), Recorder(chat)
+    worker.replies.append(two_rounds(finish="length"))
+    chat.send("hi", SPEC)
+    chat.new_chat()
+    assert not seen.of("status_changed")[-1].can_continue and seen.of("status_changed")[-1].n_replies == 0
+
+
+def test_a_continued_reply_is_shown_whole_and_regenerated_whole(chat):
+    worker, seen = FakeWorker(chat), Recorder(chat)
+    worker.replies += [two_rounds(finish="length"), [accepted_round(0, ["!"], "?", finish="eos")],
+                       [accepted_round(0, ["Hi"], ".", finish="eos")]]
+    chat.send("hi", SPEC)
+    chat.continue_reply(SPEC)
+    whole = seen.of("reply_finished")[-1].whole
+    assert whole.text == "Hello world!?" and len(whole.events) == 3
+    chat.regenerate(SPEC)
+    assert [t.reply.text for t in chat.turns] == ["Hi."]
+    assert worker.requests[-1].messages == ({"role": "user", "content": "hi"},)
+
+
+def test_a_whole_conversation_reopens_as_it_was_left(chat):
+    """send → reply → compare → regenerate → continue → reopen, with no widget anywhere."""
+    worker, seen = FakeWorker(chat), Recorder(chat)
+    worker.replies += [two_rounds(), two_rounds(finish="length"), [accepted_round(0, ["Hi"], ",", finish="length")],
+                       [accepted_round(0, [" there"], "!", finish="eos")]]
+    chat.send("first", COMPARED)
+    chat.send("second", SPEC)
+    chat.regenerate(SPEC)
+    chat.continue_reply(SPEC)
+    assert chat.messages == [{"role": "user", "content": "first"}, {"role": "assistant", "content": "Hello world"},
+                             {"role": "user", "content": "second"}, {"role": "assistant", "content": "Hi, there!"}]
+    live = (chat.messages, [t.reply for t in chat.turns], [t.comparison for t in chat.turns])
+    chat_id = chat.chat_id
+    chat.new_chat()
+    assert chat.turns == [] and chat.messages == []
+    seen.seen.clear()
+    chat.open_chat(chat_id)
+    assert (chat.messages, [t.reply for t in chat.turns], [t.comparison for t in chat.turns]) == live
+    assert [shown.whole.text for shown in seen.of("reply_finished")] == ["Hello world", "Hi,", "Hi, there!"]
+    assert seen.names().count("turn_completed") == 0  # a reopened chat is drawn, not decoded

@@ -1,0 +1,49 @@
+"""The chat pane's model without Qt: turns own ranges of spans, the clean text and its Markdown blocks, the
+spans the trace draws in monospace, and which reply a token belongs to."""
+from __future__ import annotations
+
+from engine.events import Fate
+from tests.ui.synthetic import accepted_round, markdown_reply, rejected_round
+from ui.transcript import Transcript, UserItem
+
+
+def transcript_of(*replies) -> Transcript:
+    transcript = Transcript()
+    for turn, events in enumerate(replies):
+        transcript.add_user(f"question {turn}")
+        item = transcript.begin_reply("Assistant")
+        for event in events:
+            transcript.add_round(event)
+        item.turn = turn
+    return transcript
+
+
+def test_each_reply_owns_the_spans_of_its_rounds():
+    first, second = [accepted_round(0, ["a", "b"], "c")], [rejected_round(0, ["d"], "x", "e")]
+    transcript = transcript_of(first, second)
+    assert isinstance(transcript.items[0], UserItem)
+    one, two = transcript.replies()
+    assert (one.first, one.end, two.first, two.end) == (0, 3, 3, 6)  # d, the rejected x, then e
+    assert transcript.reply_of_span(4) is two and transcript.spans[4].fate is Fate.REJECTED
+
+
+def test_the_clean_text_leaves_rejected_drafts_and_template_tokens_out():
+    transcript = transcript_of(markdown_reply())
+    item = transcript.last_reply()
+    text = transcript.clean_text(item)
+    assert "<|im_end|>" not in text and " pass" not in text
+    assert text.startswith("Here is **fast** code:") and "    return 1" in text
+
+
+def test_the_clean_text_reads_as_markdown_blocks():
+    transcript = transcript_of(markdown_reply())
+    kinds = [block.kind for block in transcript.blocks(transcript.last_reply())]
+    assert kinds == ["text", "code", "text"]
+
+
+def test_the_trace_draws_code_and_the_draft_rejected_inside_it_in_monospace():
+    transcript = transcript_of(markdown_reply())
+    code = transcript.code_spans(transcript.last_reply())
+    rejected = next(i for i, s in enumerate(transcript.spans) if s.fate is Fate.REJECTED)
+    assert rejected in code and transcript.spans[rejected].text == " pass"
+    assert not any(transcript.spans[i].text == "Here" for i in code)

@@ -1,0 +1,133 @@
+"""The chat pane's model, readable without Qt: turns (a user message, a reply with its notes and links), each
+reply's token spans, and its Markdown blocks in the clean view. ui/chat_view.py renders it; tests read it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.events import Fate, RoundEvent
+from ui.markdown import Block, inline_runs, parse_blocks
+from ui.tokens import TokenSpan, reply_text, round_spans
+
+
+FOLD_LINES = 12  # a user message longer than this (or than FOLD_CHARS) is shown folded: a pasted document
+FOLD_CHARS = 1200
+OPENING_LINES, OPENING_CHARS = 4, 300  # what a folded message shows: a few lines at 1000 px
+
+@dataclass
+class UserItem:
+    text: str
+    folded: bool = False  # only its opening lines are shown, with a link to show it all
+
+    @property
+    def foldable(self) -> bool:
+        return self.text.count("\n") >= FOLD_LINES or len(self.text) > FOLD_CHARS
+
+    @property
+    def opening(self) -> str:
+        """What a folded message shows: its first lines, at most OPENING_CHARS characters."""
+        return "\n".join(self.text.split("\n")[:OPENING_LINES])[:OPENING_CHARS].rstrip() + " …"
+
+
+@dataclass
+class Note:
+    text: str
+    warning: bool = False  # drawn in the warning colour: a reply cut at max tokens, a busy machine
+
+
+@dataclass(frozen=True)
+class ComparisonView:
+    """A reply beside its plain AR run: both texts as clean tokens, where they first part, and why."""
+
+    summary: str
+    explanation: str
+    reply_tokens: tuple[str, ...]
+    ar_tokens: tuple[str, ...]
+    first_difference: int | None  # token index; None when the texts agree
+
+
+@dataclass
+class ReplyItem:
+    header: str
+    first: int  # index of the reply's first span in Transcript.spans
+    end: int  # one past its last span
+    notes: list[Note | ComparisonView] = field(default_factory=list)
+    turn: int | None = None  # the reply's index among the conversation's replies, once it has finished
+    actions: tuple[str, ...] = ()  # names of the links under the notes (chat_view.ACTIONS)
+    lookup: bool = False  # drafted with prompt lookup on: its q = 1 drafts are copies
+    text: str = ""  # the reply's text once it has finished (what Copy copies)
+
+
+class Transcript:
+    """Turns → blocks → spans. `spans` holds every token on screen in order; a reply owns a range of it."""
+
+    def __init__(self):
+        self.items: list[UserItem | ReplyItem] = []
+        self.spans: list[TokenSpan] = []
+
+    def clear(self) -> None:
+        self.items.clear()
+        self.spans.clear()
+
+    def add_user(self, text: str) -> UserItem:
+        item = UserItem(text)
+        item.folded = item.foldable
+        self.items.append(item)
+        return item
+
+    def begin_reply(self, header: str, lookup: bool = False) -> ReplyItem:
+        item = ReplyItem(header, len(self.spans), len(self.spans), lookup=lookup)
+        self.items.append(item)
+        return item
+
+    def add_round(self, event: RoundEvent) -> None:
+        """The round's spans join the last reply (which must be the last item)."""
+        item = self.last_reply()
+        self.spans.extend(round_spans(event, item is not None and item.lookup))
+        if item is not None and item is self.items[-1]:
+            item.end = len(self.spans)
+
+    def last_reply(self) -> ReplyItem | None:
+        return next((item for item in reversed(self.items) if isinstance(item, ReplyItem)), None)
+
+    def replies(self) -> list[ReplyItem]:
+        return [item for item in self.items if isinstance(item, ReplyItem)]
+
+    def reply_of_span(self, index: int) -> ReplyItem | None:
+        return next((item for item in self.replies() if item.first <= index < item.end), None)
+
+    def reply_text(self, turn: int) -> str:
+        return next((item.text for item in self.replies() if item.turn == turn), "")
+
+    def clean_text(self, item: ReplyItem) -> str:
+        """What the clean view reads: no rejected drafts, no chat-template tokens."""
+        return reply_text(self.spans[item.first:item.end])
+
+    def clean_source(self, item: ReplyItem) -> tuple[str, list[int]]:
+        """The reply's clean text and, for each of its characters, the index of the span it came from."""
+        pieces, owners = [], []
+        for index in range(item.first, item.end):
+            span = self.spans[index]
+            if span.clean:
+                pieces.append(span.text)
+                owners.extend([index] * len(span.text))
+        return "".join(pieces), owners
+
+    def blocks(self, item: ReplyItem) -> list[Block]:
+        """The reply's clean text as Markdown blocks (positions into `clean_source`)."""
+        return parse_blocks(self.clean_source(item)[0])
+
+    def code_spans(self, item: ReplyItem) -> set[int]:
+        """The spans the trace draws in the monospace font: those in a code block or inline code of the clean text,
+        and a rejected draft where the token that replaced it is."""
+        source, owners = self.clean_source(item)
+        code = set()
+        for block in parse_blocks(source):
+            if block.kind == "code":
+                code.update(owners[block.start:block.end])
+                continue
+            for start, end, style in inline_runs(source, block.start, block.end):
+                if style == "code":
+                    code.update(owners[start:end])
+        code.update(index for index in range(item.first, item.end - 1)
+                    if self.spans[index].fate is Fate.REJECTED and index + 1 in code)
+        return code

@@ -1,0 +1,55 @@
+"""How a reply's figures are worded, in the chat, the status bar and the Markdown export."""
+from __future__ import annotations
+
+from engine.events import DecodeSettings, Mode
+from ui.session import Comparison, Reply
+
+
+def reply_header(settings: DecodeSettings, gammas: tuple[int, ...] = ()) -> str:
+    """`gammas`: every γ the reply ran with, in order, when it was changed mid-reply."""
+    if settings.mode is Mode.AR:
+        return "Assistant · plain AR"
+    how = "greedy" if settings.greedy else f"sampling T={settings.temperature:g}"
+    gamma = "→".join(map(str, gammas)) if len(gammas) > 1 else str(settings.gamma)
+    if settings.cost_aware:
+        rounds = f"γ ≤ {gamma}, cost-aware"
+    else:
+        rounds = f"γ ≤ {gamma}, stop {settings.stop_below:g}" if settings.stop_below else f"γ={gamma}"
+    return f"Assistant · speculative, {how}, {rounds}"
+
+
+UNFAIR = " (machine busy — not a fair number)"
+
+
+def stats_line(reply: Reply) -> str:
+    """The reply's figures; a busy machine's estimate says so beside it, as a measured speedup may contradict it."""
+    s = reply.stats
+    if not s.n_tokens:  # stopped before its first round: no figures to give
+        return "stopped while reading the prompt: no tokens yet" if reply.stopped else "no tokens"
+    line = f"{s.n_tokens} tokens in {s.n_rounds} rounds · {s.tokens_per_s:.1f} tok/s"
+    if reply.request.settings.mode is Mode.SPEC:
+        line += (f" · α {s.alpha:.2f} · {s.tokens_per_round:.2f} tok/round · est. {reply.estimated_speedup:.2f}× vs AR"
+                 + (UNFAIR if reply.machine_busy else ""))
+    return line + (" · stopped" if reply.stopped else "")
+
+
+def unbreakable(line: str) -> str:
+    """A ' · '-separated line whose figures never wrap inside themselves ("est. / 0.46× vs AR" at 1000 px); a
+    remark in parentheses after a figure still may."""
+    def keep_together(part: str) -> str:
+        figure, parenthesis, remark = part.partition(" (")
+        return figure.replace(" ", "\u00a0") + parenthesis + remark
+    return " · ".join(keep_together(part) for part in line.split(" · "))
+
+
+def comparison_line(comparison: Comparison, reply: Reply) -> str:
+    ar_tokens = len(comparison.ar_tokens)
+    if comparison.stopped:  # a few AR tokens against a whole reply would claim a speedup nobody measured
+        return f"plain AR stopped after {ar_tokens} tokens: no measured speedup"
+    line = (f"plain AR: {ar_tokens} tokens in {comparison.ar_wall_s:.2f} s ({comparison.ar_tokens_per_s:.1f} tok/s) vs "
+            f"speculative {reply.stats.n_tokens} in {comparison.spec_wall_s:.2f} s "
+            f"({comparison.spec_tokens_per_s:.1f} tok/s) → measured {comparison.speedup:.2f}×"
+            + (UNFAIR if comparison.machine_busy else ""))
+    if comparison.identical is not None:
+        line += " · greedy outputs identical" if comparison.identical else " · greedy outputs differ"
+    return line
