@@ -178,6 +178,8 @@ class Bench:
             stop_below=0.0 if config.stop_below in (None, "cost") else config.stop_below,
         )
         self.decoder.reset()  # otherwise the previous run's cached prompt would make this prefill free
+        if config.method != "ar" and self.decoder.costs is not None:
+            self.decoder.measure_target_step()  # as the app does before each reply: the cost model keeps the fastest
         # generate() tokenises inside; time that alone, just before, and take it off the wall time
         synchronize(self.device)
         start = time.perf_counter()

@@ -35,12 +35,15 @@ class CostModel:
     overhead_s: float = 0.0  # a round's bookkeeping outside the forwards: sampling, verification, events, text
 
     def block_s(self, rows: int) -> float:
-        """The target's forward over `rows` rows; past the measured ones, the last step's growth goes on."""
+        """The target's forward over `rows` rows; past the measured ones, the last step's growth goes on.
+
+        A timing caught by a busy moment is bounded by what cannot be slower: a block costs no more than a longer
+        block, nor than its rows as single steps."""
         measured = self.target_block_s
-        if rows <= len(measured):
-            return measured[rows - 1]
-        slope = measured[-1] - measured[-2] if len(measured) > 1 else measured[-1]
-        return measured[-1] + (rows - len(measured)) * max(slope, 0.0)
+        if rows > len(measured):
+            slope = self.block_s(len(measured)) - self.block_s(len(measured) - 1) if len(measured) > 1 else 0.0
+            return self.block_s(len(measured)) + (rows - len(measured)) * max(slope, 0.0)
+        return min(min(measured[rows - 1:]), rows * measured[0])
 
     @property
     def ar_token_s(self) -> float:

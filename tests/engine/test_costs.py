@@ -54,6 +54,13 @@ def test_longer_blocks_than_measured_grow_by_the_last_step():
     assert model.block_s(5) == pytest.approx(0.021)
 
 
+def test_a_block_timed_in_a_busy_moment_costs_no_more_than_what_bounds_it():
+    model = CostModel([0.004, 0.133, 0.010, 0.012])  # the 2-row block was caught by another job
+    assert model.block_s(2) == pytest.approx(0.008)  # two single steps
+    assert CostModel([0.004, 0.011, 0.009]).block_s(2) == pytest.approx(0.008)
+    assert CostModel([0.004, 0.0075, 0.009]).block_s(2) == pytest.approx(0.0075)  # a quiet timing stands
+
+
 def test_observations_only_ever_lower_a_cost():
     model = costs(draft_ms=1.0)
     model.observe(2, 0.5, 1.0)  # a busy round
