@@ -176,16 +176,16 @@ class DecodingControls(QGroupBox):
         self.gamma_label.setMinimumWidth(18)
         self.draft_length = QComboBox()
         self.draft_length.addItem("cost-aware", True)
-        self.draft_length.addItem("confidence stop", False)
+        self.draft_length.addItem("confidence", False)
         self.draft_length.setCurrentIndex(0 if defaults.cost_aware else 1)
         self.draft_length.setToolTip(
             "How long a round drafts, up to γ. Cost-aware: one more draft while it raises the round's tokens per "
             "second, from this machine's measured costs and the drafts' measured acceptance (a round may draft "
-            "nothing). Confidence stop: until the draft's own estimate that all its drafts are kept falls below "
+            "nothing). Confidence: until the draft's own estimate that all its drafts are kept falls below "
             "'stop below'. Neither looks at the target's p for the round, so the output is unchanged")
         self.stop_below = self._double(0.0, 0.95, 0.05, defaults.stop_below)
         self.stop_below.setSpecialValueText("off")
-        self.stop_below.setToolTip("Confidence stop: a round stops drafting before γ once the draft's own estimate "
+        self.stop_below.setToolTip("With the confidence draft length: a round stops drafting before γ once the draft's own estimate "
                                    "that all its drafts will be accepted falls below this; off drafts γ every round")
         self.max_new_tokens = QSpinBox()
         self.max_new_tokens.setRange(1, 8192)

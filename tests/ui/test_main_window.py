@@ -212,9 +212,11 @@ def test_closing_the_window_mid_reply_stops_decoding_and_joins_the_thread(make_s
     assert studio.worker.rounds_emitted <= emitted_at_close + 1
 
 
-def test_reply_header_names_fixed_and_adaptive_rounds():
-    assert reply_header(DecodeSettings(gamma=6, stop_below=0.3)) == "Assistant · speculative, greedy, γ ≤ 6, stop 0.3"
-    assert (reply_header(DecodeSettings(gamma=2, stop_below=0.0, greedy=False, temperature=0.7))
+def test_reply_header_names_cost_aware_confidence_stopped_and_fixed_rounds():
+    assert reply_header(DecodeSettings(gamma=6)) == "Assistant · speculative, greedy, γ ≤ 6, cost-aware"
+    assert (reply_header(DecodeSettings(gamma=6, cost_aware=False, stop_below=0.3))
+            == "Assistant · speculative, greedy, γ ≤ 6, stop 0.3")
+    assert (reply_header(DecodeSettings(gamma=2, cost_aware=False, stop_below=0.0, greedy=False, temperature=0.7))
             == "Assistant · speculative, sampling T=0.7, γ=2")
 
 

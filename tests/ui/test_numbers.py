@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from engine.decoding.costs import CostModel, RoundPlanner
 from engine.events import DecodeSettings, EmittedToken, Fate, ModelInfo, PairInfo, RoundEvent
 from tests.ui.helpers import send
 from tests.ui.synthetic import accepted_round
@@ -88,11 +89,15 @@ def test_a_busy_estimate_says_it_is_unfair_in_its_own_line():
 
 
 def test_on_a_busy_machine_window_and_export_show_one_estimate_marked_unfair(make_studio, greedy_mixed_decoder,
-                                                                            qtbot, tmp_path):
+                                                                            qtbot, tmp_path, monkeypatch):
+    # a cost model far faster than this machine ever runs: every real step looks busy
+    fast = CostModel([1e-6] * 9, overhead_s=1e-7)
+    monkeypatch.setattr(greedy_mixed_decoder, "costs", fast)
+    monkeypatch.setattr(greedy_mixed_decoder, "planner", RoundPlanner(fast))
     studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=10)
     window = studio.window
     window.controls.compare_ar.setChecked(True)
-    studio.chat.timing.add(1e-6)  # a quiet step far faster than this machine ever runs: every real step looks busy
+    studio.chat.timing.add(1e-6)
     send(qtbot, studio)
     reply = studio.chat.replies[-1]
     estimate = f"est. {reply.estimated_speedup:.2f}× vs AR (machine busy — not a fair number)"

@@ -159,6 +159,7 @@ def test_stop_says_stopping_until_the_worker_has_stopped(make_studio, mixed_deco
             seen.append((window.stop_button.text(), window.stop_button.isEnabled(), window.statusBar().currentMessage()))
 
     studio.chat.prefill_progressed.connect(stop_once)
+    mixed_decoder.runner.seconds_per_position = PREFILL_CHUNK_S / 300  # the prompt is read in several chunks
     assert send(qtbot, studio, words(900)).stopped
     text, enabled, message = seen[0]
     assert text == "Stopping…" and not enabled and message.startswith("Stopping…")
@@ -196,7 +197,7 @@ def test_shutting_down_mid_reply_saves_it_as_stopped_before_returning(make_studi
     studio.window.round_shown.connect(on_round_shown)
     studio.window.send("w3 w4")
     qtbot.waitUntil(lambda: bool(saved), timeout=REPLY_TIMEOUT_MS)
-    assert saved == [(1, 1)] and studio.window.session.replies[-1].stopped
+    assert saved == [(1, 1)] and studio.chat.replies[-1].stopped
 
 
 STUDIO = textwrap.dedent("""
