@@ -6,7 +6,9 @@ from engine.events import Mode
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-# A GGUF target's weights: "native" keeps its 4-bit blocks for torch's int4 kernel, "dtype" de-quantises them
+# A GGUF target's weights: "native" keeps its 4-bit blocks (engine.models.gguf_native), "dtype" de-quantises them
+# into --dtype, "auto" is native where a native kernel is fast here (gguf_native.best_kernel). The choice is made
+# once per target and serves every mode: AR, speculation, the bench and the AR comparison use the same weights.
 TARGET_WEIGHTS = ("auto", "native", "dtype")
 DRAFT_WEIGHTS = ("int8", "dtype")  # the draft's linear layers: weight-only int8 on CPU, or the dtype's
 MODES = tuple(mode.value for mode in Mode)

@@ -16,6 +16,7 @@ import torch
 from huggingface_hub.errors import HFValidationError, HfHubHTTPError, RepositoryNotFoundError
 from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig, PreTrainedModel, PreTrainedTokenizerBase
 
+from engine.choices import TARGET_WEIGHTS
 from engine.events import ModelInfo
 
 # A directory holding any of these can give a tokenizer (a pair is checked from its tokenizers alone)
@@ -27,11 +28,6 @@ PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 ALLOW_PICKLE = "SPECDEC_ALLOW_PICKLE"  # =1: load pickle-only checkpoints anyway
 HUB_PROBE_TIMEOUT_S = 5  # seconds to wait for the hub's answer before treating it as unreachable
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# A GGUF target's weights: "native" keeps its 4-bit blocks (engine.models.gguf_native), "dtype" de-quantises them
-# into --dtype, "auto" is native where a native kernel is fast for the activation dtype here
-# (gguf_native.best_kernel). The choice is made once per target and serves every mode: AR, speculation, the
-# bench and the AR comparison decode with the same weights whatever drafter is loaded.
-TARGET_WEIGHTS = ("auto", "native", "dtype")
 
 
 class ModelLoadError(RuntimeError):
