@@ -298,3 +298,22 @@ def test_loading_a_pair_leaves_the_guide_in_view(make_studio, mixed_decoder, qtb
         assert window.load_progress.isVisible() and "Loading" in window.pair_label.text()
         assert QApplication.activeModalWidget() is None and "Try one" in window.chat.toPlainText()
     window.error_box.close()
+
+
+def test_compare_with_ar_on_a_native_gguf_target_decodes_one_target_identically(make_studio, qtbot, tmp_path):
+    from engine.decoding.decoder import Decoder
+    from engine.decoding.drafters import DraftModelDrafter
+    from tests.engine.test_gguf_native import tiny_gguf_pair
+    from tests.tiny import cheap_draft_costs, tiny_model
+
+    native, _ = tiny_gguf_pair(tmp_path)
+    draft = tiny_model(1, layers=1, vocab_size=64)
+    decoder = Decoder(native, DraftModelDrafter(draft, native.vocab_size), draft)
+    decoder.set_costs(cheap_draft_costs())  # rounds that draft, whatever this machine's timings
+    studio = make_studio(decoder, greedy=True, max_new_tokens=16, lookup=False)
+    studio.window.controls.compare_ar.setChecked(True)
+    reply = send(qtbot, studio)
+    comparison = studio.chat.session.comparisons[0]
+    assert any(e.gamma for e in reply.events)  # speculation really drafted
+    assert comparison.identical is True and comparison.ar_text == reply.text
+    assert decoder.info().target.weights == "native"
