@@ -149,11 +149,12 @@ def connect_read_only(path: Path) -> sqlite3.Connection:
     """A connection that cannot change the file. A WAL database in a folder that cannot be written has no
     shared-memory file to read through, so it is then read as immutable (nothing else can write there either)."""
     uri = path.resolve().as_uri()
+    db = sqlite3.connect(f"{uri}?mode=ro", uri=True)
     try:
-        db = sqlite3.connect(f"{uri}?mode=ro", uri=True)
         db.execute("PRAGMA user_version")
         return db
     except sqlite3.OperationalError as exc:
+        db.close()
         if not cannot_write(exc):
             raise
         return sqlite3.connect(f"{uri}?immutable=1", uri=True)

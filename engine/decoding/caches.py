@@ -18,21 +18,22 @@ from engine.models.loading import synchronize
 # Stop is heard between prefill chunks, so a chunk is sized to take at most this long at the speed the previous
 # chunks were read at on this machine, whatever its CPU and its load.
 PREFILL_CHUNK_S = 0.3
-# Chunk sizes are powers of two from MIN_CHUNK (also the first chunk, read before anything was timed) to
-# MAX_CHUNK (activations stay bounded), and a chunk ends at a multiple of its size, so AR and speculative mode
-# cut a prompt at the same positions unless the machine's speed changed between them.
-MIN_CHUNK, MAX_CHUNK = 8, 1024
+# Chunk sizes are powers of two up to MAX_CHUNK (activations stay bounded), and a chunk ends at a multiple of its
+# size, so AR and speculative mode cut a prompt at the same positions unless the machine's speed changed between
+# them. FIRST_CHUNK is read before anything was timed.
+MAX_CHUNK, FIRST_CHUNK = 1024, 8
 # Positions per step where the draft catches up on its own (engine.decoding.decoder, not timed here), and the
 # shortest prompt the CLI draws a reading bar for.
 PREFILL_CHUNK = 256
 
 
 def chunk_size(seconds_per_position: float | None) -> int:
-    """The largest power of two in [MIN_CHUNK, MAX_CHUNK] expected to be read within PREFILL_CHUNK_S."""
+    """The largest power of two up to MAX_CHUNK expected to be read within PREFILL_CHUNK_S (1 where even one
+    position takes longer)."""
     if seconds_per_position is None:
-        return MIN_CHUNK
+        return FIRST_CHUNK
     fits = PREFILL_CHUNK_S / max(seconds_per_position, 1e-12)
-    size = MIN_CHUNK
+    size = 1
     while size * 2 <= min(fits, MAX_CHUNK):
         size *= 2
     return size
@@ -83,7 +84,9 @@ class CachedModel:
         else:
             self.cache = TransformersCache(model, None if self.draft_vocab is None else head)
         self.clock = time.perf_counter  # times prefill chunks (a test may give it a machine of known speed)
-        self.seconds_per_position: float | None = None  # of the last prefill chunk of MIN_CHUNK or more
+        # Of the last prefill chunk. A short one also times the call's overhead: the next chunk is then sized
+        # low, and each that takes under half of PREFILL_CHUNK_S doubles the one after it.
+        self.seconds_per_position: float | None = None
         self.last_chunk: tuple[int, float] | None = None  # (positions, seconds) of the last prefill chunk
 
     def __len__(self) -> int:
@@ -154,8 +157,7 @@ class CachedModel:
             synchronize(self.device)
             seconds = self.clock() - began
             self.last_chunk = (end - start, seconds)
-            if end - start >= MIN_CHUNK:  # a few positions would time the call's overhead more than the positions
-                self.seconds_per_position = seconds / (end - start)
+            self.seconds_per_position = seconds / (end - start)
             yield end
 
     def reset(self) -> None:

@@ -86,7 +86,7 @@ def test_stop_during_a_6000_token_read_in_is_heard_within_half_a_second():
     import statistics
     import time
 
-    from engine.decoding.caches import MIN_CHUNK, PREFILL_CHUNK_S
+    from engine.decoding.caches import PREFILL_CHUNK_S
     from engine.events import PrefillProgress
 
     decoder = Decoder.load("embedded", "embedded-draft", device="cpu")
@@ -102,10 +102,10 @@ def test_stop_during_a_6000_token_read_in_is_heard_within_half_a_second():
             last = now
             chunks.append((decoder.runner.last_chunk[0], speed))
             speed, total = decoder.runner.seconds_per_position, item.total
-            if item.done >= 2048:  # enough chunks to have settled on this machine's speed
+            if item.done >= 1024:  # enough chunks to have settled on this machine's speed
                 break
     stream.close()  # Stop, between two chunks
     assert total >= 6000
-    assert all(n * seconds <= PREFILL_CHUNK_S or n == MIN_CHUNK for n, seconds in chunks[1:]), chunks
+    assert all(n * seconds <= PREFILL_CHUNK_S or n == 1 for n, seconds in chunks[1:]), chunks
     assert statistics.median(gaps) < 0.5, gaps
     assert len(list(decoder.generate(MESSAGES, DecodeSettings(max_new_tokens=4)))) >= 1  # the next reply works

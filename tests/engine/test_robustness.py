@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from engine.decoding.caches import MAX_CHUNK, MIN_CHUNK, PREFILL_CHUNK_S, chunk_size
+from engine.decoding.caches import FIRST_CHUNK, MAX_CHUNK, PREFILL_CHUNK_S, chunk_size
 from engine.decoding.context import ContextError
 from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import DraftModelDrafter
@@ -208,11 +208,11 @@ def known_speed(decoder: Decoder, positions: int) -> None:
 
 
 def test_a_chunk_size_is_the_largest_power_of_two_that_fits_the_time():
-    assert chunk_size(None) == MIN_CHUNK  # nothing timed yet
+    assert chunk_size(None) == FIRST_CHUNK  # nothing timed yet
     assert chunk_size(PREFILL_CHUNK_S / 300) == 256
     assert chunk_size(PREFILL_CHUNK_S / 256.5) == 256
     assert chunk_size(PREFILL_CHUNK_S / 255.5) == 128
-    assert chunk_size(1.0) == MIN_CHUNK  # a very slow machine: the smallest chunk
+    assert chunk_size(1.0) == 1  # even one position takes longer than the chunk time
     assert chunk_size(1e-9) == MAX_CHUNK
 
 
@@ -236,7 +236,7 @@ def test_each_prefill_chunk_takes_at_most_the_chunk_time_at_the_measured_speed(p
             chunks.append(decoder.runner.last_chunk)
     assert sum(n for n, _ in chunks) == 899
     assert all(seconds <= PREFILL_CHUNK_S for _, seconds in chunks)
-    assert max(n for n, _ in chunks) == min(chunk_size(PREFILL_CHUNK_S / positions), 899 - MIN_CHUNK)
+    assert max(n for n, _ in chunks) == min(chunk_size(PREFILL_CHUNK_S / positions), 899 - FIRST_CHUNK)
 
 
 def test_a_machine_that_slows_down_mid_prefill_gets_smaller_chunks():
@@ -257,8 +257,8 @@ def test_closing_the_stream_during_prefill_stops_within_one_chunk_and_the_next_r
     stream = decoder.stream(long_prompt(900), DecodeSettings(max_new_tokens=8))
     assert isinstance(next(stream), PrefillProgress)
     stream.close()
-    assert len(decoder.runner) == decoder.runner.last_chunk[0] == MIN_CHUNK
-    assert decoder.drafter.cached_length() == MIN_CHUNK
+    assert len(decoder.runner) == decoder.runner.last_chunk[0] == FIRST_CHUNK
+    assert decoder.drafter.cached_length() == FIRST_CHUNK
     resumed = [t.token_id for t in emitted(decoder.stream(long_prompt(900), DecodeSettings(max_new_tokens=8)))]
     fresh = [t.token_id for t in emitted(tiny_decoder().stream(long_prompt(900), DecodeSettings(max_new_tokens=8)))]
     assert resumed == fresh
