@@ -379,6 +379,8 @@ def cmd_generate(args) -> int:
                 print(event.text_delta, end="", flush=True)
     finally:
         bar.close()
+    if events and events[-1].text_notice:
+        print(f"\nspecdec: note: {events[-1].text_notice}", file=sys.stderr)
     stats = reply_stats(events)
     if args.json:
         info = decoder.info()
@@ -388,6 +390,7 @@ def cmd_generate(args) -> int:
             "settings": settings.__dict__, "target": info.target.__dict__,
             "draft": info.draft.__dict__ if info.draft else None, "device": info.device, "dtype": info.dtype,
             "greedy_exact": info.greedy_exact, "finish_reason": events[-1].finish_reason,
+            "text_notice": events[-1].text_notice,
             "context": None if notice is None else {**notice.__dict__, "message": notice.message},
             "stats": stats.as_dict(),
             "rounds": [event_dict(e) for e in events],

@@ -132,6 +132,8 @@ class RoundEvent:
     ar_equivalent_s: float = 0.0
     planned_s: float = 0.0  # what the cost model predicted this round would take (its drafts and block)
     finish_reason: str | None = None  # "eos", "length" on the last round of a reply; None otherwise
+    # On the last round: a one-line note when the reply ended part-way through a character (its bytes left out)
+    text_notice: str | None = None
 
     @property
     def n_drafted(self) -> int:

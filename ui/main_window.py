@@ -505,6 +505,8 @@ class MainWindow(QMainWindow):
                                warning=True)
         if reply.events and reply.events[-1].finish_reason == "length":
             self.chat.add_note("✂ cut at max new tokens", warning=True)
+        if reply.events and reply.events[-1].text_notice:
+            self.chat.add_note(reply.events[-1].text_notice, warning=True)
         self.chat.set_reply_actions(shown.index, ("copy", "edit", "regenerate")
                                     + (("continue",) if shown.can_continue else ()), text=reply.text)
         self._inspect_first_rejection()

@@ -235,7 +235,7 @@ class Decoder:
                 text_delta="".join(t.text for t in emitted),
                 draft_s=drafted_at - round_start, verify_s=verified_at - drafted_at,
                 round_s=round_s, prefill_s=prefill_s if index == 0 else 0.0,
-                target_step_s=self.target_step_s, finish_reason=finish,
+                target_step_s=self.target_step_s, finish_reason=finish, text_notice=text.left_out if finish else None,
                 ar_equivalent_s=len(emitted) * self.costs.ar_token_s, planned_s=planned_s,
             )
             if finish:

@@ -104,8 +104,9 @@ def test_a_reply_cut_at_max_new_tokens_inside_a_character_leaves_its_bytes_out(m
     assert events[-1].finish_reason == "length" and len(emitted(events)) == 6  # 日 cut after 2 of its 3 bytes
     assert "".join(e.text_delta for e in events) == "🐉"
     assert all("\ufffd" not in t.text for t in emitted(events))
+    assert events[-1].text_notice.startswith("the reply ended part-way through a character")  # and it says so
     again = list(decoder.generate(HI, DecodeSettings(mode=mode, stop_below=0.0)))  # the next reply is whole
-    assert "".join(e.text_delta for e in again) == CHAIN_TEXT
+    assert "".join(e.text_delta for e in again) == CHAIN_TEXT and again[-1].text_notice is None
 
 
 @pytest.mark.parametrize("mode", ["ar", "spec"])
