@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from engine.choices import DEVICES, DRAFT_WEIGHTS, DTYPES, MODES, TARGET_WEIGHTS
+from engine.choices import DEVICES, DRAFT_WEIGHTS, DRAFTINGS, DTYPES, MODES, TARGET_WEIGHTS
 from engine.events import Mode
 
 DEFAULT_TARGET = "embedded"
@@ -222,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--gammas", metavar="N,N,...", type=comma_list(setting("gamma", whole_number)),
                        default=[1, 2, 4, 6, 8], help="γ values for the drafting methods, one row each")
     bench.add_argument("--stop-below", metavar="S,S,...", type=comma_list(draft_length), default=["cost"],
-                       help="draft length rules for spec and spec_draft, one row each: cost (cost-aware rounds) or "
+                       help="draft length rules for spec, spec_draft and spec_lookup, one row each: cost (cost-aware rounds) or "
                             "a confidence stop S (0: always γ drafts)")
     bench.add_argument("--decoding", metavar="D,D,...", type=comma_list(one_of(DECODINGS)),
                        default=list(DECODINGS), help=f"decoding modes, from {', '.join(DECODINGS)}")
@@ -230,8 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="temperature of the sampled rows")
     bench.add_argument("--repeats", metavar="R", type=at_least(1), default=1,
                        help="runs of every configuration on every prompt")
-    bench.add_argument("--methods", metavar="M,M,...", type=comma_list(one_of(METHODS)), default=list(METHODS),
-                       help=f"what to measure, from {', '.join(METHODS)} (default: all)")
+    bench.add_argument("--methods", metavar="M,M,...", type=comma_list(one_of(METHODS)), default=None,
+                       help=f"what to measure, from {', '.join(METHODS)} (default: all but spec_lookup, or with "
+                            "--drafters only those)")
+    bench.add_argument("--drafters", metavar="D,D,...", type=comma_list(one_of(DRAFTINGS)), default=None,
+                       help="drafters side by side on the same target and settings, one table: model (the draft "
+                            "model), lookup (copying from the conversation), both, none (plain AR); from "
+                            f"{', '.join(DRAFTINGS)} (default: no such table)")
     bench.add_argument("--seed", metavar="S", type=seed_below(SEED_LIMIT), default=0, help="seed of the sampled rows")
     bench.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     bench.add_argument("--out", metavar="DIR", type=Path, default=None,
