@@ -40,6 +40,12 @@ class Recommendation:
                 "speedups": {d.value: s for d, s in self.speedups.items()}}
 
 
+def cost_model_from_dict(costs: dict) -> CostModel:
+    """A CostModel from its as_dict() form (milliseconds), as PairInfo.costs carries it to the window."""
+    return CostModel([ms / 1e3 for ms in costs["target_block_ms"]], draft_step_s=costs["draft_step_ms"] / 1e3,
+                     copy_s=costs["copy_ms"] / 1e3, overhead_s=costs["overhead_ms"] / 1e3)
+
+
 def draft_cost_s(costs: CostModel, profile: PositionAcceptance, position: int, drafting: Drafting) -> float:
     """What a draft at `position` (1-based) costs on average: copies at the copy cost, the rest as model steps;
     past the measured positions, what this drafting's drafts cost."""

@@ -4,7 +4,7 @@ import re
 import pytest
 
 from engine.decoding.costs import CostModel, expected_tokens
-from engine.decoding.recommend import predicted_rate, recommend, round_s
+from engine.decoding.recommend import cost_model_from_dict, predicted_rate, recommend, round_s
 from engine.events import Drafting
 from engine.stats import PositionAcceptance
 
@@ -96,3 +96,11 @@ def test_rounds_that_sometimes_draft_less_cost_less_than_rounds_that_always_draf
     # half the rounds make 2 drafts and verify 3 rows: 2 × 1 ms of drafting and 1 ms of block less, half the time
     assert round_s(model, full, 4, Drafting.MODEL) - round_s(model, partial, 4, Drafting.MODEL) == pytest.approx(
         0.5 * (2 * 1e-3 + 2 * 1e-3))
+
+
+def test_the_window_s_cost_dict_gives_back_the_cost_model():
+    model = costs(draft_ms=2.7)
+    again = cost_model_from_dict(model.as_dict())
+    assert again.target_block_s == pytest.approx(model.target_block_s)
+    assert (again.draft_step_s, again.copy_s, again.overhead_s) == pytest.approx(
+        (model.draft_step_s, model.copy_s, model.overhead_s))
