@@ -1,4 +1,4 @@
-"""`specdec`: generate, bench, prepare and train-draft from the command line.
+"""`specdec`: generate, bench, export-serving, prepare and train-draft from the command line.
 
 Errors reach the user as one line on stderr and a non-zero exit, never as a traceback.
 """
@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from engine.choices import DEVICES, DRAFT_WEIGHTS, DTYPES, MODES, TARGET_WEIGHTS
+from engine.choices import DEVICES, DRAFT_WEIGHTS, DRAFTINGS, DTYPES, MODES, TARGET_WEIGHTS
 from engine.events import Mode
 
 DEFAULT_TARGET = "embedded"
@@ -175,6 +175,7 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from engine.benchmark.bench import DECODINGS, METHODS
     from engine.events import DecodeSettings
+    from engine.serving import ENGINES
 
     defaults = DecodeSettings()
     parser = Parser(prog="specdec", description="Speculative decoding, visible and fast.",
@@ -222,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--gammas", metavar="N,N,...", type=comma_list(setting("gamma", whole_number)),
                        default=[1, 2, 4, 6, 8], help="γ values for the drafting methods, one row each")
     bench.add_argument("--stop-below", metavar="S,S,...", type=comma_list(draft_length), default=["cost"],
-                       help="draft length rules for spec and spec_draft, one row each: cost (cost-aware rounds) or "
+                       help="draft length rules for spec, spec_draft and spec_lookup, one row each: cost (cost-aware rounds) or "
                             "a confidence stop S (0: always γ drafts)")
     bench.add_argument("--decoding", metavar="D,D,...", type=comma_list(one_of(DECODINGS)),
                        default=list(DECODINGS), help=f"decoding modes, from {', '.join(DECODINGS)}")
@@ -230,8 +231,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="temperature of the sampled rows")
     bench.add_argument("--repeats", metavar="R", type=at_least(1), default=1,
                        help="runs of every configuration on every prompt")
-    bench.add_argument("--methods", metavar="M,M,...", type=comma_list(one_of(METHODS)), default=list(METHODS),
-                       help=f"what to measure, from {', '.join(METHODS)} (default: all)")
+    bench.add_argument("--methods", metavar="M,M,...", type=comma_list(one_of(METHODS)), default=None,
+                       help=f"what to measure, from {', '.join(METHODS)} (default: all but spec_lookup, or with "
+                            "--drafters only those)")
+    bench.add_argument("--drafters", metavar="D,D,...", type=comma_list(one_of(DRAFTINGS)), default=None,
+                       help="drafters side by side on the same target and settings, one table: model (the draft "
+                            "model), lookup (copying from the conversation), both, none (plain AR); from "
+                            f"{', '.join(DRAFTINGS)} (default: no such table)")
     bench.add_argument("--seed", metavar="S", type=seed_below(SEED_LIMIT), default=0, help="seed of the sampled rows")
     bench.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     bench.add_argument("--out", metavar="DIR", type=Path, default=None,
@@ -256,6 +262,25 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seed of the prompts, answers and training (default: the shipped draft's)")
     train.add_argument("--layers", metavar="L,L,...", type=comma_list(at_least(0)), default=None,
                        help="the target's decoder layers the draft starts from (default: the shipped draft's)")
+
+    serve = command("export-serving", "write the tuned pair, γ and drafters for a serving engine")
+    serve.add_argument("--engine", required=True, type=one_of(ENGINES),
+                       help=f"the engine's own format: {', '.join(ENGINES)} (default: none, it is required)")
+    for flag, what in (("--target", "target"), ("--draft", "draft")):
+        serve.add_argument(flag, metavar="M", default=None,
+                           help=f"{what} model as the engine loads it: hub id or path; 'embedded' names the prepared "
+                                "copy (default: the bench's with --from-bench, else the embedded pair's)")
+    serve.add_argument("--from-bench", metavar="FILE", type=Path, default=None,
+                       help="take the pair and the recommended γ and drafters from a bench's results.json "
+                            "(default: the options below)")
+    serve.add_argument("--gamma", metavar="N", type=setting("gamma", whole_number), default=defaults.gamma,
+                       help="most draft tokens per round (γ)")
+    serve.add_argument("--drafters", metavar="D", type=one_of(DRAFTINGS), default="both",
+                       help=f"which drafters, from {', '.join(DRAFTINGS)}")
+    serve.add_argument("--stop-below", metavar="P", type=setting("stop_below", finite_float),
+                       default=defaults.stop_below,
+                       help="stop drafting once the chance of keeping the next draft falls below P (llama-server's "
+                            "--draft-p-min, transformers' assistant_confidence_threshold)")
 
     command("presets", "list the named model pairs")
     return parser
@@ -444,6 +469,53 @@ def cmd_presets(args) -> int:
     return 0
 
 
+def served_name(name: str, engine: str) -> str:
+    """What `engine` loads for a model name: the embedded pair's prepared copies (for llama-server the target's
+    GGUF, where its package is installed); anything else as given."""
+    from engine.models import embedded
+
+    if name == "embedded" and engine == "llama-server":
+        try:
+            return str(embedded.gguf_path())
+        except FileNotFoundError:
+            return str(embedded.target_dir())
+    return {"embedded": str(embedded.target_dir()), "embedded-draft": str(embedded.draft_dir())}.get(name, name)
+
+
+def bench_choice(path: Path) -> dict:
+    """From a bench's results.json: target, draft and the recommendation across drafters, else the best
+    predicted one of any method."""
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--from-bench {path}: not a bench's results.json ({exc})") from None
+    found = result.get("recommendations") or []
+    if not found:
+        raise ValueError(f"--from-bench {path}: no recommendation in it (run the bench at several --gammas)")
+    across = [r for r in found if r["method"] == "drafters"]
+    advice = (across or sorted(found, key=lambda r: -r["recommended"]["speedup"]))[0]["recommended"]
+    env = result.get("env", {})
+    return {"target": (env.get("target") or {}).get("name"), "draft": (env.get("draft") or {}).get("name"),
+            "gamma": advice["gamma"], "drafting": advice["drafting"], "stop_below": advice["stop_below"]}
+
+
+def cmd_export_serving(args) -> int:
+    from engine.events import Drafting
+    from engine.serving import TunedPair, export
+
+    chosen = {"target": None, "draft": None, "gamma": args.gamma, "drafting": args.drafters,
+              "stop_below": args.stop_below}
+    if args.from_bench is not None:
+        chosen.update(bench_choice(args.from_bench))
+    target = args.target or chosen["target"] or DEFAULT_TARGET
+    draft = args.draft or chosen["draft"] or DEFAULT_DRAFT
+    drafting = Drafting(chosen["drafting"])
+    pair = TunedPair(served_name(target, args.engine), served_name(draft, args.engine) if drafting.draft_model
+                     else None, drafting, chosen["gamma"] or 1, chosen["stop_below"])
+    print(export(pair, args.engine).render())
+    return 0
+
+
 def cmd_bench(args) -> int:
     from engine.benchmark.bench import load_prompts, run_cli
 
@@ -478,7 +550,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    commands = {"generate": cmd_generate, "bench": cmd_bench, "prepare": cmd_prepare,
+    commands = {"generate": cmd_generate, "bench": cmd_bench, "export-serving": cmd_export_serving,
+                "prepare": cmd_prepare,
                 "train-draft": cmd_train_draft, "presets": cmd_presets}
     try:
         return commands[args.command](args)

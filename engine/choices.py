@@ -2,7 +2,7 @@
 widgets can import it). `auto` lets the engine pick: see engine.models.loading."""
 from __future__ import annotations
 
-from engine.events import Mode
+from engine.events import Drafting, Mode
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -12,3 +12,4 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 TARGET_WEIGHTS = ("auto", "native", "dtype")
 DRAFT_WEIGHTS = ("int8", "dtype")  # the draft's linear layers: weight-only int8 on CPU, or the dtype's
 MODES = tuple(mode.value for mode in Mode)
+DRAFTINGS = tuple(drafting.value for drafting in Drafting)  # the drafters a round may use: model, lookup, both, none

@@ -28,6 +28,23 @@ class Mode(str, Enum):
     AR = "ar"  # plain autoregressive: one target step per token
 
 
+class Drafting(str, Enum):
+    """Which drafters a round may use: the draft model, prompt lookup (copying), both, or none (plain AR)."""
+
+    MODEL = "model"
+    LOOKUP = "lookup"
+    BOTH = "both"
+    NONE = "none"
+
+    @property
+    def draft_model(self) -> bool:
+        return self in (Drafting.MODEL, Drafting.BOTH)
+
+    @property
+    def lookup(self) -> bool:
+        return self in (Drafting.LOOKUP, Drafting.BOTH)
+
+
 @dataclass(frozen=True)
 class DecodeSettings:
     mode: Mode = Mode.SPEC
@@ -131,6 +148,7 @@ class RoundEvent:
     # Σ ar_equivalent_s / Σ round_s, so on a quiet machine it agrees with the measured AR comparison.
     ar_equivalent_s: float = 0.0
     planned_s: float = 0.0  # what the cost model predicted this round would take (its drafts and block)
+    draft_kinds: tuple[str, ...] = ()  # "model" or "copy" for each of the γ drafts: what making each one cost
     finish_reason: str | None = None  # "eos", "length" on the last round of a reply; None otherwise
     # On the last round: a one-line note when the reply ended part-way through a character (its bytes left out)
     text_notice: str | None = None

@@ -80,6 +80,56 @@ def per_position_acceptance(events: Iterable[RoundEvent]) -> list[float]:
     return [a / v for a, v in zip(accepted, verified)]
 
 
+@dataclass(frozen=True)
+class PositionAcceptance:
+    """Acceptance along the draft, from a reply's or a session's rounds; lists are indexed by draft position − 1.
+
+    Every share is over all rounds (a round that drafted nothing counts too), so 1 + Σ kept is the tokens per
+    round the drafts bought, and `mean_accepted` is Σ kept.
+    """
+
+    n_rounds: int
+    drafted: tuple[float, ...]  # share of rounds that made an i-th draft
+    copied: tuple[float, ...]  # share of rounds whose i-th draft was a copy (prompt lookup), not a model step
+    kept: tuple[float, ...]  # share of rounds whose i-th draft was kept (the first i all accepted)
+    conditional: tuple[float, ...]  # P(i-th kept | the ones before it kept): per_position_acceptance
+    alpha: float  # accepted / verified drafts
+    mean_accepted: float  # accepted drafts per round (the mean acceptance length)
+    tokens_per_round: float  # measured
+    # The seed's E = (1 − α^(γ+1)) / (1 − α) at this α, averaged over the rounds' own γ (γ = 0: 1 token)
+    seed_tokens_per_round: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def position_acceptance(events: Iterable[RoundEvent]) -> PositionAcceptance:
+    """Acceptance by draft position of these rounds (one reply's, or a session's: see session_acceptance)."""
+    events = list(events)
+    n = len(events)
+    longest = max((e.gamma for e in events), default=0)
+    drafted, copied, kept = [0] * longest, [0] * longest, [0] * longest
+    for event in events:
+        for i in range(event.gamma):
+            drafted[i] += 1
+            copied[i] += i < len(event.draft_kinds) and event.draft_kinds[i] == "copy"
+        for i in range(event.n_accepted):
+            kept[i] += 1
+    stats = reply_stats(events)
+    share = (lambda counts: tuple(c / n for c in counts)) if n else (lambda counts: ())
+    return PositionAcceptance(
+        n_rounds=n, drafted=share(drafted), copied=share(copied), kept=share(kept),
+        conditional=tuple(per_position_acceptance(events)), alpha=stats.alpha,
+        mean_accepted=stats.n_accepted / n if n else 0.0, tokens_per_round=stats.tokens_per_round,
+        seed_tokens_per_round=sum(expected_tokens_per_round(stats.alpha, e.gamma) for e in events) / n if n else 0.0,
+    )
+
+
+def session_acceptance(replies: Iterable[Sequence[RoundEvent]]) -> PositionAcceptance:
+    """Acceptance by draft position over every round of these replies together (a session)."""
+    return position_acceptance(event for reply in replies for event in reply)
+
+
 def round_alpha(event: RoundEvent) -> float | None:
     """α of one round (accepted / verified), None for AR steps."""
     return event.n_accepted / len(event.drafted) if event.drafted else None

@@ -18,18 +18,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.events import RoundEvent
-from engine.stats import expected_tokens_per_round, modelled_speedup, per_position_acceptance, reply_stats
+from engine.events import Drafting, RoundEvent
+from engine.stats import (PositionAcceptance, expected_tokens_per_round, modelled_speedup, per_position_acceptance,
+                          position_acceptance, reply_stats)
 
 # spec: our decoder with its default drafter (draft model + context lookup); spec_draft: the draft model alone;
+# spec_lookup: context lookup alone, no draft model (drafters.LookupDrafter);
 # llama_cpp(_lookup): llama.cpp through llama-cpp-python on the target's GGUF, plain or with its prompt lookup.
-METHODS = ("ar", "spec", "spec_draft", "hf_generate", "hf_assisted", "naive", "llama_cpp", "llama_cpp_lookup")
+METHODS = ("ar", "spec", "spec_draft", "spec_lookup", "hf_generate", "hf_assisted", "naive", "llama_cpp",
+           "llama_cpp_lookup")
+DEFAULT_METHODS = tuple(m for m in METHODS if m != "spec_lookup")  # `--drafters` runs it beside the others
+# `--drafters`: the same target and settings with each drafting choice (none: plain AR)
+DRAFTER_METHODS = {Drafting.MODEL: "spec_draft", Drafting.LOOKUP: "spec_lookup", Drafting.BOTH: "spec",
+                   Drafting.NONE: "ar"}
 LLAMA_CPP = ("llama_cpp", "llama_cpp_lookup")
 ONE_TOKEN_PER_ROUND = ("ar", "hf_generate", "llama_cpp")
 PEERS_INSTALL = "pip install -e '.[peers]' (or make peers)"
-ENGINE_DRAFTING = ("spec", "spec_draft")
+ENGINE_DRAFTING = ("spec", "spec_draft", "spec_lookup")
 DECODINGS = ("greedy", "sample")
-NEEDS_DRAFT = ("spec", "spec_draft", "hf_assisted", "naive")
+NEEDS_DRAFT = ("spec", "spec_draft", "hf_assisted", "naive")  # a draft model
 WARM_UP_TOKENS = 8
 # hf_assisted rows besides one per γ (constant schedule, no early stop: exactly γ drafts, like ours):
 HF_SCHEDULES = {
@@ -153,16 +160,26 @@ class Bench:
     """Runs one configuration on one prompt. Owns the decoder; the HF methods use the decoder's own models."""
 
     def __init__(self, decoder, max_new_tokens: int, temperature: float):
+        from engine.decoding.drafters import LookupDrafter
+
         self.decoder = decoder
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.device = decoder.target.device
         self.llamas: dict[str, object] = {}  # llama_cpp.Llama per method, loaded on first use
+        # Our drafting methods take turns on one decoder: each has its drafter and its own planner, so one
+        # method's verdicts do not steer another's rounds (copies are kept more often than model drafts).
+        lookup = LookupDrafter(decoder.vocab_size, self.device)
+        self.drafters = {"spec": decoder.drafter, "spec_draft": decoder.drafter, "spec_lookup": lookup}
+        if decoder.drafter is None:
+            decoder.drafter = lookup  # measured with the costs: a copy's
+        self.planners: dict[str, object] = {}
 
     def run(self, config: Config, prompt: str, seed: int, max_new_tokens: int | None = None) -> Run:
         max_new = max_new_tokens or self.max_new_tokens
         messages = [{"role": "user", "content": prompt}]
-        method = {"ar": self._engine, "spec": self._engine, "spec_draft": self._engine, "hf_generate": self._hf,
+        method = {"ar": self._engine, "spec": self._engine, "spec_draft": self._engine, "spec_lookup": self._engine,
+                  "hf_generate": self._hf,
                   "hf_assisted": self._hf, "naive": self._naive, "llama_cpp": self._llama_cpp,
                   "llama_cpp_lookup": self._llama_cpp}[config.method]
         return method(config, messages, seed, max_new)
@@ -177,6 +194,7 @@ class Bench:
             cost_aware=config.stop_below == "cost",
             stop_below=0.0 if config.stop_below in (None, "cost") else config.stop_below,
         )
+        self._use_drafter(config.method)
         self.decoder.reset()  # otherwise the previous run's cached prompt would make this prefill free
         if config.method != "ar" and self.decoder.costs is not None:
             self.decoder.measure_target_step()  # as the app does before each reply: the cost model keeps the fastest
@@ -191,6 +209,17 @@ class Bench:
         wall_s = time.perf_counter() - start - tokenise_s
         tokens = [t.token_id for e in events for t in e.emitted]
         return Run(config, 0, 0, tokens, wall_s, events=events)
+
+    def _use_drafter(self, method: str) -> None:
+        """Give the decoder this method's drafter and planner (the costs are the pair's, shared)."""
+        from engine.decoding.costs import RoundPlanner
+
+        if method not in self.drafters:
+            return
+        if self.decoder.costs is None:
+            self.decoder.warm_up()
+        self.decoder.drafter = self.drafters[method]
+        self.decoder.planner = self.planners.setdefault(method, RoundPlanner(self.decoder.costs))
 
     def _naive(self, config: Config, messages: list[dict], seed: int, max_new: int) -> Run:
         import torch
@@ -429,6 +458,7 @@ def summarize_row(row: Row, ar: Row | None) -> dict:
                       tokens_per_round=stats.tokens_per_round, rounds=stats.n_rounds,
                       drafts_per_round=_ratio(stats.n_drafted, stats.n_rounds))
         record["per_position_acceptance"] = per_position_acceptance(events)
+        record["position_acceptance"] = position_acceptance(events).as_dict()
         if config.method in ENGINE_DRAFTING:
             record.update(predicted_vs_measured(row, ar))
         t_p = ar_step_s(ar)
@@ -500,6 +530,101 @@ def markdown_table(records: list[dict]) -> str:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def drafters_table(records: list[dict]) -> str:
+    """`--drafters`: the drafting choices side by side on the same target and settings (none: plain AR)."""
+    names = {method: drafting.value for drafting, method in DRAFTER_METHODS.items()}
+    header = ["drafters", "decoding", "γ", "tokens/s", "α", "tokens/round", "accepted/round", "seed's E",
+              "speedup vs ar"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 6) + "|"]
+    for r in records:
+        if r["method"] not in names:
+            continue
+        profile = r.get("position_acceptance") or {}
+        config = Config(r["method"], r["decoding"], r["gamma"], stop_below=r.get("stop_below"))
+        cells = [names[r["method"]], r["decoding"], config.gamma_label, f"{r['tokens_per_s']:.1f}",
+                 "" if r["method"] == "ar" else _fmt(r["alpha"], ".2f"), _fmt(r["tokens_per_round"], ".2f"),
+                 _fmt(profile.get("mean_accepted"), ".2f") if profile else "",
+                 _fmt(profile.get("seed_tokens_per_round"), ".2f") if profile else "",
+                 _fmt(r["speedup_vs_ar"], ".2f") + ("x" if r["speedup_vs_ar"] else "")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _drafting_of(method: str) -> Drafting | None:
+    return next((d for d, m in DRAFTER_METHODS.items() if m == method and d is not Drafting.NONE), None)
+
+
+def recommendations(records: list[dict], costs) -> list[dict]:
+    """For each of our drafting methods, decoding and draft-length rule run at several γ: the γ the cost model
+    recommends from the acceptance measured at the largest γ (engine.decoding.recommend) beside the γ that
+    measured fastest. Where several drafting methods ran, also the drafting recommended across them."""
+    from engine.decoding.recommend import recommend
+
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        if _drafting_of(r["method"]) is not None and r.get("position_acceptance"):
+            groups.setdefault((r["decoding"], r.get("stop_below"), r["method"]), []).append(r)
+    found = []
+    for (decoding, stop, method), rows in groups.items():
+        widest = max(rows, key=lambda r: r["gamma"])
+        profile = PositionAcceptance(**widest["position_acceptance"])
+        advice = recommend(costs, {_drafting_of(method): profile}, max_gamma=widest["gamma"])
+        best = max(rows, key=lambda r: r["tokens_per_s"])
+        found.append({"method": method, "decoding": decoding, "stop_below": stop,
+                      "gammas": sorted(r["gamma"] for r in rows), "recommended": advice.as_dict(),
+                      "best_measured_gamma": best["gamma"], "best_measured_speedup": best["speedup_vs_ar"]})
+    for decoding, stop in sorted({(d, s) for d, s, _ in groups}, key=str):
+        widest = {_drafting_of(m): max(rows, key=lambda r: r["gamma"]) for (d, s, m), rows in groups.items()
+                  if (d, s) == (decoding, stop)}
+        if len(widest) > 1:
+            advice = recommend(costs, {d: PositionAcceptance(**r["position_acceptance"]) for d, r in widest.items()},
+                               max_gamma=max(r["gamma"] for r in widest.values()))
+            found.append({"method": "drafters", "decoding": decoding, "stop_below": stop,
+                          "recommended": advice.as_dict()})
+    return found
+
+
+def recommendation_lines(found: list[dict]) -> list[str]:
+    lines = []
+    for item in found:
+        advice, rule = item["recommended"], "cost-aware" if item["stop_below"] == "cost" else (
+            f"stop {item['stop_below']:g}" if item["stop_below"] else "γ drafts")
+        if item["method"] == "drafters":
+            lines.append(f"recommended drafters, {item['decoding']} {rule}: {advice['drafting']}"
+                         + (f", γ {advice['gamma']}" if advice["gamma"] else "")
+                         + f" (predicted {advice['speedup']:.2f}x): {advice['explanation']}")
+        elif len(item["gammas"]) > 1:
+            measured = item["best_measured_speedup"]
+            chosen = f"γ {advice['gamma']}" if advice["gamma"] else "plain AR"
+            lines.append(f"{item['method']} {item['decoding']} {rule}: recommended {chosen} (predicted "
+                         f"{advice['speedup']:.2f}x), best measured γ {item['best_measured_gamma']}"
+                         + (f" ({measured:.2f}x)" if measured else "") + f": {advice['explanation']}")
+    return lines
+
+
+CSV_FIELDS = ("method", "decoding", "gamma", "stop_below", "position", "drafted", "copied", "kept", "conditional",
+              "mean_accepted", "tokens_per_round", "seed_tokens_per_round")
+
+
+def write_position_csv(records: list[dict], path: Path) -> None:
+    """Acceptance by draft position, one line per row of the table and position (engine.stats.PositionAcceptance)."""
+    import csv
+
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(CSV_FIELDS)
+        for r in records:
+            profile = r.get("position_acceptance")
+            if not profile:
+                continue
+            for i in range(len(profile["drafted"])):
+                writer.writerow([r["method"], r["decoding"], r["gamma"], r.get("stop_below"), i + 1,
+                                 profile["drafted"][i], profile["copied"][i], profile["kept"][i],
+                                 profile["conditional"][i] if i < len(profile["conditional"]) else "",
+                                 profile["mean_accepted"], profile["tokens_per_round"],
+                                 profile["seed_tokens_per_round"]])
 
 
 def environment(decoder, prompts: list[str], args) -> dict:
@@ -609,10 +734,20 @@ def write_plots(records: list[dict], out: Path) -> list[Path]:
 # ---------------------------------------------------------------------------------------------------- CLI
 
 
+def bench_methods(methods: Sequence[str] | None, drafters: Sequence[str] | None) -> list[str]:
+    """The methods to run: `--methods` (by default all but spec_lookup), or with `--drafters` the method of each
+    drafting named plus any `--methods` given besides."""
+    if not drafters:
+        return list(methods or DEFAULT_METHODS)
+    chosen = [DRAFTER_METHODS[Drafting(d)] for d in drafters]
+    return chosen + [m for m in methods or () if m not in chosen]
+
+
 def run_cli(args, target_name: str, draft_name: str | None) -> int:
     from engine.decoding.decoder import Decoder
 
-    configs = plan(available_methods(args.methods, target_name), args.decoding, args.gammas, args.stop_below)
+    methods = bench_methods(args.methods, getattr(args, "drafters", None))
+    configs = plan(available_methods(methods, target_name), args.decoding, args.gammas, args.stop_below)
     if args.repeats < 1:
         raise ValueError("--repeats must be >= 1")
     if args.max_new_tokens < 1:
@@ -639,11 +774,15 @@ def run_cli(args, target_name: str, draft_name: str | None) -> int:
 
     result = summarize(rows)
     result["env"] = environment(decoder, prompts, args)
+    if decoder.costs is not None:
+        result["recommendations"] = recommendations(result["runs"], decoder.costs)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        write_position_csv(result["runs"], args.out / "position_acceptance.csv")
         plots = write_plots(result["runs"], args.out)
-        print(f"wrote {args.out / 'results.json'} and {len(plots)} plots", file=sys.stderr)
+        print(f"wrote {args.out / 'results.json'}, {args.out / 'position_acceptance.csv'} and {len(plots)} plots",
+              file=sys.stderr)
     if args.json:
         print(json.dumps(result))
     else:
@@ -652,6 +791,13 @@ def run_cli(args, target_name: str, draft_name: str | None) -> int:
               f"{args.repeats}, {args.max_new_tokens} new tokens max")
         print()
         print(markdown_table(result["runs"]))
+        if getattr(args, "drafters", None):
+            print()
+            print(drafters_table(result["runs"]))
+        advice = recommendation_lines(result.get("recommendations", []))
+        if advice:
+            print()
+            print("\n".join(advice))
         if env.get("costs"):
             costs = env["costs"]
             blocks = ", ".join(f"{ms:.1f}" for ms in costs["target_block_ms"])

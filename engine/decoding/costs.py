@@ -147,16 +147,18 @@ class RoundPlanner:
         their drafting being paid already."""
         return max(range(len(kinds) + 1), key=lambda d: self._rate(kinds, chances, d))
 
-    def draft_more(self, kinds: Sequence[str], chances: Sequence[float], cap: int, next_kind: str = "model") -> bool:
+    def draft_more(self, kinds: Sequence[str], chances: Sequence[float], cap: int, next_kind: str = "model",
+                   later_kind: str = "model") -> bool:
         """Whether drafting beyond these drafts (up to `cap` in all) can beat stopping now: the best rate of any
         longer round, its future drafts judged by the acceptance measured at their positions, against the best
-        rate of verifying what is drafted."""
+        rate of verifying what is drafted. The next draft costs what `next_kind` costs, later ones `later_kind`
+        (a drafter without a draft model only ever copies)."""
         if len(kinds) >= cap:
             return False
         stop = self._rate(kinds, chances, self.best_length(kinds, chances))
         future_kinds, future_chances = list(kinds), list(chances)
         for position in range(len(kinds) + 1, cap + 1):
-            future_kinds.append(next_kind if position == len(kinds) + 1 else "model")
+            future_kinds.append(next_kind if position == len(kinds) + 1 else later_kind)
             future_chances.append(self.acceptance.at(position))
             if self._rate(future_kinds, future_chances, len(future_kinds)) > stop:
                 return True

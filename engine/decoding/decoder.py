@@ -237,6 +237,7 @@ class Decoder:
                 round_s=round_s, prefill_s=prefill_s if index == 0 else 0.0,
                 target_step_s=self.target_step_s, finish_reason=finish, text_notice=text.left_out if finish else None,
                 ar_equivalent_s=len(emitted) * self.costs.ar_token_s, planned_s=planned_s,
+                draft_kinds=tuple(kinds),
             )
             if finish:
                 return

@@ -156,3 +156,57 @@ class DraftModelDrafter:
 
     def reset(self) -> None:
         self.runner.reset()
+
+
+class LookupDrafter:
+    """Prompt lookup alone: every draft is a copy of what followed an earlier occurrence of the last few tokens,
+    with q = 1 on it, and no draft model at all. A round drafts nothing where nothing matches (a plain target
+    step). With `settings.cost_aware` the planner prices each draft at the copy cost; `settings.lookup` does not
+    apply (copying is all this drafter does)."""
+
+    def __init__(self, vocab_size: int, device: torch.device | str = "cpu"):
+        self.vocab_size = vocab_size
+        self.device = torch.device(device)
+        self._covered = 0  # the sequence up to its last token, as the target's cache holds it
+        self._proposed_from = 0
+        self._estimates: list[float] = []
+        self._acceptance: Acceptance | None = None
+
+    def prefill(self, prompt: list[int]) -> None:
+        self._covered = len(prompt) - 1
+
+    def propose(self, sequence: list[int], gamma: int, settings: DecodeSettings, generator: torch.Generator,
+                planner: RoundPlanner) -> Proposal:
+        self._proposed_from = len(sequence)
+        self._acceptance = planner.acceptance
+        tokens, chances = [], []
+        all_kept = 1.0
+        while len(tokens) < gamma:
+            copied = lookup_continuation(sequence + tokens)
+            if copied is None:
+                break
+            kinds = ["copy"] * len(tokens)
+            if settings.cost_aware and not planner.draft_more(kinds, chances, gamma, "copy", later_kind="copy"):
+                break
+            tokens.append(copied)
+            chances.append(planner.acceptance.calibrated(LOOKUP_PRECISION, "copy"))
+            all_kept *= chances[-1]
+            if not settings.cost_aware and all_kept < settings.stop_below:
+                break
+        if settings.cost_aware:
+            del tokens[planner.best_length(["copy"] * len(tokens), chances):]
+        self._estimates = [LOOKUP_PRECISION] * len(tokens)
+        probs = torch.zeros((len(tokens), self.vocab_size), device=self.device)
+        probs[torch.arange(len(tokens)), torch.tensor(tokens, dtype=torch.long)] = 1.0
+        return Proposal(tokens, probs, ["copy"] * len(tokens))
+
+    def update(self, n_accepted: int) -> None:
+        self._covered = self._proposed_from + n_accepted
+        if self._acceptance is not None and self._estimates:
+            self._acceptance.record(["copy"] * len(self._estimates), self._estimates, n_accepted)
+
+    def cached_length(self) -> int:
+        return self._covered
+
+    def reset(self) -> None:
+        self._covered = 0

@@ -1,0 +1,119 @@
+"""Why this γ: the draft length and drafters that maximise the predicted tokens per second of a pair, from its
+measured costs (engine.decoding.costs.CostModel) and the acceptance measured at each draft position
+(engine.stats.PositionAcceptance).
+
+Rounds that draft as the measured ones did, cut at γ, yield E(γ) = 1 + Σ_{i≤γ} K_i tokens, K_i the share of rounds
+whose i-th draft was kept, and cost C(γ) = Σ_{i≤γ} D_i·c_i + Σ_d (D_d − D_{d+1})·T(d + 1) + o: D_i the share of
+rounds that made an i-th draft (D_0 = 1, D_{γ+1} = 0), c_i what such a draft costs (a model step or a copy), T(k)
+the target's block of k rows, o a round's bookkeeping. With γ drafts in every round this is the seed's
+E / (γ·T_q + T_p). One more draft raises E/C exactly when K_{d+1} / D_{d+1}, the chance that a round which makes
+it keeps it, exceeds (E(d)/C(d))·(c_{d+1} + T(d+2) − T(d+1)): that product is the threshold the explanation names.
+Positions past the longest measured draft are never drafted here, so γ is never recommended beyond it.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from engine.decoding.costs import CostModel
+from engine.events import Drafting
+from engine.stats import PositionAcceptance
+
+MAX_GAMMA = 8  # the longest draft the cost model has measured blocks for (engine.decoding.costs.MEASURED_ROWS − 1)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    drafting: Drafting
+    gamma: int  # the cap; 0 with Drafting.NONE
+    tokens_per_s: float  # predicted
+    speedup: float  # predicted, over plain AR on the same target
+    stop_below: float  # drafting pays while the chance of keeping the next draft stays above this
+    explanation: str
+    # Predicted speedup over AR for γ = 1 .. MAX_GAMMA, per drafting choice that was measured
+    speedups: dict[Drafting, list[float]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"drafting": self.drafting.value, "draft_model": self.drafting.draft_model,
+                "lookup": self.drafting.lookup, "gamma": self.gamma, "tokens_per_s": self.tokens_per_s,
+                "speedup": self.speedup, "stop_below": self.stop_below, "explanation": self.explanation,
+                "speedups": {d.value: s for d, s in self.speedups.items()}}
+
+
+def cost_model_from_dict(costs: dict) -> CostModel:
+    """A CostModel from its as_dict() form (milliseconds), as PairInfo.costs carries it to the window."""
+    return CostModel([ms / 1e3 for ms in costs["target_block_ms"]], draft_step_s=costs["draft_step_ms"] / 1e3,
+                     copy_s=costs["copy_ms"] / 1e3, overhead_s=costs["overhead_ms"] / 1e3)
+
+
+def draft_cost_s(costs: CostModel, profile: PositionAcceptance, position: int, drafting: Drafting) -> float:
+    """What a draft at `position` (1-based) costs on average: copies at the copy cost, the rest as model steps;
+    past the measured positions, what this drafting's drafts cost."""
+    i = position - 1
+    if i < len(profile.drafted) and profile.drafted[i] > 0:
+        copies = profile.copied[i] / profile.drafted[i]
+        return copies * costs.copy_s + (1 - copies) * costs.draft_step_s
+    return costs.copy_s if drafting is Drafting.LOOKUP else costs.draft_step_s
+
+
+def round_tokens(profile: PositionAcceptance, gamma: int) -> float:
+    """E(γ): a round's expected tokens when the measured rounds are cut at γ drafts."""
+    return 1.0 + sum(profile.kept[:gamma])
+
+
+def round_s(costs: CostModel, profile: PositionAcceptance, gamma: int, drafting: Drafting) -> float:
+    """C(γ): a round's expected cost when the measured rounds are cut at γ drafts."""
+    drafted = [1.0, *profile.drafted[:gamma], 0.0]  # D_0 .. D_{γ+1}
+    making = sum(drafted[i] * draft_cost_s(costs, profile, i, drafting) for i in range(1, len(drafted) - 1))
+    verifying = sum((drafted[d] - drafted[d + 1]) * costs.block_s(d + 1) for d in range(len(drafted) - 1))
+    return making + verifying + costs.overhead_s
+
+
+def predicted_rate(costs: CostModel, profile: PositionAcceptance, gamma: int, drafting: Drafting) -> float:
+    """Tokens per second of rounds that draft as the measured ones did, cut at γ."""
+    return round_tokens(profile, gamma) / round_s(costs, profile, gamma, drafting)
+
+
+def extra_draft_s(costs: CostModel, profile: PositionAcceptance, gamma: int, drafting: Drafting) -> float:
+    """What a (γ+1)-th draft adds to a round that makes it: drafting it, and its row in the target's block."""
+    return draft_cost_s(costs, profile, gamma + 1, drafting) + costs.block_s(gamma + 2) - costs.block_s(gamma + 1)
+
+
+def stop_threshold(costs: CostModel, profile: PositionAcceptance, gamma: int, drafting: Drafting) -> float:
+    """The chance of keeping a (γ+1)-th draft above which drafting it raises the rate."""
+    return predicted_rate(costs, profile, gamma, drafting) * extra_draft_s(costs, profile, gamma, drafting)
+
+
+def recommend(costs: CostModel, profiles: Mapping[Drafting, PositionAcceptance],
+              max_gamma: int = MAX_GAMMA) -> Recommendation:
+    """The drafting and γ (1..max_gamma) with the most predicted tokens per second, or plain AR where no
+    drafting beats it; the smallest γ among equals. `profiles`: the acceptance measured with each drafting."""
+    ar_rate = 1.0 / costs.ar_token_s
+    best = (ar_rate, Drafting.NONE, 0)
+    speedups = {}
+    for drafting, profile in profiles.items():
+        if drafting is Drafting.NONE:
+            continue
+        rates = [predicted_rate(costs, profile, g, drafting) for g in range(1, max_gamma + 1)]
+        speedups[drafting] = [rate / ar_rate for rate in rates]
+        gamma = max(range(1, max_gamma + 1), key=lambda g: (rates[g - 1], -g))
+        if rates[gamma - 1] > best[0]:
+            best = (rates[gamma - 1], drafting, gamma)
+    rate, drafting, gamma = best
+    chosen = profiles.get(drafting) if drafting is not Drafting.NONE else None
+    if chosen is None:  # plain AR: what the first draft of the likeliest drafting would have needed
+        chosen_drafting = next((d for d in profiles if d is not Drafting.NONE), Drafting.MODEL)
+        empty = PositionAcceptance(0, (), (), (), (), 0.0, 0.0, 1.0, 1.0)
+        threshold = stop_threshold(costs, empty, 0, chosen_drafting)
+        draft_s = extra_draft_s(costs, empty, 0, chosen_drafting)
+        line = (f"no draft pays: one would need a chance above {threshold:.2f} of being kept; here a draft costs "
+                f"{draft_s * 1e3:.2g} ms and a step {costs.ar_token_s * 1e3:.3g} ms")
+        return Recommendation(Drafting.NONE, 0, rate, 1.0, threshold, line, speedups)
+    threshold = stop_threshold(costs, chosen, gamma, drafting)
+    draft_s = extra_draft_s(costs, chosen, gamma, drafting)
+    measured_beyond = gamma < len(chosen.drafted) and chosen.drafted[gamma] > 0
+    line = (f"drafts stop when the chance of keeping the next token falls below {threshold:.2f}: here a draft costs "
+            f"{draft_s * 1e3:.2g} ms and a step {costs.ar_token_s * 1e3:.3g} ms")
+    if not measured_beyond:
+        line += f" (no round drafted more than {gamma}: measure with a larger γ to see further)"
+    return Recommendation(drafting, gamma, rate, rate / ar_rate, threshold, line, speedups)

@@ -1,0 +1,106 @@
+"""The recommendation on synthetic costs and acceptance against the analytic optimum (brute force over γ)."""
+import re
+
+import pytest
+
+from engine.decoding.costs import CostModel, expected_tokens
+from engine.decoding.recommend import cost_model_from_dict, predicted_rate, recommend, round_s
+from engine.events import Drafting
+from engine.stats import PositionAcceptance
+
+
+def costs(draft_ms: float, row_ms: float = 1.0, step_ms: float = 10.0, copy_ms: float = 0.05) -> CostModel:
+    return CostModel([(step_ms + row_ms * k) / 1e3 for k in range(9)], draft_step_s=draft_ms / 1e3,
+                     copy_s=copy_ms / 1e3, overhead_s=0.5 / 1e3)
+
+
+def fixed_rounds(chances: list[float], kind: str = "model") -> PositionAcceptance:
+    """What rounds of exactly len(chances) drafts measure when the i-th is kept with chances[i] once the ones
+    before it were."""
+    kept, all_kept = [], 1.0
+    for chance in chances:
+        all_kept *= chance
+        kept.append(all_kept)
+    n = len(chances)
+    return PositionAcceptance(n_rounds=1000, drafted=(1.0,) * n, copied=(1.0 if kind == "copy" else 0.0,) * n,
+                              kept=tuple(kept), conditional=tuple(chances), alpha=0.0, mean_accepted=sum(kept),
+                              tokens_per_round=1 + sum(kept), seed_tokens_per_round=0.0)
+
+
+def analytic_best(model: CostModel, chances: list[float]) -> int:
+    """The γ ≥ 1 with the most tokens per second by the cost model's own round formula (γ drafts every round)."""
+    rate = lambda g: expected_tokens(chances[:g]) / model.round_s(["model"] * g)  # noqa: E731
+    return max(range(1, len(chances) + 1), key=rate)
+
+
+@pytest.mark.parametrize("draft_ms", [0.3, 1.0, 2.5])
+@pytest.mark.parametrize("chances", [[0.6] * 8, [0.8] * 8, [0.95, 0.9, 0.8, 0.7, 0.5, 0.4, 0.3, 0.2]])
+def test_the_recommended_gamma_is_the_analytic_optimum(draft_ms, chances):
+    model = costs(draft_ms)
+    advice = recommend(model, {Drafting.MODEL: fixed_rounds(chances)})
+    best = analytic_best(model, chances)
+    assert advice.drafting is Drafting.MODEL and advice.gamma == best
+    rate = expected_tokens(chances[:best]) / model.round_s(["model"] * best)
+    assert advice.tokens_per_s == pytest.approx(rate)
+    assert advice.speedup == pytest.approx(rate * model.ar_token_s)
+
+
+def test_the_optimum_is_strict_so_a_recommendation_one_step_off_fails():
+    """Negative control for the optimum test: on these inputs the neighbours of the optimum are slower, and the
+    optimum moves with the draft cost, so neither an off-by-one nor a fixed γ would pass it."""
+    chances = [0.8] * 8
+    bests = []
+    for draft_ms in (0.3, 2.5):
+        model, profile = costs(draft_ms), fixed_rounds(chances)
+        best = recommend(model, {Drafting.MODEL: profile}).gamma
+        rates = {g: predicted_rate(model, profile, g, Drafting.MODEL) for g in (best - 1, best, best + 1)}
+        assert rates[best] > rates[best - 1] and rates[best] > rates[best + 1]
+        bests.append(best)
+    assert bests[0] > bests[1]
+
+
+def test_the_threshold_named_is_where_the_next_draft_stops_paying():
+    model, chances = costs(1.0), [0.8] * 8
+    advice = recommend(model, {Drafting.MODEL: fixed_rounds(chances)})
+    keep_next = 0.8 ** (advice.gamma + 1)  # the chance that the next draft, and all before it, are kept
+    keep_last = 0.8 ** advice.gamma
+    assert keep_next < advice.stop_below < keep_last
+    assert re.fullmatch(r"drafts stop when the chance of keeping the next token falls below 0\.\d\d: here a draft "
+                        r"costs [\d.]+ ms and a step [\d.]+ ms", advice.explanation)
+
+
+def test_plain_ar_is_recommended_where_no_draft_pays():
+    advice = recommend(costs(draft_ms=30.0), {Drafting.MODEL: fixed_rounds([0.6] * 8)})
+    assert advice.drafting is Drafting.NONE and advice.gamma == 0 and advice.speedup == 1.0
+    assert advice.explanation.startswith("no draft pays")
+
+
+def test_cheap_sure_copies_win_over_model_drafts_and_lose_when_they_are_never_kept():
+    model = costs(draft_ms=2.0)
+    model_drafts = fixed_rounds([0.7] * 8)
+    good_copies, bad_copies = fixed_rounds([0.9] * 8, "copy"), fixed_rounds([0.05] * 8, "copy")
+    assert recommend(model, {Drafting.MODEL: model_drafts, Drafting.LOOKUP: good_copies}).drafting is Drafting.LOOKUP
+    assert recommend(model, {Drafting.MODEL: model_drafts, Drafting.LOOKUP: bad_copies}).drafting is Drafting.MODEL
+
+
+def test_gamma_is_never_recommended_past_the_longest_measured_draft():
+    advice = recommend(costs(draft_ms=0.1), {Drafting.MODEL: fixed_rounds([0.99] * 3)})
+    assert advice.gamma == 3 and "measure with a larger γ" in advice.explanation
+
+
+def test_rounds_that_sometimes_draft_less_cost_less_than_rounds_that_always_draft():
+    full = fixed_rounds([0.8] * 4)
+    partial = PositionAcceptance(1000, (1.0, 1.0, 0.5, 0.5), (0.0,) * 4, (0.8, 0.64, 0.3, 0.2), full.conditional,
+                                 0.0, 0.0, 0.0, 0.0)
+    model = costs(draft_ms=1.0)
+    # half the rounds make 2 drafts and verify 3 rows: 2 × 1 ms of drafting and 1 ms of block less, half the time
+    assert round_s(model, full, 4, Drafting.MODEL) - round_s(model, partial, 4, Drafting.MODEL) == pytest.approx(
+        0.5 * (2 * 1e-3 + 2 * 1e-3))
+
+
+def test_the_window_s_cost_dict_gives_back_the_cost_model():
+    model = costs(draft_ms=2.7)
+    again = cost_model_from_dict(model.as_dict())
+    assert again.target_block_s == pytest.approx(model.target_block_s)
+    assert (again.draft_step_s, again.copy_s, again.overhead_s) == pytest.approx(
+        (model.draft_step_s, model.copy_s, model.overhead_s))
