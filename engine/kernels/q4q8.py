@@ -224,7 +224,7 @@ class LlamaForward:
         """Logits (keep, vocab) float32 of the last `keep` rows of x (rows, hidden), the embeddings of tokens at
         positions start..; their keys are written into k (layers, kv_heads, head_dim, capacity), their values into
         v (layers, kv_heads, capacity, head_dim)."""
-        x = x.float().contiguous().clone()
+        x = x.to(torch.float32, copy=True).contiguous()  # the forward changes it in place
         rows, capacity, threads = x.shape[0], v.shape[2], torch.get_num_threads()
         logits = torch.empty((keep, self.head.out_features), dtype=torch.float32)
         lib = self._lib
