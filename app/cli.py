@@ -154,7 +154,7 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from engine.benchmark.bench import DECODINGS, METHODS
+    from engine.benchmark.bench import DECODINGS, DEFAULT_METHODS, METHODS
     from engine.events import DecodeSettings
 
     defaults = DecodeSettings()
@@ -215,8 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="temperature of the sampled rows")
     bench.add_argument("--repeats", metavar="R", type=at_least(1), default=1,
                        help="runs of every configuration on every prompt")
-    bench.add_argument("--methods", metavar="M,M,...", type=comma_list(one_of(METHODS)), default=list(METHODS),
-                       help=f"what to measure, from {', '.join(METHODS)} (default: all)")
+    bench.add_argument("--methods", metavar="M,M,...", type=comma_list(one_of(METHODS)),
+                       default=list(DEFAULT_METHODS),
+                       help=f"what to measure, from {', '.join(METHODS)} (default: all but vllm and "
+                            "vllm_ngram, which start a vLLM server each)")
     bench.add_argument("--seed", metavar="S", type=whole_number, default=0, help="seed of the sampled rows")
     bench.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     bench.add_argument("--out", metavar="DIR", type=Path, default=None,
