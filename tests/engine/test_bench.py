@@ -8,6 +8,7 @@ from engine.benchmark import bench
 from engine.benchmark.bench import Config, Row, Run
 from engine.events import DecodeSettings, DraftedToken, EmittedToken, Fate, RoundEvent
 from engine.benchmark.naive import speculative_decode
+from engine.remote import EngineSpecStats
 from engine.stats import expected_tokens_per_round
 from tests.tiny import EOS_ID, PROMPT, tiny_decoder
 
@@ -220,3 +221,48 @@ def test_bench_defaults_to_the_held_out_evaluation_prompts():
     from engine.prompts import EVAL_PROMPTS
 
     assert bench.load_prompts(None) == EVAL_PROMPTS
+
+
+def engine_spec(drafts: int, accepted_per_position: tuple[int, ...]) -> EngineSpecStats:
+    return EngineSpecStats(drafts=drafts, draft_tokens=drafts * len(accepted_per_position),
+                           accepted=sum(accepted_per_position), accepted_per_position=accepted_per_position,
+                           requests=1, source="vLLM /metrics")
+
+
+def test_vllm_ngram_row_sums_the_requests_metric_deltas():
+    ar_config, config = Config("ar", "greedy"), Config("vllm_ngram", "greedy")
+    ar = Row(ar_config, [run(ar_config, [1] * 10, 1.0, prompt_index=0), run(ar_config, [2] * 10, 1.0, prompt_index=1)])
+    row = Row(config, [Run(config, 0, 0, [1] * 10, 0.5, engine_spec=engine_spec(2, (2, 1, 0, 0))),
+                       Run(config, 1, 0, [2] * 10, 0.5, engine_spec=engine_spec(1, (1, 1, 1, 1)))])
+    record = bench.summarize([ar, row])["runs"][1]
+    assert record["acceptance_rate"] == pytest.approx(7 / 12)
+    assert record["alpha"] == pytest.approx(7 / (7 + 2))  # two of the three drafts stopped before the end
+    assert record["rounds"] == 20 - 7 and record["tokens_per_round"] == pytest.approx(20 / 13)
+    assert record["per_position_acceptance"] == pytest.approx([3 / 3, 2 / 3, 1 / 2, 1 / 1])
+    assert record["identical_to_ar"] == "2/2" and record["first_differences"] == []
+
+
+def test_a_reply_unlike_ars_gives_its_first_differing_position():
+    ar_config, config = Config("ar", "greedy"), Config("vllm", "greedy")
+    ar = Row(ar_config, [run(ar_config, [1, 2, 3, 4], 1.0, prompt_index=0), run(ar_config, [5, 6], 1.0, prompt_index=1)])
+    row = Row(config, [run(config, [1, 2, 9, 4], 1.0, prompt_index=0), run(config, [5, 6, 7], 1.0, prompt_index=1)])
+    assert bench.first_differences(row, ar) == [{"prompt": 0, "repeat": 0, "position": 2},
+                                                {"prompt": 1, "repeat": 0, "position": 2}]
+    lines = bench.peer_identity_lines(bench.summarize([ar, row])["runs"])
+    assert lines[0].startswith("vllm greedy output identical to our AR on 0 of 2 prompts; first differing token: "
+                               "prompt 1 at token 2, prompt 2 at token 2")
+
+
+def test_without_vllm_installed_its_rows_are_left_out_in_one_line(monkeypatch, capsys):
+    from engine.benchmark import vllm_peer
+
+    monkeypatch.setattr(vllm_peer, "VENV", vllm_peer.Path("/nonexistent/.venv-vllm"))
+    assert bench.available_methods(["ar", "spec", "vllm", "vllm_ngram"], "embedded") == ["ar", "spec"]
+    err = capsys.readouterr().err.strip()
+    assert err == "specdec bench: no vllm rows (vLLM is not installed in .venv-vllm: make serving-peer)"
+
+
+def test_vllm_rows_run_only_when_asked_for():
+    from app.cli import build_parser
+
+    assert not {"vllm", "vllm_ngram"} & set(build_parser().parse_args(["bench"]).methods)
