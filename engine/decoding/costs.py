@@ -23,6 +23,8 @@ PRIOR = 0.6
 PRIOR_WEIGHT = 4.0
 DECAY = 0.98
 KINDS = ("model", "copy")
+QUIET_FACTOR = 1.5  # a round whose forward took longer than this times the block's cost was slowed by something else
+PER_DRAFT_RATE = 0.1  # weight of each quiet round in the running mean of a draft's bookkeeping
 
 
 @dataclass
@@ -33,6 +35,13 @@ class CostModel:
     draft_step_s: float = 0.0  # one draft-model step (0: no draft model)
     copy_s: float = 0.0  # proposing one copied token (prompt lookup)
     overhead_s: float = 0.0  # a round's bookkeeping outside the forwards: sampling, verification, events, text
+    # Each draft's own bookkeeping beyond its step (proposing it, its text and probabilities in the event), learnt
+    # from quiet rounds: beside a fast target it is no small part of what a draft costs.
+    per_draft_s: float = 0.0
+    # [k - 1]: the fastest block of k rows seen in a round that drafted (0: none yet). Running the draft between
+    # two target forwards leaves less of the target's weights in the caches, so such a block costs more than the
+    # same block timed back to back, which is what a plain step costs.
+    drafted_block_s: list[float] = field(default_factory=list)
 
     def block_s(self, rows: int) -> float:
         """The target's forward over `rows` rows; past the measured ones, the last step's growth goes on.
@@ -51,25 +60,49 @@ class CostModel:
         return self.block_s(1) + self.overhead_s
 
     def drafting_s(self, drafts: Sequence[str]) -> float:
-        """Making `drafts` (each "model" or "copy")."""
-        return sum(self.draft_step_s if kind == "model" else self.copy_s for kind in drafts)
+        """Making `drafts` (each "model" or "copy"), their bookkeeping included."""
+        steps = sum(self.draft_step_s if kind == "model" else self.copy_s for kind in drafts)
+        return steps + len(drafts) * self.per_draft_s
+
+    def verify_s(self, rows: int, drafted: bool) -> float:
+        """The target's block of `rows` rows in a round that drafted (or not)."""
+        seen = self.drafted_block_s[rows - 1] if drafted and rows <= len(self.drafted_block_s) else 0.0
+        return max(seen, self.block_s(rows))
 
     def round_s(self, drafts: Sequence[str]) -> float:
         """A round that makes `drafts` and verifies them all."""
-        return self.drafting_s(drafts) + self.block_s(len(drafts) + 1) + self.overhead_s
+        return self.drafting_s(drafts) + self.verify_s(len(drafts) + 1, bool(drafts)) + self.overhead_s
 
-    def observe(self, rows: int, forward_s: float, overhead_s: float) -> None:
-        """Refresh from a round's timings; only quiet ones count: each figure is the fastest seen, since a busy
-        machine only ever makes a timing slower."""
+    def observe_block(self, rows: int, forward_s: float) -> None:
+        """A timing of the target's forward over `rows` rows: the fastest seen stands (a busy machine only ever
+        makes a timing slower)."""
         if rows <= len(self.target_block_s) and forward_s > 0:
             self.target_block_s[rows - 1] = min(self.target_block_s[rows - 1], forward_s)
-        if overhead_s > 0:
-            self.overhead_s = min(self.overhead_s, overhead_s) if self.overhead_s else overhead_s
+
+    def observe_round(self, drafts: Sequence[str], forward_s: float, round_s: float) -> None:
+        """A round's timings: its block, and what it cost beyond its forward and its drafts' steps. A round with no
+        draft times the bookkeeping (the fastest stands); a quiet round with drafts, its drafts' own share (a
+        running mean, as it varies with what the drafts were)."""
+        rows = len(drafts) + 1
+        quiet = forward_s <= QUIET_FACTOR * self.block_s(rows)
+        if not drafts:
+            self.observe_block(rows, forward_s)
+        elif quiet and rows <= len(self.target_block_s):
+            self.drafted_block_s += [0.0] * (rows - len(self.drafted_block_s))
+            seen = self.drafted_block_s[rows - 1]
+            self.drafted_block_s[rows - 1] = min(seen, forward_s) if seen else forward_s
+        extra = round_s - forward_s - sum(self.draft_step_s if k == "model" else self.copy_s for k in drafts)
+        if not drafts:
+            self.overhead_s = min(self.overhead_s, extra) if self.overhead_s else max(extra, 0.0)
+        elif quiet:
+            share = max(0.0, (extra - self.overhead_s) / len(drafts))
+            self.per_draft_s += PER_DRAFT_RATE * (share - self.per_draft_s)
 
     def as_dict(self) -> dict:
         return {"target_block_ms": [round(s * 1e3, 3) for s in self.target_block_s],
                 "draft_step_ms": round(self.draft_step_s * 1e3, 3), "copy_ms": round(self.copy_s * 1e3, 3),
-                "overhead_ms": round(self.overhead_s * 1e3, 3)}
+                "overhead_ms": round(self.overhead_s * 1e3, 3), "per_draft_ms": round(self.per_draft_s * 1e3, 3),
+                "drafted_block_ms": [round(s * 1e3, 3) for s in self.drafted_block_s]}
 
 
 def fastest(run: Callable[[], None], repeats: int = MEASURE_REPEATS, synchronize: Callable[[], None] = lambda: None
@@ -165,8 +198,8 @@ class RoundPlanner:
         return False
 
     def _rate(self, kinds: Sequence[str], chances: Sequence[float], verified: int) -> float:
-        return expected_tokens(chances[:verified]) / (self.costs.drafting_s(kinds) + self.costs.block_s(verified + 1)
-                                                      + self.costs.overhead_s)
+        verify_s = self.costs.verify_s(verified + 1, bool(kinds))
+        return expected_tokens(chances[:verified]) / (self.costs.drafting_s(kinds) + verify_s + self.costs.overhead_s)
 
     def predicted_speedup(self, kinds: Sequence[str], chances: Sequence[float]) -> float:
         """This round's planned tokens per second over plain AR's."""

@@ -104,7 +104,7 @@ class Decoder:
         self.target_step_s = times[0]
         if self.costs:
             for k, seconds in enumerate(times, 1):
-                self.costs.observe(k, seconds, 0.0)
+                self.costs.observe_block(k, seconds)
         return self.target_step_s
 
     def measure_costs(self) -> CostModel:
@@ -229,7 +229,7 @@ class Decoder:
             n_generated += len(emitted)
             round_s = time.perf_counter() - round_start
             planned_s = self.costs.round_s(kinds)
-            self.costs.observe(gamma + 1, forward_s, round_s - forward_s - (drafted_at - round_start))
+            self.costs.observe_round(kinds, forward_s, round_s)
             yield RoundEvent(
                 index=index, gamma=gamma, drafted=drafted, emitted=tuple(emitted),
                 text_delta="".join(t.text for t in emitted),
@@ -298,7 +298,8 @@ class Decoder:
 
     def _top(self, probs: torch.Tensor, text: TextStream) -> tuple[TokenProb, ...]:
         values, ids = probs.topk(min(TOP_N_INSPECT, probs.shape[-1]))
-        return tuple(TokenProb(i, text.label(i), v) for v, i in zip(values.tolist(), ids.tolist()))
+        ids = ids.tolist()
+        return tuple(TokenProb(i, label, v) for i, label, v in zip(ids, text.labels(ids), values.tolist()))
 
 
 def _eos_ids(model: LoadedModel) -> set[int]:

@@ -43,7 +43,8 @@ class Recommendation:
 def cost_model_from_dict(costs: dict) -> CostModel:
     """A CostModel from its as_dict() form (milliseconds), as PairInfo.costs carries it to the window."""
     return CostModel([ms / 1e3 for ms in costs["target_block_ms"]], draft_step_s=costs["draft_step_ms"] / 1e3,
-                     copy_s=costs["copy_ms"] / 1e3, overhead_s=costs["overhead_ms"] / 1e3)
+                     copy_s=costs["copy_ms"] / 1e3, overhead_s=costs["overhead_ms"] / 1e3,
+                     per_draft_s=costs.get("per_draft_ms", 0.0) / 1e3)
 
 
 def draft_cost_s(costs: CostModel, profile: PositionAcceptance, position: int, drafting: Drafting) -> float:
@@ -52,8 +53,8 @@ def draft_cost_s(costs: CostModel, profile: PositionAcceptance, position: int, d
     i = position - 1
     if i < len(profile.drafted) and profile.drafted[i] > 0:
         copies = profile.copied[i] / profile.drafted[i]
-        return copies * costs.copy_s + (1 - copies) * costs.draft_step_s
-    return costs.copy_s if drafting is Drafting.LOOKUP else costs.draft_step_s
+        return copies * costs.copy_s + (1 - copies) * costs.draft_step_s + costs.per_draft_s
+    return (costs.copy_s if drafting is Drafting.LOOKUP else costs.draft_step_s) + costs.per_draft_s
 
 
 def round_tokens(profile: PositionAcceptance, gamma: int) -> float:
@@ -65,7 +66,8 @@ def round_s(costs: CostModel, profile: PositionAcceptance, gamma: int, drafting:
     """C(γ): a round's expected cost when the measured rounds are cut at γ drafts."""
     drafted = [1.0, *profile.drafted[:gamma], 0.0]  # D_0 .. D_{γ+1}
     making = sum(drafted[i] * draft_cost_s(costs, profile, i, drafting) for i in range(1, len(drafted) - 1))
-    verifying = sum((drafted[d] - drafted[d + 1]) * costs.block_s(d + 1) for d in range(len(drafted) - 1))
+    verifying = sum((drafted[d] - drafted[d + 1]) * costs.verify_s(d + 1, drafted=d > 0)
+                    for d in range(len(drafted) - 1))
     return making + verifying + costs.overhead_s
 
 

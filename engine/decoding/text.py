@@ -46,13 +46,28 @@ class TextStream:
     def label(self, token: int) -> str:
         """As `peek`, for lists of candidates: a special token is named (<|im_end|>) rather than empty, and a piece
         of a character as its bytes (‹e6 97›) rather than '�', where the tokenizer says what they are."""
-        piece = self.tokenizer.convert_ids_to_tokens(token)
-        if token in self.tokenizer.all_special_ids:
-            return piece
-        text = self.peek(token)
-        if INCOMPLETE in text and self._byte_level:
-            return "‹" + " ".join(f"{BYTE_OF[char]:02x}" for char in piece) + "›"
-        return text
+        return self.labels([token])[0]
+
+    def labels(self, tokens: list[int]) -> list[str]:
+        """`label` of each token, decoded in one call of the tokenizer (the inspector's top lists come every round
+        that rejects a draft)."""
+        pieces = self.tokenizer.convert_ids_to_tokens(tokens)
+        before = self._decode(self.ids[self.prefix:self.read])
+        afters = self.tokenizer.batch_decode([self.ids[self.prefix:] + [t] for t in tokens], skip_special_tokens=True)
+        labels = []
+        for token, piece, after in zip(tokens, pieces, afters):
+            text = after[len(before):] if len(after) > len(before) else ""
+            if token in self._special_ids:
+                labels.append(piece)
+            elif INCOMPLETE in text and self._byte_level:
+                labels.append("‹" + " ".join(f"{BYTE_OF[char]:02x}" for char in piece) + "›")
+            else:
+                labels.append(text)
+        return labels
+
+    @cached_property
+    def _special_ids(self) -> set[int]:
+        return set(self.tokenizer.all_special_ids)
 
     @cached_property
     def _byte_level(self) -> bool:

@@ -61,12 +61,22 @@ def test_a_block_timed_in_a_busy_moment_costs_no_more_than_what_bounds_it():
     assert CostModel([0.004, 0.0075, 0.009]).block_s(2) == pytest.approx(0.0075)  # a quiet timing stands
 
 
-def test_observations_only_ever_lower_a_cost():
+def test_observations_only_ever_lower_a_block_and_the_bookkeeping():
     model = costs(draft_ms=1.0)
-    model.observe(2, 0.5, 1.0)  # a busy round
-    assert model.block_s(2) == pytest.approx(0.011) and model.overhead_s == pytest.approx(0.0005)
-    model.observe(2, 0.0105, 0.0004)
-    assert model.block_s(2) == pytest.approx(0.0105) and model.overhead_s == pytest.approx(0.0004)
+    model.observe_round([], 0.5, 1.5)  # a busy round
+    assert model.block_s(1) == pytest.approx(0.010) and model.overhead_s == pytest.approx(0.0005)
+    model.observe_round([], 0.0095, 0.0099)
+    assert model.block_s(1) == pytest.approx(0.0095) and model.overhead_s == pytest.approx(0.0004)
+
+
+def test_a_draft_s_bookkeeping_is_learnt_from_quiet_rounds_only():
+    model = costs(draft_ms=1.0)  # a block of 3 rows: 12 ms; bookkeeping 0.5 ms
+    for _ in range(100):  # two drafts, each costing 0.3 ms beyond its step
+        model.observe_round(["model", "model"], 0.012, 0.012 + 2 * 0.001 + 0.0005 + 2 * 0.0003)
+    assert model.per_draft_s == pytest.approx(0.0003, rel=0.05)
+    model.observe_round(["model", "model"], 0.5, 0.6)  # busy: left out
+    assert model.per_draft_s == pytest.approx(0.0003, rel=0.05)
+    assert model.round_s(["model"]) == pytest.approx(0.001 + 0.0003 + 0.011 + 0.0005, rel=0.01)
 
 
 def test_acceptance_counts_each_position_reached_and_kept():
@@ -93,3 +103,12 @@ def test_the_optimum_moves_with_the_draft_cost():
     best = [max(range(9), key=lambda d, m=m: rate(m, chances[:d])) for m in (cheap, dear)]
     assert best[0] > best[1]
     assert all(rate(cheap, chances[:best[0]]) >= rate(cheap, chances[:d]) for d in range(9))
+
+
+def test_a_block_after_a_draft_is_planned_at_what_rounds_that_drafted_measured():
+    model = costs(draft_ms=1.0)  # blocks timed back to back: 10, 11, 12 ms
+    model.observe_round(["model"], 0.0135, 0.0135 + 0.001 + 0.0005)  # the draft's run left the caches colder
+    assert model.verify_s(2, drafted=True) == pytest.approx(0.0135)
+    assert model.verify_s(2, drafted=False) == pytest.approx(0.011)  # a plain step is not slowed
+    assert model.verify_s(3, drafted=True) == pytest.approx(0.012)  # not seen yet: the back-to-back timing
+    assert model.round_s([]) == pytest.approx(0.0105)
