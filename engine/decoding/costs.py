@@ -38,9 +38,9 @@ class CostModel:
     # Each draft's own bookkeeping beyond its step (proposing it, its text and probabilities in the event), learnt
     # from quiet rounds: beside a fast target it is no small part of what a draft costs.
     per_draft_s: float = 0.0
-    # [k - 1]: the fastest block of k rows seen in a round that drafted (0: none yet). Running the draft between
-    # two target forwards leaves less of the target's weights in the caches, so such a block costs more than the
-    # same block timed back to back, which is what a plain step costs.
+    # [k - 1]: the fastest block of k rows seen in a round that ran the draft model (0: none yet). Running the
+    # draft between two target forwards leaves less of the target's weights in the caches, so such a block costs
+    # more than the same block timed back to back, as a plain step or a round of copies runs it.
     drafted_block_s: list[float] = field(default_factory=list)
 
     def block_s(self, rows: int) -> float:
@@ -64,14 +64,14 @@ class CostModel:
         steps = sum(self.draft_step_s if kind == "model" else self.copy_s for kind in drafts)
         return steps + len(drafts) * self.per_draft_s
 
-    def verify_s(self, rows: int, drafted: bool) -> float:
-        """The target's block of `rows` rows in a round that drafted (or not)."""
-        seen = self.drafted_block_s[rows - 1] if drafted and rows <= len(self.drafted_block_s) else 0.0
+    def verify_s(self, rows: int, model_ran: bool) -> float:
+        """The target's block of `rows` rows in a round that ran the draft model (or not)."""
+        seen = self.drafted_block_s[rows - 1] if model_ran and rows <= len(self.drafted_block_s) else 0.0
         return max(seen, self.block_s(rows))
 
     def round_s(self, drafts: Sequence[str]) -> float:
         """A round that makes `drafts` and verifies them all."""
-        return self.drafting_s(drafts) + self.verify_s(len(drafts) + 1, bool(drafts)) + self.overhead_s
+        return self.drafting_s(drafts) + self.verify_s(len(drafts) + 1, "model" in drafts) + self.overhead_s
 
     def observe_block(self, rows: int, forward_s: float) -> None:
         """A timing of the target's forward over `rows` rows: the fastest seen stands (a busy machine only ever
@@ -85,7 +85,7 @@ class CostModel:
         running mean, as it varies with what the drafts were)."""
         rows = len(drafts) + 1
         quiet = forward_s <= QUIET_FACTOR * self.block_s(rows)
-        if not drafts:
+        if "model" not in drafts:
             self.observe_block(rows, forward_s)
         elif quiet and rows <= len(self.target_block_s):
             self.drafted_block_s += [0.0] * (rows - len(self.drafted_block_s))
@@ -198,7 +198,7 @@ class RoundPlanner:
         return False
 
     def _rate(self, kinds: Sequence[str], chances: Sequence[float], verified: int) -> float:
-        verify_s = self.costs.verify_s(verified + 1, bool(kinds))
+        verify_s = self.costs.verify_s(verified + 1, "model" in kinds)
         return expected_tokens(chances[:verified]) / (self.costs.drafting_s(kinds) + verify_s + self.costs.overhead_s)
 
     def predicted_speedup(self, kinds: Sequence[str], chances: Sequence[float]) -> float:

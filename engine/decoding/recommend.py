@@ -66,7 +66,8 @@ def round_s(costs: CostModel, profile: PositionAcceptance, gamma: int, drafting:
     """C(γ): a round's expected cost when the measured rounds are cut at γ drafts."""
     drafted = [1.0, *profile.drafted[:gamma], 0.0]  # D_0 .. D_{γ+1}
     making = sum(drafted[i] * draft_cost_s(costs, profile, i, drafting) for i in range(1, len(drafted) - 1))
-    verifying = sum((drafted[d] - drafted[d + 1]) * costs.verify_s(d + 1, drafted=d > 0)
+    model_ran = drafting is not Drafting.LOOKUP
+    verifying = sum((drafted[d] - drafted[d + 1]) * costs.verify_s(d + 1, model_ran=model_ran and d > 0)
                     for d in range(len(drafted) - 1))
     return making + verifying + costs.overhead_s
 

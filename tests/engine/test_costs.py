@@ -108,7 +108,8 @@ def test_the_optimum_moves_with_the_draft_cost():
 def test_a_block_after_a_draft_is_planned_at_what_rounds_that_drafted_measured():
     model = costs(draft_ms=1.0)  # blocks timed back to back: 10, 11, 12 ms
     model.observe_round(["model"], 0.0135, 0.0135 + 0.001 + 0.0005)  # the draft's run left the caches colder
-    assert model.verify_s(2, drafted=True) == pytest.approx(0.0135)
-    assert model.verify_s(2, drafted=False) == pytest.approx(0.011)  # a plain step is not slowed
-    assert model.verify_s(3, drafted=True) == pytest.approx(0.012)  # not seen yet: the back-to-back timing
+    assert model.verify_s(2, model_ran=True) == pytest.approx(0.0135)
+    assert model.verify_s(2, model_ran=False) == pytest.approx(0.011)  # a round of copies is not slowed
+    assert model.verify_s(3, model_ran=True) == pytest.approx(0.012)  # not seen yet: the back-to-back timing
     assert model.round_s([]) == pytest.approx(0.0105)
+    assert model.round_s(["copy"]) == pytest.approx(0.00001 + 0.011 + 0.0005)
