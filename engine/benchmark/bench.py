@@ -834,8 +834,8 @@ def write_plots(records: list[dict], out: Path) -> list[Path]:
 
 
 def bench_methods(methods: Sequence[str] | None, drafters: Sequence[str] | None) -> list[str]:
-    """The methods to run: `--methods` (by default all but spec_lookup), or with `--drafters` the method of each
-    drafting named plus any `--methods` given besides."""
+    """The methods to run: `--methods` (by default DEFAULT_METHODS: neither spec_lookup nor the vllm rows), or with
+    `--drafters` the method of each drafting named plus any `--methods` given besides."""
     if not drafters:
         return list(methods or DEFAULT_METHODS)
     chosen = [DRAFTER_METHODS[Drafting(d)] for d in drafters]

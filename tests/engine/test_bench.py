@@ -265,4 +265,6 @@ def test_without_vllm_installed_its_rows_are_left_out_in_one_line(monkeypatch, c
 def test_vllm_rows_run_only_when_asked_for():
     from app.cli import build_parser
 
-    assert not {"vllm", "vllm_ngram"} & set(build_parser().parse_args(["bench"]).methods)
+    args = build_parser().parse_args(["bench"])
+    assert not {"vllm", "vllm_ngram"} & set(bench.bench_methods(args.methods, args.drafters))
+    assert "vllm_ngram" in bench.bench_methods(["ar", "vllm_ngram"], None)
