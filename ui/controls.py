@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout,
-                               QGroupBox, QHBoxLayout, QLabel, QLineEdit, QMenu, QPushButton, QRadioButton, QSlider,
-                               QSpinBox, QToolButton, QVBoxLayout, QWidget)
+                               QGroupBox, QHBoxLayout, QLabel, QLineEdit, QMenu, QPushButton, QRadioButton,
+                               QSizePolicy, QSlider, QSpinBox, QToolButton, QVBoxLayout, QWidget)
 
 from engine.choices import DEVICES, DTYPES, TARGET_WEIGHTS
 from engine.events import DecodeSettings, Mode
@@ -178,6 +178,8 @@ class DecodingControls(QGroupBox):
         self.recommended = QLabel("recommended γ: after a speculative reply")
         self.recommended.setWordWrap(True)
         self.recommended.setStyleSheet("color: #555; font-size: 8pt;")
+        # it wraps to the pane's width, never widens it
+        self.recommended.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.draft_length = QComboBox()
         self.draft_length.addItem("cost-aware", True)
         self.draft_length.addItem("confidence", False)
@@ -224,7 +226,7 @@ class DecodingControls(QGroupBox):
         gamma_row.addWidget(self.gamma)
         gamma_row.addWidget(self.gamma_label)
         form.addRow("γ", gamma_row)
-        form.addRow("", self.recommended)
+        form.addRow(self.recommended)
         form.addRow("draft length", self.draft_length)
         form.addRow("stop below", self.stop_below)
         form.addRow("max tokens", self.max_new_tokens)

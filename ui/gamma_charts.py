@@ -12,7 +12,7 @@ from html import escape
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from engine.decoding.costs import MEASURED_ROWS
 from engine.decoding.recommend import MAX_GAMMA
@@ -143,10 +143,12 @@ class WhyGammaPanel(QWidget):
         self.explanation.setToolTip("What the cost-aware rounds decide, and from which of this machine's costs")
 
         self.headers = {self.acceptance_plot: ChartHeader("acceptance by draft position"),
-                        self.costs_plot: ChartHeader("cost model: what a round costs here"),
+                        self.costs_plot: ChartHeader("cost model (this machine)"),
                         self.speedup_plot: ChartHeader("predicted speedup by γ")}
         for plot in self.headers:
             plot.setMinimumHeight(MIN_WHY_HEIGHT)
+            # a view's own size hint (480 px) would make the tab scroll; the pane's height is shared instead
+            plot.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
@@ -154,7 +156,7 @@ class WhyGammaPanel(QWidget):
             if index:
                 layout.addSpacing(6)
             layout.addWidget(header)
-            layout.addWidget(plot)
+            layout.addWidget(plot, 1)  # the pane's height beyond the text goes to the plots
         layout.addWidget(self.explanation)
         self.show_why(None)
         self._show_acceptance()

@@ -137,7 +137,7 @@ def test_the_cost_chart_draws_the_measured_blocks_and_the_prediction_per_gamma(q
 
 
 def test_compare_drafters_gives_four_rows_on_the_tiny_pair(make_studio, mixed_decoder, qtbot):
-    studio = make_studio(mixed_decoder, greedy=True, max_new_tokens=10, gamma=3)
+    studio = make_studio(mixed_decoder, greedy=True, max_new_tokens=10, gamma=3, cost_aware=False, stop_below=0.0)
     send(qtbot, studio)
     with qtbot.waitSignal(studio.chat.drafters_compared, timeout=REPLY_TIMEOUT_MS) as compared:
         studio.window.compare_drafters_action.trigger()
@@ -154,7 +154,7 @@ def test_compare_drafters_gives_four_rows_on_the_tiny_pair(make_studio, mixed_de
 
 
 def test_after_compare_drafters_the_chat_decodes_as_before(make_studio, mixed_decoder, qtbot):
-    studio = make_studio(mixed_decoder, greedy=True, max_new_tokens=10, gamma=3)
+    studio = make_studio(mixed_decoder, greedy=True, max_new_tokens=10, gamma=3, cost_aware=False, stop_below=0.0)
     first = send(qtbot, studio)
     with qtbot.waitSignal(studio.chat.drafters_compared, timeout=REPLY_TIMEOUT_MS):
         studio.window.compare_drafters_action.trigger()
@@ -167,7 +167,7 @@ def test_after_compare_drafters_the_chat_decodes_as_before(make_studio, mixed_de
 
 
 def test_a_reply_updates_the_recommendation_beside_the_slider(make_studio, mixed_decoder, qtbot):
-    studio = make_studio(mixed_decoder, greedy=True, max_new_tokens=10, gamma=3)
+    studio = make_studio(mixed_decoder, greedy=True, max_new_tokens=10, gamma=3, cost_aware=False, stop_below=0.0)
     before = studio.window.controls.recommended.text()
     send(qtbot, studio)
     recommendation = studio.chat.why.recommendation
@@ -176,7 +176,7 @@ def test_a_reply_updates_the_recommendation_beside_the_slider(make_studio, mixed
 
 
 def test_export_holds_acceptance_by_position_and_the_recommendation(make_studio, mixed_decoder, qtbot, tmp_path):
-    studio = make_studio(mixed_decoder, greedy=True, max_new_tokens=10, gamma=3)
+    studio = make_studio(mixed_decoder, greedy=True, max_new_tokens=10, gamma=3, cost_aware=False, stop_below=0.0)
     reply = send(qtbot, studio)
     studio.chat.export(tmp_path / "session")
     data = json.loads((tmp_path / "session.json").read_text())
