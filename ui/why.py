@@ -70,7 +70,10 @@ def why_gamma(session: Session, extra: dict[Drafting, list] | None = None) -> Wh
         if speedup > 0:
             points.append(MeasuredPoint(drafting_of(reply.request.settings), reply.gamma, speedup, measured))
     costs = dict(session.pair.costs) if session.pair is not None and session.pair.costs else {}
-    recommendation = recommend(cost_model_from_dict(costs), profiles, MAX_GAMMA) if costs and profiles else None
+    model = cost_model_from_dict(costs) if costs else None
+    # a model with no time for an AR step (an injected one, in tests) has no rate to compare drafts with
+    timed = model is not None and model.ar_token_s > 0
+    recommendation = recommend(model, profiles, MAX_GAMMA) if timed and profiles else None
     session_profile = position_acceptance(e for reply, _ in shown for e in reply.events)
     return WhyGamma(costs, session_profile, tuple(points), recommendation, profiles)
 

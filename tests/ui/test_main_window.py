@@ -33,7 +33,8 @@ def test_reply_shows_a_colour_for_each_fate_that_occurred(make_studio, mixed_dec
 
 
 def test_greedy_corrections_are_blue_and_plain_ar_is_uncoloured(make_studio, greedy_mixed_decoder, qtbot):
-    studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=12)
+    # γ drafts every round: cost-aware rounds on a shared session decoder may draft nothing, and correct nothing
+    studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=12, cost_aware=False, stop_below=0.0)
     reply = send(qtbot, studio)
     assert Fate.CORRECTED in {t.fate for t in reply.tokens}
     studio.window.legend.trace_action.setChecked(True)
