@@ -57,7 +57,7 @@ def test_charts_hold_one_point_per_round(make_studio, mixed_decoder, qtbot):
 
 
 def test_export_files_parse_and_agree_with_the_status_bar(make_studio, mixed_decoder, qtbot, tmp_path):
-    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=16)
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=16, cost_aware=False, stop_below=0.0)
     reply = send(qtbot, studio)
     written = studio.chat.export(tmp_path / "session")
     assert sorted(p.suffix for p in written) == [".csv", ".json", ".md", ".png"]
