@@ -14,10 +14,11 @@ from PySide6.QtCore import QObject, Signal
 
 from app.chat_store import ChatRecorder, ChatStore, ChatStoreError, ChatSummary, title_for
 from app.timing import StepReference, machine_was_busy
-from engine.events import ContextNotice, Mode, PairInfo, PrefillProgress, RoundEvent
+from engine.events import ContextNotice, Drafting, Mode, PairInfo, PrefillProgress, RoundEvent
 from ui.export import ExportError, export_session
-from ui.session import (ChatStatus, Comparison, ComparisonShown, Reply, ReplyRequest, ReplyShown, RoundShown, Session,
-                        TurnOptions, TurnStarted, TurnState)
+from ui.session import (ChatStatus, Comparison, ComparisonShown, DrafterComparison, Reply, ReplyRequest, ReplyShown,
+                        RoundShown, Session, TurnOptions, TurnStarted, TurnState)
+from ui.why import WhyGamma, why_gamma
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class ChatController(QObject):
     stop_requested = Signal()
     gamma_requested = Signal(int)
     reset_requested = Signal()  # a new conversation: the decoder forgets the last one's caches
+    drafters_requested = Signal(object)  # ReplyRequest: decode it with each drafting choice (Compare drafters)
     # what happened, for the window
     status_changed = Signal(object)  # ChatStatus
     load_started = Signal(str, object)  # target, draft
@@ -53,6 +55,9 @@ class ChatController(QObject):
     comparison_progressed = Signal(int, int)  # AR tokens so far, tokens expected (the reply's length)
     comparison_finished = Signal(object)  # ComparisonShown
     context_fitted = Signal(object)  # ContextNotice of the turn just completed
+    why_changed = Signal(object)  # WhyGamma: the session's acceptance by position and the recommendation
+    drafters_progressed = Signal(str, int)  # Compare drafters: the drafting running, its tokens so far
+    drafters_compared = Signal(object)  # DrafterComparison
     prefill_progressed = Signal(object)  # PrefillProgress
     turn_completed = Signal()
     gammas_changed = Signal(object, object)  # the reply in flight's DecodeSettings, every γ it ran with (a tuple)
@@ -78,6 +83,8 @@ class ChatController(QObject):
         self.gammas: list[int] = []  # every γ the reply in flight ran with
         # Session -> an image of its replies' charts, for exports (the window draws it; None: no PNG)
         self.chart_image: Callable[[Session], object] | None = None
+        self.drafter_comparison: DrafterComparison | None = None  # the last Compare drafters of this conversation
+        self.why: WhyGamma = why_gamma(Session())
         self._notice: ContextNotice | None = None
         self._after_turn: Callable[[], None] | None = None  # asked for mid-reply: run once the turn has ended
         self._load_request: tuple | None = None  # of the load in flight
@@ -237,6 +244,18 @@ class ChatController(QObject):
         self._replay([Turn(reply.request, reply, chat.comparisons.get(i)) for i, reply in enumerate(chat.replies)])
         self.chats_changed.emit(chat_id)
 
+    def compare_drafters(self, options: TurnOptions) -> None:
+        """Decode the last prompt again with the draft model, copying only, both, and plain AR, on the same target
+        and these settings; the conversation is not changed. Reported by `drafters_compared`."""
+        if self.busy or not self.ready:
+            return
+        if not self.turns:
+            self.notice_posted.emit("Compare drafters runs the last prompt: send one first")
+            return
+        messages = tuple(dict(m) for m in self.turns[-1].request.messages)
+        self._set_state(TurnState.COMPARING)
+        self.drafters_requested.emit(ReplyRequest(messages, dataclasses.replace(options.settings, mode=Mode.SPEC)))
+
     def export(self, base: Path) -> list[Path]:
         """The conversation's JSON, CSV and (given the window's charts) PNG; raises ExportError, writing nothing."""
         return export_session(self.session, base, self.chart_image)
@@ -288,6 +307,7 @@ class ChatController(QObject):
     # -- slots for the worker's signals --------------------------------------------------------------------
 
     def on_models_loaded(self, info: PairInfo) -> None:
+        self.drafter_comparison = None  # another pair's rounds say nothing of this one
         self.timing.clear()  # the last pair's step times are neither this one's median nor its quiet speed
         self.timing.add(info.target_step_s)  # one timing before the first reply's own: a slow one is then caught
         self.pair = info
@@ -295,6 +315,20 @@ class ChatController(QObject):
         self.state = TurnState.IDLE
         self.pair_loaded.emit(info)
         self._emit_status()
+        self._emit_why()
+
+    def on_costs_measured(self, costs: dict) -> None:
+        """The worker's cost model after a reply: its rounds keep each block's fastest timing."""
+        if self.pair is not None:
+            self.pair = dataclasses.replace(self.pair, costs=dict(costs))
+
+    def on_drafters_progressed(self, drafting: str, tokens: int) -> None:
+        self.drafters_progressed.emit(drafting, tokens)
+
+    def on_drafters_compared(self, comparison: DrafterComparison) -> None:
+        self.drafter_comparison = comparison
+        self.drafters_compared.emit(comparison)
+        self._finish_turn()
 
     def on_context_fitted(self, notice: ContextNotice) -> None:
         self._notice = notice
@@ -368,7 +402,15 @@ class ChatController(QObject):
         self._set_state(TurnState.REPLYING)
         self.prompt_requested.emit(request)
 
+    def _emit_why(self) -> None:
+        """Recompute what the "why this γ" charts show: after every turn, and for a conversation replayed."""
+        runs = self.drafter_comparison.runs if self.drafter_comparison is not None else ()
+        extra = {run.drafting: list(run.events) for run in runs if run.drafting is not Drafting.NONE}
+        self.why = why_gamma(self.session, extra)
+        self.why_changed.emit(self.why)
+
     def _finish_turn(self) -> None:
+        self._emit_why()
         self.state = TurnState.IDLE
         if self._notice is not None:
             notice, self._notice = self._notice, None
@@ -396,6 +438,7 @@ class ChatController(QObject):
         each round charted against the reference step its reply was measured with."""
         self.turns = list(turns)
         self.editing = None
+        self.drafter_comparison = None
         self.conversation_cleared.emit()
         for index, turn in enumerate(self.turns):
             reply = turn.reply
@@ -407,6 +450,7 @@ class ChatController(QObject):
             if turn.comparison is not None:
                 self.comparison_finished.emit(ComparisonShown(index, turn.comparison, reply, self.pair))
         self._emit_status()
+        self._emit_why()
 
     def _set_state(self, state: TurnState) -> None:
         self.state = state

@@ -13,12 +13,17 @@ import traceback
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.labels import with_byte_labels
+from engine.decoding.costs import RoundPlanner
 from engine.decoding.decoder import Decoder
-from engine.events import ContextNotice, Mode, PrefillProgress
+from engine.decoding.drafters import LookupDrafter
+from engine.events import ContextNotice, Drafting, Mode, PrefillProgress
 from engine.models.loading import ModelLoadError
 from engine.models.pairing import PairingError
 from engine.stats import reply_stats
-from ui.session import Comparison, Reply, ReplyRequest
+from ui.session import Comparison, DrafterComparison, DrafterRun, Reply, ReplyRequest
+
+# Compare drafters runs these in this order; none is plain AR, the baseline of the others
+COMPARED_DRAFTINGS = (Drafting.MODEL, Drafting.LOOKUP, Drafting.BOTH, Drafting.NONE)
 
 
 def user_message(exc: BaseException) -> str:
@@ -39,6 +44,9 @@ class DecodeWorker(QObject):
     reply_finished = Signal(object)  # Reply
     comparison_finished = Signal(object)  # Comparison
     comparison_progressed = Signal(int)  # tokens the plain AR run behind a comparison has produced so far
+    costs_measured = Signal(object)  # the cost model (CostModel.as_dict) as the reply's rounds left it
+    drafters_progressed = Signal(str, int)  # Compare drafters: the drafting running, its tokens so far
+    drafters_compared = Signal(object)  # DrafterComparison
     failed = Signal(str)
 
     def __init__(self, decoder: Decoder | None = None):
@@ -81,11 +89,27 @@ class DecodeWorker(QObject):
         try:
             events, text, stopped = self._decode(request, emit=True)
             reply = Reply(request, tuple(events), text, stopped)
+            if self.decoder.costs is not None:  # its rounds refined it: the window's cost chart follows
+                self.costs_measured.emit(self.decoder.costs.as_dict())
             self.reply_finished.emit(reply)
             if request.compare_ar and not stopped:
                 self.comparison_finished.emit(self._compare(request, reply))
         except Exception as exc:  # noqa: BLE001
             self.failed.emit(user_message(exc))
+
+    @Slot(object)
+    def on_drafters_requested(self, request: ReplyRequest) -> None:
+        """Compare drafters: decode the request's messages with each drafting choice on the same target and
+        settings. The conversation is not touched; the decoder's own drafter and planner are put back after."""
+        self._stop.clear()
+        try:
+            comparison = self._compare_drafters(request)
+        except Exception as exc:  # noqa: BLE001
+            self.failed.emit(user_message(exc))
+            return
+        if self.decoder.costs is not None:
+            self.costs_measured.emit(self.decoder.costs.as_dict())
+        self.drafters_compared.emit(comparison)
 
     @Slot()
     def on_new_chat_requested(self) -> None:
@@ -94,8 +118,10 @@ class DecodeWorker(QObject):
 
     # -- helpers ---------------------------------------------------------------------------------------
 
-    def _decode(self, request: ReplyRequest, emit: bool) -> tuple[list, str, bool]:
-        """Run the engine's stream to its end or to a stop request (checked between rounds and prefill chunks)."""
+    def _decode(self, request: ReplyRequest, emit: bool, progress=None) -> tuple[list, str, bool]:
+        """Run the engine's stream to its end or to a stop request (checked between rounds and prefill chunks).
+        Unless `emit`, rounds are reported to `progress` by count (default: the AR comparison's progress)."""
+        progress = progress or self.comparison_progressed.emit
         events, pieces = [], []
         if emit and request.settings.mode is Mode.SPEC:
             self.decoder.measure_target_step()  # fresh, so the live AR-speedup estimate tracks machine load
@@ -119,7 +145,7 @@ class DecodeWorker(QObject):
                         self.rounds_emitted += 1
                         self.round_finished.emit(item)
                     else:
-                        self.comparison_progressed.emit(len(events))  # plain AR: one token per round
+                        progress(len(events))
                 if self._stop.is_set():
                     return events, "".join(pieces), not finished
         finally:
@@ -135,3 +161,39 @@ class DecodeWorker(QObject):
         return Comparison(ar_events=tuple(ar_events), ar_text=ar_text, spec_wall_s=spec.wall_s, ar_wall_s=ar.wall_s,
                           spec_tokens_per_s=spec.tokens_per_s, ar_tokens_per_s=ar.tokens_per_s,
                           identical=same if request.settings.greedy and not stopped else None, stopped=stopped)
+
+    def _compare_drafters(self, request: ReplyRequest) -> DrafterComparison:
+        """As `specdec bench --drafters` runs them: each drafting on the same decoder with its own fresh planner
+        (one drafting's verdicts do not steer another's rounds), the caches reset before each run so no prefill is
+        free, and a fresh target step timed before each speculative one."""
+        decoder = self.decoder
+        if decoder.costs is None:
+            decoder.warm_up()
+        kept = decoder.drafter, decoder.planner
+        model = kept[0] if decoder.draft is not None else None
+        lookup = LookupDrafter(decoder.vocab_size, decoder.target.device)
+        runs = []
+        try:
+            for drafting in COMPARED_DRAFTINGS:
+                if drafting.draft_model and model is None:
+                    runs.append(DrafterRun(drafting, (), skipped="no draft model loaded"))
+                    continue
+                if self._stop.is_set():
+                    runs.append(DrafterRun(drafting, (), stopped=True))
+                    continue
+                speculative = drafting is not Drafting.NONE
+                settings = dataclasses.replace(request.settings, mode=Mode.SPEC if speculative else Mode.AR,
+                                               lookup=drafting.lookup)
+                decoder.drafter = model if drafting.draft_model else lookup if speculative else kept[0]
+                decoder.planner = RoundPlanner(decoder.costs)
+                decoder.reset()
+                if speculative:
+                    decoder.measure_target_step()
+                events, _, stopped = self._decode(
+                    dataclasses.replace(request, settings=settings, compare_ar=False), emit=False,
+                    progress=lambda n, name=drafting.value: self.drafters_progressed.emit(name, n))
+                runs.append(DrafterRun(drafting, tuple(events), stopped))
+        finally:
+            decoder.drafter, decoder.planner = kept
+            decoder.reset()  # the conversation's next reply prefills afresh, as after a new chat
+        return DrafterComparison(request, tuple(runs))

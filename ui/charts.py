@@ -116,8 +116,12 @@ class ChartHeader(QLabel):
         self.setAlignment(Qt.AlignmentFlag.AlignHCenter)
         self.setStyleSheet("background: white; color: #333;")
 
-    def show_entries(self, entries: list[tuple[QPen, str]]) -> None:
+    def show_entries(self, entries: list[tuple[QPen, str]], extra: str = "") -> None:
+        """The legend's entries, and `extra` (HTML) on a line of its own under them."""
         legend = escape(self.note) if self.note else " &nbsp; ".join(legend_entry(pen, name) for pen, name in entries)
+        self.show_legend(legend + (f"<br>{extra}" if extra and not self.note else ""))
+
+    def show_legend(self, legend: str) -> None:
         self.setText(f"<span style='font-size:9pt'>{escape(self.title)}</span><br>"
                      f"<span style='font-size:7pt'>{legend}</span>")
 

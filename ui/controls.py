@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout,
-                               QGroupBox, QHBoxLayout, QLabel, QLineEdit, QMenu, QPushButton, QRadioButton, QSlider,
-                               QSpinBox, QToolButton, QVBoxLayout, QWidget)
+                               QGroupBox, QHBoxLayout, QLabel, QLineEdit, QMenu, QPushButton, QRadioButton,
+                               QSizePolicy, QSlider, QSpinBox, QToolButton, QVBoxLayout, QWidget)
 
 from engine.choices import DEVICES, DTYPES, TARGET_WEIGHTS
 from engine.events import DecodeSettings, Mode
@@ -174,6 +174,12 @@ class DecodingControls(QGroupBox):
         self.gamma.setToolTip("γ: the most drafts proposed per round; a change applies from the next round")
         self.gamma_label = QLabel(str(defaults.gamma))
         self.gamma_label.setMinimumWidth(18)
+        # What the pair's cost model recommends under this session's acceptance (ui.why), after each reply
+        self.recommended = QLabel("recommended γ: after a speculative reply")
+        self.recommended.setWordWrap(True)
+        self.recommended.setStyleSheet("color: #555; font-size: 8pt;")
+        # it wraps to the pane's width, never widens it
+        self.recommended.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.draft_length = QComboBox()
         self.draft_length.addItem("cost-aware", True)
         self.draft_length.addItem("confidence", False)
@@ -220,6 +226,7 @@ class DecodingControls(QGroupBox):
         gamma_row.addWidget(self.gamma)
         gamma_row.addWidget(self.gamma_label)
         form.addRow("γ", gamma_row)
+        form.addRow(self.recommended)
         form.addRow("draft length", self.draft_length)
         form.addRow("stop below", self.stop_below)
         form.addRow("max tokens", self.max_new_tokens)
@@ -235,6 +242,10 @@ class DecodingControls(QGroupBox):
         self.mode.currentIndexChanged.connect(self._on_mode_chosen)
         self.draft_length.currentIndexChanged.connect(self._on_mode_chosen)
         self._on_mode_chosen()
+
+    def show_recommendation(self, text: str, explanation: str = "") -> None:
+        self.recommended.setText(text)
+        self.recommended.setToolTip(explanation)
 
     def settings(self) -> DecodeSettings:
         return DecodeSettings(

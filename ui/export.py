@@ -1,4 +1,5 @@
-"""Export a session: JSON (settings, models, environment, every round), CSV (one row per round), a Markdown
+"""Export a session: JSON (settings, models, environment, every round, acceptance by draft position and the
+recommended γ), CSV (one row per round), a Markdown
 transcript (the chat as it reads, with each reply's figures) and a PNG of every reply's charts.
 
 All or nothing: every file is written beside its destination under a temporary name and renamed into place
@@ -19,10 +20,11 @@ from importlib import metadata
 from pathlib import Path
 
 from engine.events import RoundEvent
-from engine.stats import round_alpha
+from engine.stats import position_acceptance, round_alpha
 from ui.session import Reply, Session
 from ui.timing import estimated_speedup
 from ui.tokens import SPECIAL_TOKEN
+from ui.why import why_gamma
 from ui.wording import comparison_line, reply_header, stats_line
 
 CSV_COLUMNS = ("reply", "round", "mode", "gamma", "n_verified", "n_accepted", "n_emitted", "round_alpha",
@@ -66,10 +68,13 @@ def session_json(session: Session) -> dict:
             "stats": {**reply.stats.as_dict(), "estimated_speedup": reply.estimated_speedup,
                       "machine_busy": reply.machine_busy},
             "comparison": None if comparison is None else {**plain(comparison), "speedup": comparison.speedup},
+            "position_acceptance": position_acceptance(reply.events).as_dict(),
             "rounds": plain(reply.events),
         })
     return {"app": "SpecDec Studio", "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "models": plain(session.pair), "environment": environment(), "replies": replies}
+            "models": plain(session.pair), "environment": environment(), "replies": replies,
+            # the session's acceptance by draft position and what the pair's cost model recommends under it
+            "why_gamma": why_gamma(session).as_dict()}
 
 
 def round_row(reply_index: int, reply: Reply, event: RoundEvent) -> dict:

@@ -5,9 +5,10 @@ from pathlib import Path
 
 from PySide6.QtCore import QRect, QSettings, QSize, Qt, Signal
 from PySide6.QtGui import QAction, QImage, QKeySequence, QPainter
-from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QHBoxLayout, QInputDialog, QMainWindow,
-                               QMenu, QMessageBox, QProgressBar, QPushButton, QScrollArea, QSplitter,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QApplication, QDialog, QDialogButtonBox, QDockWidget, QFileDialog, QHBoxLayout,
+                               QInputDialog, QLabel, QMainWindow, QMenu, QMessageBox, QProgressBar, QPushButton,
+                               QScrollArea, QSplitter, QTableWidget, QTableWidgetItem, QTabWidget, QVBoxLayout,
+                               QWidget)
 
 from engine.choices import DEVICES, DTYPES
 from engine.events import ContextNotice, DecodeSettings, Fate, Mode, PairInfo, PrefillProgress
@@ -16,13 +17,15 @@ from ui.chat_view import CLEAN, TRACE, ChatView
 from ui.compare import comparison_view
 from ui.controls import DecodingControls, ModelPicker
 from ui.export import file_stem
+from ui.gamma_charts import WhyGammaPanel
 from ui.history import HistoryPanel
 from ui.inspector import TokenInspector
 from ui.legend import Legend
 from ui.message_box import MessageBox
 from ui.preferences import export_folder, remember_export_folder, restore_preferences, save_preferences
-from ui.session import (ChatStatus, ComparisonShown, ReplyShown, RoundShown, Session, TurnOptions, TurnStarted,
-                        TurnState)
+from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, ReplyShown, RoundShown, Session, TurnOptions,
+                        TurnStarted, TurnState)
+from ui.why import WhyGamma, recommendation_text
 from ui.status_bar import ElidedLabel
 from ui.wording import UNFAIR, comparison_line, reply_header, stats_line, unbreakable  # noqa: F401 (tests use them here)
 
@@ -63,6 +66,7 @@ class MainWindow(QMainWindow):
     gamma_requested = Signal(int)
     new_chat_requested = Signal()
     export_requested = Signal(object)  # Path: the chat on screen, as NAME.json, NAME.csv and NAME.png
+    compare_drafters_requested = Signal(object)  # TurnOptions: the last prompt with each drafting choice
     models_shown = Signal(object)  # PairInfo, once the window is ready to send
     round_shown = Signal(object)  # RoundEvent, once it is in the chat pane and the chart buffers
     turn_completed = Signal()  # the reply (and its AR comparison, if asked for) is on screen
@@ -97,6 +101,9 @@ class MainWindow(QMainWindow):
         self.new_chat_button = QPushButton("New chat")
         self.inspector = TokenInspector()
         self.charts = ChartsPanel()
+        self.why_charts = WhyGammaPanel()
+        self.drafters_dialog: QDialog | None = None
+        self._speculative = True  # the reply being drawn is speculative (its rounds count in the acceptance)
         self.pair_label = ElidedLabel("no model loaded")
         self.reply_label = ElidedLabel("")
         self.setCentralWidget(self._layout())
@@ -172,8 +179,21 @@ class MainWindow(QMainWindow):
         chat.setMinimumWidth(PANE_MIN_WIDTH["chat"])
 
         right = QSplitter(Qt.Orientation.Vertical)
+        # The live charts of the reply, and beside them why its γ: the pane at 1000×700 holds three charts at a time
+        self.chart_tabs = QTabWidget()
+        self.chart_tabs.setDocumentMode(True)
+        self.chart_tabs.addTab(self.charts, "this reply")
+        # Scrolls rather than pushing the window past 1000×700 where the legends wrap to many lines
+        why_scroll = QScrollArea()
+        why_scroll.setWidget(self.why_charts)
+        why_scroll.setWidgetResizable(True)
+        why_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        why_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.chart_tabs.addTab(why_scroll, "why this γ")
+        self.chart_tabs.setTabToolTip(1, "Acceptance by draft position, this machine's costs, and the speedup the "
+                                         "cost model predicts for each γ")
         right.addWidget(self.inspector)
-        right.addWidget(self.charts)
+        right.addWidget(self.chart_tabs)
         right.setChildrenCollapsible(False)
         right.setStretchFactor(0, 1)
         right.setStretchFactor(1, 2)
@@ -223,6 +243,11 @@ class MainWindow(QMainWindow):
         self.edit_action = action(chat_menu, "&Edit and resend last message", "Ctrl+Shift+E", self.edit_message)
         self.continue_action = action(chat_menu, "C&ontinue reply", "Ctrl+Shift+Return", self.continue_reply)
         action(chat_menu, "S&ystem prompt…", "", self.ask_system_prompt)
+        chat_menu.addSeparator()
+        self.compare_drafters_action = action(chat_menu, "Compare &drafters…", "Ctrl+Shift+D", self.compare_drafters)
+        self.compare_drafters_action.setToolTip("Run the last prompt with the draft model, copying only, both, and "
+                                                "plain AR on this target and settings; a table of tokens/s, α and "
+                                                "tokens per round")
         view_menu = self.menuBar().addMenu("&View")
         history = self.history_dock.toggleViewAction()
         history.setShortcut(QKeySequence("Ctrl+H"))
@@ -302,6 +327,13 @@ class MainWindow(QMainWindow):
 
     def regenerate(self) -> None:
         self.regenerate_requested.emit(self.options())
+
+    def compare_drafters(self) -> None:
+        if self.status.busy:
+            self.statusBar().showMessage("A reply is running: wait for it, or stop it (Esc)", 4000)
+            return
+        self.statusBar().showMessage("Compare drafters: the last prompt with each drafting choice…")
+        self.compare_drafters_requested.emit(self.options())
 
     def edit_message(self) -> None:
         if self.status.n_replies:
@@ -430,7 +462,7 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage("Stopping… (the round or prompt chunk in progress finishes first)")
         self.picker.load_button.setEnabled(not busy)
         idle_with_reply = ready and not busy and bool(status.n_replies)
-        for act in (self.regenerate_action, self.edit_action):
+        for act in (self.regenerate_action, self.edit_action, self.compare_drafters_action):
             act.setEnabled(idle_with_reply)
         self.continue_action.setEnabled(idle_with_reply and status.can_continue)
         self.continue_button.setVisible(idle_with_reply and status.can_continue)
@@ -462,6 +494,7 @@ class MainWindow(QMainWindow):
     def on_conversation_cleared(self) -> None:
         self.chat.clear_chat()
         self.charts.start_reply()
+        self.why_charts.clear()
         self.inspector.reset()
         self.reply_label.clear()
 
@@ -473,6 +506,7 @@ class MainWindow(QMainWindow):
         header = reply_header(settings, (settings.gamma,))
         if not self.inspector.pinned:  # the last reply's token would pass for one of this reply
             self.inspector.reset()
+        self._speculative = settings.mode is Mode.SPEC
         if request.messages[-1]["role"] == "assistant":
             self.chat.continue_reply(header, lookup=settings.lookup)
             self.charts.most_per_round = max(self.charts.most_per_round, settings.gamma + 1.0)
@@ -481,6 +515,7 @@ class MainWindow(QMainWindow):
         self.chat.begin_reply(header, lookup=settings.lookup)
         self.legend.set_greedy(settings.greedy)  # the legend names what this reply shows
         self.charts.start_reply(settings.gamma, speculative=settings.mode is Mode.SPEC)
+        self.why_charts.start_reply()
 
     def on_gammas_changed(self, settings: DecodeSettings, gammas: tuple[int, ...]) -> None:
         """γ moved mid-reply: the reply's header shows every γ it ran with."""
@@ -490,6 +525,7 @@ class MainWindow(QMainWindow):
     def on_round_received(self, shown: RoundShown) -> None:
         self.chat.add_round(shown.event)
         self.charts.add_round(shown.event, shown.reference_s)
+        self.why_charts.add_round(shown.event, self._speculative)
         if shown.live:
             self.round_shown.emit(shown.event)
 
@@ -527,6 +563,24 @@ class MainWindow(QMainWindow):
             self.reply_label.setText(self.reply_label.text() + " · " + f"measured {comparison.speedup:.2f}× vs AR"
                                      + (UNFAIR if comparison.machine_busy else ""))
         self.statusBar().clearMessage()
+
+    def on_why_changed(self, why: WhyGamma) -> None:
+        """After each reply (and for a reopened chat): the cost model, the prediction and the slider's label."""
+        self.why_charts.show_why(why)
+        recommendation = why.recommendation
+        self.controls.show_recommendation(recommendation_text(recommendation),
+                                          recommendation.explanation if recommendation is not None else "")
+
+    def on_drafters_progressed(self, drafting: str, tokens: int) -> None:
+        self.statusBar().showMessage(f"Compare drafters: {drafting}, {tokens} rounds…")
+
+    def on_drafters_compared(self, comparison: DrafterComparison) -> None:
+        """The table, in a dialog that stays open beside the chat."""
+        self.statusBar().clearMessage()
+        if self.drafters_dialog is not None:
+            self.drafters_dialog.close()
+        self.drafters_dialog = drafters_dialog(comparison, self)
+        self.drafters_dialog.show()
 
     def on_context_fitted(self, notice: ContextNotice) -> None:
         """Never silent: a note under the reply it applies to."""
@@ -678,3 +732,49 @@ class MainWindow(QMainWindow):
         if self.preferences is not None:
             save_preferences(self.preferences, self)
         super().closeEvent(event)
+
+
+DRAFTER_NAMES = {"model": "draft model", "lookup": "copying only", "both": "draft model + copying",
+                 "none": "none (plain AR)"}
+DRAFTER_COLUMNS = ("drafters", "tokens/s", "α", "tokens/round", "vs plain AR")
+
+
+def drafters_table(comparison: DrafterComparison) -> QTableWidget:
+    rows = comparison.rows()
+    table = QTableWidget(len(rows), len(DRAFTER_COLUMNS))
+    table.setHorizontalHeaderLabels(list(DRAFTER_COLUMNS))
+    table.verticalHeader().hide()
+    table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+    for r, row in enumerate(rows):
+        if row["skipped"] or (row["stopped"] and not row["tokens"]):
+            cells = [row["skipped"] or "stopped", "", "", ""]
+        else:
+            cells = [f"{row['tokens_per_s']:.1f}", "—" if row["alpha"] is None else f"{row['alpha']:.2f}",
+                     f"{row['tokens_per_round']:.2f}", "" if row["vs_ar"] is None else f"{row['vs_ar']:.2f}×"]
+        name = DRAFTER_NAMES[row["drafting"]] + (" (stopped)" if row["stopped"] and row["tokens"] else "")
+        for c, text in enumerate([name, *cells]):
+            item = QTableWidgetItem(text)
+            if c:
+                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            table.setItem(r, c, item)
+    table.resizeColumnsToContents()
+    return table
+
+
+def drafters_dialog(comparison: DrafterComparison, parent) -> QDialog:
+    dialog = QDialog(parent)
+    dialog.setWindowTitle("Compare drafters")
+    layout = QVBoxLayout(dialog)
+    settings = comparison.request.settings
+    note = QLabel(f"The last prompt on this target, {'greedy' if settings.greedy else 'sampling'}, "
+                  f"γ ≤ {settings.gamma}, {settings.max_new_tokens} tokens at most; each drafting runs with a fresh "
+                  "planner and no cached prompt.")
+    note.setWordWrap(True)
+    layout.addWidget(note)
+    dialog.table = drafters_table(comparison)
+    layout.addWidget(dialog.table)
+    buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+    buttons.rejected.connect(dialog.close)
+    layout.addWidget(buttons)
+    dialog.resize(520, 240)
+    return dialog

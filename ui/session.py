@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from engine.events import DecodeSettings, EmittedToken, PairInfo, RoundEvent
+from engine.events import DecodeSettings, Drafting, EmittedToken, PairInfo, RoundEvent
 from engine.stats import ReplyStats, reply_stats
 from ui.timing import estimated_speedup
 
@@ -169,3 +169,43 @@ class ComparisonShown:
     comparison: Comparison
     reply: Reply
     pair: PairInfo | None
+
+
+@dataclass(frozen=True)
+class DrafterRun:
+    """The last prompt decoded with one drafting choice (Compare drafters)."""
+
+    drafting: Drafting
+    events: tuple[RoundEvent, ...]
+    stopped: bool = False
+    skipped: str = ""  # why this drafting could not run here (no draft model), else ""
+
+    @property
+    def stats(self) -> ReplyStats:
+        return reply_stats(self.events)
+
+
+@dataclass(frozen=True)
+class DrafterComparison:
+    """The same messages and settings with the draft model, copying only, both, and none (plain AR)."""
+
+    request: ReplyRequest
+    runs: tuple[DrafterRun, ...]
+
+    @property
+    def stopped(self) -> bool:
+        return any(run.stopped for run in self.runs)
+
+    def rows(self) -> list[dict]:
+        """The table: tokens/s, α and tokens per round for each drafting, and its speed over plain AR's."""
+        ar = next((r.stats.tokens_per_s for r in self.runs if r.drafting is Drafting.NONE and not r.skipped), 0.0)
+        rows = []
+        for run in self.runs:
+            stats = run.stats
+            rows.append({"drafting": run.drafting.value, "tokens": stats.n_tokens,
+                         "tokens_per_s": stats.tokens_per_s,
+                         "alpha": stats.alpha if run.drafting is not Drafting.NONE and stats.n_verified else None,
+                         "tokens_per_round": stats.tokens_per_round,
+                         "vs_ar": stats.tokens_per_s / ar if ar > 0 and not run.skipped else None,
+                         "stopped": run.stopped, "skipped": run.skipped})
+        return rows

@@ -1,0 +1,62 @@
+"""The chat controller's "why this γ" records and its Compare drafters command, with the fake worker of
+test_chat: what it recomputes after a turn, and that a drafter comparison leaves the conversation alone."""
+from __future__ import annotations
+
+import dataclasses
+
+from app.chat import ChatController
+from engine.events import Drafting
+from tests.app.test_chat import PAIR, SPEC, FakeWorker, Recorder, two_rounds
+from tests.ui.synthetic import rejected_round
+from ui.session import DrafterComparison, DrafterRun, TurnState
+
+COSTS = {"target_block_ms": [10.0] * 9, "draft_step_ms": 2.0, "copy_ms": 0.01, "overhead_ms": 0.0}
+
+
+def costed_chat() -> ChatController:
+    chat = ChatController()
+    chat.on_models_loaded(dataclasses.replace(PAIR, costs=COSTS))
+    return chat
+
+
+def test_a_finished_turn_sends_the_sessions_acceptance_and_recommendation(qapp):
+    chat = costed_chat()
+    worker, shown = FakeWorker(chat), []
+    chat.why_changed.connect(shown.append)
+    worker.replies.append(two_rounds())
+    chat.send("hi", SPEC)
+    why = shown[-1]
+    assert why.session.n_rounds == 2 and why.session.kept == (1.0, 0.0)  # both kept a first draft, none a second
+    assert why.recommendation is not None and why.recommendation.drafting is Drafting.BOTH  # SPEC copies too
+    assert why is chat.why
+
+
+def test_measured_costs_replace_the_pairs_for_the_next_recommendation(qapp):
+    chat = costed_chat()
+    chat.on_costs_measured({**COSTS, "draft_step_ms": 30.0})
+    assert chat.session.pair.costs["draft_step_ms"] == 30.0
+
+
+def test_compare_drafters_asks_for_the_last_prompt_and_keeps_the_conversation(qapp):
+    chat = costed_chat()
+    worker, seen = FakeWorker(chat), Recorder(chat)
+    worker.replies.append(two_rounds())
+    chat.send("hi", SPEC)
+    asked = []
+    chat.drafters_requested.connect(asked.append)
+    chat.compare_drafters(SPEC)
+    assert chat.state is TurnState.COMPARING and asked[0].messages == chat.turns[0].request.messages
+    runs = tuple(DrafterRun(d, (rejected_round(0, ["a"], "x", "y"),)) for d in Drafting)
+    chat.on_drafters_compared(DrafterComparison(asked[0], runs))
+    assert chat.state is TurnState.IDLE and len(chat.turns) == 1
+    assert seen.names()[-1] == "turn_completed"
+    # the comparison's copying-only rounds give that drafting a profile of its own
+    assert Drafting.LOOKUP in chat.why.profiles
+
+
+def test_compare_drafters_without_a_prompt_says_so(qapp):
+    chat = costed_chat()
+    notices = []
+    chat.notice_posted.connect(notices.append)
+    chat.compare_drafters(SPEC)
+    assert chat.state is TurnState.IDLE and "send one first" in notices[0]

@@ -1,0 +1,215 @@
+"""The "why this γ" tab: acceptance by draft position from synthetic rounds, the recommendation beside the γ slider
+from a synthetic cost model, Compare drafters on the tiny pair, the export, and the tab's layout at 1000×700."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from PySide6.QtGui import QTextDocumentFragment
+from PySide6.QtWidgets import QApplication
+
+from engine.events import DecodeSettings, Drafting, ModelInfo, PairInfo
+from engine.stats import expected_tokens_per_round, position_acceptance
+from engine.models.pairing import PRESETS
+from tests.ui.helpers import REPLY_TIMEOUT_MS, send
+from tests.ui.synthetic import accepted_round, rejected_round
+from ui.gamma_charts import MIN_WHY_HEIGHT
+from ui.main_window import MIN_HEIGHT, MIN_WIDTH, MainWindow
+from ui.session import Reply, ReplyRequest, RoundShown, Session, TurnStarted
+from ui.why import why_gamma
+
+MODEL_ONLY = DecodeSettings(gamma=4, lookup=False)
+
+
+def first_reply():
+    """γ 3 all kept; 1 kept of 2; none kept of 4; 1 of 1 kept."""
+    return [accepted_round(0, ["a", "b", "c"], "d"), rejected_round(1, ["a"], "x", "y"),
+            rejected_round(2, [], "x", "y", gamma=4), accepted_round(3, ["a"], "b")]
+
+
+def second_reply():
+    """γ 2 with both kept; γ 2 with none kept."""
+    return [accepted_round(0, ["a", "b"], "c"), rejected_round(1, [], "x", "y", gamma=2)]
+
+
+def window_at(qtbot, width=1400, height=900) -> MainWindow:
+    window = MainWindow(PRESETS)
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitExposed(window)
+    window.resize(width, height)
+    QApplication.processEvents()
+    return window
+
+
+def draw_reply(window: MainWindow, index: int, events, settings: DecodeSettings = MODEL_ONLY) -> None:
+    """What the chat controller sends for one reply: its start, then each round."""
+    request = ReplyRequest(({"role": "user", "content": "hi"},), settings)
+    window.on_turn_started(TurnStarted(index, request, live=True))
+    for event in events:
+        window.on_round_received(RoundShown(event, 0.02, live=True))
+    window.why_charts.refresh()
+
+
+def test_acceptance_bars_equal_the_hand_count_for_the_reply_and_the_session(qtbot):
+    window = window_at(qtbot)
+    draw_reply(window, 0, first_reply())
+    # kept at position 1 by rounds 0, 1, 3; at 2 and 3 by round 0; at 4 by none: over 4 rounds
+    assert window.why_charts.bar_heights("reply") == [3 / 4, 1 / 4, 1 / 4, 0.0]
+    draw_reply(window, 1, second_reply())
+    assert window.why_charts.bar_heights("reply") == [1 / 2, 1 / 2]
+    # the session: 6 rounds; position 1 kept by 4 of them, 2 by 2, 3 by 1, 4 by none
+    assert window.why_charts.bar_heights("session") == [4 / 6, 2 / 6, 1 / 6, 0.0]
+    engine = position_acceptance(first_reply() + second_reply())
+    assert window.why_charts.bar_heights("session") == list(engine.kept)
+
+
+def test_acceptance_header_gives_mean_length_and_the_seeds_expectation(qtbot):
+    window = window_at(qtbot)
+    draw_reply(window, 0, first_reply())
+    counts = window.why_charts.reply
+    alpha = 5 / 7  # accepted 3 + 1 + 0 + 1 of verified 3 + 2 + 1 + 1
+    seed = sum(expected_tokens_per_round(alpha, g) for g in (3, 2, 4, 1)) / 4
+    assert (counts.mean_accepted, counts.tokens_per_round) == (5 / 4, 9 / 4)
+    assert counts.seed_tokens_per_round == pytest.approx(seed)
+    header = QTextDocumentFragment.fromHtml(window.why_charts.headers[window.why_charts.acceptance_plot].text())
+    assert f"1.25 kept, 2.25 tokens/round (seed's E {seed:.2f})" in header.toPlainText()
+
+
+def test_plain_ar_replies_stay_out_of_the_acceptance_count(qtbot):
+    window = window_at(qtbot)
+    draw_reply(window, 0, first_reply())
+    draw_reply(window, 1, second_reply(), DecodeSettings(mode="ar"))
+    assert window.why_charts.session.rounds == 4
+
+
+# Costs with a flat verification block: a round of γ drafts costs 10 ms + γ drafts, so the analytic optimum is
+# argmax (1 + Σ_{i≤γ} K_i) / (10 + γ·c). Rounds of 4 drafts keeping 3, 2, 1 and 0 give K = 3/4, 2/4, 1/4, 0.
+def flat_costs(draft_ms: float) -> dict:
+    return {"target_block_ms": [10.0] * 9, "draft_step_ms": draft_ms, "copy_ms": 0.01, "overhead_ms": 0.0}
+
+
+def four_kinds_of_round():
+    return [rejected_round(i, ["a"] * kept, "x", "y", gamma=4) for i, kept in enumerate((3, 2, 1))] + [
+        rejected_round(3, [], "x", "y", gamma=4)]
+
+
+def synthetic_session(draft_ms: float) -> Session:
+    pair = PairInfo(ModelInfo("t", "/t", 1, 64), ModelInfo("d", "/d", 1, 64), "cpu", "float32",
+                    costs=flat_costs(draft_ms))
+    request = ReplyRequest(({"role": "user", "content": "hi"},), MODEL_ONLY)
+    return Session(pair, [Reply(request, tuple(four_kinds_of_round()), "", False, reference_s=0.01)])
+
+
+def analytic_best(draft_ms: float) -> tuple[int, float]:
+    kept = [3 / 4, 2 / 4, 1 / 4, 0.0]
+    rates = {g: (1 + sum(kept[:g])) / (10 + g * draft_ms) for g in range(1, 5)}
+    gamma = max(rates, key=lambda g: (rates[g], -g))
+    return (gamma, rates[gamma] * 10) if rates[gamma] > 1 / 10 else (0, 1.0)
+
+
+@pytest.mark.parametrize("draft_ms", [2.0, 6.0, 9.0])
+def test_the_label_beside_the_slider_names_the_analytic_optimum(qtbot, draft_ms):
+    window = window_at(qtbot)
+    window.on_why_changed(why_gamma(synthetic_session(draft_ms)))
+    gamma, speedup = analytic_best(draft_ms)
+    label = window.controls.recommended.text()
+    if gamma:
+        assert label == f"recommended γ ≤ {gamma} (predicted {speedup:.2f}×, draft model)"
+    else:
+        assert label == "recommended: plain AR (no draft pays here)"
+    assert window.controls.recommended.toolTip().startswith(("drafts stop when", "no draft pays"))
+    assert window.why_charts.explanation.text().endswith(window.controls.recommended.toolTip() + ".")
+
+
+def test_the_cost_chart_draws_the_measured_blocks_and_the_prediction_per_gamma(qtbot):
+    window = window_at(qtbot)
+    why = why_gamma(synthetic_session(2.0))
+    window.on_why_changed(why)
+    charts = window.why_charts
+    x, y = charts.cost_curves["block"].getData()
+    assert list(x) == list(range(1, 10)) and list(y) == [10.0] * 9
+    assert list(charts.cost_curves["draft"].getData()[1]) == [2.0, 2.0]
+    x, y = charts.predicted[Drafting.MODEL].getData()
+    assert list(x) == list(range(1, 9)) and list(y) == why.recommendation.speedups[Drafting.MODEL]
+    x, y = charts.measured[Drafting.MODEL].getData()  # the reply itself, at its γ cap
+    assert list(x) == [4.0] and len(y) == 1
+
+
+def test_compare_drafters_gives_four_rows_on_the_tiny_pair(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, greedy=True, max_new_tokens=10, gamma=3, cost_aware=False, stop_below=0.0)
+    send(qtbot, studio)
+    with qtbot.waitSignal(studio.chat.drafters_compared, timeout=REPLY_TIMEOUT_MS) as compared:
+        studio.window.compare_drafters_action.trigger()
+    comparison = compared.args[0]
+    assert [run.drafting for run in comparison.runs] == [Drafting.MODEL, Drafting.LOOKUP, Drafting.BOTH,
+                                                         Drafting.NONE]
+    rows = comparison.rows()
+    assert all(row["tokens"] == 10 and row["tokens_per_s"] > 0 for row in rows)
+    assert rows[-1]["alpha"] is None and rows[-1]["tokens_per_round"] == 1.0  # plain AR: one token per step
+    assert rows[0]["alpha"] is not None and rows[0]["tokens_per_round"] > 1.0
+    table = studio.window.drafters_dialog.table
+    assert table.rowCount() == 4 and table.item(3, 0).text() == "none (plain AR)"
+    assert studio.chat.status.state.value == "idle"
+
+
+def test_after_compare_drafters_the_chat_decodes_as_before(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, greedy=True, max_new_tokens=10, gamma=3, cost_aware=False, stop_below=0.0)
+    first = send(qtbot, studio)
+    with qtbot.waitSignal(studio.chat.drafters_compared, timeout=REPLY_TIMEOUT_MS):
+        studio.window.compare_drafters_action.trigger()
+    assert len(studio.chat.turns) == 1  # the comparison is not part of the conversation
+    with qtbot.waitSignal(studio.window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        studio.window.regenerate()
+    again = studio.chat.replies[-1]
+    assert [t.token_id for t in again.tokens] == [t.token_id for t in first.tokens]
+    assert any(e.gamma for e in again.events)  # its own drafter is back: it still drafts
+
+
+def test_a_reply_updates_the_recommendation_beside_the_slider(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, greedy=True, max_new_tokens=10, gamma=3, cost_aware=False, stop_below=0.0)
+    before = studio.window.controls.recommended.text()
+    send(qtbot, studio)
+    recommendation = studio.chat.why.recommendation
+    assert recommendation is not None and before != studio.window.controls.recommended.text()
+    assert studio.chat.session.pair.costs["target_block_ms"]  # the worker's measured costs reached the session
+
+
+def test_export_holds_acceptance_by_position_and_the_recommendation(make_studio, mixed_decoder, qtbot, tmp_path):
+    studio = make_studio(mixed_decoder, greedy=True, max_new_tokens=10, gamma=3, cost_aware=False, stop_below=0.0)
+    reply = send(qtbot, studio)
+    studio.chat.export(tmp_path / "session")
+    data = json.loads((tmp_path / "session.json").read_text())
+    engine = position_acceptance(reply.events)
+    assert data["replies"][0]["position_acceptance"]["kept"] == list(engine.kept)
+    why = data["why_gamma"]
+    assert why["session_acceptance"]["mean_accepted"] == engine.mean_accepted
+    assert why["recommendation"] == json.loads(json.dumps(studio.chat.why.recommendation.as_dict()))
+
+
+def test_at_1000_by_700_the_why_tab_charts_are_tall_and_whole(qtbot):
+    window = window_at(qtbot, MIN_WIDTH, MIN_HEIGHT)
+    window.on_why_changed(why_gamma(synthetic_session(2.0)))
+    draw_reply(window, 0, first_reply())
+    window.chart_tabs.setCurrentIndex(1)
+    QApplication.processEvents()
+    charts = window.why_charts
+    for plot, header in charts.headers.items():
+        assert plot.isVisible() and plot.height() >= MIN_WHY_HEIGHT, (header.title, plot.height())
+        assert not header.geometry().intersects(plot.geometry())
+        assert header.height() >= header.heightForWidth(header.width()), f"{header.title}: legend cut"
+    label = charts.explanation
+    assert label.isVisible() and label.geometry().bottom() <= charts.height()
+    assert label.height() >= label.heightForWidth(label.width()), "the explanation is cut"
+    side = window.panes["side"]
+    assert not side.horizontalScrollBar().isVisible(), "the controls should fit the side pane's width"
+    recommended = window.controls.recommended
+    assert recommended.height() >= recommended.heightForWidth(recommended.width())
+
+
+def test_at_1000_by_700_the_live_charts_keep_their_height_beside_the_tab(qtbot):
+    from ui.charts import MIN_CHART_HEIGHT
+
+    window = window_at(qtbot, MIN_WIDTH, MIN_HEIGHT)
+    for plot in (window.charts.alpha_plot, window.charts.tokens_plot, window.charts.speedup_plot):
+        assert plot.height() >= MIN_CHART_HEIGHT

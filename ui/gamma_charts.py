@@ -1,0 +1,268 @@
+"""The "why this γ" charts: acceptance by draft position (this reply and the session), what a round costs on this
+machine, and the predicted speedup as a function of γ under the session's acceptance, with the replies measured.
+
+Acceptance counts are appended per round into preallocated arrays and drawn by the same ~100 ms timer as the live
+charts; the cost model and the prediction change once per reply (ui.why.WhyGamma from the chat controller).
+Titles and legends sit above the plots, as in ui.charts.
+"""
+from __future__ import annotations
+
+from html import escape
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
+
+from engine.decoding.costs import MEASURED_ROWS
+from engine.decoding.recommend import MAX_GAMMA
+from engine.events import Drafting, RoundEvent
+from engine.stats import expected_tokens_per_round
+from ui.charts import REFRESH_MS, ChartHeader, _plot, legend_entry
+from ui.why import WhyGamma
+
+MIN_WHY_HEIGHT = 120  # three of these, their headers and the explanation fit the pane's tab at 1000×700
+MAX_POSITIONS = 64  # DecodeSettings' largest γ
+BAR_WIDTH = 0.36
+COLOURS = {"reply": "#1e88e5", "session": "#90a4ae", Drafting.MODEL: "#1565c0", Drafting.LOOKUP: "#2e7d32",
+           Drafting.BOTH: "#6a1b9a"}
+DRAFTING_NAMES = {Drafting.MODEL: "draft model", Drafting.LOOKUP: "copying", Drafting.BOTH: "both"}
+
+
+class PositionCounts:
+    """Acceptance along the draft of some rounds, as engine.stats.position_acceptance counts it, in O(γ) per round."""
+
+    def __init__(self):
+        self.rounds = 0
+        self.drafted = np.zeros(MAX_POSITIONS)  # [i]: rounds that made an (i+1)-th draft
+        self.kept = np.zeros(MAX_POSITIONS)  # [i]: rounds whose (i+1)-th draft was kept
+        self.gammas = np.zeros(MAX_POSITIONS + 1)  # [g]: rounds that made g drafts (for the seed's E)
+        self.accepted = self.verified = self.tokens = 0
+
+    def clear(self) -> None:
+        self.__init__()
+
+    def add(self, event: RoundEvent) -> None:
+        gamma = min(event.gamma, MAX_POSITIONS)
+        self.rounds += 1
+        self.drafted[:gamma] += 1
+        self.kept[:min(event.n_accepted, MAX_POSITIONS)] += 1
+        self.gammas[gamma] += 1
+        self.accepted += event.n_accepted
+        self.verified += len(event.drafted)
+        self.tokens += len(event.emitted)
+
+    @property
+    def longest(self) -> int:
+        """The most drafts any of these rounds made."""
+        made = np.nonzero(self.drafted)[0]
+        return int(made[-1]) + 1 if len(made) else 0
+
+    def kept_share(self) -> np.ndarray:
+        """[i]: the share of rounds whose (i+1)-th draft was kept, for i < longest."""
+        return self.kept[: self.longest] / self.rounds if self.rounds else np.zeros(0)
+
+    @property
+    def alpha(self) -> float:
+        return self.accepted / self.verified if self.verified else 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        return self.accepted / self.rounds if self.rounds else 0.0
+
+    @property
+    def tokens_per_round(self) -> float:
+        return self.tokens / self.rounds if self.rounds else 0.0
+
+    @property
+    def seed_tokens_per_round(self) -> float:
+        """The seed's E = (1 − α^(γ+1)) / (1 − α) at these rounds' α, averaged over their own γ."""
+        if not self.rounds:
+            return 0.0
+        alpha = self.alpha
+        return sum(n * expected_tokens_per_round(alpha, g) for g, n in enumerate(self.gammas) if n) / self.rounds
+
+
+def swatch_entry(colour: str, name: str) -> str:
+    return f"<span style='color:{colour}'>■</span>&nbsp;" + escape(name).replace(" ", "&nbsp;")
+
+
+def figures(counts: PositionCounts) -> str:
+    """Mean acceptance length and measured tokens per round beside the seed's E."""
+    return (f"{counts.mean_accepted:.2f} kept, {counts.tokens_per_round:.2f} tokens/round "
+            f"(seed's E {counts.seed_tokens_per_round:.2f})")
+
+
+class WhyGammaPanel(QWidget):
+    """The second tab of the charts pane."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.reply = PositionCounts()
+        self.session = PositionCounts()
+        self.why: WhyGamma | None = None
+        self._dirty = False
+        self.acceptance_plot = _plot("share of rounds whose i-th draft was kept (the first i drafts all accepted), "
+                                     "for this reply and for every speculative reply of the session; their sum is "
+                                     "the mean acceptance length, and 1 + it the tokens per round", "share")
+        self.acceptance_plot.setLabel("bottom", "draft position i", **{"font-size": "8pt"})
+        self.acceptance_plot.setYRange(0, 1.05, padding=0)
+        self.bars = {name: pg.BarGraphItem(x=[], height=[], width=BAR_WIDTH, brush=COLOURS[name], pen=pg.mkPen(None),
+                                           name=name) for name in ("reply", "session")}
+        for bar in self.bars.values():
+            self.acceptance_plot.addItem(bar)
+
+        self.costs_plot = _plot("the pair's measured costs on this machine: the target's forward over a block of "
+                                "k rows (a round of k − 1 drafts), one draft-model step and one copied token "
+                                "(prompt lookup); each the fastest timing seen", "ms")
+        self.costs_plot.setLabel("bottom", "rows in the target's block", **{"font-size": "8pt"})
+        dashed = dict(width=2, style=Qt.PenStyle.DashLine)
+        self.cost_curves = {
+            "block": self.costs_plot.plot(pen=pg.mkPen("#263238", width=2), symbol="o", symbolSize=5,
+                                          symbolBrush="#263238", name="target block"),
+            "draft": self.costs_plot.plot(pen=pg.mkPen(COLOURS[Drafting.MODEL], **dashed), name="draft step"),
+            "copy": self.costs_plot.plot(pen=pg.mkPen(COLOURS[Drafting.LOOKUP], **dashed), name="copy"),
+        }
+
+        self.speedup_plot = _plot("predicted speedup over plain AR for rounds capped at γ drafts, from the cost "
+                                  "model and the session's acceptance by position with each drafting; the dots "
+                                  "are this session's replies (filled: measured by Compare with AR, hollow: "
+                                  "estimated); grey: plain AR (1×)", "×")
+        self.speedup_plot.setLabel("bottom", "γ (most drafts per round)", **{"font-size": "8pt"})
+        self.predicted = {d: self.speedup_plot.plot(pen=pg.mkPen(COLOURS[d], width=2), name=f"{DRAFTING_NAMES[d]}")
+                          for d in DRAFTING_NAMES}
+        self.measured = {d: self.speedup_plot.plot(pen=None, symbol="o", symbolSize=7, symbolPen=COLOURS[d],
+                                                   symbolBrush=COLOURS[d], name=f"{DRAFTING_NAMES[d]} measured")
+                         for d in DRAFTING_NAMES}
+        self.speedup_plot.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#9e9e9e", width=1)))
+        self.speedup_plot.setXRange(0.5, MAX_GAMMA + 0.5, padding=0)
+
+        self.explanation = QLabel("")
+        self.explanation.setWordWrap(True)
+        self.explanation.setStyleSheet("background: white; color: #333; font-size: 8pt; padding: 2px;")
+        self.explanation.setToolTip("What the cost-aware rounds decide, and from which of this machine's costs")
+
+        self.headers = {self.acceptance_plot: ChartHeader("acceptance by draft position"),
+                        self.costs_plot: ChartHeader("cost model (this machine)"),
+                        self.speedup_plot: ChartHeader("predicted speedup by γ")}
+        for plot in self.headers:
+            plot.setMinimumHeight(MIN_WHY_HEIGHT)
+            # a view's own size hint (480 px) would make the tab scroll; the pane's height is shared instead
+            plot.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        for index, (plot, header) in enumerate(self.headers.items()):
+            if index:
+                layout.addSpacing(6)
+            layout.addWidget(header)
+            layout.addWidget(plot, 1)  # the pane's height beyond the text goes to the plots
+        layout.addWidget(self.explanation)
+        self.show_why(None)
+        self._show_acceptance()
+        self.timer = QTimer(self)
+        self.timer.setInterval(REFRESH_MS)
+        self.timer.timeout.connect(self.refresh)
+        self.timer.start()
+
+    # -- slots: acceptance appends per round ----------------------------------------------------------------
+
+    def clear(self) -> None:
+        """A conversation cleared (new chat, reopened or replayed): the session starts over."""
+        self.reply.clear()
+        self.session.clear()
+        self._dirty = True
+
+    def start_reply(self, speculative: bool = True) -> None:
+        self.reply.clear()
+        self._dirty = True
+
+    def add_round(self, event: RoundEvent, speculative: bool = True) -> None:
+        """Plain AR replies are the baseline: their rounds draft nothing and stay out of the session's count."""
+        if speculative:
+            self.reply.add(event)
+            self.session.add(event)
+            self._dirty = True
+
+    def refresh(self) -> None:
+        if not self._dirty:
+            return
+        self._dirty = False
+        self._show_acceptance()
+
+    def bar_heights(self, name: str) -> list[float]:
+        """What the bars of "reply" or "session" show, position by position (drawn, not buffered)."""
+        return [float(h) for h in self.bars[name].opts["height"]]
+
+    def _show_acceptance(self) -> None:
+        for name, counts, offset in (("reply", self.reply, -BAR_WIDTH / 2), ("session", self.session, BAR_WIDTH / 2)):
+            share = counts.kept_share()
+            self.bars[name].setOpts(x=np.arange(1, len(share) + 1) + offset, height=share, width=BAR_WIDTH)
+        longest = max(self.session.longest, self.reply.longest, 1)
+        if self.acceptance_plot.viewRange()[0] != [0.5, longest + 0.5]:
+            self.acceptance_plot.setXRange(0.5, longest + 0.5, padding=0)
+        header = self.headers[self.acceptance_plot]
+        if not self.session.rounds:
+            header.note = "none yet: a speculative reply fills it"
+            header.show_entries([])
+            return
+        header.note = ""
+        header.show_legend(swatch_entry(COLOURS["reply"], "this reply") + ": " + escape(figures(self.reply))
+                           + "<br>" + swatch_entry(COLOURS["session"], "session") + ": "
+                           + escape(figures(self.session)))
+
+    # -- once per reply: the cost model and the prediction ----------------------------------------------------
+
+    def show_why(self, why: WhyGamma | None) -> None:
+        self.why = why
+        costs = why.costs if why is not None else {}
+        blocks = costs.get("target_block_ms", [])[:MEASURED_ROWS]
+        rows = np.arange(1, len(blocks) + 1, dtype=float)
+        self.cost_curves["block"].setData(rows, np.array(blocks, dtype=float))
+        for name, key in (("draft", "draft_step_ms"), ("copy", "copy_ms")):
+            ms = costs.get(key, 0.0)
+            shown = bool(blocks) and ms > 0
+            self.cost_curves[name].setData([1.0, float(len(blocks))] if shown else [], [ms, ms] if shown else [])
+        top = max([*blocks, costs.get("draft_step_ms", 0.0), 1.0])
+        self.costs_plot.setRange(xRange=(0.5, max(len(blocks), 1) + 0.5), yRange=(0, top * 1.15), padding=0)
+        cost_header = self.headers[self.costs_plot]
+        cost_header.note = "" if blocks else "not measured yet: the pair is timed when it loads"
+        entries = [(self.cost_curves["block"].opts["pen"], "target block")]
+        for name, key, label in (("draft", "draft_step_ms", "draft step"), ("copy", "copy_ms", "copy")):
+            if costs.get(key, 0.0) > 0:
+                entries.append((self.cost_curves[name].opts["pen"], f"{label} {costs[key]:.2g} ms"))
+        cost_header.show_entries(entries)
+
+        recommendation = why.recommendation if why is not None else None
+        speedups = recommendation.speedups if recommendation is not None else {}
+        top = 2.0
+        for drafting, curve in self.predicted.items():
+            values = speedups.get(drafting, [])
+            curve.setData(np.arange(1, len(values) + 1, dtype=float), np.array(values, dtype=float))
+            top = max(top, *values) if values else top
+        points = why.points if why is not None else ()
+        for drafting, curve in self.measured.items():
+            mine = [p for p in points if p.drafting is drafting]
+            curve.setData([float(p.gamma) for p in mine], [p.speedup for p in mine],
+                          symbolBrush=[COLOURS[drafting] if p.measured else "w" for p in mine])
+            top = max([top] + [p.speedup for p in mine])
+        widest = max([MAX_GAMMA] + [p.gamma for p in points])
+        self.speedup_plot.setRange(xRange=(0.5, widest + 0.5), yRange=(0, np.ceil(top * 2) / 2 + 0.25), padding=0)
+        header = self.headers[self.speedup_plot]
+        header.note = "" if recommendation is not None else "none yet: needs the cost model and a speculative reply"
+        entries = [legend_entry(self.predicted[d].opts["pen"], self.predicted[d].name())
+                   for d in DRAFTING_NAMES if d in speedups]
+        entries += [f"<span style='color:{COLOURS[d]}'>●</span>&nbsp;" + self.measured[d].name().replace(" ", "&nbsp;")
+                    for d in DRAFTING_NAMES if any(p.drafting is d for p in points)]
+        header.show_legend(escape(header.note) if header.note else " &nbsp; ".join(entries))
+        self.explanation.setText(self.explanation_text())
+
+    def explanation_text(self) -> str:
+        """One line: what the rounds chose and why (the recommendation's own explanation)."""
+        recommendation = self.why.recommendation if self.why is not None else None
+        if recommendation is None:
+            return "Why this γ: after a speculative reply, what the rounds chose and why."
+        if recommendation.drafting is Drafting.NONE:
+            return f"Best here: plain AR; {recommendation.explanation}."
+        return (f"Best here: {DRAFTING_NAMES[recommendation.drafting]}, γ ≤ {recommendation.gamma} "
+                f"(predicted {recommendation.speedup:.2f}×); {recommendation.explanation}.")

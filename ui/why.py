@@ -1,0 +1,89 @@
+"""Why this γ, as plain records: a session's acceptance by draft position, its measured points, and what the
+pair's cost model recommends under that acceptance (engine.decoding.recommend). No Qt and no torch: the chat
+controller, the export and the tests read the same figures the window draws.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.decoding.recommend import MAX_GAMMA, Recommendation, cost_model_from_dict, recommend
+from engine.events import DecodeSettings, Drafting, Mode
+from engine.stats import PositionAcceptance, position_acceptance
+from ui.session import Reply, Session
+
+
+def drafting_of(settings: DecodeSettings) -> Drafting:
+    """Which drafters a reply's rounds used: plain AR, the draft model alone, or with copying."""
+    if settings.mode is Mode.AR:
+        return Drafting.NONE
+    return Drafting.BOTH if settings.lookup else Drafting.MODEL
+
+
+@dataclass(frozen=True)
+class MeasuredPoint:
+    """A reply of this session on the predicted-speedup chart: its γ cap and its speedup vs AR (the measured AR
+    comparison where it has one, else the estimate)."""
+
+    drafting: Drafting
+    gamma: int
+    speedup: float
+    measured: bool  # True: from a Compare with AR run
+
+
+@dataclass(frozen=True)
+class WhyGamma:
+    """What the "why this γ" charts and the γ slider's label show after a reply."""
+
+    costs: dict  # the pair's cost model (CostModel.as_dict, milliseconds); empty: not measured
+    session: PositionAcceptance
+    points: tuple[MeasuredPoint, ...] = ()
+    recommendation: Recommendation | None = None  # None: no cost model, or no speculative reply yet
+    profiles: dict[Drafting, PositionAcceptance] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"costs": self.costs, "session_acceptance": self.session.as_dict(),
+                "acceptance_by_drafting": {d.value: p.as_dict() for d, p in self.profiles.items()},
+                "recommendation": None if self.recommendation is None else self.recommendation.as_dict()}
+
+
+def speculative_replies(session: Session) -> list[tuple[Reply, object]]:
+    return [(reply, comparison) for reply, comparison in session.shown_replies()
+            if reply.request.settings.mode is Mode.SPEC and reply.events]
+
+
+def why_gamma(session: Session, extra: dict[Drafting, list] | None = None) -> WhyGamma:
+    """The session's acceptance (every speculative round), each drafting's own, and the recommendation.
+    `extra`: more rounds per drafting (a Compare drafters run), counted in the profiles, not in the session's
+    chart."""
+    shown = speculative_replies(session)
+    events = {}
+    for reply, _ in shown:
+        events.setdefault(drafting_of(reply.request.settings), []).extend(reply.events)
+    for drafting, rounds in (extra or {}).items():
+        if drafting is not Drafting.NONE and rounds:
+            events.setdefault(drafting, []).extend(rounds)
+    profiles = {drafting: position_acceptance(rounds) for drafting, rounds in events.items()}
+    points = []
+    for reply, comparison in shown:
+        measured = comparison is not None and not comparison.stopped and comparison.speedup > 0
+        speedup = comparison.speedup if measured else reply.estimated_speedup
+        if speedup > 0:
+            points.append(MeasuredPoint(drafting_of(reply.request.settings), reply.gamma, speedup, measured))
+    costs = dict(session.pair.costs) if session.pair is not None and session.pair.costs else {}
+    model = cost_model_from_dict(costs) if costs else None
+    # a model with no time for an AR step (an injected one, in tests) has no rate to compare drafts with
+    timed = model is not None and model.ar_token_s > 0
+    recommendation = recommend(model, profiles, MAX_GAMMA) if timed and profiles else None
+    session_profile = position_acceptance(e for reply, _ in shown for e in reply.events)
+    return WhyGamma(costs, session_profile, tuple(points), recommendation, profiles)
+
+
+def recommendation_text(recommendation: Recommendation | None) -> str:
+    """The label beside the γ slider."""
+    if recommendation is None:
+        return "recommended γ: after a speculative reply"
+    if recommendation.drafting is Drafting.NONE:
+        return "recommended: plain AR (no draft pays here)"
+    drafters = {Drafting.MODEL: "draft model", Drafting.LOOKUP: "copying only",
+                Drafting.BOTH: "draft model + copying"}[recommendation.drafting]
+    return f"recommended γ ≤ {recommendation.gamma} (predicted {recommendation.speedup:.2f}×, {drafters})"
