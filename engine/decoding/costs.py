@@ -59,10 +59,13 @@ class CostModel:
         """One plain AR token: a single-row forward and a round's bookkeeping."""
         return self.block_s(1) + self.overhead_s
 
+    def steps_s(self, drafts: Sequence[str]) -> float:
+        """The draft-model steps and copies that make `drafts` (each "model" or "copy")."""
+        return sum(self.draft_step_s if kind == "model" else self.copy_s for kind in drafts)
+
     def drafting_s(self, drafts: Sequence[str]) -> float:
-        """Making `drafts` (each "model" or "copy"), their bookkeeping included."""
-        steps = sum(self.draft_step_s if kind == "model" else self.copy_s for kind in drafts)
-        return steps + len(drafts) * self.per_draft_s
+        """Making `drafts`, their bookkeeping included."""
+        return self.steps_s(drafts) + len(drafts) * self.per_draft_s
 
     def verify_s(self, rows: int, model_ran: bool) -> float:
         """The target's block of `rows` rows in a round that ran the draft model (or not)."""
@@ -91,7 +94,7 @@ class CostModel:
             self.drafted_block_s += [0.0] * (rows - len(self.drafted_block_s))
             seen = self.drafted_block_s[rows - 1]
             self.drafted_block_s[rows - 1] = min(seen, forward_s) if seen else forward_s
-        extra = round_s - forward_s - sum(self.draft_step_s if k == "model" else self.copy_s for k in drafts)
+        extra = round_s - forward_s - self.steps_s(drafts)
         if not drafts:
             self.overhead_s = min(self.overhead_s, extra) if self.overhead_s else max(extra, 0.0)
         elif quiet:
@@ -154,9 +157,6 @@ class Acceptance:
             self.kept[i] += kept
             self.calibration[kinds[i]][0] += kept
             self.calibration[kinds[i]][1] += estimates[i]
-
-    def reset(self) -> None:
-        self.__init__()
 
 
 def expected_tokens(chances: Sequence[float]) -> float:
