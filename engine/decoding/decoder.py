@@ -95,12 +95,7 @@ class Decoder:
         """Time the target's blocks of 1..`rows` rows (best of 3 each) on a scratch cache: the single-token step is
         the reference for AR-speedup estimates, and the cost model keeps the fastest of every timing. Cheap
         enough to repeat before each reply, so one busy moment at load does not skew the rounds for good."""
-        ids = self._scratch_ids()
-        runner = CachedModel(self.target.model, self.vocab_size)
-        runner.forward(ids[:16])
-        sync = lambda: synchronize(self.target.device)  # noqa: E731
-        times = [fastest(lambda k=k: (runner.forward(ids[16:16 + k], keep=k), runner.rollback(16)), 3, sync)
-                 for k in range(1, rows + 1)]
+        times = self._time_blocks(rows, 3)
         self.target_step_s = times[0]
         if self.costs:
             for k, seconds in enumerate(times, 1):
@@ -112,14 +107,7 @@ class Decoder:
         step and a copied token, each the fastest of a few timings on scratch caches."""
         ids = self._scratch_ids()
         sync = lambda: synchronize(self.target.device)  # noqa: E731
-        runner = CachedModel(self.target.model, self.vocab_size)
-        runner.forward(ids[:16])
-        # Round-robin over the block sizes, so that a busy moment slows one timing of each rather than all of one
-        blocks = [float("inf")] * MEASURED_ROWS
-        for _ in range(MEASURE_REPEATS):
-            for k in range(1, MEASURED_ROWS + 1):
-                seconds = fastest(lambda: (runner.forward(ids[16:16 + k], keep=k), runner.rollback(16)), 1, sync)
-                blocks[k - 1] = min(blocks[k - 1], seconds)
+        blocks = self._time_blocks(MEASURED_ROWS, MEASURE_REPEATS)
         draft_s = copy_s = 0.0
         if isinstance(self.drafter, DraftModelDrafter):
             self.drafter.prefill(ids[:16])
@@ -130,6 +118,21 @@ class Decoder:
             history = ids * 8  # a few hundred tokens of conversation to search
             copy_s = fastest(lambda: lookup_continuation(history))
         return self.set_costs(CostModel(blocks, draft_s, copy_s))
+
+    def _time_blocks(self, rows: int, repeats: int) -> list[float]:
+        """The fastest of `repeats` timings of the target's forward over blocks of 1..`rows` rows, after 16 cached
+        positions on a scratch cache; round-robin over the block sizes, so that a busy moment slows one timing of
+        each rather than all of one."""
+        ids = self._scratch_ids()
+        sync = lambda: synchronize(self.target.device)  # noqa: E731
+        runner = CachedModel(self.target.model, self.vocab_size)
+        runner.forward(ids[:16])
+        times = [float("inf")] * rows
+        for _ in range(repeats):
+            for k in range(1, rows + 1):
+                seconds = fastest(lambda: (runner.forward(ids[16:16 + k], keep=k), runner.rollback(16)), 1, sync)
+                times[k - 1] = min(times[k - 1], seconds)
+        return times
 
     def set_costs(self, costs: CostModel) -> CostModel:
         """Plan rounds on `costs` (measured at warm-up, or given: a test's, a saved profile's)."""
