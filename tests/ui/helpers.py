@@ -14,6 +14,22 @@ from ui.palette import STYLES
 REPLY_TIMEOUT_MS = 60_000  # tiny models, but the CI machine may be busy
 
 
+def shown_window(qtbot, width: int, height: int, **machine):
+    """A bare MainWindow (the presets' pair picker, no models) shown and resized to width x height."""
+    from PySide6.QtWidgets import QApplication
+
+    from engine.models.pairing import PRESETS
+    from ui.main_window import MainWindow
+
+    window = MainWindow(PRESETS, **machine)
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitExposed(window)
+    window.resize(width, height)
+    QApplication.processEvents()
+    return window
+
+
 def send(qtbot, studio, text: str = "w3 w7 w11 w5"):
     """Type a message, press Enter, and wait until the whole turn is on screen; returns the Reply."""
     replies = len(studio.chat.replies)

@@ -10,18 +10,9 @@ from PySide6.QtWidgets import QApplication, QStyle, QStyleOptionComboBox
 from engine.events import ModelInfo, PairInfo
 from engine.models.pairing import PRESETS
 from ui.charts import MIN_CHART_HEIGHT
+from tests.ui.helpers import shown_window
 from ui.main_window import (MIN_HEIGHT, MIN_WIDTH, PANE_MIN_WIDTH, PANE_WIDTH, SIDE_MAX_WIDTH, STATUS_RIGHT_MARGIN,
                             MainWindow)
-
-
-def shown_window(qtbot, width: int, height: int, **machine) -> MainWindow:
-    window = MainWindow(PRESETS, **machine)
-    qtbot.addWidget(window)
-    window.show()
-    qtbot.waitExposed(window)
-    window.resize(width, height)
-    QApplication.processEvents()
-    return window
 
 
 def pane_widths(window: MainWindow) -> dict[str, int]:

@@ -10,8 +10,7 @@ from PySide6.QtWidgets import QApplication
 
 from engine.events import DecodeSettings, Drafting, ModelInfo, PairInfo
 from engine.stats import expected_tokens_per_round, position_acceptance
-from engine.models.pairing import PRESETS
-from tests.ui.helpers import REPLY_TIMEOUT_MS, send
+from tests.ui.helpers import REPLY_TIMEOUT_MS, send, shown_window
 from tests.ui.synthetic import accepted_round, rejected_round
 from ui.gamma_charts import MIN_WHY_HEIGHT
 from ui.main_window import MIN_HEIGHT, MIN_WIDTH, MainWindow
@@ -33,13 +32,7 @@ def second_reply():
 
 
 def window_at(qtbot, width=1400, height=900) -> MainWindow:
-    window = MainWindow(PRESETS)
-    qtbot.addWidget(window)
-    window.show()
-    qtbot.waitExposed(window)
-    window.resize(width, height)
-    QApplication.processEvents()
-    return window
+    return shown_window(qtbot, width, height)
 
 
 def draw_reply(window: MainWindow, index: int, events, settings: DecodeSettings = MODEL_ONLY) -> None:
