@@ -73,8 +73,8 @@ def test_saved_assets_hold_no_shared_tensor_and_assemble_into_a_working_draft(tm
     assert all(t.token_id < 40 for e in events for t in e.drafted)  # drafts come from the draft vocabulary
 
 
-def test_parallel_answering_gives_the_same_data_as_one_process_and_resumes_interrupted_batches(tmp_path):
-    from engine.training.distill import generate_data
+def saved_tiny_target(tmp_path):
+    """A tiny chat target saved to tmp_path/target and loaded back as `specdec train-draft` loads one."""
     from engine.models.loading import load_model
 
     tiny = tiny_model(0, layers=2)
@@ -82,6 +82,13 @@ def test_parallel_answering_gives_the_same_data_as_one_process_and_resumes_inter
     tiny.model.save_pretrained(tmp_path / "target")
     tiny.tokenizer.save_pretrained(tmp_path / "target")
     target = load_model(str(tmp_path / "target"), torch.device("cpu"), torch.float32)
+    return target
+
+
+def test_parallel_answering_gives_the_same_data_as_one_process_and_resumes_interrupted_batches(tmp_path):
+    from engine.training.distill import generate_data
+
+    target = saved_tiny_target(tmp_path)
     recipe = dict(seed=3, batch_size=2, max_new_tokens=5, temperature=0.7, multi_turn_fraction=0.5)
     (tmp_path / "alone").mkdir()
     (tmp_path / "alone" / "batch-0001.claim").touch()  # left by an interrupted run: must be answered again
@@ -105,13 +112,8 @@ class Planted:
 
 def test_batch_files_left_in_the_working_folder_are_never_unpickled(tmp_path):
     from engine.training.distill import generate_data
-    from engine.models.loading import load_model
 
-    tiny = tiny_model(0, layers=2)
-    tiny.tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
-    tiny.model.save_pretrained(tmp_path / "target")
-    tiny.tokenizer.save_pretrained(tmp_path / "target")
-    target = load_model(str(tmp_path / "target"), torch.device("cpu"), torch.float32)
+    target = saved_tiny_target(tmp_path)
     work = tmp_path / "work"
     work.mkdir()
     marker = tmp_path / "code-ran"
