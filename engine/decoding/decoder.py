@@ -141,11 +141,8 @@ class Decoder:
         return costs
 
     def warm_up(self) -> None:
-        """Run each model once (first calls are slow), then measure the pair's costs."""
-        self.measure_target_step()
-        if self.drafter:
-            self.drafter.prefill(self._scratch_ids())
-            self.drafter.reset()
+        """Run each model (first calls are slow) while measuring the pair's costs: every cost is the fastest of
+        several timings, so the slow first ones never count."""
         self.measure_costs()
 
     def _scratch_ids(self) -> list[int]:
