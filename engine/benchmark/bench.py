@@ -654,10 +654,14 @@ def recommendations(records: list[dict], costs) -> list[dict]:
         widest = max(rows, key=lambda r: r["gamma"])
         profile = PositionAcceptance(**widest["position_acceptance"])
         advice = recommend(costs, {_drafting_of(method): profile}, max_gamma=widest["gamma"])
-        best = max(rows, key=lambda r: r["tokens_per_s"])
+        measured = {r["gamma"]: r["speedup_vs_ar"] for r in rows}
+        if any(r["method"] == "ar" and r["decoding"] == decoding for r in records):
+            measured[0] = 1.0  # plain AR is γ 0: the best measured may be not drafting at all
+        best = max(measured, key=lambda g: (measured[g] or 0.0))
         found.append({"method": method, "decoding": decoding, "stop_below": stop,
-                      "gammas": sorted(r["gamma"] for r in rows), "recommended": advice.as_dict(),
-                      "best_measured_gamma": best["gamma"], "best_measured_speedup": best["speedup_vs_ar"]})
+                      "gammas": sorted(measured), "recommended": advice.as_dict(),
+                      "best_measured_gamma": best, "best_measured_speedup": measured[best],
+                      "within_one_step": within_one_step(advice.gamma, best, sorted(measured))})
     for decoding, stop in sorted({(d, s) for d, s, _ in groups}, key=str):
         widest = {_drafting_of(m): max(rows, key=lambda r: r["gamma"]) for (d, s, m), rows in groups.items()
                   if (d, s) == (decoding, stop)}
@@ -667,6 +671,13 @@ def recommendations(records: list[dict], costs) -> list[dict]:
             found.append({"method": "drafters", "decoding": decoding, "stop_below": stop,
                           "recommended": advice.as_dict()})
     return found
+
+
+def within_one_step(recommended: int, best: int, grid: list[int]) -> bool:
+    """Whether the recommended γ lies between the measured γ values on either side of the best one (γ 0 is
+    plain AR); a recommendation between two measured values counts by the values around it."""
+    i = grid.index(best)
+    return grid[max(i - 1, 0)] <= recommended <= grid[min(i + 1, len(grid) - 1)]
 
 
 def recommendation_lines(found: list[dict]) -> list[str]:
@@ -679,11 +690,12 @@ def recommendation_lines(found: list[dict]) -> list[str]:
                          + (f", γ {advice['gamma']}" if advice["gamma"] else "")
                          + f" (predicted {advice['speedup']:.2f}x): {advice['explanation']}")
         elif len(item["gammas"]) > 1:
-            measured = item["best_measured_speedup"]
+            measured, best = item["best_measured_speedup"], item["best_measured_gamma"]
             chosen = f"γ {advice['gamma']}" if advice["gamma"] else "plain AR"
+            verdict = "within one step" if item["within_one_step"] else "more than one step apart"
             lines.append(f"{item['method']} {item['decoding']} {rule}: recommended {chosen} (predicted "
-                         f"{advice['speedup']:.2f}x), best measured γ {item['best_measured_gamma']}"
-                         + (f" ({measured:.2f}x)" if measured else "") + f": {advice['explanation']}")
+                         f"{advice['speedup']:.2f}x), best measured " + (f"γ {best}" if best else "plain AR")
+                         + (f" ({measured:.2f}x)" if measured else "") + f", {verdict}: {advice['explanation']}")
     return lines
 
 

@@ -73,9 +73,9 @@ def test_the_bench_prints_the_recommended_gamma_beside_the_best_measured(drafter
     text, result, _ = drafters_run
     methods = {r["method"] for r in result["recommendations"]}
     assert {"spec", "spec_draft", "spec_lookup", "drafters"} <= methods
-    assert "best measured γ" in text and "recommended drafters" in text
+    assert "best measured " in text and "recommended drafters" in text
     assert all(("recommended γ " in line or "recommended plain AR" in line) for line in text.splitlines()
-               if "best measured γ" in line)
+               if "best measured " in line)
 
 
 def record(method: str, gamma: int, tokens_per_s: float, kept: list[float]) -> dict:
@@ -96,3 +96,21 @@ def test_recommendations_use_the_widest_row_and_name_the_fastest_measured():
     assert 2 <= found["recommended"]["gamma"] <= 6
     line, = bench.recommendation_lines([found])
     assert line.startswith(f"spec_draft greedy γ drafts: recommended γ {found['recommended']['gamma']}")
+
+
+def test_plain_ar_counts_as_gamma_0_when_every_draft_length_measured_slower():
+    costs = CostModel([(10 + 8 * k) / 1e3 for k in range(9)], draft_step_s=6e-3, copy_s=1e-5, overhead_s=5e-4)
+    kept = [0.3 ** i for i in range(1, 5)]
+    ar = {"method": "ar", "decoding": "greedy", "gamma": None, "tokens_per_s": 10.0, "speedup_vs_ar": 1.0}
+    records = [ar, record("spec_draft", 1, 8.0, kept[:1]), record("spec_draft", 4, 5.0, kept)]
+    (found,) = bench.recommendations(records, costs)
+    assert found["gammas"] == [0, 1, 4] and found["best_measured_gamma"] == 0
+    assert found["recommended"]["gamma"] == 0 and found["within_one_step"]
+    assert "best measured plain AR (1.00x), within one step" in bench.recommendation_lines([found])[0]
+
+
+def test_one_step_is_the_measured_neighbours_of_the_best_gamma():
+    grid = [0, 1, 2, 3, 4, 6, 8]
+    assert bench.within_one_step(5, 4, grid) and bench.within_one_step(3, 4, grid)
+    assert bench.within_one_step(0, 1, grid) and bench.within_one_step(8, 6, grid)
+    assert not bench.within_one_step(2, 4, grid) and not bench.within_one_step(8, 4, grid)
