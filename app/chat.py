@@ -15,9 +15,10 @@ from PySide6.QtCore import QObject, Signal
 from app.chat_store import ChatRecorder, ChatStore, ChatStoreError, ChatSummary, title_for
 from app.timing import StepReference, machine_was_busy
 from engine.events import ContextNotice, Drafting, Mode, PairInfo, PrefillProgress, RoundEvent
+from engine.remote import RemoteReply, TextDelta, is_url, public_url
 from ui.export import ExportError, export_session
-from ui.session import (ChatStatus, Comparison, ComparisonShown, DrafterComparison, Reply, ReplyRequest, ReplyShown,
-                        RoundShown, Session, TurnOptions, TurnStarted, TurnState)
+from ui.session import (ChatStatus, Comparison, ComparisonShown, DrafterComparison, EngineTarget, RemoteSource, Reply,
+                        ReplyRequest, ReplyShown, RoundShown, Session, TurnOptions, TurnStarted, TurnState)
 from ui.why import WhyGamma, why_gamma
 
 
@@ -43,6 +44,10 @@ class ChatController(QObject):
     gamma_requested = Signal(int)
     reset_requested = Signal()  # a new conversation: the decoder forgets the last one's caches
     drafters_requested = Signal(object)  # ReplyRequest: decode it with each drafting choice (Compare drafters)
+    # commands for the remote worker (a running engine as the target)
+    remote_connect_requested = Signal(str, object)  # URL, served model name or None (the only one served)
+    remote_prompt_requested = Signal(object, object)  # messages (list of dicts), DecodeSettings
+    remote_stop_requested = Signal()
     # what happened, for the window
     status_changed = Signal(object)  # ChatStatus
     load_started = Signal(str, object)  # target, draft
@@ -70,6 +75,10 @@ class ChatController(QObject):
     export_failed = Signal(str)  # nothing was written, and why
     failed = Signal(str)  # a dialog's worth: a load or a reply failed
     store_failed = Signal(str)  # saving stopped for this session
+    remote_connected = Signal(object)  # EngineTarget: replies now come from it
+    remote_left = Signal(object)  # back to the local pair: its load request (or None), for the picker to show
+    remote_failed = Signal(str)  # one line: the engine could not be reached or failed a reply
+    remote_text_received = Signal(object)  # TextDelta of the reply in flight
 
     def __init__(self, store: ChatStore | None = None, parent=None):
         super().__init__(parent)
@@ -89,6 +98,9 @@ class ChatController(QObject):
         self._after_turn: Callable[[], None] | None = None  # asked for mid-reply: run once the turn has ended
         self._load_request: tuple | None = None  # of the load in flight
         self._loaded_request: tuple | None = None  # of the pair loaded (None: injected, or none yet)
+        self.remote: EngineTarget | None = None  # the engine replies come from; None: the local pair
+        self._connecting: str | None = None  # the URL of a connection in flight
+        self._remote_pieces: list[str] = []  # the text of the remote reply in flight
 
     # -- what the conversation is --------------------------------------------------------------------------
 
@@ -128,7 +140,8 @@ class ChatController(QObject):
 
     @property
     def ready(self) -> bool:
-        return self.pair is not None and self.state is not TurnState.LOADING
+        answers = self.remote is not None or self.pair is not None
+        return answers and self.state is not TurnState.LOADING
 
     @property
     def busy(self) -> bool:
@@ -138,7 +151,7 @@ class ChatController(QObject):
     def can_continue(self) -> bool:
         """The last reply was cut at max new tokens or stopped, with some text to carry on from."""
         last = self.turns[-1].reply if self.turns else None
-        return bool(last and last.text and (last.stopped or last.events[-1].finish_reason == "length"))
+        return bool(last and last.text and (last.stopped or last.finish_reason == "length"))
 
     def whole_reply(self, index: int) -> Reply:
         """The reply turn `index` shows: its part, after the parts it continues."""
@@ -152,17 +165,54 @@ class ChatController(QObject):
 
     @property
     def status(self) -> ChatStatus:
-        return ChatStatus(self.state, self.ready, len(self.replies), self.can_continue, self.editing, self.title)
+        return ChatStatus(self.state, self.ready, len(self.replies), self.can_continue, self.editing, self.title,
+                          remote=self.remote is not None)
 
     # -- commands ------------------------------------------------------------------------------------------
 
     def load_pair(self, target: str, draft: str | None, device: str, dtype: str, weights: str) -> None:
+        """Load a local pair, or with a URL as the target connect to that engine (`draft` is then the served model's
+        name, None for the only one it serves)."""
         if self._after_stop(lambda: self.load_pair(target, draft, device, dtype, weights)):
             return
-        self._load_request = (target, draft, device, dtype, weights)
+        if is_url(target):
+            self.connect_remote(target, draft)
+            return
+        request = (target, draft, device, dtype, weights)
+        if self.remote is not None:
+            self._leave_remote()
+            if request == self._loaded_request and self.pair is not None:  # the pair behind the engine still answers
+                self.pair_loaded.emit(self.pair)
+                self._emit_status()
+                return
+        self._load_request = request
         self._set_state(TurnState.LOADING)
         self.load_started.emit(target, draft)
         self.load_requested.emit(target, draft, device, dtype, weights)
+
+    def connect_remote(self, url: str, model: str | None = None) -> None:
+        """Replies come from the engine at `url` once it answers; until then (and if it never does) the local pair
+        stays as it was."""
+        if self._after_stop(lambda: self.connect_remote(url, model)):
+            return
+        self._connecting = url
+        self._set_state(TurnState.LOADING)
+        self.load_started.emit(public_url(url), model)
+        self.remote_connect_requested.emit(url, model)
+
+    def use_local(self) -> None:
+        """Back to the local pair from a remote engine (loaded again only where none was loaded)."""
+        if self.remote is None:
+            return
+        if self._loaded_request is not None or self.pair is not None:
+            if self._after_stop(self.use_local):
+                return
+            self._leave_remote()
+            if self.pair is not None:
+                self.pair_loaded.emit(self.pair)
+            self._emit_status()
+        else:
+            self.load_pair("embedded", "embedded-draft", "auto", "auto", "auto")
 
     def send(self, text: str, options: TurnOptions) -> None:
         if self.busy:
@@ -177,7 +227,7 @@ class ChatController(QObject):
     def stop(self) -> None:
         if self.busy:
             self._set_state(TurnState.STOPPING)
-            self.stop_requested.emit()
+            (self.remote_stop_requested if self.remote is not None else self.stop_requested).emit()
         elif self.editing is not None:  # Esc also leaves edit-and-resend
             self.editing = None
             self.edit_cancelled.emit()
@@ -248,6 +298,9 @@ class ChatController(QObject):
         """Decode the last prompt again with the draft model, copying only, both, and plain AR, on the same target
         and these settings; the conversation is not changed. Reported by `drafters_compared`."""
         if self.busy or not self.ready:
+            return
+        if self.remote is not None:
+            self.notice_posted.emit("Compare drafters runs on the local pair: switch back to it first")
             return
         if not self.turns:
             self.notice_posted.emit("Compare drafters runs the last prompt: send one first")
@@ -385,22 +438,96 @@ class ChatController(QObject):
         if loading and self.pair is not None:
             self.load_failed.emit(self.pair, self._loaded_request)
 
+    # -- slots for the remote worker's signals -------------------------------------------------------------
+
+    def on_remote_connected(self, model: str) -> None:
+        if self._connecting is None:  # a connection the user has since left behind
+            return
+        self.remote = EngineTarget(public_url(self._connecting), model)
+        self._connecting = None
+        self.state = TurnState.IDLE
+        self.remote_connected.emit(self.remote)
+        self._emit_status()
+
+    def on_remote_text_received(self, piece: TextDelta) -> None:
+        if self.remote is not None and self.busy:
+            self._remote_pieces.append(piece.text)
+            self.remote_text_received.emit(piece)
+
+    def on_remote_reply_finished(self, reply: RemoteReply) -> None:
+        if self.remote is None or not self.busy:
+            return
+        self._finish_remote_reply(reply.text, stopped=False, reply=reply)
+
+    def on_remote_stopped(self) -> None:
+        if self.remote is not None and self.busy:
+            self._finish_remote_reply("".join(self._remote_pieces), stopped=True, reply=None)
+
+    def on_remote_failed(self, message: str) -> None:
+        """A connection that fails leaves the local pair answering, as a failed load does; a reply that fails is
+        dropped as a local one is. Either way the message is one line, for the status bar."""
+        if self._connecting is not None:
+            self._connecting = None
+            self.state = TurnState.IDLE
+            if self.remote is not None:
+                message += f" (still using {self.remote.url})"
+            else:
+                if self.pair is not None:
+                    message += f" (still using the local pair {self.pair.target.name})"
+                self.remote_left.emit(self._local_request())  # the picker shows what still answers
+            self._emit_status()
+            self.remote_failed.emit(message)
+            return
+        in_flight = self.busy and self.turns and self.turns[-1].reply is None
+        self.state = TurnState.IDLE
+        self.remote_failed.emit(message)
+        if in_flight:
+            self.recorder.turn_failed()
+            self._replay(self.turns[:-1])
+        self._finish_turn()
+
     # -- helpers -------------------------------------------------------------------------------------------
+
+    def _finish_remote_reply(self, text: str, stopped: bool, reply: RemoteReply | None) -> None:
+        index = len(self.turns) - 1
+        request = self.turns[index].request
+        source = RemoteSource(self.remote.url, reply.model if reply is not None else self.remote.model, reply)
+        finished = Reply(request, (), text, stopped, remote=source)
+        self.turns[index] = dataclasses.replace(self.turns[index], reply=finished)
+        self.recorder.reply_finished(finished)
+        self.reply_finished.emit(ReplyShown(index, finished, self.whole_reply(index), self.can_continue, live=True))
+        self._finish_turn()
+
+    def _leave_remote(self) -> None:
+        self.remote = None
+        self._connecting = None
+        self.remote_left.emit(self._local_request())
+
+    def _local_request(self) -> tuple | None:
+        """The local pair's load request (names alone for an injected pair), for the picker to show."""
+        if self._loaded_request is not None or self.pair is None:
+            return self._loaded_request
+        return self.pair.target.name, self.pair.draft.name if self.pair.draft else None
 
     def _start_turn(self, messages: list[dict], options: TurnOptions) -> None:
         system = [{"role": "system", "content": options.system_prompt}] if options.system_prompt.strip() else []
         settings = options.settings
+        remote = self.remote is not None
         request = ReplyRequest(tuple(system + [dict(m) for m in messages]), settings,
-                               compare_ar=options.compare_ar and settings.mode is Mode.SPEC)
+                               compare_ar=options.compare_ar and settings.mode is Mode.SPEC and not remote)
         self.editing = None
         self._notice = None
         self.gammas = [settings.gamma]
-        self.recorder.turn_started(len(self.turns), request, self.pair)
+        self._remote_pieces = []
+        self.recorder.turn_started(len(self.turns), request, None if remote else self.pair)
         self.turns.append(Turn(request, stored_id=self.recorder.turn_id))
         self.turn_started.emit(TurnStarted(len(self.turns) - 1, request, live=True))
         self.chats_changed.emit(self.chat_id)
         self._set_state(TurnState.REPLYING)
-        self.prompt_requested.emit(request)
+        if remote:  # the engine applies its own chat template and drafts with its own speculative config
+            self.remote_prompt_requested.emit([dict(m) for m in request.messages], settings)
+        else:
+            self.prompt_requested.emit(request)
 
     def _emit_why(self) -> None:
         """Recompute what the "why this γ" charts show: after every turn, and for a conversation replayed."""

@@ -19,11 +19,11 @@ from enum import Enum
 from pathlib import Path
 
 from engine.events import DecodeSettings, PairInfo, RoundEvent
-from ui.session import Comparison, Reply, ReplyRequest
+from ui.session import Comparison, RemoteSource, Reply, ReplyRequest
 
 # `PRAGMA user_version` holds the schema version. Opening an older database runs the steps from its version up;
 # a newer one (written by a later release) is refused untouched rather than misread.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         """CREATE TABLE chats (
@@ -59,6 +59,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE turns ADD COLUMN machine_busy INTEGER NOT NULL DEFAULT 0",
         # 1: the user named the chat; else its title follows its first message, through edits of that message
         "ALTER TABLE chats ADD COLUMN renamed INTEGER NOT NULL DEFAULT 0",
+    ),
+    3: (
+        # A reply written by a remote engine: its URL (no credentials), served model and what it reported
+        # (ui.session.RemoteSource as JSON); NULL for the local pair's replies
+        "ALTER TABLE turns ADD COLUMN remote TEXT",
     ),
 }
 
@@ -313,8 +318,10 @@ class ChatStore:
         with self.db:
             self.db.executemany("INSERT OR IGNORE INTO rounds (turn_id, idx, event) VALUES (?, ?, ?)",
                                 [(turn_id, e.index, to_json(e)) for e in reply.events])
-            self.db.execute("UPDATE turns SET text = ?, stopped = ?, reference_s = ?, machine_busy = ? WHERE id = ?",
-                            (reply.text, int(reply.stopped), reply.reference_s, int(reply.machine_busy), turn_id))
+            self.db.execute("UPDATE turns SET text = ?, stopped = ?, reference_s = ?, machine_busy = ?, remote = ? "
+                            "WHERE id = ?", (reply.text, int(reply.stopped), reply.reference_s,
+                                             int(reply.machine_busy),
+                                             None if reply.remote is None else to_json(reply.remote), turn_id))
 
     def add_comparison(self, turn_id: int, comparison: Comparison) -> None:
         with self.db:
@@ -369,9 +376,9 @@ class ChatStore:
             raise KeyError(chat_id)
         title, pair, system_prompt = row
         replies, comparisons = [], {}
-        turns = self.db.execute("SELECT id, request, text, stopped, comparison, reference_s, machine_busy FROM turns "
-                                "WHERE chat_id = ? ORDER BY position", (chat_id,)).fetchall()
-        for turn_id, request, text, stopped, comparison, reference_s, machine_busy in turns:
+        turns = self.db.execute("SELECT id, request, text, stopped, comparison, reference_s, machine_busy, remote "
+                                "FROM turns WHERE chat_id = ? ORDER BY position", (chat_id,)).fetchall()
+        for turn_id, request, text, stopped, comparison, reference_s, machine_busy, remote in turns:
             events = tuple(from_plain(RoundEvent, json.loads(e)) for (e,) in self.db.execute(
                 "SELECT event FROM rounds WHERE turn_id = ? ORDER BY idx", (turn_id,)))
             if text is None:  # the process died mid-reply: keep what was committed, as a stopped reply
@@ -379,7 +386,7 @@ class ChatStore:
             if comparison is not None:
                 comparisons[len(replies)] = from_plain(Comparison, json.loads(comparison))
             replies.append(Reply(request_from_json(request), events, text, bool(stopped), reference_s,
-                                 bool(machine_busy)))
+                                 bool(machine_busy), from_plain(RemoteSource, json.loads(remote) if remote else None)))
         return StoredChat(chat_id, title, from_plain(PairInfo, json.loads(pair) if pair else None), system_prompt,
                           replies, comparisons)
 

@@ -1,9 +1,9 @@
 """The worker for a remote target: lives on a QThread, streams a reply from a running engine (engine.remote) and
 emits what arrives. It never touches a widget; the local DecodeWorker keeps working beside it.
 
-Wiring (for the window): create it with the URL the model panel was given, move it to its own QThread, connect
-`submitted(messages, settings)` from the window to `on_prompt_submitted`, and `text_received` / `reply_finished`
-/ `failed` to the chat view and to ui.engine_report.EngineReport's slots of the same names.
+app.studio.build moves it to its own QThread and connects it to the chat controller: `on_target_requested(url,
+model)` to choose and connect to an engine, `on_prompt_submitted(messages, settings)` for a reply, `request_stop`
+directly from the GUI thread.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class RemoteWorker(QObject):
     stopped = Signal()  # a reply cut short by request_stop
     failed = Signal(str)  # one line
 
-    def __init__(self, url: str, model: str | None = None, timeout_s: float = 60.0):
+    def __init__(self, url: str = "", model: str | None = None, timeout_s: float = 60.0):
         super().__init__()
         self.url, self.model, self.timeout_s = url, model, timeout_s
         self.engine: RemoteEngine | None = None
@@ -31,6 +31,12 @@ class RemoteWorker(QObject):
     def request_stop(self) -> None:
         """Called from the GUI thread: the reply ends at the next streamed piece."""
         self._stop.set()
+
+    @Slot(str, object)
+    def on_target_requested(self, url: str, model: str | None) -> None:
+        """Talk to another engine from now on (connected at once, so a wrong URL or model name shows now)."""
+        self.url, self.model, self.engine = url, model, None
+        self.on_connect_requested()
 
     @Slot()
     def on_connect_requested(self) -> None:

@@ -1,4 +1,5 @@
-"""`specdec-studio`: create the window and the decoding worker on its thread, connect them, run the app.
+"""`specdec-studio`: create the window, the decoding worker and the remote-engine worker (each on its thread),
+connect them, run the app.
 
 With --prompt it drives itself: load the pair, send the prompt, and after the reply save a screenshot and exit.
 """
@@ -7,22 +8,26 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QObject, QSettings, QStandardPaths, Qt, QThread, QTimer
+from PySide6.QtCore import QCoreApplication, QObject, QSettings, QStandardPaths, Qt, QThread, QTimer, Signal
 from PySide6.QtWidgets import QApplication
 from transformers.utils import logging as transformers_logging
 
 from app import machine
 from app.chat import ChatController
+from app.remote_worker import RemoteWorker
+from app.serving_peer import ServingPeer, tuned_choice
 from app.cli import (DEVICE_HELP, DTYPE_HELP, STOP_BELOW_HELP, TARGET_WEIGHTS_HELP, HelpFormatter,
                      finite_float, length_rule, seed_below, setting, whole_number)
 from app.worker import DecodeWorker
+from engine.benchmark.vllm_peer import SERVED_NAME, missing_reason
 from engine.choices import DEVICES, DTYPES, TARGET_WEIGHTS
 from engine.decoding.decoder import Decoder
 from engine.events import DecodeSettings
 from engine.models.pairing import PRESETS
+from engine.remote import API_KEY_ENV, DEFAULT_TIMEOUT_S, is_url, public_url
 from app.chat_store import ChatStore, ChatStoreError
 from ui.controls import SEED_LIMIT
 from ui.main_window import MainWindow
@@ -41,29 +46,47 @@ class Studio:
     chat: ChatController
     worker: DecodeWorker
     thread: QThread
+    remote_worker: RemoteWorker
+    remote_thread: QThread
+    peer: ServingPeer  # a vLLM server started from the Model menu
+    peer_thread: QThread
+    _threads: tuple = field(init=False, default=())
+
+    def __post_init__(self) -> None:
+        self._threads = (self.thread, self.remote_thread, self.peer_thread)
 
     def start(self) -> None:
-        self.thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def shutdown(self) -> None:
-        """Stop any reply, let the worker's current round finish, and join its thread. What the worker sent on
-        its way out (the stopped reply) is then delivered, so the window shows and saves it as a stopped reply
-        before the app's event loop is gone."""
+        """Stop any reply, let the workers' current round or streamed piece finish, stop a vLLM server started
+        here, and join the threads. What the workers sent on their way out (the stopped reply) is then delivered,
+        so the window shows and saves it as a stopped reply before the app's event loop is gone."""
         self.worker.request_stop()
-        self.thread.quit()
-        self.thread.wait()
+        self.remote_worker.request_stop()
+        self.peer.request_stop(wait=True)
+        for thread in self._threads:
+            thread.quit()
+            thread.wait()
         QCoreApplication.sendPostedEvents()
 
 
 def build(decoder: Decoder | None = None, target: str = "embedded", draft: str | None = "embedded-draft",
           device: str = "auto", dtype: str = "auto", defaults: DecodeSettings = DecodeSettings(),
-          store: ChatStore | None = None, preferences: QSettings | None = None) -> Studio:
-    """The window, the chat controller and a worker on its own (not yet started) thread, wired together; an
-    injected decoder skips loading: the worker announces it with `models_loaded` as soon as the thread starts.
-    `store` and `preferences` are where chats and settings are kept (in memory / not at all when None)."""
+          store: ChatStore | None = None, preferences: QSettings | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+          serving_peer: ServingPeer | None = None, vllm_missing: str | None = None) -> Studio:
+    """The window, the chat controller and the workers on their own (not yet started) threads, wired together;
+    an injected decoder skips loading: the worker announces it with `models_loaded` as soon as the thread starts.
+    `store` and `preferences` are where chats and settings are kept (in memory / not at all when None);
+    `timeout_s` is how long a remote engine may stay silent; `serving_peer` and `vllm_missing` replace the vLLM
+    server of the Model menu and why it cannot run (tests inject both; by default .venv-vllm decides)."""
     available = machine.devices()
+    if serving_peer is None:
+        serving_peer, vllm_missing = ServingPeer(), missing_reason()
     window = MainWindow(PRESETS, target, draft, device, dtype, defaults, preferences, devices=available,
-                        dtypes=machine.dtypes(available), offline=machine.offline_presets(PRESETS))
+                        dtypes=machine.dtypes(available), offline=machine.offline_presets(PRESETS),
+                        vllm_missing=vllm_missing)
     chat = ChatController(store)
     chat.chart_image = window.chart_image
     worker = DecodeWorker(decoder)
@@ -131,7 +154,71 @@ def build(decoder: Decoder | None = None, target: str = "embedded", draft: str |
     worker.drafters_progressed.connect(chat.on_drafters_progressed)
     worker.drafters_compared.connect(chat.on_drafters_compared)
     worker.failed.connect(chat.on_failed)
-    return Studio(window, chat, worker, thread)
+    remote_worker, remote_thread = _wire_remote(window, chat, timeout_s)
+    peer_thread = _wire_serving(window, chat, serving_peer)
+    return Studio(window, chat, worker, thread, remote_worker, remote_thread, serving_peer, peer_thread)
+
+
+def _wire_remote(window: MainWindow, chat: ChatController, timeout_s: float) -> tuple[RemoteWorker, QThread]:
+    remote, thread = wire_remote_worker(chat, timeout_s)
+    window.local_requested.connect(chat.use_local)
+    chat.remote_connected.connect(window.on_remote_connected)
+    chat.remote_left.connect(window.on_remote_left)
+    chat.remote_failed.connect(window.on_remote_failed)
+    chat.remote_text_received.connect(window.on_remote_text_received)
+    return remote, thread
+
+
+def wire_remote_worker(chat: ChatController, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[RemoteWorker, QThread]:
+    """A running engine as the target: its worker on its own (not yet started) thread, beside the local one, and
+    connected to the controller."""
+    remote = RemoteWorker(timeout_s=timeout_s)
+    thread = QThread()
+    thread.setObjectName("remote-worker")
+    remote.moveToThread(thread)
+    chat.remote_connect_requested.connect(remote.on_target_requested)
+    chat.remote_prompt_requested.connect(remote.on_prompt_submitted)
+    chat.remote_stop_requested.connect(remote.request_stop, Qt.ConnectionType.DirectConnection)
+    remote.connected.connect(chat.on_remote_connected)
+    remote.text_received.connect(chat.on_remote_text_received)
+    remote.reply_finished.connect(chat.on_remote_reply_finished)
+    remote.stopped.connect(chat.on_remote_stopped)
+    remote.failed.connect(chat.on_remote_failed)
+    return remote, thread
+
+
+def _wire_serving(window: MainWindow, chat: ChatController, peer: ServingPeer) -> QThread:
+    """Model ▸ Serve the embedded pair on vLLM: the server starts on its own thread; once it answers the chat
+    connects to it, and it stops when the chat leaves it for the local pair or another engine."""
+    thread = QThread()
+    thread.setObjectName("serving-peer")
+    peer.moveToThread(thread)
+
+    class Requests(QObject):
+        start = Signal(str, int)  # drafting, γ
+
+    requests = Requests(window)
+    requests.start.connect(peer.on_start_requested)
+
+    def serve() -> None:
+        drafting, gamma = tuned_choice(chat.why, window.controls.settings().gamma)
+        window.on_serving_requested()
+        requests.start.emit(drafting.value, gamma)
+
+    def on_started(url: str) -> None:
+        window.on_serving_finished(url)
+        chat.connect_remote(url, SERVED_NAME)
+
+    def on_connected(target) -> None:
+        if peer.url is not None and public_url(peer.url) != target.url:
+            peer.request_stop()
+
+    window.serve_requested.connect(serve)
+    peer.started.connect(on_started)
+    peer.failed.connect(window.on_serving_failed)
+    chat.remote_connected.connect(on_connected)
+    chat.remote_left.connect(lambda _request: peer.request_stop())
+    return thread
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -139,8 +226,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="specdec-studio", description="A chat app that shows speculative decoding",
                                      formatter_class=HelpFormatter)
     parser.add_argument("--target", metavar="M", default="embedded",
-                        help="hub id, local directory, .gguf file or 'embedded'")
+                        help="hub id, local directory, .gguf file or 'embedded'; or a running OpenAI-compatible "
+                             "engine's URL (http://127.0.0.1:8000/v1: vLLM, SGLang, llama-server)")
     parser.add_argument("--draft", metavar="M", default="embedded-draft", help="as --target; 'none' for plain AR only")
+    parser.add_argument("--model-name", metavar="NAME", default=None,
+                        help=f"with a --target URL: the served model to chat with (default: the only one served); "
+                             f"an API key, if the engine needs one, is read from ${API_KEY_ENV}")
+    parser.add_argument("--timeout", metavar="S", type=setting_positive, default=DEFAULT_TIMEOUT_S,
+                        help="with a --target URL: seconds the engine may stay silent before the reply fails")
     parser.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
     parser.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
     parser.add_argument("--target-weights", default="auto", choices=TARGET_WEIGHTS,
@@ -164,6 +257,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data-dir", metavar="DIR", type=Path, help="where chats (chats.sqlite3) and settings "
                         "(settings.ini) are kept (default: the user's data directory for SpecDec Studio)")
     return parser.parse_args(argv)
+
+
+def setting_positive(text: str) -> float:
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+    return value
 
 
 def open_data_dir(data_dir: Path | None) -> tuple[ChatStore, QSettings, str | None]:
@@ -207,6 +307,8 @@ class Automation(QObject):
         self.exit_code = 0
         studio.worker.models_loaded.connect(self.on_models_loaded, Qt.ConnectionType.QueuedConnection)
         studio.worker.failed.connect(self.on_failed)
+        studio.chat.remote_connected.connect(self.on_models_loaded, Qt.ConnectionType.QueuedConnection)
+        studio.chat.remote_failed.connect(self.on_failed)
         self.window.turn_completed.connect(self.on_turn_completed)
 
     def on_models_loaded(self, _info) -> None:
@@ -240,8 +342,10 @@ def main(argv: list[str] | None = None) -> int:
     settings = DecodeSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens, seed=args.seed,
                               greedy=not args.sampling, temperature=args.temperature, **length_rule(args.stop_below))
     store, preferences, problem = open_data_dir(args.data_dir)
+    if is_url(args.target):  # the draft's place names the served model
+        draft = args.model_name
     studio = build(target=args.target, draft=draft, device=args.device, dtype=args.dtype, defaults=settings,
-                   store=store, preferences=preferences)
+                   store=store, preferences=preferences, timeout_s=args.timeout)
     # The window came up as it was left; options given on the command line still win.
     if settings != APP_DEFAULTS:
         apply_settings(studio.window.controls, settings)

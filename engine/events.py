@@ -19,6 +19,7 @@ class Fate(str, Enum):
     CORRECTED = "corrected"  # greedy mode: the target's argmax after a rejection
     BONUS = "bonus"  # every draft accepted: one extra token from the target's next position
     TARGET = "target"  # plain autoregressive decoding: one token from the target
+    UNKNOWN = "unknown"  # a remote engine's text: it reports counts, not which of its tokens were drafts
 
 
 class Mode(str, Enum):

@@ -41,6 +41,17 @@ def is_url(text: str | None) -> bool:
     return bool(text) and text.startswith(("http://", "https://"))
 
 
+def public_url(url: str) -> str:
+    """The URL as it may be shown, saved and exported: without a user name, password, query or fragment (a key
+    can hide in any of them)."""
+    parts = urlsplit(url.strip())
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 address keeps its brackets
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return f"{parts.scheme}://{netloc}{parts.path}".rstrip("/")
+
+
 # ---------------------------------------------------------------------------------------------------- /metrics
 
 
@@ -236,7 +247,7 @@ class RemoteEngine:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise RemoteError(f"{base_url!r} is not an engine URL: give one like {URL_EXAMPLE}")
-        self.url = base_url.rstrip("/")
+        self.url = public_url(base_url)  # what error messages name: never a password or query
         self.https = parts.scheme == "https"
         self.host = parts.hostname
         self.port = parts.port or (443 if self.https else 80)
@@ -382,6 +393,10 @@ class RemoteEngine:
                 "stream_options": {"include_usage": True}, **self._sampling(settings)}
         if self.engine == "vllm":
             body["return_token_ids"] = True  # vLLM's extension: a piece's token ids, so its token count
+        if messages and messages[-1]["role"] == "assistant":
+            # carry on the last assistant message instead of answering it (vLLM's and SGLang's chat extension;
+            # llama-server continues a final assistant message by itself)
+            body.update(continue_final_message=True, add_generation_prompt=False)
         start = time.perf_counter()
         connection, response = self._open("POST", self.api_path + "/chat/completions", body)
         pieces, token_ids, first_token_s = [], [], None

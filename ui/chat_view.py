@@ -168,6 +168,13 @@ class ChatView(QTextBrowser):
         if not self._flush_timer.isActive():
             self._flush_timer.start()
 
+    def add_text(self, text: str) -> None:
+        """A remote engine's piece of the reply: plain text, as it reports no fates."""
+        self.transcript.add_text(text)
+        self._pending = True
+        if not self._flush_timer.isActive():
+            self._flush_timer.start()
+
     def flush(self) -> None:
         """Draw what arrived since the last flush, in one edit."""
         if not self._pending or self._live is None:

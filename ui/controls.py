@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QDoubleSpinBo
 
 from engine.choices import DEVICES, DTYPES, TARGET_WEIGHTS
 from engine.events import DecodeSettings, Mode
+from engine.remote import URL_EXAMPLE, is_url
 
 CUSTOM = "custom"
 GAMMA_MAX = 16
@@ -36,7 +37,8 @@ class PresetBox(QComboBox):
 
 
 class ModelPicker(QGroupBox):
-    """Preset pairs, or any hub id / local directory / GGUF file for the target and the draft."""
+    """Preset pairs, or any hub id / local directory / GGUF file for the target and the draft; or a running
+    engine's URL as the target, with the served model's name in the draft's place."""
 
     # target, draft (None: AR only), device, dtype, a GGUF target's weights
     load_requested = Signal(str, object, str, str, str)
@@ -56,6 +58,9 @@ class ModelPicker(QGroupBox):
             self.preset.setItemData(self.preset.count() - 1, preset.note, Qt.ItemDataRole.ToolTipRole)
         self.preset.addItem(CUSTOM, CUSTOM)
         self.target = QLineEdit(target)
+        self.target.setToolTip(f"A hub id, local directory or GGUF file; or a running OpenAI-compatible engine's "
+                               f"URL, like {URL_EXAMPLE} (vLLM, SGLang, llama-server)")
+        self._local_draft = draft or ""  # what the draft box held before the target became a URL
         self.draft = QLineEdit(draft or "")
         self.draft.setPlaceholderText("none: plain AR only")
         self.device = QComboBox()
@@ -80,12 +85,16 @@ class ModelPicker(QGroupBox):
         form = QFormLayout(self)
         form.addRow("preset", self.preset)
         form.addRow("target", self._with_browse(self.target))
+        self.form = form
         form.addRow("draft", self._with_browse(self.draft))
         form.addRow("device", self.device)
         form.addRow("dtype", self.dtype)
         form.addRow("weights", self.weights)
         form.addRow(self.load_button)
         self._select_matching_preset()
+        self.remote = False
+        self._on_target_changed(self.target.text())
+        self.target.textChanged.connect(self._on_target_changed)
         self.preset.currentIndexChanged.connect(self._on_preset_chosen)
         self.target.textEdited.connect(self._select_matching_preset)
         self.draft.textEdited.connect(self._select_matching_preset)
@@ -95,6 +104,26 @@ class ModelPicker(QGroupBox):
         draft = self.draft.text().strip() or None
         self.load_requested.emit(self.target.text().strip(), draft, self.device.currentText(),
                                  self.dtype.currentText(), self.weights.currentText())
+
+    def _on_target_changed(self, text: str) -> None:
+        """A URL as the target: the draft box names the served model instead, and the local choices rest."""
+        remote = is_url(text.strip())
+        if remote == self.remote:
+            return
+        self.remote = remote
+        if remote:
+            self._local_draft = self.draft.text()
+            self.draft.setText("")
+        else:
+            self.draft.setText(self._local_draft)
+        self.draft.setPlaceholderText("the only model served" if remote else "none: plain AR only")
+        self.draft.setToolTip("The served model's name; empty: the only one the engine serves" if remote else "")
+        self.form.labelForField(self.draft.parentWidget()).setText("model" if remote else "draft")
+        for box in (self.device, self.dtype, self.weights):
+            box.setEnabled(not remote)
+        self.load_button.setText("Connect" if remote else "Load pair")
+        self.load_button.setToolTip("Connect to the engine at this URL" if remote
+                                    else "Load the target and draft models (this can take a while)")
 
     def _with_browse(self, line: QLineEdit) -> QWidget:
         button = QToolButton()
@@ -237,6 +266,8 @@ class DecodingControls(QGroupBox):
 
         # Greyed out rather than hidden in greedy mode: rows appearing would move the γ slider under a drag.
         self.sampling_box.setEnabled(not defaults.greedy)
+        self.remote = False  # a remote engine answers: its own speculative config drafts
+        self._draft_available = True
         self.sampling.toggled.connect(self.sampling_box.setEnabled)
         self.gamma.valueChanged.connect(self._on_gamma_moved)
         self.mode.currentIndexChanged.connect(self._on_mode_chosen)
@@ -255,18 +286,25 @@ class DecodingControls(QGroupBox):
             cost_aware=self.draft_length.currentData(), stop_below=self.stop_below.value(),
         )
 
+    def set_remote(self, remote: bool) -> None:
+        """A remote engine drafts with its own speculative config: only the sampling and the budget apply."""
+        self.remote = remote
+        self.mode.setEnabled(not remote and self._draft_available)
+        self._on_mode_chosen()
+
     def set_draft_available(self, available: bool) -> None:
         """A pair without a draft decodes plain AR only: the mode says so and the drafting controls rest."""
+        self._draft_available = available
         if not available:
             self.mode.setCurrentIndex(self.mode.findData(Mode.AR.value))
-        self.mode.setEnabled(available)
+        self.mode.setEnabled(available and not self.remote)
         self.mode.setToolTip("" if available else "The pair has no draft model: plain AR only")
         self._on_mode_chosen()
 
     def _on_mode_chosen(self) -> None:
         """γ, the draft length, copying and the AR comparison belong to speculative decoding; the stop threshold
         to the confidence stop."""
-        speculative = self.mode.currentData() == Mode.SPEC
+        speculative = self.mode.currentData() == Mode.SPEC and not self.remote
         for control in (self.gamma, self.lookup, self.draft_length, self.compare_ar):
             control.setEnabled(speculative)
         self.stop_below.setEnabled(speculative and not self.draft_length.currentData())

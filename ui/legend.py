@@ -27,6 +27,10 @@ class Legend(QWidget):
             chip.setStyleSheet(f"background:{style.background}; color:{style.foreground}; {strike}"
                                "padding:1px 3px; border-radius:3px; font-size:8pt;")
             row.addWidget(chip)
+        self.remote_note = QLabel("a remote engine's reply: which tokens it drafted is not known, so none is coloured")
+        self.remote_note.setStyleSheet("font-size:8pt; color: palette(placeholder-text);")
+        self.remote_note.hide()
+        row.addWidget(self.remote_note)
         row.addStretch(1)
         self.trace_action = QAction("Speculative &trace", self)
         self.trace_action.setIconText("Trace")  # the button's text; the View menu shows the full name
@@ -37,6 +41,16 @@ class Legend(QWidget):
         self.trace_button = QToolButton()
         self.trace_button.setDefaultAction(self.trace_action)
         row.addWidget(self.trace_button)
+
+    def set_remote(self, remote: bool) -> None:
+        """A remote engine reports counts, not fates: the chips give way to a line saying so, and the trace, which
+        would show the same plain text, rests."""
+        for chip in self.chips.values():
+            chip.setVisible(not remote)
+        self.remote_note.setVisible(remote)
+        self.trace_action.setEnabled(not remote)
+        self.trace_button.setToolTip("A remote engine's reply has no trace: it does not say which tokens were drafts"
+                                     if remote else self.trace_action.toolTip())
 
     def set_greedy(self, greedy: bool) -> None:
         """The blue chip names what the target does after a rejection in this mode: its argmax (greedy) or a draw

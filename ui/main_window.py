@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QRect, QSettings, QSize, Qt, Signal
+from PySide6.QtCore import QElapsedTimer, QRect, QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QImage, QKeySequence, QPainter
 from PySide6.QtWidgets import (QApplication, QDialog, QDialogButtonBox, QDockWidget, QFileDialog, QHBoxLayout,
                                QInputDialog, QLabel, QMainWindow, QMenu, QMessageBox, QProgressBar, QPushButton,
@@ -12,10 +12,12 @@ from PySide6.QtWidgets import (QApplication, QDialog, QDialogButtonBox, QDockWid
 
 from engine.choices import DEVICES, DTYPES
 from engine.events import ContextNotice, DecodeSettings, Fate, Mode, PairInfo, PrefillProgress
+from engine.remote import TextDelta, is_url
 from ui.charts import ChartsPanel
 from ui.chat_view import CLEAN, TRACE, ChatView
 from ui.compare import comparison_view
 from ui.controls import DecodingControls, ModelPicker
+from ui.engine_report import FATES_NOTE, EngineReport
 from ui.export import file_stem
 from ui.gamma_charts import WhyGammaPanel
 from ui.history import HistoryPanel
@@ -23,11 +25,12 @@ from ui.inspector import TokenInspector
 from ui.legend import Legend
 from ui.message_box import MessageBox
 from ui.preferences import export_folder, remember_export_folder, restore_preferences, save_preferences
-from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, ReplyShown, RoundShown, Session, TurnOptions,
-                        TurnStarted, TurnState)
+from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, EngineTarget, ReplyShown, RoundShown, Session,
+                        TurnOptions, TurnStarted, TurnState)
 from ui.why import WhyGamma, recommendation_text
 from ui.status_bar import ElidedLabel
-from ui.wording import UNFAIR, comparison_line, reply_header, stats_line, unbreakable  # noqa: F401 (tests use them here)
+from ui.wording import (UNFAIR, comparison_line, remote_header, remote_line, reply_header,  # noqa: F401 (tests use them here)
+                        stats_line, unbreakable)
 
 MIN_WIDTH, MIN_HEIGHT = 1000, 700
 PANE_MIN_WIDTH = {"side": 235, "chat": 315, "right": 200}  # with the history dock, still under 1000 px
@@ -39,6 +42,7 @@ SIDE_MAX_WIDTH = 320
 STATUS_RIGHT_MARGIN = 8  # between the status bar's last widget and the window's right edge
 EXPORT_TITLE_HEIGHT = 20  # the exported chart image's row naming each reply
 HISTORY_WIDTH = 150
+SERVING_READY_S = 100  # about how long vLLM takes to answer here (engine.benchmark.vllm_peer.READY_TIMEOUT_S bounds it)
 INT4_NOTE = ("The target keeps its own 4-bit weights (int4): plain AR steps run about twice as fast in bfloat16 and "
              "it needs half the memory; speculation over it can be slower than its own AR (README: Weights)")
 ABOUT = ("<h3>SpecDec Studio</h3><p>A chat app that makes speculative decoding visible: a small draft model guesses "
@@ -67,6 +71,8 @@ class MainWindow(QMainWindow):
     new_chat_requested = Signal()
     export_requested = Signal(object)  # Path: the chat on screen, as NAME.json, NAME.csv and NAME.png
     compare_drafters_requested = Signal(object)  # TurnOptions: the last prompt with each drafting choice
+    serve_requested = Signal()  # Model ▸ Serve the embedded pair on vLLM
+    local_requested = Signal()  # Model ▸ Back to the local pair
     models_shown = Signal(object)  # PairInfo, once the window is ready to send
     round_shown = Signal(object)  # RoundEvent, once it is in the chat pane and the chart buffers
     turn_completed = Signal()  # the reply (and its AR comparison, if asked for) is on screen
@@ -74,10 +80,12 @@ class MainWindow(QMainWindow):
     def __init__(self, presets: dict, target: str = "embedded", draft: str | None = "embedded-draft",
                  device: str = "auto", dtype: str = "auto", defaults: DecodeSettings = DecodeSettings(),
                  preferences: QSettings | None = None, devices: tuple[str, ...] = DEVICES,
-                 dtypes: tuple[str, ...] = DTYPES, offline: dict[str, bool] | None = None):
+                 dtypes: tuple[str, ...] = DTYPES, offline: dict[str, bool] | None = None,
+                 vllm_missing: str | None = "vLLM is not installed: make serving-peer"):
         """`preferences` keeps settings and layout from one run to the next (nothing kept when None, as in the
         tests). `devices`, `dtypes` and `offline` (per preset: both models on disk) describe the machine; app/
-        asks, as this module has no torch."""
+        asks, as this module has no torch. `vllm_missing`: why the embedded pair cannot be served on vLLM here
+        (None: it can)."""
         super().__init__()
         self.setWindowTitle("SpecDec Studio")
         self.status = ChatStatus(TurnState.IDLE, ready=False, n_replies=0, can_continue=False, editing=None)
@@ -102,6 +110,13 @@ class MainWindow(QMainWindow):
         self.inspector = TokenInspector()
         self.charts = ChartsPanel()
         self.why_charts = WhyGammaPanel()
+        self.engine_report = EngineReport()
+        self.remote: EngineTarget | None = None  # the engine replies come from; None: the local pair
+        self.vllm_missing = vllm_missing
+        self.serving_clock = QElapsedTimer()
+        self.serving_timer = QTimer(self)  # the status line's seconds while vLLM starts
+        self.serving_timer.setInterval(1000)
+        self.serving_timer.timeout.connect(self._show_serving_progress)
         self.drafters_dialog: QDialog | None = None
         self._speculative = True  # the reply being drawn is speculative (its rounds count in the acceptance)
         self.pair_label = ElidedLabel("no model loaded")
@@ -192,6 +207,11 @@ class MainWindow(QMainWindow):
         self.chart_tabs.addTab(why_scroll, "why this γ")
         self.chart_tabs.setTabToolTip(1, "Acceptance by draft position, this machine's costs, and the speedup the "
                                          "cost model predicts for each γ")
+        # What a remote engine reports about each reply; shown while one answers
+        self.engine_tab = self.chart_tabs.addTab(self.engine_report, "Engine")
+        self.chart_tabs.setTabToolTip(self.engine_tab, "The remote engine's acceptance counts for the last reply, "
+                                                       "and our tokens/s")
+        self.chart_tabs.setTabVisible(self.engine_tab, False)
         right.addWidget(self.inspector)
         right.addWidget(self.chart_tabs)
         right.setChildrenCollapsible(False)
@@ -248,6 +268,14 @@ class MainWindow(QMainWindow):
         self.compare_drafters_action.setToolTip("Run the last prompt with the draft model, copying only, both, and "
                                                 "plain AR on this target and settings; a table of tokens/s, α and "
                                                 "tokens per round")
+        model_menu = self.menuBar().addMenu("&Model")
+        self.serve_action = action(model_menu, "Serve the embedded pair on &vLLM…", "", self.serve_requested.emit)
+        self.serve_action.setStatusTip(self.vllm_missing or "Start vLLM with the embedded pair and this session's "
+                                       "tuned speculative config, then chat with it (ready in about 100 s)")
+        self.serve_action.setToolTip(self.serve_action.statusTip())
+        self.local_action = action(model_menu, "&Back to the local pair", "", self.local_requested.emit)
+        self.local_action.setStatusTip("Chat with the local model pair again (a vLLM server started here stops)")
+        model_menu.setToolTipsVisible(True)
         view_menu = self.menuBar().addMenu("&View")
         history = self.history_dock.toggleViewAction()
         history.setShortcut(QKeySequence("Ctrl+H"))
@@ -464,6 +492,9 @@ class MainWindow(QMainWindow):
         idle_with_reply = ready and not busy and bool(status.n_replies)
         for act in (self.regenerate_action, self.edit_action, self.compare_drafters_action):
             act.setEnabled(idle_with_reply)
+        self.compare_drafters_action.setEnabled(idle_with_reply and not status.remote)
+        self.serve_action.setEnabled(self.vllm_missing is None and not busy and not self.serving_timer.isActive())
+        self.local_action.setEnabled(status.remote and not busy)
         self.continue_action.setEnabled(idle_with_reply and status.can_continue)
         self.continue_button.setVisible(idle_with_reply and status.can_continue)
         if status.state is TurnState.LOADING:
@@ -472,6 +503,9 @@ class MainWindow(QMainWindow):
             self._close_progress()
 
     def on_load_started(self, target: str, draft: str | None) -> None:
+        if is_url(target):
+            self._loading_text = f"Connecting to {target}" + (f" ({draft})" if draft else "") + "…"
+            return
         self._loading_text = f"Loading {target}" + (f" and {draft}" if draft else "") + "…"
 
     def on_pair_loaded(self, info: PairInfo) -> None:
@@ -503,7 +537,8 @@ class MainWindow(QMainWindow):
         it continues, on the same chart."""
         request = started.request
         settings = request.settings
-        header = reply_header(settings, (settings.gamma,))
+        header = (remote_header(self.remote.model, self.remote.url, settings) if self.remote is not None
+                  else reply_header(settings, (settings.gamma,)))
         if not self.inspector.pinned:  # the last reply's token would pass for one of this reply
             self.inspector.reset()
         self._speculative = settings.mode is Mode.SPEC
@@ -531,6 +566,9 @@ class MainWindow(QMainWindow):
 
     def on_reply_finished(self, shown: ReplyShown) -> None:
         reply = shown.whole
+        if reply.remote is not None:
+            self._remote_reply_finished(shown)
+            return
         self.chat.flush()
         self.charts.refresh()
         line = stats_line(reply)
@@ -539,7 +577,7 @@ class MainWindow(QMainWindow):
             self.chat.add_note("The machine was busy during this reply (target steps ran far slower than this "
                                "machine's quiet speed): its timings and speedup estimate are not a fair number.",
                                warning=True)
-        if reply.events and reply.events[-1].finish_reason == "length":
+        if reply.finish_reason == "length":
             self.chat.add_note("✂ cut at max new tokens", warning=True)
         if reply.events and reply.events[-1].text_notice:
             self.chat.add_note(reply.events[-1].text_notice, warning=True)
@@ -547,6 +585,88 @@ class MainWindow(QMainWindow):
                                     + (("continue",) if shown.can_continue else ()), text=reply.text)
         self._inspect_first_rejection()
         self.reply_label.setText("last reply: " + line)
+
+    def _remote_reply_finished(self, shown: ReplyShown) -> None:
+        """A remote engine's reply: plain text (a reopened one is drawn now), our tokens/s and its counts."""
+        reply, source = shown.whole, shown.whole.remote
+        if not shown.live:
+            self.chat.add_text(shown.reply.text)
+        self.chat.set_reply_header(remote_header(source.model, source.url, reply.request.settings))
+        self.chat.flush()
+        line = remote_line(reply)
+        self.chat.add_note(unbreakable(line))
+        if source.reply is not None and source.reply.note:
+            self.chat.add_note(source.reply.note, warning=True)
+        if reply.finish_reason == "length":
+            self.chat.add_note("✂ cut at max new tokens", warning=True)
+        self.chat.set_reply_actions(shown.index, ("copy", "edit", "regenerate")
+                                    + (("continue",) if shown.can_continue else ()), text=reply.text)
+        if source.reply is not None:
+            self.engine_report.on_reply_finished(source.reply)
+        self.reply_label.setText("last reply: " + line)
+
+    def on_remote_connected(self, target: EngineTarget) -> None:
+        """Replies come from `target` now: the Engine tab shows its counts, the legend and inspector say that no
+        token's fate is known, and the local pair's own controls rest."""
+        self.remote = target
+        self._close_progress()
+        self.pair_label.setText(f"{target.model} at {target.url} (remote engine)")
+        self.pair_label.setToolTip(f"model: {target.model}\nengine: {target.url}")
+        self.picker.show_pair(target.url, target.model)
+        self.controls.set_remote(True)
+        self.legend.set_remote(True)
+        self.chart_tabs.setTabVisible(self.engine_tab, True)
+        self.chart_tabs.setCurrentIndex(self.engine_tab)
+        self.engine_report.summary.setText(f"Connected to {target.model} at {target.url}; no reply yet.")
+        self.inspector.reset()
+        self.inspector.label.setText(FATES_NOTE)
+        self.statusBar().showMessage(f"Connected to {target.model} at {target.url}", 8000)
+
+    def on_remote_left(self, local_request: tuple | None) -> None:
+        """Back to the local pair (or a connection that failed): the picker shows the pair that answers."""
+        if self.remote is not None:  # the local pair's pair_loaded names it again
+            self.pair_label.setText("no model loaded")
+        self.remote = None
+        self.controls.set_remote(False)
+        self.legend.set_remote(False)
+        self.chart_tabs.setTabVisible(self.engine_tab, False)
+        self.chart_tabs.setCurrentIndex(0)
+        self.inspector.reset()
+        if local_request is not None:
+            self.picker.show_pair(*local_request)
+
+    def on_remote_failed(self, message: str) -> None:
+        """One line in the status bar (and in the Engine tab): the chat goes on."""
+        self._close_progress()
+        self.statusBar().showMessage(message, 20000)
+        self.engine_report.on_failed(message)
+
+    def on_remote_text_received(self, piece: TextDelta) -> None:
+        self.chat.add_text(piece.text)
+        self.engine_report.on_text_received(piece)
+
+    def on_serving_requested(self) -> None:
+        """vLLM is starting for the embedded pair: a running count in the status bar until it answers."""
+        self.serving_clock.start()
+        self.serving_timer.start()
+        self.load_progress.show()
+        self.serve_action.setEnabled(False)
+        self._show_serving_progress()
+
+    def on_serving_finished(self, _url: str = "") -> None:
+        self.serving_timer.stop()
+        self.load_progress.hide()
+        self.serve_action.setEnabled(self.vllm_missing is None and not self.status.busy)
+        self.statusBar().clearMessage()
+
+    def on_serving_failed(self, message: str) -> None:
+        self.on_serving_finished()
+        self.statusBar().showMessage(message, 30000)
+
+    def _show_serving_progress(self) -> None:
+        seconds = self.serving_clock.elapsed() // 1000
+        self.statusBar().showMessage(f"Starting vLLM with the embedded pair… {seconds} s (it answers after about "
+                                     f"{SERVING_READY_S} s here)")
 
     def on_comparison_progressed(self, tokens: int, expected: int) -> None:
         """The plain AR run behind Compare with AR has produced `tokens`; it aims at the reply's length."""
@@ -666,7 +786,13 @@ class MainWindow(QMainWindow):
                 return
 
     def _inspect(self, index: int) -> None:
-        self.inspector.show_span(self.chat.spans[index])
+        span = self.chat.spans[index]
+        if span.fate is Fate.UNKNOWN:  # a remote engine's text: nothing to show but why
+            if not self.inspector.pinned:
+                self.inspector.reset()
+                self.inspector.label.setText(FATES_NOTE)
+            return
+        self.inspector.show_span(span)
 
     # -- slots for the window's own widgets ----------------------------------------------------------------
 
@@ -681,6 +807,9 @@ class MainWindow(QMainWindow):
         """A click pins a token in the inspector; clicking the pinned token again releases it."""
         if self._pinned_index() == index:
             self.on_background_clicked()
+            return
+        if self.chat.spans[index].fate is Fate.UNKNOWN:
+            self._inspect(index)
             return
         self.inspector.pin(self.chat.spans[index])
         self.chat.mark_pinned(index)

@@ -22,6 +22,7 @@ STYLES = {
     Fate.CORRECTED: FateStyle("corrected by target (greedy)", "#0d47a1", "#cfe0fb", reading="#1565c0"),
     Fate.BONUS: FateStyle("bonus token", "#7a4a00", "#ffe2a8", reading="#b26a00"),
     Fate.TARGET: FateStyle("target (plain AR)", "", ""),  # AR replies stay uncoloured
+    Fate.UNKNOWN: FateStyle("not known (a remote engine's text)", "", ""),  # nor does a remote engine's
 }
 
 LEGEND_FATES = (Fate.ACCEPTED, Fate.REJECTED, Fate.RESAMPLED, Fate.BONUS)

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from engine.events import DecodeSettings, Drafting, EmittedToken, PairInfo, RoundEvent
+from engine.remote import RemoteReply
 from engine.stats import ReplyStats, reply_stats
 from ui.timing import estimated_speedup
 
@@ -29,8 +30,26 @@ class TurnOptions:
 
 
 @dataclass(frozen=True)
+class EngineTarget:
+    """A running OpenAI-compatible engine the chat talks to instead of the local pair."""
+
+    url: str  # engine.remote.public_url: never a password, key or query
+    model: str  # the served model's name
+
+
+@dataclass(frozen=True)
+class RemoteSource:
+    """Where a remote engine's reply came from and what the engine reported about it (counts, no fates)."""
+
+    url: str  # as EngineTarget.url
+    model: str
+    reply: RemoteReply | None = None  # None: stopped before the engine finished it
+
+
+@dataclass(frozen=True)
 class Reply:
-    """A finished (or stopped) reply and every round that produced it."""
+    """A finished (or stopped) reply and every round that produced it; a remote engine's reply has no rounds, only
+    its text and `remote`."""
 
     request: ReplyRequest
     events: tuple[RoundEvent, ...]
@@ -38,6 +57,13 @@ class Reply:
     stopped: bool
     reference_s: float = 0.0  # the single-token target step its estimate uses; 0: the one measured with it
     machine_busy: bool = False  # its timings ran far slower than the machine's quiet speed: not a fair number
+    remote: RemoteSource | None = None  # written by a remote engine, not by the local pair
+
+    @property
+    def finish_reason(self) -> str | None:
+        if self.events:
+            return self.events[-1].finish_reason
+        return self.remote.reply.finish_reason if self.remote is not None and self.remote.reply else None
 
     @property
     def tokens(self) -> tuple[EmittedToken, ...]:
@@ -55,7 +81,7 @@ class Reply:
     def extended_by(self, part: "Reply") -> "Reply":
         """This reply with a continuation's part after it, as one reply (the part's reference step and end)."""
         return Reply(self.request, self.events + part.events, self.text + part.text, part.stopped, part.reference,
-                     self.machine_busy or part.machine_busy)
+                     self.machine_busy or part.machine_busy, part.remote or self.remote)
 
     @property
     def gamma(self) -> int:
@@ -134,6 +160,7 @@ class ChatStatus:
     can_continue: bool  # the last reply was cut at max new tokens or stopped, with text to carry on from
     editing: int | None  # the turn whose message is being edited and resent
     title: str = ""  # the chat's title (its first message), for an export's file name
+    remote: bool = False  # replies come from a remote engine: the local pair's own commands rest
 
     @property
     def busy(self) -> bool:

@@ -76,6 +76,11 @@ def round_spans(event: RoundEvent, lookup: bool = False) -> list[TokenSpan]:
     return spans
 
 
+def remote_span(text: str, index: int) -> TokenSpan:
+    """One streamed piece of a remote engine's reply: its text, with no fate, as the engine reports none."""
+    return TokenSpan(text, Fate.UNKNOWN, index)
+
+
 def reply_text(spans: list[TokenSpan]) -> str:
     """The text the reader sees: rejected drafts and chat-template tokens left out."""
     return "".join(s.text for s in spans if s.clean)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from engine.events import Fate, RoundEvent
 from ui.markdown import Block, inline_runs, parse_blocks
-from ui.tokens import TokenSpan, reply_text, round_spans
+from ui.tokens import TokenSpan, remote_span, reply_text, round_spans
 
 
 FOLD_LINES = 12  # a user message longer than this (or than FOLD_CHARS) is shown folded: a pasted document
@@ -83,6 +83,13 @@ class Transcript:
         """The round's spans join the last reply (which must be the last item)."""
         item = self.last_reply()
         self.spans.extend(round_spans(event, item is not None and item.lookup))
+        if item is not None and item is self.items[-1]:
+            item.end = len(self.spans)
+
+    def add_text(self, text: str) -> None:
+        """A remote engine's streamed piece joins the last reply as one span with no fate."""
+        item = self.last_reply()
+        self.spans.append(remote_span(text, len(self.spans)))
         if item is not None and item is self.items[-1]:
             item.end = len(self.spans)
 

@@ -53,3 +53,25 @@ def comparison_line(comparison: Comparison, reply: Reply) -> str:
     if comparison.identical is not None:
         line += " · greedy outputs identical" if comparison.identical else " · greedy outputs differ"
     return line
+
+
+def remote_header(model: str, url: str, settings: DecodeSettings) -> str:
+    """A remote engine's reply: who wrote it; it drafts with its own speculative config, so no γ here."""
+    how = "greedy" if settings.greedy else f"sampling T={settings.temperature:g}"
+    return f"Assistant · {model} at {url}, {how}"
+
+
+def remote_line(reply: Reply) -> str:
+    """A remote engine's reply: our tokens/s, then its own acceptance counts (no per-token fates)."""
+    engine = reply.remote.reply if reply.remote is not None else None
+    if engine is None:
+        return "stopped · the engine reports its figures only for a finished reply"
+    line = f"{engine.n_tokens} tokens · {engine.tokens_per_s:.1f} tok/s (measured here)"
+    spec = engine.spec
+    if spec is not None and spec.draft_tokens:
+        line += f" · acceptance {spec.acceptance_rate:.2f}"
+        if spec.mean_acceptance_length is not None:
+            line += f" · mean acceptance length {spec.mean_acceptance_length:.2f}"
+    elif spec is not None:
+        line += " · nothing drafted"
+    return line + (" · stopped" if reply.stopped else "")

@@ -54,15 +54,17 @@ def make_studio(qtbot):
 
     built = []
 
-    def make(decoder, store=None, preferences=None, **settings):
+    def make(decoder, store=None, preferences=None, build_options=None, **settings):
         """`store` and `preferences` as in `app.studio.build`; the rest are DecodeSettings fields. Rounds draft by
         the confidence stop unless `cost_aware=True` is given: a tiny pair's draft costs about what its target
-        does, so cost-aware rounds would rarely draft, and the window's tests need drafts to draw."""
+        does, so cost-aware rounds would rarely draft, and the window's tests need drafts to draw. `build_options`:
+        more keyword arguments for `build` (a serving peer, a remote timeout)."""
         from engine.events import DecodeSettings
 
         settings.setdefault("cost_aware", False)
         decoder.reset()
-        studio = build(decoder, defaults=DecodeSettings(**settings), store=store, preferences=preferences)
+        studio = build(decoder, defaults=DecodeSettings(**settings), store=store, preferences=preferences,
+                       **(build_options or {}))
         qtbot.addWidget(studio.window)
         studio.window.show()
         studio.window.activateWindow()

@@ -6,7 +6,7 @@ from PySide6.QtCore import QObject, QThread, Signal
 
 from app.remote_worker import RemoteWorker
 from engine.events import DecodeSettings
-from tests.engine.test_remote import FakeEngine, closed_port, serving
+from tests.fake_engine import FakeEngine, closed_port, serving
 from ui.engine_report import FATES_NOTE, EngineReport
 
 GREEDY = DecodeSettings(mode="ar", greedy=True, max_new_tokens=16)
