@@ -48,7 +48,7 @@ def test_a_failed_export_writes_nothing_says_why_and_the_next_export_works(make_
 
     chosen.append(tmp_path / "ok.json")
     window.export_dialog()
-    assert sorted(p.name for p in tmp_path.glob("ok.*")) == ["ok.csv", "ok.json", "ok.md", "ok.png"]
+    assert sorted(p.name for p in tmp_path.glob("ok*")) == ["ok-positions.csv", "ok.csv", "ok.json", "ok.md", "ok.png"]
     assert json.loads((tmp_path / "ok.json").read_text())["replies"]
 
 
