@@ -1,17 +1,23 @@
-"""The export's "why this γ" parts: acceptance by draft position in NAME-positions.csv, checked against hand counts
-of synthetic rounds."""
+"""The export's "why this γ" parts: the tab's charts and line in the PNG (drawn though the tab is not shown), and
+acceptance by draft position in NAME-positions.csv, checked against hand counts of synthetic rounds."""
 from __future__ import annotations
 
 import csv
 import json
 
 import pytest
+from PySide6.QtCore import QRect, QSize
+from PySide6.QtGui import QColor, QImage
 
 from engine.events import DecodeSettings, EmittedToken, Fate, ModelInfo, PairInfo, RoundEvent
 from engine.stats import expected_tokens_per_round
+from tests.ui.helpers import shown_window
 from tests.ui.synthetic import accepted_round, rejected_round
 from ui.export import export_session
+from ui.gamma_charts import COLOURS, EXPORT_WHY_SIZE, why_panel
+from ui.main_window import EXPORT_TITLE_HEIGHT
 from ui.session import Reply, ReplyRequest, Session
+from ui.why import why_gamma
 
 SPEC = DecodeSettings(gamma=4, lookup=False)
 AR = DecodeSettings(mode="ar")
@@ -103,3 +109,78 @@ def test_positions_csv_agrees_with_the_json(tmp_path):
             assert [s for s in shares(row, measure) if s is not None] == acceptance[measure]
         for key in ("mean_accepted", "tokens_per_round", "seed_tokens_per_round", "alpha"):
             assert float(row[key]) == acceptance[key]
+
+
+# -- the PNG --------------------------------------------------------------------------------------------------
+
+
+def exported_png(qtbot, tmp_path, session: Session) -> tuple[QImage, object]:
+    """The window's export of `session`, with the why tab left hidden behind "this reply"; and the window."""
+    window = shown_window(qtbot, 1400, 900)
+    window.on_why_changed(why_gamma(session))
+    assert window.chart_tabs.currentIndex() == 0 and not window.why_charts.isVisible()
+    export_session(session, tmp_path / "chat", window.chart_image)
+    return QImage(str(tmp_path / "chat.png")).convertToFormat(QImage.Format.Format_RGB32), window
+
+
+def why_offset(window, session: Session) -> tuple[int, int]:
+    """Where the why column starts in the exported image: after a column per shown reply, under the titles."""
+    return window.charts.width() * len(session.shown_replies()), EXPORT_TITLE_HEIGHT
+
+
+def count_colour(image: QImage, rect: QRect, colour: str) -> int:
+    rgb = QColor(colour).rgb()
+    return sum(image.pixel(x, y) == rgb for x in range(rect.left(), rect.right() + 1)
+               for y in range(rect.top(), rect.bottom() + 1))
+
+
+def test_the_png_holds_the_why_tab_beside_the_replies_charts(qtbot, tmp_path):
+    session = session_of((SPEC, first_reply()), (SPEC, second_reply()))
+    image, window = exported_png(qtbot, tmp_path, session)
+    x, y = why_offset(window, session)
+    panel = why_panel(session, why_gamma(session), window.charts.size())
+    assert image.width() == x + panel.width() and image.height() >= y + panel.height()
+    # the column is the tab as drawn on its own, pixel for pixel
+    assert image.copy(x, y, panel.width(), panel.height()) == panel.grab().toImage().convertToFormat(
+        QImage.Format.Format_RGB32)
+
+
+def test_the_pngs_why_charts_are_drawn_where_the_tab_has_them(qtbot, tmp_path):
+    session = session_of((SPEC, first_reply()), (SPEC, second_reply()))
+    image, window = exported_png(qtbot, tmp_path, session)
+    x, y = why_offset(window, session)
+    panel = why_panel(session, why_gamma(session), window.charts.size())
+
+    def at(widget) -> QRect:
+        return widget.geometry().translated(x, y)
+
+    assert count_colour(image, at(panel.acceptance_plot), COLOURS["reply"]) > 100  # this reply's bars
+    assert count_colour(image, at(panel.acceptance_plot), COLOURS["session"]) > 100
+    assert count_colour(image, at(panel.costs_plot), "#263238") > 50  # the target's block costs
+    assert count_colour(image, at(panel.speedup_plot), COLOURS[panel.why.recommendation.drafting]) > 50
+    line = at(panel.explanation)
+    assert panel.explanation.text().startswith("Best here: draft model, γ ≤ ")
+    assert count_colour(image, line, "#ffffff") < line.width() * line.height()  # its text is drawn
+
+
+def test_the_pngs_acceptance_chart_is_empty_after_plain_ar_only(qtbot, tmp_path):
+    """Negative control for the check above: with no speculative round there are no bars to find."""
+    session = session_of((AR, ar_reply()))
+    image, window = exported_png(qtbot, tmp_path, session)
+    x, y = why_offset(window, session)
+    panel = why_panel(session, why_gamma(session), window.charts.size())
+    plot = panel.acceptance_plot.geometry().translated(x, y)
+    assert count_colour(image, plot, COLOURS["reply"]) == count_colour(image, plot, COLOURS["session"]) == 0
+
+
+def test_the_why_tab_drawn_off_screen_gives_each_plot_room_and_the_whole_line(qtbot):
+    session = session_of((SPEC, first_reply()))
+    panel = why_panel(session, why_gamma(session), QSize(200, 100))  # a pane narrower and lower than the tab needs
+    qtbot.addWidget(panel)
+    assert panel.width() >= EXPORT_WHY_SIZE.width()
+    for plot, header in panel.headers.items():
+        assert plot.height() >= EXPORT_WHY_SIZE.height(), header.title
+        assert header.height() >= header.heightForWidth(header.width()), f"{header.title}: legend cut"
+        assert not header.geometry().intersects(plot.geometry())
+    line = panel.explanation
+    assert line.height() >= line.heightForWidth(line.width()) and line.geometry().bottom() < panel.height()
