@@ -417,8 +417,9 @@ class MainWindow(QMainWindow):
             return
         path, _ = QFileDialog.getSaveFileName(self, "Export chat",
                                               str(export_folder(self.preferences) / f"{file_stem(self.status.title)}.json"),
-                                              "Chat: NAME.json and NAME.csv (every round), NAME.md (transcript) and "
-                                              "NAME.png (charts) (*.json)")
+                                              "Chat: NAME.json and NAME.csv (every round), NAME-positions.csv "
+                                              "(acceptance by draft position), NAME.md (transcript) and NAME.png "
+                                              "(charts, why this γ) (*.json)")
         if path:
             self.export_requested.emit(Path(path))
 
