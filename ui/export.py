@@ -1,6 +1,7 @@
 """Export a session: JSON (settings, models, environment, every round, acceptance by draft position and the
-recommended γ), CSV (one row per round), a Markdown
-transcript (the chat as it reads, with each reply's figures) and a PNG of every reply's charts.
+recommended γ), CSV (one row per round), a second CSV of acceptance by draft position (a row per reply and one for
+the session), a Markdown transcript (the chat as it reads, with each reply's figures) and a PNG of every reply's
+charts and the "why this γ" tab.
 
 All or nothing: every file is written beside its destination under a temporary name and renamed into place
 only once all of them are written, so a failure leaves no partial export (and no half-written file).
@@ -19,8 +20,8 @@ from enum import Enum
 from importlib import metadata
 from pathlib import Path
 
-from engine.events import RoundEvent
-from engine.stats import position_acceptance, round_alpha
+from engine.events import Mode, RoundEvent
+from engine.stats import PositionAcceptance, position_acceptance, round_alpha
 from ui.session import Reply, Session
 from ui.timing import estimated_speedup
 from ui.tokens import SPECIAL_TOKEN
@@ -101,6 +102,46 @@ def write_csv(session: Session, path: Path) -> None:
                 writer.writerow(round_row(i, reply, event))
 
 
+# NAME-positions.csv: the summary of each scope's rounds, then a block of columns per measure, one column per draft
+# position i (kept_1, kept_2, ...), so a reply reads along its row as the why tab's bars read left to right.
+POSITION_SUMMARY = ("scope", "reply", "mode", "rounds", "alpha", "mean_accepted", "tokens_per_round",
+                    "seed_tokens_per_round")
+POSITION_MEASURES = ("kept", "conditional", "drafted", "copied")  # PositionAcceptance's per-position tuples
+
+
+def position_columns(longest: int) -> list[str]:
+    return [*POSITION_SUMMARY, *(f"{measure}_{i}" for measure in POSITION_MEASURES for i in range(1, longest + 1))]
+
+
+def position_row(scope: str, reply, mode: str, acceptance: PositionAcceptance) -> dict:
+    """One scope's acceptance by draft position; positions past its own longest draft stay blank, not 0."""
+    row = {"scope": scope, "reply": reply, "mode": mode, "rounds": acceptance.n_rounds,
+           "alpha": acceptance.alpha if acceptance.drafted else "", "mean_accepted": acceptance.mean_accepted,
+           "tokens_per_round": acceptance.tokens_per_round,
+           "seed_tokens_per_round": acceptance.seed_tokens_per_round}
+    for measure in POSITION_MEASURES:
+        for i, share in enumerate(getattr(acceptance, measure), start=1):
+            row[f"{measure}_{i}"] = share
+    return row
+
+
+def position_rows(session: Session) -> list[dict]:
+    """A row per reply (numbered as in the rounds' CSV) and a last one for the session: every speculative
+    reply's rounds together, as the JSON's why_gamma.session_acceptance and the why tab's grey bars count them."""
+    rows = [position_row("reply", i, reply.request.settings.mode, position_acceptance(reply.events))
+            for i, reply in enumerate(session.replies)]
+    rows.append(position_row("session", "", Mode.SPEC, why_gamma(session).session))
+    return rows
+
+
+def write_positions_csv(session: Session, path: Path) -> None:
+    longest = max((event.gamma for reply in session.replies for event in reply.events), default=0)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=position_columns(longest), restval="")
+        writer.writeheader()
+        writer.writerows(position_rows(session))
+
+
 def markdown(session: Session) -> str:
     """The chat as it reads: each message, each reply (a continued one whole) under its header, and its figures."""
     pair = session.pair
@@ -126,6 +167,7 @@ class ExportError(Exception):
 
 
 SUFFIXES = (".json", ".csv", ".md", ".png")
+POSITIONS = "-positions.csv"  # beside NAME.csv: acceptance by draft position
 UNSAFE = re.compile(r'[\\/:*?"<>|\x00-\x1f]+')  # characters a file name cannot hold on some system
 
 
@@ -137,15 +179,16 @@ def file_stem(title: str) -> str:
 
 
 def export_paths(base: Path) -> tuple[Path, ...]:
-    """base.json, base.csv, base.md and base.png (a base already ending in one of those suffixes loses it)."""
+    """base.json, base.csv, base-positions.csv, base.md and base.png (a base already ending in one of those
+    suffixes loses it)."""
     base = base.with_suffix("") if base.suffix in SUFFIXES else base
-    return tuple(base.with_name(base.name + ext) for ext in SUFFIXES)
+    return tuple(base.with_name(base.name + ext) for ext in (".json", ".csv", POSITIONS, ".md", ".png"))
 
 
 def export_session(session: Session, base: Path, chart_image=None) -> list[Path]:
-    """Write base.json, base.csv, base.md and (given `chart_image`, which returns a QImage or QPixmap of the
-    session's charts) base.png, all or none; returns the paths written."""
-    json_path, csv_path, md_path, png_path = export_paths(base)
+    """Write base.json, base.csv, base-positions.csv, base.md and (given `chart_image`, which returns a QImage or
+    QPixmap of the session's charts) base.png, all or none; returns the paths written."""
+    json_path, csv_path, positions_path, md_path, png_path = export_paths(base)
 
     def write_json(path: Path) -> None:
         path.write_text(json.dumps(session_json(session), indent=1, ensure_ascii=False), encoding="utf-8")
@@ -155,6 +198,7 @@ def export_session(session: Session, base: Path, chart_image=None) -> list[Path]
             raise OSError("Qt could not save the image there")
 
     writers = [(json_path, write_json), (csv_path, lambda path: write_csv(session, path)),
+               (positions_path, lambda path: write_positions_csv(session, path)),
                (md_path, lambda path: path.write_text(markdown(session), encoding="utf-8"))]
     if chart_image is not None:
         writers.append((png_path, write_png))

@@ -11,17 +11,21 @@ from html import escape
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QSize, Qt, QTimer
+from PySide6.QtGui import QPixmap
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from engine.decoding.costs import MEASURED_ROWS
 from engine.decoding.recommend import MAX_GAMMA
-from engine.events import Drafting, RoundEvent
+from engine.events import Drafting, Mode, RoundEvent
 from engine.stats import expected_tokens_per_round
 from ui.charts import REFRESH_MS, ChartHeader, _plot, legend_entry
+from ui.session import Session
 from ui.why import WhyGamma
 
 MIN_WHY_HEIGHT = 120  # three of these, their headers and the explanation fit the pane's tab at 1000×700
+EXPORT_WHY_SIZE = QSize(420, 200)  # in the export's image: the tab's least width, and each plot's least height
+CHART_GAP = 6  # between one chart and the next chart's header
 MAX_POSITIONS = 64  # DecodeSettings' largest γ
 BAR_WIDTH = 0.36
 COLOURS = {"reply": "#1e88e5", "session": "#90a4ae", Drafting.MODEL: "#1565c0", Drafting.LOOKUP: "#2e7d32",
@@ -98,6 +102,7 @@ class WhyGammaPanel(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
+        pg.setConfigOptions(background="w", foreground="#333", antialias=False)  # as ui.charts, drawn alone too
         self.reply = PositionCounts()
         self.session = PositionCounts()
         self.why: WhyGamma | None = None
@@ -154,7 +159,7 @@ class WhyGammaPanel(QWidget):
         layout.setSpacing(0)
         for index, (plot, header) in enumerate(self.headers.items()):
             if index:
-                layout.addSpacing(6)
+                layout.addSpacing(CHART_GAP)
             layout.addWidget(header)
             layout.addWidget(plot, 1)  # the pane's height beyond the text goes to the plots
         layout.addWidget(self.explanation)
@@ -266,3 +271,31 @@ class WhyGammaPanel(QWidget):
             return f"Best here: plain AR; {recommendation.explanation}."
         return (f"Best here: {DRAFTING_NAMES[recommendation.drafting]}, γ ≤ {recommendation.gamma} "
                 f"(predicted {recommendation.speedup:.2f}×); {recommendation.explanation}.")
+
+
+def why_panel(session: Session, why: WhyGamma, size: QSize) -> WhyGammaPanel:
+    """The tab built and laid out off-screen, as the window draws it whether or not it is shown: every speculative
+    round of the session, the last reply's as "this reply", and `why`'s costs, prediction and line. At least
+    `size`, and wide and tall enough that each plot gets EXPORT_WHY_SIZE's height under its wrapped header."""
+    panel = WhyGammaPanel()
+    panel.timer.stop()  # drawn once, here
+    for reply, _ in session.shown_replies():
+        panel.start_reply()
+        for event in reply.events:
+            panel.add_round(event, reply.request.settings.mode is Mode.SPEC)
+    panel.show_why(why)
+    panel.refresh()
+    width = max(size.width(), EXPORT_WHY_SIZE.width())
+    text = sum(label.heightForWidth(width) for label in (*panel.headers.values(), panel.explanation))
+    spacing = CHART_GAP * (len(panel.headers) - 1)
+    panel.resize(width, max(size.height(), text + spacing + len(panel.headers) * EXPORT_WHY_SIZE.height()))
+    panel.layout().activate()  # a widget never shown is laid out only when asked
+    return panel
+
+
+def why_image(session: Session, why: WhyGamma, size: QSize) -> QPixmap:
+    """`why_panel`, drawn: the export's picture of the tab."""
+    panel = why_panel(session, why, size)
+    image = panel.grab()
+    panel.deleteLater()
+    return image

@@ -179,8 +179,8 @@ class HistoryPanel(QWidget):
     def _ask_export(self, chat_id: int, title: str = "") -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Export chat", str(export_folder(self.preferences) /
                                                                        f"{file_stem(title)}.json"),
-                                              "Chat: NAME.json and NAME.csv (every round) and NAME.md "
-                                              "(transcript) (*.json)")
+                                              "Chat: NAME.json and NAME.csv (every round), NAME-positions.csv "
+                                              "(acceptance by draft position) and NAME.md (transcript) (*.json)")
         if not path:
             return
         try:

@@ -19,7 +19,7 @@ from ui.compare import comparison_view
 from ui.controls import DecodingControls, ModelPicker
 from ui.engine_report import FATES_NOTE, EngineReport
 from ui.export import file_stem
-from ui.gamma_charts import WhyGammaPanel
+from ui.gamma_charts import WhyGammaPanel, why_image
 from ui.history import HistoryPanel
 from ui.inspector import TokenInspector
 from ui.legend import Legend
@@ -27,7 +27,7 @@ from ui.message_box import MessageBox
 from ui.preferences import export_folder, remember_export_folder, restore_preferences, save_preferences
 from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, EngineTarget, ReplyShown, RoundShown, Session,
                         TurnOptions, TurnStarted, TurnState)
-from ui.why import WhyGamma, recommendation_text
+from ui.why import WhyGamma, recommendation_text, why_gamma
 from ui.status_bar import ElidedLabel
 from ui.wording import (UNFAIR, comparison_line, remote_header, remote_line, reply_header,  # noqa: F401 (tests use them here)
                         stats_line, unbreakable)
@@ -40,7 +40,7 @@ PANE_MIN_WIDTH = {"side": 235, "chat": 315, "right": 200}  # with the history do
 PANE_WIDTH = {"side": 280, "chat": 770, "right": 350}
 SIDE_MAX_WIDTH = 320
 STATUS_RIGHT_MARGIN = 8  # between the status bar's last widget and the window's right edge
-EXPORT_TITLE_HEIGHT = 20  # the exported chart image's row naming each reply
+EXPORT_TITLE_HEIGHT = 20  # the exported chart image's row naming each reply and the why tab
 HISTORY_WIDTH = 150
 SERVING_READY_S = 100  # about how long vLLM takes to answer here (engine.benchmark.vllm_peer.READY_TIMEOUT_S bounds it)
 INT4_NOTE = ("The target keeps its own 4-bit weights (int4): plain AR steps run about twice as fast in bfloat16 and "
@@ -69,7 +69,7 @@ class MainWindow(QMainWindow):
     edit_requested = Signal(int)  # the turn whose message to edit and resend
     gamma_requested = Signal(int)
     new_chat_requested = Signal()
-    export_requested = Signal(object)  # Path: the chat on screen, as NAME.json, NAME.csv and NAME.png
+    export_requested = Signal(object)  # Path: the chat on screen, as ui.export.export_paths names its files
     compare_drafters_requested = Signal(object)  # TurnOptions: the last prompt with each drafting choice
     serve_requested = Signal()  # Model ▸ Serve the embedded pair on vLLM
     local_requested = Signal()  # Model ▸ Back to the local pair
@@ -445,16 +445,21 @@ class MainWindow(QMainWindow):
             return
         path, _ = QFileDialog.getSaveFileName(self, "Export chat",
                                               str(export_folder(self.preferences) / f"{file_stem(self.status.title)}.json"),
-                                              "Chat: NAME.json and NAME.csv (every round), NAME.md (transcript) and "
-                                              "NAME.png (charts) (*.json)")
+                                              "Chat: NAME.json and NAME.csv (every round), NAME-positions.csv "
+                                              "(acceptance by draft position), NAME.md (transcript) and NAME.png "
+                                              "(charts, why this γ) (*.json)")
         if path:
             self.export_requested.emit(Path(path))
 
     def chart_image(self, session: Session) -> QImage:
-        """Every reply's charts side by side, each drawn as the live charts draw it, at the charts pane's size."""
+        """Every reply's charts side by side, each drawn as the live charts draw it, at the charts pane's size, and
+        after them the why this γ tab as it reads now (drawn afresh: the tab may never have been shown)."""
         size = self.charts.size() if self.charts.width() > 50 else QSize(350, 600)
         shown = session.shown_replies()
-        image = QImage(size.width() * max(1, len(shown)), size.height() + EXPORT_TITLE_HEIGHT,
+        why = why_image(session, self.why_charts.why or why_gamma(session), size)
+        why_size = why.deviceIndependentSize().toSize()  # the charts' columns are in the same logical pixels
+        replies_width = size.width() * max(1, len(shown))
+        image = QImage(replies_width + why_size.width(), max(size.height(), why_size.height()) + EXPORT_TITLE_HEIGHT,
                        QImage.Format.Format_RGB32)
         image.fill(Qt.GlobalColor.white)
         painter = QPainter(image)
@@ -473,6 +478,9 @@ class MainWindow(QMainWindow):
                              f"reply {column + 1}")
             painter.drawPixmap(x, EXPORT_TITLE_HEIGHT, charts.grab())
             charts.deleteLater()
+        painter.drawText(QRect(replies_width, 0, why_size.width(), EXPORT_TITLE_HEIGHT), Qt.AlignmentFlag.AlignCenter,
+                         "why this γ")
+        painter.drawPixmap(replies_width, EXPORT_TITLE_HEIGHT, why)
         painter.end()
         return image
 

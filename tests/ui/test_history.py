@@ -251,7 +251,8 @@ def test_rename_delete_and_export_a_saved_chat(make_window, mixed_decoder, qtbot
     assert window.history.list.item(0).text() == "Tiny words"
     written = window.history.export_chat(chat_id, tmp_path / "again")
     data = json.loads((tmp_path / "again.json").read_text())
-    assert [p.suffix for p in written] == [".json", ".csv", ".md"] and data["replies"][0]["text"] == reply.text
+    assert [p.name for p in written] == ["again.json", "again.csv", "again-positions.csv", "again.md"]
+    assert data["replies"][0]["text"] == reply.text
     (tmp_path / "blocked.csv").mkdir()
     with pytest.raises(ExportError, match="blocked.csv"):
         window.history.export_chat(chat_id, tmp_path / "blocked")

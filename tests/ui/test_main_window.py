@@ -60,7 +60,8 @@ def test_export_files_parse_and_agree_with_the_status_bar(make_studio, mixed_dec
     studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=16, cost_aware=False, stop_below=0.0)
     reply = send(qtbot, studio)
     written = studio.chat.export(tmp_path / "session")
-    assert sorted(p.suffix for p in written) == [".csv", ".json", ".md", ".png"]
+    assert sorted(p.name for p in written) == ["session-positions.csv", "session.csv", "session.json", "session.md",
+                                               "session.png"]
     data = json.loads((tmp_path / "session.json").read_text())
     with (tmp_path / "session.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
