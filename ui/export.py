@@ -22,11 +22,11 @@ from pathlib import Path
 
 from engine.events import Mode, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance, round_alpha
-from ui.session import Reply, Session
+from ui.session import RemoteSource, Reply, Session
 from ui.timing import estimated_speedup
 from ui.tokens import SPECIAL_TOKEN
 from ui.why import why_gamma
-from ui.wording import comparison_line, reply_header, stats_line
+from ui.wording import comparison_line, remote_header, remote_line, reply_header, stats_line
 
 CSV_COLUMNS = ("reply", "round", "mode", "gamma", "n_verified", "n_accepted", "n_emitted", "round_alpha",
                "draft_s", "verify_s", "round_s", "prefill_s", "target_step_s", "estimated_speedup",
@@ -71,6 +71,7 @@ def session_json(session: Session) -> dict:
             "comparison": None if comparison is None else {**plain(comparison), "speedup": comparison.speedup},
             "position_acceptance": position_acceptance(reply.events).as_dict(),
             "rounds": plain(reply.events),
+            "remote": None if reply.remote is None else remote_json(reply.remote),
         })
     return {"app": "SpecDec Studio", "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "models": plain(session.pair), "environment": environment(), "replies": replies,
@@ -142,6 +143,16 @@ def write_positions_csv(session: Session, path: Path) -> None:
         writer.writerows(position_rows(session))
 
 
+def remote_json(source: RemoteSource) -> dict:
+    """A remote engine's reply: where it came from (its public URL: never a key) and what the engine reported."""
+    engine = source.reply
+    return {"url": source.url, "model": source.model,
+            "engine": None if engine is None else {
+                "n_tokens": engine.n_tokens, "wall_s": engine.wall_s, "tokens_per_s": engine.tokens_per_s,
+                "first_token_s": engine.first_token_s, "finish_reason": engine.finish_reason,
+                "spec": None if engine.spec is None else engine.spec.as_dict(), "note": engine.note}}
+
+
 def markdown(session: Session) -> str:
     """The chat as it reads: each message, each reply (a continued one whole) under its header, and its figures."""
     pair = session.pair
@@ -155,8 +166,12 @@ def markdown(session: Session) -> str:
         lines += ["**System prompt**", "", system, ""]
     for reply, comparison in session.shown_replies():
         lines += ["**You**", "", reply.request.messages[-1]["content"], ""]
-        lines += [f"**{reply_header(reply.request.settings)}**", "", SPECIAL_TOKEN.sub("", reply.text).strip(), ""]
-        lines += [f"*{stats_line(reply)}*", ""]
+        if reply.remote is not None:
+            header = remote_header(reply.remote.model, reply.remote.url, reply.request.settings)
+            figures = remote_line(reply)
+        else:
+            header, figures = reply_header(reply.request.settings), stats_line(reply)
+        lines += [f"**{header}**", "", SPECIAL_TOKEN.sub("", reply.text).strip(), "", f"*{figures}*", ""]
         if comparison is not None:
             lines += [f"*{comparison_line(comparison, reply)}*", ""]
     return "\n".join(lines)

@@ -3,6 +3,8 @@ against a local server playing an OpenAI-compatible engine (tests/fake_engine.py
 it, so switching back to the local pair can be checked too."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from app.chat import ChatController
@@ -94,6 +96,22 @@ def test_the_api_key_is_never_written_to_the_chat_database(qtbot, remote_chat, m
     dump = "\n".join(chat.store.db.iterdump())
     assert "s3cret" not in dump and url in dump
     assert target.url == url
+
+
+def test_an_export_names_the_engine_and_its_counts_and_holds_no_key(qtbot, remote_chat, monkeypatch, tmp_path):
+    chat, _ = remote_chat
+    monkeypatch.setenv(API_KEY_ENV, "sk-env-s3cret")
+    with serving(FakeEngine(api_key="sk-env-s3cret")) as url:
+        connect(qtbot, chat, url.replace("http://", "http://user:sk-url-s3cret@"))
+        send(qtbot, chat)
+    paths = chat.export(tmp_path / "chat")
+    written = "\n".join(p.read_text(encoding="utf-8") for p in paths if p.suffix in (".json", ".csv", ".md"))
+    assert "s3cret" not in written
+    remote = json.loads((tmp_path / "chat.json").read_text(encoding="utf-8"))["replies"][0]["remote"]
+    assert (remote["url"], remote["model"]) == (url, "fake-model")
+    assert remote["engine"]["spec"]["accepted"] == 2 and remote["engine"]["n_tokens"] > 0
+    transcript = (tmp_path / "chat.md").read_text(encoding="utf-8")
+    assert f"fake-model at {url}" in transcript and "acceptance 0.50" in transcript
 
 
 def test_stop_keeps_the_streamed_text_as_a_stopped_reply(qtbot, remote_chat):
