@@ -382,6 +382,8 @@ class ChatView(QTextBrowser):
         for index in range(state.item.first + state.stable, state.item.end):
             span = self.spans[index]
             fmt = self._token_format(index, span.fate, TRACE_CODE if index in code else TRACE)
+            if span.byte_wording:  # hex alone does not say what it is
+                fmt.setToolTip(f"{span.byte_wording}. A token can hold only some of a character's UTF-8 bytes.")
             text = span.text.replace("\n", RETURN_MARK + "\n") if span.text.strip() == "" else span.text
             cursor.insertText(text, fmt)
         state.stable = state.item.end - state.item.first

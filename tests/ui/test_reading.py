@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QAbstractSlider
 
 from engine.events import Fate
 from tests.ui.helpers import REPLY_TIMEOUT_MS, send, token_fragments_with_blocks
-from tests.ui.synthetic import accepted_round, markdown_reply
+from tests.ui.synthetic import accepted_round, markdown_reply, rejected_round
 from ui.chat_view import CLEAN, EXAMPLE_SCHEME, EXAMPLES, TRACE, ChatView, ComparisonView, monospace_family
 from ui.palette import DIFFERENCE_BACKGROUND
 from ui.palette import STYLES
@@ -207,3 +207,14 @@ def test_a_code_block_has_a_copy_link_that_copies_its_code(qtbot):
     assert copied.args == ["def f():\n    return 1"]  # the code alone: no fences, no rejected draft
     chat.selectAll()
     assert "Copy code" not in chat.selected_clean_text()
+
+
+def test_a_byte_draft_in_the_trace_says_what_its_bytes_are(qtbot):
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    chat.set_view(TRACE)
+    chat.begin_reply("Assistant")
+    chat.add_round(rejected_round(0, ["a"], "‹e4 bd›", "你"))
+    chat.flush()
+    tips = {fragment.text(): fragment.charFormat().toolTip() for fragment, _ in token_fragments_with_blocks(chat)}
+    assert tips["‹e4 bd›"].startswith("‹e4 bd›: 2 of the 3 bytes of 你.") and tips["你"] == ""
