@@ -5,8 +5,9 @@ sampling rounds show the test r < min(1, p/q). Copied drafts (prompt lookup) are
 explained. A token that is only some of a character's UTF-8 bytes is named by them (‹e4 bd›) and, where the text
 after it tells, by its character. Hovering shows a token; a click pins it until the next click.
 
-The pane can be 190 px wide and a few lines tall, so formulas and figures never wrap inside themselves, paragraphs
-keep small margins, and the top tokens of p and q flow as two short lists rather than a table.
+The pane can be 190 px wide and MIN_LINES lines tall, so formulas and figures never wrap inside themselves,
+paragraphs keep small margins, the top tokens of p and q flow as two short lists rather than a table, and the rest
+scrolls.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ def escape(text: str) -> str:
     return html_escape(text, quote=False)
 
 
+MIN_LINES = 9  # the pane's least height, in lines of text: a token's header and why it has its fate, unscrolled
 HINT = "Hover a token in the reply to inspect it; click to pin it."
 PINNED_HINT = "Pinned: click another token to inspect it, or empty space to follow the mouse again."
 
@@ -210,6 +212,7 @@ class TokenInspector(QScrollArea):
         self.label.setMargin(4)
         self.setWidget(self.label)
         self.setWidgetResizable(True)
+        self.setMinimumHeight(MIN_LINES * self.fontMetrics().lineSpacing() + 2 * (self.frameWidth() + 4))
         self.span: TokenSpan | None = None
         self.pinned = False
 
