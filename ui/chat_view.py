@@ -367,9 +367,11 @@ class ChatView(QTextBrowser):
         if len(state.marks) > state.stable:
             self._remove_from(state.marks[state.stable])
             del state.marks[state.stable:]
+        cut = self.transcript.cut(state.item)  # its last line may end inside **bold**: drawn as if it closed
         for i in range(state.stable, len(blocks)):
             state.marks.append(self._end_position())
-            self._draw_block(source, owners, blocks[i], first=i == 0, whole=final or i < len(blocks) - 1)
+            last = i == len(blocks) - 1
+            self._draw_block(source, owners, blocks[i], first=i == 0, whole=final or not last, cut=cut and last)
         # The last block may still grow (a line, an open code fence): it is redrawn by the next flush.
         state.stable = len(blocks) if final else max(0, len(blocks) - 1)
 
@@ -388,8 +390,10 @@ class ChatView(QTextBrowser):
             cursor.insertText(text, fmt)
         state.stable = state.item.end - state.item.first
 
-    def _draw_block(self, source: str, owners: list[int], block: Block, first: bool, whole: bool = True) -> None:
-        """`whole`: the block is complete (a code block then gets its Copy link)."""
+    def _draw_block(self, source: str, owners: list[int], block: Block, first: bool, whole: bool = True,
+                    cut: bool = False) -> None:
+        """`whole`: the block is complete (a code block then gets its Copy link); `cut`: the reply stops part-way
+        through it (markdown.inline_runs)."""
         top = 2 if first else (8 if block.gap else 1)
         if block.kind == "code":
             self._draw_code(source, owners, block, top)
@@ -402,7 +406,7 @@ class ChatView(QTextBrowser):
             return
         if block.marker:
             cursor.insertText(block.marker + " ", self._plain_format(NOTE_COLOUR))
-        for start, end, style in inline_runs(source, block.start, block.end):
+        for start, end, style in inline_runs(source, block.start, block.end, cut):
             heading = block.kind == "heading"
             self._insert_owned(cursor, source, owners, start, end, "bold" if heading and not style else style,
                                size_step=max(0, 4 - block.level) if heading else 0)

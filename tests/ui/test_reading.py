@@ -209,6 +209,29 @@ def test_a_code_block_has_a_copy_link_that_copies_its_code(qtbot):
     assert "Copy code" not in chat.selected_clean_text()
 
 
+def finished_reply(qtbot, events) -> ChatView:
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    chat.begin_reply("Assistant")
+    for event in events:
+        chat.add_round(event)
+    chat.set_reply_actions(0, ("copy",), text="")  # the reply is drawn for good
+    return chat
+
+
+def test_a_reply_cut_inside_bold_text_shows_it_bold_without_its_markers(qtbot):
+    chat = finished_reply(qtbot, [accepted_round(0, ["It", " is", " **"], "very", finish="length")])
+    assert "It is very" in chat.toPlainText() and "**" not in chat.toPlainText()
+    assert next(fmt for piece, fmt, _ in fragments(chat) if piece == "very").fontWeight() > 500
+    assert chat.transcript.clean_text(chat.last_reply()) == "It is **very"  # the text itself is unchanged
+
+
+def test_a_reply_the_model_ended_keeps_a_stray_marker_literal(qtbot):
+    chat = finished_reply(qtbot, [accepted_round(0, ["It", " is", " **"], "very"),
+                                  accepted_round(1, [], "<|im_end|>", finish="eos")])
+    assert "It is **very" in chat.toPlainText()
+
+
 def test_a_byte_draft_in_the_trace_says_what_its_bytes_are(qtbot):
     chat = ChatView()
     qtbot.addWidget(chat)
