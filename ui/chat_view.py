@@ -32,6 +32,7 @@ TRACE_CODE = "trace-code"  # a trace token inside code: the trace's tint, the cl
 FLUSH_MS = 50  # new tokens reach the document at most this often: one relayout per batch, not per round
 RETURN_MARK = "↵"  # a newline token in the trace, so it can be seen and hovered
 BOTTOM_SLACK = 4  # pixels from the bottom that still count as "at the bottom"
+CODE_LINK_GAP = 3  # pixels above and below a code block's Copy link
 # The links under a reply (name: text, tooltip), in this order; the window's menus have the same actions.
 ACTIONS = {
     "copy": ("Copy", "Copy this reply's text (Ctrl+Shift+C for the last reply)"),
@@ -432,8 +433,13 @@ class ChatView(QTextBrowser):
         link.setForeground(self.palette().link())
         link.setFontPointSize(max(6.0, self.font().pointSizeF() - 2))
         link.setToolTip("Copy this code block")
-        row = self._insert_block(top_margin=1, left_margin=4)
-        row.mergeBlockFormat(self._action_row())
+        # On its own line at the box's right edge, a little below it: a link glued under the code reads as code
+        row = self._insert_block(top_margin=CODE_LINK_GAP)
+        row_format = self._action_row()
+        row_format.setAlignment(Qt.AlignmentFlag.AlignRight)
+        row_format.setRightMargin(4)
+        row_format.setBottomMargin(CODE_LINK_GAP)
+        row.mergeBlockFormat(row_format)
         row.insertText("Copy code", link)
 
     def _insert_owned(self, cursor: QTextCursor, source: str, owners: list[int], start: int, end: int, style: str,

@@ -10,7 +10,7 @@ from engine.events import Fate
 from tests.ui.helpers import REPLY_TIMEOUT_MS, send, token_fragments_with_blocks
 from tests.ui.synthetic import accepted_round, markdown_reply, rejected_round
 from ui.chat_view import CLEAN, EXAMPLE_SCHEME, EXAMPLES, TRACE, ChatView, ComparisonView, monospace_family
-from ui.palette import DIFFERENCE_BACKGROUND
+from ui.palette import CODE_BACKGROUND, DIFFERENCE_BACKGROUND
 from ui.palette import STYLES
 
 
@@ -230,6 +230,17 @@ def test_a_reply_the_model_ended_keeps_a_stray_marker_literal(qtbot):
     chat = finished_reply(qtbot, [accepted_round(0, ["It", " is", " **"], "very"),
                                   accepted_round(1, [], "<|im_end|>", finish="eos")])
     assert "It is **very" in chat.toPlainText()
+
+
+def test_a_code_blocks_copy_link_stands_apart_at_the_right(qtbot):
+    chat = finished_reply(qtbot, markdown_reply())
+    block = chat.document().begin()
+    while block.text() != "Copy code":
+        block = block.next()
+    link, code = block.blockFormat(), block.previous().blockFormat()
+    assert link.alignment() & Qt.AlignmentFlag.AlignRight
+    assert link.topMargin() >= 3 and link.bottomMargin() >= 3
+    assert code.background().color().name() == CODE_BACKGROUND and link.background().style() == Qt.BrushStyle.NoBrush
 
 
 def test_a_byte_draft_in_the_trace_says_what_its_bytes_are(qtbot):
