@@ -20,7 +20,7 @@ from ui.timing import ar_seconds
 
 REFRESH_MS = 100
 X_STEP = 20  # the x axis grows in steps of this many rounds
-MIN_CHART_HEIGHT = 140
+MIN_CHART_HEIGHT = 120
 AXIS_END_ROOM = 16  # pixels right of the x axis: half of a four-digit tick label
 AXIS_TOP_ROOM = 7  # pixels above the y axis: half of a tick label's height, for the label at its top
 COLUMNS = ("alpha", "alpha_mean", "tokens", "tokens_mean", "expected", "speedup", "speedup_mean")
@@ -83,8 +83,9 @@ def _plot(tooltip: str, y_label: str) -> pg.PlotWidget:
     plot.getAxis("bottom").setStyle(hideOverlappingLabels=AXIS_END_ROOM)
     plot.getAxis("left").setStyle(hideOverlappingLabels=AXIS_TOP_ROOM)
     plot.setMouseEnabled(x=False, y=False)
-    # Three charts of this height and the inspector's minimum fill the right pane at 1000×700, the least at which
-    # a plot's curves and legend read comfortably; taller windows give the inspector its share.
+    # Three charts of this height leave the inspector the rest of the right pane at 1000×700 (ten lines or so, its
+    # minimum is nine: ui/inspector.py); a plot's curves and legend still read at it, and taller windows give the
+    # charts more.
     plot.setMinimumHeight(MIN_CHART_HEIGHT)
     # Fixed ranges, widened in steps by `refresh`: re-ticking axes on every refresh costs more than the curves.
     plot.disableAutoRange()

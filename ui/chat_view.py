@@ -32,6 +32,7 @@ TRACE_CODE = "trace-code"  # a trace token inside code: the trace's tint, the cl
 FLUSH_MS = 50  # new tokens reach the document at most this often: one relayout per batch, not per round
 RETURN_MARK = "↵"  # a newline token in the trace, so it can be seen and hovered
 BOTTOM_SLACK = 4  # pixels from the bottom that still count as "at the bottom"
+CODE_LINK_GAP = 3  # pixels above and below a code block's Copy link
 # The links under a reply (name: text, tooltip), in this order; the window's menus have the same actions.
 ACTIONS = {
     "copy": ("Copy", "Copy this reply's text (Ctrl+Shift+C for the last reply)"),
@@ -374,9 +375,11 @@ class ChatView(QTextBrowser):
         if len(state.marks) > state.stable:
             self._remove_from(state.marks[state.stable])
             del state.marks[state.stable:]
+        cut = self.transcript.cut(state.item)  # its last line may end inside **bold**: drawn as if it closed
         for i in range(state.stable, len(blocks)):
             state.marks.append(self._end_position())
-            self._draw_block(source, owners, blocks[i], first=i == 0, whole=final or i < len(blocks) - 1)
+            last = i == len(blocks) - 1
+            self._draw_block(source, owners, blocks[i], first=i == 0, whole=final or not last, cut=cut and last)
         # The last block may still grow (a line, an open code fence): it is redrawn by the next flush.
         state.stable = len(blocks) if final else max(0, len(blocks) - 1)
 
@@ -389,12 +392,16 @@ class ChatView(QTextBrowser):
         for index in range(state.item.first + state.stable, state.item.end):
             span = self.spans[index]
             fmt = self._token_format(index, span.fate, TRACE_CODE if index in code else TRACE)
+            if span.byte_wording:  # hex alone does not say what it is
+                fmt.setToolTip(f"{span.byte_wording}. A token can hold only some of a character's UTF-8 bytes.")
             text = span.text.replace("\n", RETURN_MARK + "\n") if span.text.strip() == "" else span.text
             cursor.insertText(text, fmt)
         state.stable = state.item.end - state.item.first
 
-    def _draw_block(self, source: str, owners: list[int], block: Block, first: bool, whole: bool = True) -> None:
-        """`whole`: the block is complete (a code block then gets its Copy link)."""
+    def _draw_block(self, source: str, owners: list[int], block: Block, first: bool, whole: bool = True,
+                    cut: bool = False) -> None:
+        """`whole`: the block is complete (a code block then gets its Copy link); `cut`: the reply stops part-way
+        through it (markdown.inline_runs)."""
         top = 2 if first else (8 if block.gap else 1)
         if block.kind == "code":
             self._draw_code(source, owners, block, top)
@@ -407,7 +414,7 @@ class ChatView(QTextBrowser):
             return
         if block.marker:
             cursor.insertText(block.marker + " ", self._plain_format(NOTE_COLOUR))
-        for start, end, style in inline_runs(source, block.start, block.end):
+        for start, end, style in inline_runs(source, block.start, block.end, cut):
             heading = block.kind == "heading"
             self._insert_owned(cursor, source, owners, start, end, "bold" if heading and not style else style,
                                size_step=max(0, 4 - block.level) if heading else 0)
@@ -433,8 +440,13 @@ class ChatView(QTextBrowser):
         link.setForeground(self.palette().link())
         link.setFontPointSize(max(6.0, self.font().pointSizeF() - 2))
         link.setToolTip("Copy this code block")
-        row = self._insert_block(top_margin=1, left_margin=4)
-        row.mergeBlockFormat(self._action_row())
+        # On its own line at the box's right edge, a little below it: a link glued under the code reads as code
+        row = self._insert_block(top_margin=CODE_LINK_GAP)
+        row_format = self._action_row()
+        row_format.setAlignment(Qt.AlignmentFlag.AlignRight)
+        row_format.setRightMargin(4)
+        row_format.setBottomMargin(CODE_LINK_GAP)
+        row.mergeBlockFormat(row_format)
         row.insertText("Copy code", link)
 
     def _insert_owned(self, cursor: QTextCursor, source: str, owners: list[int], start: int, end: int, style: str,

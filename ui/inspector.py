@@ -2,10 +2,12 @@
 
 Greedy rounds accept a draft when it is the target's top choice, so they show p, q and the target's choice;
 sampling rounds show the test r < min(1, p/q). Copied drafts (prompt lookup) are named as such, with q = 1
-explained. Hovering shows a token; a click pins it until the next click.
+explained. A token that is only some of a character's UTF-8 bytes is named by them (‹e4 bd›) and, where the text
+after it tells, by its character. Hovering shows a token; a click pins it until the next click.
 
-The pane can be 190 px wide and a few lines tall, so formulas and figures never wrap inside themselves, paragraphs
-keep small margins, and the top tokens of p and q flow as two short lists rather than a table.
+The pane can be 190 px wide and MIN_LINES lines tall, so formulas and figures never wrap inside themselves,
+paragraphs keep small margins, the top tokens of p and q flow as two short lists rather than a table, and the rest
+scrolls.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from PySide6.QtWidgets import QLabel, QScrollArea
 
 from engine.events import DraftedToken, Fate, TokenProb
 from ui.palette import NOTE_COLOUR, STYLES
-from ui.tokens import TokenSpan
+from ui.tokens import PART_OF_A_CHARACTER, TokenSpan, byte_part, label_bytes
 
 NBSP, WORD_JOINER = "\u00a0", "\u2060"  # Qt breaks lines at spaces and after a slash ("min(1, p/" | "q)")
 
@@ -31,6 +33,7 @@ def escape(text: str) -> str:
     return html_escape(text, quote=False)
 
 
+MIN_LINES = 9  # the pane's least height, in lines of text: a token's header and why it has its fate, unscrolled
 HINT = "Hover a token in the reply to inspect it; click to pin it."
 PINNED_HINT = "Pinned: click another token to inspect it, or empty space to follow the mouse again."
 
@@ -95,6 +98,26 @@ def copy_note(span: TokenSpan) -> str:
             f"proposes what followed them there with certainty; {test}.")
 
 
+def piece_note(span: TokenSpan) -> str:
+    """For a token that is some of a character's UTF-8 bytes: which bytes of which character, where the text after
+    it tells (for a rejected draft, its replacement), and where the character's text is; "" for a whole token."""
+    piece = label_bytes(span.label)
+    if piece is None:
+        return "" if span.text or span.special else ("A piece of a character (some of its UTF-8 bytes): its text is "
+                                                     "written with the token that completes the character.")
+    part = byte_part(span.label, span.after)
+    are = "is" if len(piece) == 1 else "are"
+    if span.fate is Fate.REJECTED:
+        if part:
+            return f"Part of a character: {span.label} {are} {part}, the character the target wrote here."
+        return (f"{span.label} ({PART_OF_A_CHARACTER}): a token can hold only some of a character's bytes. This draft "
+                "was thrown away before a token completed it, so which character is not known.")
+    if part:
+        return f"Part of a character: {span.label} {are} {part}, written with the token that completes it."
+    return (f"{span.label} ({PART_OF_A_CHARACTER}): its text is written with the token that completes the "
+            "character.")
+
+
 def paragraph(html: str, style: str = "") -> str:
     return f"<p style='margin:0 0 5px 0;{style}'>{html}</p>"  # Qt's default 12 px margins fill a short pane
 
@@ -116,16 +139,15 @@ def span_html(span: TokenSpan, pinned: bool = False) -> str:
             paragraph(escape(explanation(span)), "color:#444")]
     if span.copied:
         rows.append(paragraph(escape(copy_note(span)), "color:#444"))
-    if not span.text and not span.special:
-        rows.append(paragraph("A piece of a character (some of its UTF-8 bytes): its text is written with the "
-                              "token that completes the character.", "color:#444"))
+    if note := piece_note(span):
+        rows.append(paragraph(escape(note), "color:#444"))
     fields = _fields(span)
     if fields:
         rows.append(paragraph("<br>".join(fields)))
     if span.fate is Fate.REJECTED:
         rows.append(_top_lists(span.drafted))
     elif span.replaces is not None:
-        rows.append(_top_lists(span.replaces, title=True))
+        rows.append(_top_lists(span.replaces, title=True, after=span.text + span.after))
     return "".join(rows)
 
 
@@ -152,15 +174,21 @@ def _row(name: str, value: str) -> str:
     return f"<span style='color:#555'>{escape(unbroken(name))}</span> <b>{value}</b>"
 
 
-def _top_lists(rejected: DraftedToken, title: bool = False) -> str:
+def _top_lists(rejected: DraftedToken, title: bool = False, after: str = "") -> str:
     """The top tokens of p and q where `rejected` was proposed; `title` names it (the header names a rejected
-    draft already, not the token that replaced it)."""
+    draft already, not the token that replaced it), and `after` is the text written in its place."""
     top_p, top_q = _nonzero(rejected.top_p), _nonzero(rejected.top_q)
     unclear = ambiguous([*top_p, *top_q, TokenProb(rejected.token_id, rejected.text, rejected.q)])
     proposed = show(rejected.text) + (NBSP + token_id_note(rejected.token_id) if rejected.text in unclear else "")
-    return ((paragraph(f"Where the draft proposed <b>{proposed}</b>:") if title else "")
+    named = f"<b>{proposed}</b>"
+    if label_bytes(rejected.text) is not None:
+        named += f" ({escape(byte_part(rejected.text, after) or PART_OF_A_CHARACTER)})"
+    pieces = any(label_bytes(t.text) is not None for t in (*top_p, *top_q))
+    return ((paragraph(f"Where the draft proposed {named}:") if title else "")
             + paragraph(f"<b>{unbroken('top of p')}</b> (target): " + " · ".join(_prob(t, unclear) for t in top_p))
-            + paragraph(f"<b>{unbroken('top of q')}</b> (draft): " + " · ".join(_prob(t, unclear) for t in top_q)))
+            + paragraph(f"<b>{unbroken('top of q')}</b> (draft): " + " · ".join(_prob(t, unclear) for t in top_q))
+            + (paragraph(f"‹…› spells a token's bytes in hex: {PART_OF_A_CHARACTER}, which the tokens after it "
+                         "would complete.", "color:#444") if pieces else ""))
 
 
 def _nonzero(tokens: tuple[TokenProb, ...]) -> tuple[TokenProb, ...]:
@@ -184,6 +212,7 @@ class TokenInspector(QScrollArea):
         self.label.setMargin(4)
         self.setWidget(self.label)
         self.setWidgetResizable(True)
+        self.setMinimumHeight(MIN_LINES * self.fontMetrics().lineSpacing() + 2 * (self.frameWidth() + 4))
         self.span: TokenSpan | None = None
         self.pinned = False
 

@@ -219,7 +219,6 @@ class MainWindow(QMainWindow):
         right.setStretchFactor(1, 2)
         right.setSizes([280, 600])
         right.setMinimumWidth(PANE_MIN_WIDTH["right"])
-        self.inspector.setMinimumHeight(90)
 
         # Minimum widths sum to less than MIN_WIDTH with the history dock open, so the handles always move.
         self.splitter = QSplitter(Qt.Orientation.Horizontal)

@@ -4,7 +4,8 @@ inline bold / italic / code, as offsets into the source.
 Offsets instead of HTML because the chat pane draws each character in its token's colour: it needs to know
 which source characters are shown and in which style, not a rendered string. Lines stay lines (a chat reply's
 single newline is a line break, as in other chat apps), and a reply still streaming parses as far as it goes:
-an unclosed fence is a code block up to the end, an unclosed `**` is literal text until it closes.
+an unclosed fence is a code block up to the end. An unclosed `**` is literal text, except in a reply's last line
+(`cut`: still streaming, or stopped or cut at max tokens part-way), which reads as if its closer had come.
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ INLINE = re.compile(
     r"|(?<!\w)_(?P<italic2>[^_\s](?:[^_\n]*?[^_\s])?)_(?!\w)"
 )
 STYLE_OF_GROUP = {"code": "code", "bold": "bold", "bold2": "bold", "italic": "italic", "italic2": "italic"}
+CLOSERS = ("`", "**", "__", "*", "_")
+OPENER_AT_END = re.compile(r"(?:(?<=\s)|^)(?:`|\*{1,2}|_{1,2})$")
 
 
 @dataclass(frozen=True)
@@ -95,9 +98,10 @@ def parse_blocks(source: str) -> list[Block]:
     return blocks
 
 
-def inline_runs(source: str, start: int, end: int) -> list[tuple[int, int, str]]:
+def inline_runs(source: str, start: int, end: int, cut: bool = False) -> list[tuple[int, int, str]]:
     """(start, end, style) of the shown characters in source[start:end]; style is '', 'bold', 'italic' or
-    'code'. The characters between runs are Markdown markers and are not shown."""
+    'code'. The characters between runs are Markdown markers and are not shown. `cut`: the text stops part-way
+    (a reply's last line), so a marker left open is read as closed at its end; the source itself is unchanged."""
     runs, position = [], start
     for match in INLINE.finditer(source, start, end):
         group = match.lastgroup
@@ -105,6 +109,26 @@ def inline_runs(source: str, start: int, end: int) -> list[tuple[int, int, str]]
             runs.append((position, match.start(), ""))
         runs.append((match.start(group), match.end(group), STYLE_OF_GROUP[group]))
         position = match.end()
+    if cut and position < end:
+        text = source[:end].rstrip()
+        bare = OPENER_AT_END.search(text, position)
+        left_open = _left_open(text, position)
+        if left_open is not None:  # its text in its style, the marker hidden
+            group = left_open.lastgroup
+            runs.append((position, left_open.start(), ""))
+            runs.append((left_open.start(group), left_open.end(group), STYLE_OF_GROUP[group]))
+            position = left_open.end(group)
+        elif bare is not None:  # the reply stopped just after an opening marker: nothing to style, marker hidden
+            runs.append((position, bare.start(), ""))
+            position = len(text)
     if position < end:
         runs.append((position, end, ""))
-    return runs
+    return [run for run in runs if run[0] < run[1]]
+
+
+def _left_open(text: str, start: int) -> re.Match | None:
+    """The first bold / italic / code span in text[start:] whose closing marker never came, matched as if it
+    followed the text. Its opener must start a word: 2*3 is no italic waiting for its star."""
+    found = [match for closer in CLOSERS for match in INLINE.finditer(text + closer, start)
+             if match.end() == len(text) + len(closer) and not text[match.start() - 1:match.start()].isalnum()]
+    return min(found, key=lambda match: match.start(), default=None)

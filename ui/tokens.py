@@ -8,6 +8,39 @@ from engine.events import DraftedToken, EmittedToken, Fate, RoundEvent
 
 # Chat-template markers such as <|im_end|> or </s>: part of the trace, never of the text a reader sees.
 SPECIAL_TOKEN = re.compile(r"<\|[^<>|]*\|>|</?s>")
+# A piece of a character labelled by its bytes, as app/labels.py and the engine's top lists write it: ‹e4 bd›
+BYTE_LABEL = re.compile(r"‹([0-9a-f]{2}(?: [0-9a-f]{2})*)›")
+PART_OF_A_CHARACTER = "part of a UTF-8 character"
+
+
+def label_bytes(label: str) -> bytes | None:
+    """The bytes a piece of a character is labelled by (‹e4 bd› → b'\\xe4\\xbd'); None for any other text."""
+    match = BYTE_LABEL.fullmatch(label)
+    return bytes.fromhex(match.group(1)) if match else None
+
+
+def byte_part(label: str, after: str) -> str | None:
+    """"2 of the 3 bytes of 你": which character a piece labelled by its bytes belongs to, where the text shown
+    after the piece (`after`) begins with that character; None where it does not, or the label spells no bytes."""
+    piece = label_bytes(label)
+    character = after[:1]
+    whole = character.encode("utf-8")
+    if piece is None or len(piece) >= len(whole):
+        return None
+    # A piece that begins with a lead byte (not 10xxxxxx) begins its character; one that does not, continues it.
+    found = whole.find(piece)
+    if found == 0 if piece[0] & 0xC0 != 0x80 else found > 0:
+        return f"{len(piece)} of the {len(whole)} bytes of {character}"
+    return None
+
+
+def byte_wording(label: str, after: str = "") -> str | None:
+    """A byte label with its meaning: "‹e4 bd›: 2 of the 3 bytes of 你" where `byte_part` knows the character, else
+    "‹e4 bd› (part of a UTF-8 character)"; None for a label that spells no bytes."""
+    if label_bytes(label) is None:
+        return None
+    part = byte_part(label, after)
+    return f"{label}: {part}" if part else f"{label} ({PART_OF_A_CHARACTER})"
 
 
 @dataclass(frozen=True)
@@ -28,6 +61,12 @@ class TokenSpan:
     round_drafts: int = 0
     copied: bool = False
     special: bool = False
+    after: str = ""  # what its round emitted after it (a rejected draft: its replacement on), to name a character
+
+    @property
+    def byte_wording(self) -> str | None:
+        """A token labelled by its bytes, with what they are (`byte_wording`); None for any other token."""
+        return byte_wording(self.label, self.after)
 
     @property
     def label(self) -> str:
@@ -63,16 +102,17 @@ def round_spans(event: RoundEvent, lookup: bool = False) -> list[TokenSpan]:
     for i, token in enumerate(event.emitted):
         drafted = event.drafted[i] if i < len(event.drafted) else None
         special = bool(SPECIAL_TOKEN.fullmatch(token.text)) or (i == last and event.finish_reason == "eos")
+        after = "".join(t.text for t in event.emitted[i + 1:])
         if token.fate is Fate.ACCEPTED:
             spans.append(TokenSpan(token.text, token.fate, event.index, token, drafted,
-                                   copied=is_copied(drafted, lookup), special=special, **common))
+                                   copied=is_copied(drafted, lookup), special=special, after=after, **common))
             continue
         rejected = drafted if drafted is not None and not drafted.accepted else None
         if rejected is not None:
             spans.append(TokenSpan(rejected.text, Fate.REJECTED, event.index, None, rejected,
-                                   copied=is_copied(rejected, lookup), **common))
+                                   copied=is_copied(rejected, lookup), after=token.text + after, **common))
         spans.append(TokenSpan(token.text, token.fate, event.index, token, None, rejected, special=special,
-                               **common))
+                               after=after, **common))
     return spans
 
 

@@ -119,6 +119,11 @@ class Transcript:
                 owners.extend([index] * len(span.text))
         return "".join(pieces), owners
 
+    def cut(self, item: ReplyItem) -> bool:
+        """Whether the reply's text stops part-way: still streaming, stopped, or cut at max new tokens (a reply the
+        model ended closes with its end-of-turn token)."""
+        return item.end > item.first and not self.spans[item.end - 1].special
+
     def blocks(self, item: ReplyItem) -> list[Block]:
         """The reply's clean text as Markdown blocks (positions into `clean_source`)."""
         return parse_blocks(self.clean_source(item)[0])

@@ -18,6 +18,27 @@ INCOMPLETE = "\ufffd"  # what decode() makes of bytes that are not (yet) a whole
 BYTE_OF = {char: byte for byte, char in bytes_to_unicode().items()}  # byte-level BPE's alphabet, read back
 
 
+def utf8_length(lead: int) -> int | None:
+    """How many bytes the UTF-8 character that begins with the byte `lead` has (None: no character begins so)."""
+    for length, (low, high) in enumerate(((0x00, 0x80), (0xC2, 0xE0), (0xE0, 0xF0), (0xF0, 0xF5)), start=1):
+        if low <= lead < high:
+            return length
+    return None
+
+
+def left_out_note(held: bytes | None) -> str:
+    """The note on a reply that ended part-way through a character, in words: how many of the character's bytes
+    were written and, where the tokenizer spells them (`held`), which ones."""
+    note = "the reply ended part-way through a character: only"
+    if not held:
+        return f"{note} some of its UTF-8 bytes were written, too few to make it, so they were left out of the text"
+    length = utf8_length(held[0])
+    written = f"{len(held)} of its {length}" if length is not None and len(held) < length else f"{len(held)}"
+    were, them = ("was", "it") if len(held) == 1 else ("were", "they")
+    return (f"{note} {written} UTF-8 bytes {were} written ({' '.join(f'{b:02x}' for b in held)}), too few to make "
+            f"the character, so {them} {were} left out of the text")
+
+
 class TextStream:
     """The text each token of a reply adds, in order; `peek` tells what a token would add without taking it."""
 
@@ -81,10 +102,7 @@ class TextStream:
         text = self._new_text(self.ids)
         whole = text.rstrip(INCOMPLETE)
         if whole != text:
-            self.left_out = "the reply ended part-way through a character; its incomplete bytes were left out"
-            if self._byte_level:
-                held = self._bytes(self.ids[self.read:])
-                self.left_out += f" ({' '.join(f'{b:02x}' for b in held)})"
+            self.left_out = left_out_note(self._bytes(self.ids[self.read:]) if self._byte_level else None)
         self.prefix = self.read = len(self.ids)
         return whole
 

@@ -12,7 +12,7 @@ from engine.decoding.context import ContextError
 from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import DraftModelDrafter
 from engine.decoding.sampling import warp
-from engine.decoding.text import TextStream
+from engine.decoding.text import TextStream, left_out_note
 from engine.events import ContextNotice, DecodeSettings, PrefillProgress, RoundEvent
 from engine.models.loading import LoadedModel
 from tests.chain import CHAIN_TEXT, byte_tokenizer, chain_ids, chain_model
@@ -50,8 +50,15 @@ def test_an_incomplete_character_at_the_end_is_left_out_and_peek_consumes_nothin
     assert stream.label(tokenizer.eos_token_id) == "<|im_end|>"  # candidates name a special token...
     assert stream.label(chain_ids(tokenizer)[2]) == "‹90›"  # ...and the bytes of a piece of a character
     assert stream.flush() == ""  # never '�'; the note names the bytes left out
-    assert stream.left_out == ("the reply ended part-way through a character; its incomplete bytes were left out "
-                               "(f0 9f)")
+    assert stream.left_out == ("the reply ended part-way through a character: only 2 of its 4 UTF-8 bytes were "
+                               "written (f0 9f), too few to make the character, so they were left out of the text")
+
+
+def test_the_note_on_a_cut_character_says_in_words_how_many_of_its_bytes_came():
+    assert left_out_note(bytes([0xE7])) == ("the reply ended part-way through a character: only 1 of its 3 UTF-8 bytes "
+                                            "was written (e7), too few to make the character, so it was left out of "
+                                            "the text")
+    assert "only some of its UTF-8 bytes were written" in left_out_note(None)  # a tokenizer without byte spelling
 
 
 def test_whole_characters_before_an_incomplete_one_are_flushed():
@@ -59,7 +66,7 @@ def test_whole_characters_before_an_incomplete_one_are_flushed():
     stream = TextStream(tokenizer)
     ids = tokenizer("ab", add_special_tokens=False)["input_ids"] + chain_ids(tokenizer)[:3]  # 'ab', 3 bytes of 🐉
     texts = [stream.push(t) for t in ids]
-    assert "".join(texts) + stream.flush() == "ab" and stream.left_out.endswith("(f0 9f 90)")
+    assert "".join(texts) + stream.flush() == "ab" and "3 of its 4 UTF-8 bytes were written (f0 9f 90)" in stream.left_out
 
 
 def test_a_reply_that_ends_on_a_whole_character_leaves_nothing_out():

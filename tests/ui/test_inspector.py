@@ -213,3 +213,23 @@ def test_the_legend_names_the_targets_token_after_a_rejection_by_mode(qtbot):
     assert legend.chips[Fate.RESAMPLED].text() == "corrected"
     legend.set_greedy(False)
     assert legend.chips[Fate.RESAMPLED].text() == "resampled"
+
+
+def test_a_rejected_byte_draft_says_which_bytes_of_which_character_it_is():
+    spans = spans_of(rejected_round(0, ["a"], "‹e4 bd›", "你"))
+    assert ("Part of a character: ‹e4 bd› are 2 of the 3 bytes of 你, the character the target wrote here."
+            in text_of(span_html(spans[Fate.REJECTED])))
+    assert "Where the draft proposed ‹e4 bd› (2 of the 3 bytes of 你):" in text_of(span_html(spans[Fate.CORRECTED]))
+
+
+def test_a_rejected_byte_draft_of_an_unknown_character_says_it_is_part_of_one():
+    spans = spans_of(rejected_round(0, ["a"], "‹e4 bd›", "b"))
+    assert "‹e4 bd› (part of a UTF-8 character): " in text_of(span_html(spans[Fate.REJECTED]))
+    assert "Where the draft proposed ‹e4 bd› (part of a UTF-8 character):" in text_of(
+        span_html(spans[Fate.CORRECTED]))
+
+
+def test_byte_pieces_in_the_top_lists_are_explained_under_them():
+    with_piece = text_of(span_html(spans_of(rejected_round(0, [], "‹e4 bd›", "b"))[Fate.REJECTED]))
+    without = text_of(span_html(spans_of(rejected_round(0, [], "c", "b"))[Fate.REJECTED]))
+    assert "‹…› spells a token's bytes in hex" in with_piece and "‹…›" not in without

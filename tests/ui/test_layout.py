@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import pytest
 from PySide6.QtCore import QPoint, QRect
-from PySide6.QtGui import QImage, QPainter, QTextDocumentFragment
+from PySide6.QtGui import QImage, QPainter, QTextDocument, QTextDocumentFragment
 from PySide6.QtWidgets import QApplication, QStyle, QStyleOptionComboBox
 
 from engine.events import ModelInfo, PairInfo
 from engine.models.pairing import PRESETS
 from ui.charts import MIN_CHART_HEIGHT
 from tests.ui.helpers import shown_window
+from tests.ui.synthetic import rejected_round
+from ui.inspector import MIN_LINES, span_html
 from ui.main_window import (MIN_HEIGHT, MIN_WIDTH, PANE_MIN_WIDTH, PANE_WIDTH, SIDE_MAX_WIDTH, STATUS_RIGHT_MARGIN,
                             MainWindow)
+from ui.tokens import round_spans
 
 
 def pane_widths(window: MainWindow) -> dict[str, int]:
@@ -200,3 +203,24 @@ def test_a_window_widened_with_the_charts_hidden_widens_only_the_chat(qtbot):
     QApplication.processEvents()
     widths = pane_widths(window)
     assert widths["side"] <= SIDE_MAX_WIDTH and widths["chat"] > widths["right"] >= PANE_MIN_WIDTH["right"]
+
+
+def test_at_1000_by_700_the_inspector_shows_a_token_whole_and_readably(qtbot):
+    window = shown_window(qtbot, MIN_WIDTH, MIN_HEIGHT)
+    inspector, label = window.inspector, window.inspector.label
+    rejected = round_spans(rejected_round(0, ["Hello"], "‹e4 bd›", "你", greedy=False))[1]  # its longest page
+    inspector.show_span(rejected)
+    QApplication.processEvents()
+    viewport = inspector.viewport()
+    assert viewport.height() >= MIN_LINES * inspector.fontMetrics().lineSpacing()
+    # lines wrap inside the pane, nothing is cut at its side or bottom: what does not fit scrolls
+    assert label.width() <= viewport.width() and inspector.horizontalScrollBar().maximum() == 0
+    assert label.height() >= label.heightForWidth(label.width())
+    assert inspector.verticalScrollBar().maximum() == label.height() - viewport.height()
+    # the token's header and why it has its fate read without scrolling
+    document = QTextDocument()
+    document.setDefaultFont(label.font())
+    document.setHtml(span_html(rejected))
+    document.setTextWidth(label.contentsRect().width())
+    why = document.documentLayout().blockBoundingRect(document.findBlockByNumber(1))
+    assert why.bottom() + label.margin() <= viewport.height()

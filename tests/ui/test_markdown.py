@@ -32,3 +32,21 @@ def test_unfenced_code_keeps_its_indentation():
     source = "def f(word):\n    return word\n\tpass"
     assert [(b.kind, b.level, source[b.start:b.end]) for b in parse_blocks(source)] == [
         ("text", 0, "def f(word):"), ("text", 4, "return word"), ("text", 4, "pass")]
+
+
+def test_a_cut_line_reads_its_open_markers_as_closed():
+    assert shown_runs("a **bold** but **open", cut=True) == [("a ", ""), ("bold", "bold"), (" but ", ""),
+                                                             ("open", "bold")]
+    assert shown_runs("see `x = 1", cut=True) == [("see ", ""), ("x = 1", "code")]
+
+
+def test_a_cut_line_hides_an_opening_marker_with_nothing_after_it():
+    assert shown_runs("done **", cut=True) == [("done ", "")]
+
+
+def test_a_star_inside_a_word_is_no_open_marker():
+    assert shown_runs("it is 2*3", cut=True) == [("it is 2*3", "")]
+
+
+def shown_runs(source: str, cut: bool = False) -> list[tuple[str, str]]:
+    return [(source[a:b], style) for a, b, style in inline_runs(source, 0, len(source), cut)]

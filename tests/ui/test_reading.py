@@ -8,9 +8,9 @@ from PySide6.QtWidgets import QAbstractSlider
 
 from engine.events import Fate
 from tests.ui.helpers import REPLY_TIMEOUT_MS, send, token_fragments_with_blocks
-from tests.ui.synthetic import accepted_round, markdown_reply
+from tests.ui.synthetic import accepted_round, markdown_reply, rejected_round
 from ui.chat_view import CLEAN, EXAMPLE_SCHEME, EXAMPLES, TRACE, ChatView, ComparisonView, monospace_family
-from ui.palette import DIFFERENCE_BACKGROUND
+from ui.palette import CODE_BACKGROUND, DIFFERENCE_BACKGROUND
 from ui.palette import STYLES
 
 
@@ -207,3 +207,48 @@ def test_a_code_block_has_a_copy_link_that_copies_its_code(qtbot):
     assert copied.args == ["def f():\n    return 1"]  # the code alone: no fences, no rejected draft
     chat.selectAll()
     assert "Copy code" not in chat.selected_clean_text()
+
+
+def finished_reply(qtbot, events) -> ChatView:
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    chat.begin_reply("Assistant")
+    for event in events:
+        chat.add_round(event)
+    chat.set_reply_actions(0, ("copy",), text="")  # the reply is drawn for good
+    return chat
+
+
+def test_a_reply_cut_inside_bold_text_shows_it_bold_without_its_markers(qtbot):
+    chat = finished_reply(qtbot, [accepted_round(0, ["It", " is", " **"], "very", finish="length")])
+    assert "It is very" in chat.toPlainText() and "**" not in chat.toPlainText()
+    assert next(fmt for piece, fmt, _ in fragments(chat) if piece == "very").fontWeight() > 500
+    assert chat.transcript.clean_text(chat.last_reply()) == "It is **very"  # the text itself is unchanged
+
+
+def test_a_reply_the_model_ended_keeps_a_stray_marker_literal(qtbot):
+    chat = finished_reply(qtbot, [accepted_round(0, ["It", " is", " **"], "very"),
+                                  accepted_round(1, [], "<|im_end|>", finish="eos")])
+    assert "It is **very" in chat.toPlainText()
+
+
+def test_a_code_blocks_copy_link_stands_apart_at_the_right(qtbot):
+    chat = finished_reply(qtbot, markdown_reply())
+    block = chat.document().begin()
+    while block.text() != "Copy code":
+        block = block.next()
+    link, code = block.blockFormat(), block.previous().blockFormat()
+    assert link.alignment() & Qt.AlignmentFlag.AlignRight
+    assert link.topMargin() >= 3 and link.bottomMargin() >= 3
+    assert code.background().color().name() == CODE_BACKGROUND and link.background().style() == Qt.BrushStyle.NoBrush
+
+
+def test_a_byte_draft_in_the_trace_says_what_its_bytes_are(qtbot):
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    chat.set_view(TRACE)
+    chat.begin_reply("Assistant")
+    chat.add_round(rejected_round(0, ["a"], "‹e4 bd›", "你"))
+    chat.flush()
+    tips = {fragment.text(): fragment.charFormat().toolTip() for fragment, _ in token_fragments_with_blocks(chat)}
+    assert tips["‹e4 bd›"].startswith("‹e4 bd›: 2 of the 3 bytes of 你.") and tips["你"] == ""

@@ -1,6 +1,6 @@
 """Round events become token spans in reading order, with each rejected draft just before its replacement."""
 from engine.events import DraftedToken, EmittedToken, Fate, RoundEvent
-from ui.tokens import reply_text, round_spans
+from ui.tokens import byte_part, byte_wording, reply_text, round_spans
 
 
 def event(drafted, emitted, gamma=4):
@@ -30,3 +30,22 @@ def test_rejection_whose_replacement_was_cut_by_eos_is_not_shown():
     emitted = [EmittedToken(1, "<eos>", Fate.ACCEPTED, 0.9)]
     assert [s.fate for s in round_spans(event(drafted, emitted))] == [Fate.ACCEPTED]
 
+
+
+def test_a_byte_piece_is_named_by_the_character_the_text_after_it_begins_with():
+    assert byte_part("‹e4 bd›", "你好") == "2 of the 3 bytes of 你"  # 你 is e4 bd a0
+    assert byte_part("‹a0›", "你") == "1 of the 3 bytes of 你"  # a continuation byte, not its first
+    assert byte_wording("‹e4 bd›", "你") == "‹e4 bd›: 2 of the 3 bytes of 你"
+
+
+def test_a_byte_piece_of_an_unknown_character_says_it_is_part_of_one():
+    assert byte_part("‹e4 bd›", "好") is None  # 好 is e5 a5 bd: the bytes are in it, but not where a piece begins
+    assert byte_wording("‹e4 bd›", "x") == "‹e4 bd› (part of a UTF-8 character)"
+    assert byte_wording("word", "x") is None
+
+
+def test_a_rejected_draft_knows_the_text_written_in_its_place():
+    drafted = [DraftedToken(5, "‹e4 bd›", 0.1, 0.7, 0.9, False)]
+    spans = round_spans(event(drafted, [EmittedToken(7, "你", Fate.RESAMPLED, 0.5)]))
+    assert spans[0].fate is Fate.REJECTED and spans[0].after == "你"
+    assert spans[0].byte_wording == "‹e4 bd›: 2 of the 3 bytes of 你"
