@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QObject, QSettings, QStandardPaths, Qt, QThread, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QObject, QSettings, QStandardPaths, Qt, QThread, QTimer, Signal, Slot
 from PySide6.QtWidgets import QApplication
 from transformers.utils import logging as transformers_logging
 
@@ -187,37 +187,54 @@ def wire_remote_worker(chat: ChatController, timeout_s: float = DEFAULT_TIMEOUT_
     return remote, thread
 
 
+class _ServingLink(QObject):
+    """The GUI thread's side of the serving peer: its slots run on the GUI thread (a plain function connected to
+    the peer's signals would run on the peer's thread and touch widgets from there)."""
+
+    start = Signal(str, int)  # drafting, γ
+
+    def __init__(self, window: MainWindow, chat: ChatController, peer: ServingPeer):
+        super().__init__(window)
+        self.window, self.chat, self.peer = window, chat, peer
+
+    @Slot()
+    def on_serve_requested(self) -> None:
+        drafting, gamma = tuned_choice(self.chat.why, self.window.controls.settings().gamma)
+        self.window.on_serving_requested()
+        self.start.emit(drafting.value, gamma)
+
+    @Slot(str)
+    def on_started(self, url: str) -> None:
+        self.window.on_serving_finished(url)
+        self.chat.connect_remote(url, SERVED_NAME)
+
+    @Slot(str)
+    def on_failed(self, message: str) -> None:
+        self.window.on_serving_failed(message)
+
+    @Slot(object)
+    def on_connected(self, target) -> None:
+        if self.peer.url is not None and public_url(self.peer.url) != target.url:
+            self.peer.request_stop()
+
+    @Slot(object)
+    def on_remote_left(self, _request) -> None:
+        self.peer.request_stop()
+
+
 def _wire_serving(window: MainWindow, chat: ChatController, peer: ServingPeer) -> QThread:
     """Model ▸ Serve the embedded pair on vLLM: the server starts on its own thread; once it answers the chat
     connects to it, and it stops when the chat leaves it for the local pair or another engine."""
     thread = QThread()
     thread.setObjectName("serving-peer")
     peer.moveToThread(thread)
-
-    class Requests(QObject):
-        start = Signal(str, int)  # drafting, γ
-
-    requests = Requests(window)
-    requests.start.connect(peer.on_start_requested)
-
-    def serve() -> None:
-        drafting, gamma = tuned_choice(chat.why, window.controls.settings().gamma)
-        window.on_serving_requested()
-        requests.start.emit(drafting.value, gamma)
-
-    def on_started(url: str) -> None:
-        window.on_serving_finished(url)
-        chat.connect_remote(url, SERVED_NAME)
-
-    def on_connected(target) -> None:
-        if peer.url is not None and public_url(peer.url) != target.url:
-            peer.request_stop()
-
-    window.serve_requested.connect(serve)
-    peer.started.connect(on_started)
-    peer.failed.connect(window.on_serving_failed)
-    chat.remote_connected.connect(on_connected)
-    chat.remote_left.connect(lambda _request: peer.request_stop())
+    link = _ServingLink(window, chat, peer)
+    link.start.connect(peer.on_start_requested)
+    window.serve_requested.connect(link.on_serve_requested)
+    peer.started.connect(link.on_started)
+    peer.failed.connect(link.on_failed)
+    chat.remote_connected.connect(link.on_connected)
+    chat.remote_left.connect(link.on_remote_left)
     return thread
 
 

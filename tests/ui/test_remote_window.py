@@ -3,7 +3,7 @@ panel, the reply as plain text, the Engine tab's figures, one-line failures, and
 on vLLM with a stand-in for the vLLM server."""
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QThread
 from PySide6.QtWidgets import QApplication
 
 from app.serving_peer import ServingPeer
@@ -122,8 +122,12 @@ def test_serve_the_embedded_pair_on_vllm_then_chat_with_it_and_stop_it(qtbot, ma
                                                                              "vllm_missing": None})
     window = studio.window
     assert window.serve_action.isEnabled()
+    finished_on = []  # the window hears of the ready server on its own thread, never the peer's
+    shown = window.on_serving_finished
+    window.on_serving_finished = lambda url="": (finished_on.append(QThread.currentThread()), shown(url))
     with qtbot.waitSignal(studio.chat.remote_connected, timeout=REPLY_TIMEOUT_MS) as connected:
         window.serve_action.trigger()
+    assert finished_on == [QApplication.instance().thread()]
     server = StandInServer.made[-1]
     assert server.model_dir == "/served/target"
     assert server.speculative == {"method": "draft_model", "model": "/served/draft", "num_speculative_tokens": 5}
