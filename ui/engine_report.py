@@ -37,11 +37,18 @@ class EngineReport(QWidget):
         self.plot.getAxis("bottom").setLabel("draft position")
         self.bars = pg.BarGraphItem(x=np.arange(1, 5), height=np.zeros(4), width=0.6, brush="#3a9a5b")
         self.plot.addItem(self.bars)
+        self.show_positions(4)
         self.streamed_tokens = 0
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         for widget in (self.summary, self.title, self.plot, self.note):
             layout.addWidget(widget)
+
+    def show_positions(self, n: int) -> None:
+        """Bars for draft positions 1..n, each tick a whole position."""
+        self.bars.setOpts(x=np.arange(1, n + 1), height=np.zeros(n))
+        self.plot.getAxis("bottom").setTicks([[(i, str(i)) for i in range(1, n + 1)]])
+        self.plot.setXRange(0.4, n + 0.6)
 
     @Slot(object)
     def on_text_received(self, piece: TextDelta) -> None:
@@ -55,8 +62,8 @@ class EngineReport(QWidget):
         self.title.setVisible(bool(per_position))
         self.plot.setVisible(bool(per_position))
         if per_position:
-            self.bars.setOpts(x=np.arange(1, len(per_position) + 1), height=np.array(per_position))
-            self.plot.setXRange(0.4, len(per_position) + 0.6)
+            self.show_positions(len(per_position))
+            self.bars.setOpts(height=np.array(per_position))
 
     @Slot(str)
     def on_failed(self, message: str) -> None:

@@ -49,6 +49,8 @@ def test_worker_streams_a_reply_and_the_report_shows_the_engines_acceptance(qtbo
     assert "acceptance rate 0.50 (2 of 4 drafts)" in report.summary.text()
     assert "mean acceptance length 3.00" in report.summary.text()
     assert list(report.bars.opts["height"]) == [1.0, 1.0, 0.0, 0.0]
+    assert list(report.bars.opts["x"]) == [1, 2, 3, 4]
+    assert report.plot.getAxis("bottom")._tickLevels == [[(1, "1"), (2, "2"), (3, "3"), (4, "4")]]  # whole positions
     assert report.note.text() == FATES_NOTE
 
 
