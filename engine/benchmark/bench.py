@@ -339,12 +339,14 @@ class Bench:
     def _vllm(self, config: Config, messages: list[dict], seed: int, max_new: int) -> Run:
         from engine.events import DecodeSettings
 
-        client = self._vllm_server(config.method).client
+        server = self._vllm_server(config.method)
+        client = server.client
         prompt = self.decoder.chat_ids(messages)  # our chat template and tokenizer: the same ids as ours
         settings = DecodeSettings(mode="ar", greedy=config.greedy, temperature=self.temperature, seed=seed,
                                   max_new_tokens=max_new)
         # Timed from the request to the whole response: HTTP and the server's scheduling are part of its cost
         tokens, wall_s, spec = client.complete_ids(prompt, settings, stop_ids=sorted(self.decoder.eos_ids))
+        server.wait_idle()  # untimed: the next run, ours or its, gets the cores to itself
         return Run(config, 0, 0, cut_at_eos(tokens, self.decoder.eos_ids)[:max_new], wall_s, engine_spec=spec)
 
 

@@ -32,6 +32,8 @@ SERVED_NAME = "target"
 # vLLM on CPU keeps one core for its API server by default, which on a 2-core machine leaves the model one thread;
 # ours runs on every core, so the server gets them all too (the prompt arrives as token ids: little to serve).
 SERVER_ENV = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+# After a request the server is idle once its processes use under 5 % of one core over 0.2 s
+IDLE_POLL_S, IDLE_SHARE, IDLE_TIMEOUT_S, IDLE_FALLBACK_S = 0.2, 0.05, 10.0, 1.5
 
 
 def vllm_python() -> Path | None:
@@ -128,6 +130,43 @@ class VllmServer:
                 return
             except subprocess.TimeoutExpired:
                 continue
+
+    def cpu_s(self) -> float | None:
+        """CPU seconds its process group has used so far (Linux /proc); None where that cannot be read."""
+        if self.process is None:
+            return None
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        try:
+            entries = list(Path("/proc").iterdir())
+        except OSError:
+            return None
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue  # ended meanwhile
+            if int(fields[2]) == self.process.pid:  # its process group (start_new_session made it the leader)
+                total += (int(fields[11]) + int(fields[12])) / tick
+        return total
+
+    def wait_idle(self, timeout_s: float = IDLE_TIMEOUT_S) -> None:
+        """Block until the server's processes stop using the CPU after a request (vLLM's engine and OpenMP threads
+        keep spinning for a while after it answers), so that a run timed next is not sharing the cores with it.
+        Where its CPU time cannot be read, waits as long as that spinning lasts."""
+        previous = self.cpu_s()
+        if previous is None:
+            time.sleep(IDLE_FALLBACK_S)
+            return
+        deadline = time.perf_counter() + timeout_s
+        while time.perf_counter() < deadline:
+            time.sleep(IDLE_POLL_S)
+            now = self.cpu_s()
+            if now - previous < IDLE_SHARE * IDLE_POLL_S:
+                return
+            previous = now
 
     def last_log_line(self) -> str:
         self.log.flush()

@@ -268,3 +268,36 @@ def test_vllm_rows_run_only_when_asked_for():
     args = build_parser().parse_args(["bench"])
     assert not {"vllm", "vllm_ngram"} & set(bench.bench_methods(args.methods, args.drafters))
     assert "vllm_ngram" in bench.bench_methods(["ar", "vllm_ngram"], None)
+
+
+SPIN_THEN_SLEEP = ("import time\nstart = time.process_time()\nwhile time.process_time() - start < 0.6:\n    pass\n"
+                   "time.sleep(60)\n")
+
+
+def test_the_vllm_server_counts_as_idle_only_once_its_processes_stop_spinning():
+    """A process group that burns 0.6 s of CPU, then sleeps, plays a server that spins after answering: the
+    bench's wait for it to go idle returns only after the spinning (its CPU time is then all used)."""
+    import subprocess
+    import sys
+
+    from engine.benchmark.vllm_peer import VllmServer
+
+    def spinning() -> VllmServer:
+        server = VllmServer("/unused", None)
+        server.process = subprocess.Popen([sys.executable, "-c", SPIN_THEN_SLEEP], start_new_session=True)
+        return server
+
+    servers = []
+    try:
+        control = spinning()
+        servers.append(control)
+        assert control.cpu_s() < 0.55  # negative control: read at once, it is still spinning
+        control.process.kill()
+        waited = spinning()
+        servers.append(waited)
+        waited.wait_idle()
+        assert waited.cpu_s() >= 0.55
+    finally:
+        for server in servers:
+            server.process.kill()
+            server.process.wait()
