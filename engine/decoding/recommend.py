@@ -109,8 +109,9 @@ def recommend(costs: CostModel, profiles: Mapping[Drafting, PositionAcceptance],
         empty = PositionAcceptance(0, (), (), (), (), 0.0, 0.0, 1.0, 1.0)
         threshold = stop_threshold(costs, empty, 0, chosen_drafting)
         draft_s = extra_draft_s(costs, empty, 0, chosen_drafting)
-        line = (f"no draft pays: one would need a chance above {threshold:.2f} of being kept; here a draft costs "
-                f"{draft_s * 1e3:.2g} ms and a step {costs.ar_token_s * 1e3:.3g} ms")
+        need = (f"one would need a chance above {threshold:.2f} of being kept" if threshold < 1.0
+                else "not even a draft that is always kept")
+        line = f"no draft pays: {need}; here a draft costs {draft_s * 1e3:.2g} ms and a step {costs.ar_token_s * 1e3:.3g} ms"
         return Recommendation(Drafting.NONE, 0, rate, 1.0, threshold, line, speedups)
     threshold = stop_threshold(costs, chosen, gamma, drafting)
     draft_s = extra_draft_s(costs, chosen, gamma, drafting)

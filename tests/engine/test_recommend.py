@@ -72,7 +72,13 @@ def test_the_threshold_named_is_where_the_next_draft_stops_paying():
 def test_plain_ar_is_recommended_where_no_draft_pays():
     advice = recommend(costs(draft_ms=30.0), {Drafting.MODEL: fixed_rounds([0.6] * 8)})
     assert advice.drafting is Drafting.NONE and advice.gamma == 0 and advice.speedup == 1.0
-    assert advice.explanation.startswith("no draft pays")
+    assert advice.explanation.startswith("no draft pays: not even a draft that is always kept")  # 30 ms > a step
+
+
+def test_where_a_sure_draft_would_pay_the_line_names_the_chance_it_needs():
+    advice = recommend(costs(draft_ms=2.0), {Drafting.MODEL: fixed_rounds([0.05] * 8)})
+    assert advice.drafting is Drafting.NONE
+    assert re.match(r"no draft pays: one would need a chance above 0\.\d\d of being kept", advice.explanation)
 
 
 def test_cheap_sure_copies_win_over_model_drafts_and_lose_when_they_are_never_kept():
