@@ -31,6 +31,7 @@ CLEAN, TRACE = "clean", "trace"
 TRACE_CODE = "trace-code"  # a trace token inside code: the trace's tint, the clean view's monospace font
 FLUSH_MS = 50  # new tokens reach the document at most this often: one relayout per batch, not per round
 RETURN_MARK = "↵"  # a newline token in the trace, so it can be seen and hovered
+PINNED_OUTLINE = "#37474f"  # the pinned token's underline
 BOTTOM_SLACK = 4  # pixels from the bottom that still count as "at the bottom"
 CODE_LINK_GAP = 3  # pixels above and below a code block's Copy link
 # The links under a reply (name: text, tooltip), in this order; the window's menus have the same actions.
@@ -246,8 +247,11 @@ class ChatView(QTextBrowser):
         if cursor is not None:
             selection = QTextEdit.ExtraSelection()
             selection.cursor = cursor
-            selection.format.setBackground(QColor("#37474f"))
-            selection.format.setForeground(QColor("#ffffff"))
+            # an underline in the outline colour, over the token's own tint and text colour: a dark background
+            # does not show over a tinted token, and white text on its pale tint cannot be read
+            selection.format.setFontUnderline(True)
+            selection.format.setUnderlineStyle(QTextCharFormat.UnderlineStyle.SingleUnderline)
+            selection.format.setUnderlineColor(QColor(PINNED_OUTLINE))
             selections.append(selection)
         self.setExtraSelections(selections)
 

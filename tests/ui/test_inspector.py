@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 from PySide6.QtCore import QPoint, Qt
-from PySide6.QtGui import QTextDocument
+from PySide6.QtGui import QTextDocument, QTextFormat
 from PySide6.QtWidgets import QApplication
 
 from engine.events import Fate, TokenProb
@@ -133,6 +133,9 @@ def test_a_click_pins_a_token_until_another_click(make_studio, mixed_decoder, qt
     window.on_token_clicked(first)
     assert window.inspector.pinned and window.inspector.span is chat.spans[first]
     assert "pinned" in window.inspector.label.text()
+    (outline,) = chat.extraSelections()  # the pinned token is underlined and keeps its own colours, to be read
+    assert outline.cursor.selectedText() == chat.spans[first].text and outline.format.fontUnderline()
+    assert not outline.format.hasProperty(QTextFormat.Property.ForegroundBrush)
     with qtbot.waitSignal(chat.token_hovered, timeout=2000):
         chat.token_hovered.emit(second)  # hovering elsewhere leaves the pinned token shown
     assert window.inspector.span is chat.spans[first]
