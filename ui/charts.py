@@ -29,7 +29,8 @@ COLUMNS = ("alpha", "alpha_mean", "tokens", "tokens_mean", "expected", "speedup"
 class RoundBuffers:
     """Per-round series of one reply; running sums make each append O(1)."""
 
-    def __init__(self, capacity: int = 1024):
+    def __init__(self, capacity: int = 1024, speculative: bool = True):
+        self.speculative = speculative  # a speculative reply: each round has an estimate, zero-draft rounds too
         self.n = 0
         self.x = np.arange(1, capacity + 1, dtype=float)
         self.y = {name: np.full(capacity, np.nan) for name in COLUMNS}
@@ -37,12 +38,12 @@ class RoundBuffers:
         self.rounds_s = 0.0
         self.ar_s = 0.0  # what plain AR would have taken for the tokens so far
 
-    def clear(self) -> None:
-        self.__init__(len(self.x))
+    def clear(self, speculative: bool = True) -> None:
+        self.__init__(len(self.x), speculative)
 
     def append(self, event: RoundEvent, reference_s: float, most_per_round: float) -> None:
         """`reference_s` is the single-token step a round without a cost-model figure is estimated by; no estimate
-        exceeds `most_per_round` (γ + 1). A plain AR step has no speedup to chart: it is the baseline."""
+        exceeds `most_per_round` (γ + 1). A plain AR reply has no speedup to chart: it is the baseline."""
         if self.n == len(self.x):  # rare: grow by doubling, still no per-round allocation
             self.x = np.arange(1, 2 * self.n + 1, dtype=float)
             self.y = {k: np.concatenate([v, np.full(self.n, np.nan)]) for k, v in self.y.items()}
@@ -61,11 +62,10 @@ class RoundBuffers:
         self.y["tokens_mean"][i] = self.tokens / (i + 1)
         self.y["expected"][i] = (expected_tokens_per_round(running_alpha, event.gamma)
                                  if running_alpha is not None and event.gamma else 1.0)
-        speculative = bool(event.gamma or event.drafted)
         self.y["speedup"][i] = (min(most_per_round, ar_s / event.round_s)
-                                if speculative and event.round_s > 0 and ar_s > 0 else np.nan)
+                                if self.speculative and event.round_s > 0 and ar_s > 0 else np.nan)
         self.y["speedup_mean"][i] = (min(most_per_round, self.ar_s / self.rounds_s)
-                                     if speculative and self.rounds_s > 0 and self.ar_s > 0 else np.nan)
+                                     if self.speculative and self.rounds_s > 0 and self.ar_s > 0 else np.nan)
         self.n += 1
 
     def series(self, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -184,7 +184,7 @@ class ChartsPanel(QWidget):
     def start_reply(self, gamma: int = 1, speculative: bool = True) -> None:
         """A plain AR reply is the baseline itself: its speedup chart says so and stays empty."""
         self.most_per_round = gamma + 1.0
-        self.buffers.clear()
+        self.buffers.clear(speculative)
         self.headers[self.speedup_plot].note = "" if speculative else "none: this reply is plain AR"
         self._show_measured_entry(None)
         self._dirty = True

@@ -208,8 +208,16 @@ def test_a_reply_at_the_cost_models_speed_is_not_flagged():
     assert not machine_was_busy(quiet, reference)
 
 
-def test_a_plain_ar_reply_charts_no_speedup():
+def test_a_speculative_replys_rounds_that_draft_nothing_keep_the_running_estimate_whole():
+    events = [costed(accepted_round(i, ["a"] if i in (0, 5) else [], "c"), 0.012) for i in range(6)]
     buffers = RoundBuffers()
+    for event in events:
+        buffers.append(event, 0.02, 4.0)
+    assert not np.isnan(buffers.series("speedup_mean")[1]).any()  # no gap where the rounds chose not to draft
+
+
+def test_a_plain_ar_reply_charts_no_speedup():
+    buffers = RoundBuffers(speculative=False)
     for i in range(5):
         buffers.append(ar_step(i, 7, "w", 0.5, step_s=0.03 if i else 0.005), 0.03, 2.0)  # a fast first step
     assert np.isnan(buffers.series("speedup")[1]).all() and np.isnan(buffers.series("speedup_mean")[1]).all()
