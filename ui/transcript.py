@@ -24,8 +24,14 @@ class UserItem:
 
     @property
     def opening(self) -> str:
-        """What a folded message shows: its first lines, at most OPENING_CHARS characters."""
-        return "\n".join(self.text.split("\n")[:OPENING_LINES])[:OPENING_CHARS].rstrip() + " …"
+        """What a folded message shows: its first lines, at most OPENING_CHARS characters, ending on a whole word
+        (where a word boundary falls in its second half; text without spaces, such as CJK, is cut where it is)."""
+        opening = "\n".join(self.text.split("\n")[:OPENING_LINES])
+        if len(opening) > OPENING_CHARS:
+            cut = opening[:OPENING_CHARS + 1]
+            space = max(cut.rfind(" "), cut.rfind("\n"))
+            opening = cut[:space] if space > OPENING_CHARS // 2 else cut[:OPENING_CHARS]
+        return opening.rstrip() + " …"
 
 
 @dataclass

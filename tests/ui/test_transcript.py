@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from engine.events import Fate
 from tests.ui.synthetic import accepted_round, markdown_reply, rejected_round
-from ui.transcript import Transcript, UserItem
+from ui.transcript import OPENING_CHARS, Transcript, UserItem
 
 
 def transcript_of(*replies) -> Transcript:
@@ -47,3 +47,11 @@ def test_the_trace_draws_code_and_the_draft_rejected_inside_it_in_monospace():
     rejected = next(i for i, s in enumerate(transcript.spans) if s.fate is Fate.REJECTED)
     assert rejected in code and transcript.spans[rejected].text == " pass"
     assert not any(transcript.spans[i].text == "Here" for i in code)
+
+
+def test_a_folded_message_opens_on_whole_words_and_cjk_is_cut_where_it_is():
+    words = UserItem(" ".join(f"word{i}" for i in range(2000)))
+    opening = words.opening.removesuffix(" …")
+    assert len(opening) <= OPENING_CHARS and words.text.startswith(opening + " ")  # ends on a whole word
+    cjk = UserItem("请用中文介绍一下你自己。" * 200)
+    assert cjk.opening == cjk.text[:OPENING_CHARS] + " …"
