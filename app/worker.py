@@ -87,13 +87,14 @@ class DecodeWorker(QObject):
     def on_prompt_submitted(self, request: ReplyRequest) -> None:
         self._stop.clear()
         try:
+            cached = len(self.decoder.runner)  # what the target had read before this reply
             events, text, stopped = self._decode(request, emit=True)
             reply = Reply(request, tuple(events), text, stopped)
             if self.decoder.costs is not None:  # its rounds refined it: the window's cost chart follows
                 self.costs_measured.emit(self.decoder.costs.as_dict())
             self.reply_finished.emit(reply)
             if request.compare_ar and not stopped:
-                self.comparison_finished.emit(self._compare(request, reply))
+                self.comparison_finished.emit(self._compare(request, reply, cached))
         except Exception as exc:  # noqa: BLE001
             self.failed.emit(user_message(exc))
 
@@ -152,8 +153,11 @@ class DecodeWorker(QObject):
             stream.close()
         return events, "".join(pieces), False
 
-    def _compare(self, request: ReplyRequest, reply: Reply) -> Comparison:
-        """Decode the same messages with plain AR; the chat history is not touched."""
+    def _compare(self, request: ReplyRequest, reply: Reply, cached: int) -> Comparison:
+        """Decode the same messages with plain AR; the chat history is not touched. The target first forgets what
+        it read for the reply, so plain AR reads the same new part of the prompt the reply read (`cached`: the
+        positions it held before the reply) instead of finding it all cached."""
+        self.decoder.runner.rollback(min(cached, len(self.decoder.runner)))
         ar_request = dataclasses.replace(request, settings=dataclasses.replace(request.settings, mode=Mode.AR))
         ar_events, ar_text, stopped = self._decode(ar_request, emit=False)
         spec, ar = reply.stats, reply_stats(ar_events)

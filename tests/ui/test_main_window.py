@@ -121,10 +121,15 @@ def test_stop_ends_the_reply_within_one_round(make_studio, mixed_decoder, qtbot)
 def test_compare_with_ar_reports_identical_greedy_output_and_keeps_history(make_studio, greedy_mixed_decoder, qtbot):
     studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=10)
     studio.window.controls.compare_ar.setChecked(True)
+    runner, read = greedy_mixed_decoder.runner, []  # the positions each prompt read-in ends at
+    prefill_chunks = runner.prefill_chunks
+    runner.prefill_chunks = lambda ids: (read.append(end) or end for end in prefill_chunks(ids))
     reply = send(qtbot, studio)
     comparison = studio.chat.session.comparisons[0]
     assert comparison.identical is True and comparison.speedup > 0
     assert comparison.ar_text == reply.text and all(e.gamma == 0 for e in comparison.ar_events)
+    # plain AR read the prompt in as the reply did, rather than finding it cached by the reply
+    assert len(read) == 2 and read[0] == read[1] > 0
     assert [m["role"] for m in studio.chat.messages] == ["user", "assistant"]
     assert re.search(r"measured \d+\.\d\d× vs AR", studio.window.reply_label.text())
     assert studio.window.charts.measured.isVisible()
