@@ -145,7 +145,9 @@ class WhyGammaPanel(QWidget):
         self.explanation = QLabel("")
         self.explanation.setWordWrap(True)
         self.explanation.setStyleSheet("background: white; color: #333; font-size: 8pt; padding: 2px;")
-        self.explanation.setToolTip("What the cost-aware rounds decide, and from which of this machine's costs")
+        self.explanation.setToolTip("What the cost-aware rounds decide, and from which of this machine's costs. A "
+                                    "draft's cost all told is its step (the cost chart's line), its bookkeeping "
+                                    "and its row in the target's block.")
 
         self.headers = {self.acceptance_plot: ChartHeader("acceptance by draft position"),
                         self.costs_plot: ChartHeader("cost model (this machine)"),

@@ -87,6 +87,12 @@ def stop_threshold(costs: CostModel, profile: PositionAcceptance, gamma: int, dr
     return predicted_rate(costs, profile, gamma, drafting) * extra_draft_s(costs, profile, gamma, drafting)
 
 
+def _costs_said(draft_s: float, costs: CostModel) -> str:
+    """All told: the draft's step, its bookkeeping and its row in the target's block (the cost chart's draft step
+    is the first of these alone)."""
+    return f"here a draft costs {draft_s * 1e3:.2g} ms all told and a step {costs.ar_token_s * 1e3:.3g} ms"
+
+
 def recommend(costs: CostModel, profiles: Mapping[Drafting, PositionAcceptance],
               max_gamma: int = MAX_GAMMA) -> Recommendation:
     """The drafting and γ (1..max_gamma) with the most predicted tokens per second, or plain AR where no
@@ -111,13 +117,14 @@ def recommend(costs: CostModel, profiles: Mapping[Drafting, PositionAcceptance],
         draft_s = extra_draft_s(costs, empty, 0, chosen_drafting)
         need = (f"one would need a chance above {threshold:.2f} of being kept" if threshold < 1.0
                 else "not even a draft that is always kept")
-        line = f"no draft pays: {need}; here a draft costs {draft_s * 1e3:.2g} ms and a step {costs.ar_token_s * 1e3:.3g} ms"
+        line = f"no draft pays: {need}; {_costs_said(draft_s, costs)}"
         return Recommendation(Drafting.NONE, 0, rate, 1.0, threshold, line, speedups)
     threshold = stop_threshold(costs, chosen, gamma, drafting)
     draft_s = extra_draft_s(costs, chosen, gamma, drafting)
     measured_beyond = gamma < len(chosen.drafted) and chosen.drafted[gamma] > 0
-    line = (f"drafts stop when the chance of keeping the next token falls below {threshold:.2f}: here a draft costs "
-            f"{draft_s * 1e3:.2g} ms and a step {costs.ar_token_s * 1e3:.3g} ms")
+    stop = (f"drafts stop when the chance of keeping the next token falls below {threshold:.2f}" if threshold < 1.0
+            else f"drafts stop at {gamma}: a further draft would not pay even if it were always kept")
+    line = f"{stop}: {_costs_said(draft_s, costs)}"
     if not measured_beyond:
         line += f" (no round drafted more than {gamma}: measure with a larger γ to see further)"
     return Recommendation(drafting, gamma, rate, rate / ar_rate, threshold, line, speedups)

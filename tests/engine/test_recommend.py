@@ -66,13 +66,21 @@ def test_the_threshold_named_is_where_the_next_draft_stops_paying():
     keep_last = 0.8 ** advice.gamma
     assert keep_next < advice.stop_below < keep_last
     assert re.fullmatch(r"drafts stop when the chance of keeping the next token falls below 0\.\d\d: here a draft "
-                        r"costs [\d.]+ ms and a step [\d.]+ ms", advice.explanation)
+                        r"costs [\d.]+ ms all told and a step [\d.]+ ms", advice.explanation)
 
 
 def test_plain_ar_is_recommended_where_no_draft_pays():
     advice = recommend(costs(draft_ms=30.0), {Drafting.MODEL: fixed_rounds([0.6] * 8)})
     assert advice.drafting is Drafting.NONE and advice.gamma == 0 and advice.speedup == 1.0
     assert advice.explanation.startswith("no draft pays: not even a draft that is always kept")  # 30 ms > a step
+
+
+def test_where_even_a_sure_further_draft_would_not_pay_the_line_says_so_instead_of_a_chance_above_1():
+    blocks = [10e-3, 10.2e-3, 10.4e-3] + [40e-3 + k * 1e-3 for k in range(6)]  # a fourth row costs 30 ms more
+    model = CostModel(blocks, draft_step_s=1e-3, copy_s=1e-5, overhead_s=0.5e-3)
+    advice = recommend(model, {Drafting.LOOKUP: fixed_rounds([1.0] * 8, "copy")})
+    assert advice.gamma == 2 and advice.stop_below >= 1.0
+    assert advice.explanation.startswith("drafts stop at 2: a further draft would not pay even if it were always kept")
 
 
 def test_where_a_sure_draft_would_pay_the_line_names_the_chance_it_needs():
