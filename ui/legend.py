@@ -7,8 +7,9 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 from engine.events import Fate
 from ui.palette import LEGEND_FATES, STYLES
 
-SHORT_LABELS = {fate: STYLES[fate].label.split(" /")[0].removesuffix(" draft").removesuffix(" token")
-                for fate in LEGEND_FATES}  # "accepted", "rejected", "resampled", "bonus": fits 1000 px
+SHORT_LABELS = {fate: STYLES[fate].label.split(" /")[0].split(" (")[0].removesuffix(" draft").removesuffix(" token")
+                for fate in LEGEND_FATES}  # "accepted", "rejected", "resampled", "bonus", "target alone": fits 1000 px
+UNTINTED = "border:1px solid #bdbdbd;"  # a chip for the tokens drawn without a tint
 
 
 class Legend(QWidget):
@@ -24,8 +25,8 @@ class Legend(QWidget):
             chip.setToolTip(style.label)
             self.chips[fate] = chip
             strike = "text-decoration: line-through;" if style.strike else ""
-            chip.setStyleSheet(f"background:{style.background}; color:{style.foreground}; {strike}"
-                               "padding:1px 3px; border-radius:3px; font-size:8pt;")
+            colours = f"background:{style.background}; color:{style.foreground};" if style.background else UNTINTED
+            chip.setStyleSheet(f"{colours} {strike} padding:1px 3px; border-radius:3px; font-size:8pt;")
             row.addWidget(chip)
         self.remote_note = QLabel("a remote engine's reply: which tokens it drafted is not known, so none is coloured")
         self.remote_note.setStyleSheet("font-size:8pt; color: palette(placeholder-text);")

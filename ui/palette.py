@@ -21,11 +21,11 @@ STYLES = {
     Fate.RESAMPLED: FateStyle("resampled / corrected by target", "#0d47a1", "#cfe0fb", reading="#1565c0"),
     Fate.CORRECTED: FateStyle("corrected by target (greedy)", "#0d47a1", "#cfe0fb", reading="#1565c0"),
     Fate.BONUS: FateStyle("bonus token", "#7a4a00", "#ffe2a8", reading="#b26a00"),
-    Fate.TARGET: FateStyle("target (plain AR)", "", ""),  # AR replies stay uncoloured
+    Fate.TARGET: FateStyle("target alone (no draft)", "", ""),  # a round that drafted nothing, or plain AR
     Fate.UNKNOWN: FateStyle("not known (a remote engine's text)", "", ""),  # nor does a remote engine's
 }
 
-LEGEND_FATES = (Fate.ACCEPTED, Fate.REJECTED, Fate.RESAMPLED, Fate.BONUS)
+LEGEND_FATES = (Fate.ACCEPTED, Fate.REJECTED, Fate.RESAMPLED, Fate.BONUS, Fate.TARGET)
 
 CODE_BACKGROUND = "#f3f4f6"
 NOTE_COLOUR = "#6b6b6b"

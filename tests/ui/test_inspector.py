@@ -236,3 +236,15 @@ def test_byte_pieces_in_the_top_lists_are_explained_under_them():
     with_piece = text_of(span_html(spans_of(rejected_round(0, [], "‹e4 bd›", "b"))[Fate.REJECTED]))
     without = text_of(span_html(spans_of(rejected_round(0, [], "c", "b"))[Fate.REJECTED]))
     assert "‹…› spells a token's bytes in hex" in with_piece and "‹…›" not in without
+
+
+def test_the_legend_and_the_guide_name_the_uncoloured_tokens_the_target_wrote_alone(qtbot):
+    from ui.chat_view import ChatView
+    from ui.legend import Legend
+
+    legend = Legend()
+    qtbot.addWidget(legend)
+    assert legend.chips[Fate.TARGET].text() == "target alone"
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    assert "Uncoloured tokens are the target's alone" in chat.toPlainText()
