@@ -37,7 +37,7 @@ from ui.preferences import apply_pair, apply_settings
 # The window's defaults: sampling at T = 0.7, where the embedded pair writes real words and the README measures
 # (the engine's DecodeSettings keeps T = 1.0, the plain definition, for the CLI and the tests).
 APP_DEFAULTS = DecodeSettings(temperature=0.7)
-INTERRUPTED = 128 + signal.SIGINT  # the exit status of a program ended by Ctrl+C, as a shell reports it
+QUIT_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl+C, and `kill` or a session's end: both quit as the window does
 
 
 @dataclass
@@ -298,18 +298,19 @@ def open_data_dir(data_dir: Path | None) -> tuple[ChatStore, QSettings, str | No
 
 
 def quit_on_interrupt(window) -> QTimer:
-    """Ctrl+C in the terminal is Stop then Quit: it closes the window, as its close button would (a reply in
-    flight is stopped and saved as stopped), and the timer's `interrupted` property turns true. Python runs
-    signal handlers only when the main thread runs Python code, and Qt's event loop is C++: the timer gives it
-    that chance five times a second."""
+    """Ctrl+C in the terminal (or SIGTERM) is Stop then Quit: it closes the window, as its close button would (a
+    reply in flight is stopped and saved as stopped, the settings and layout are kept), and the timer's
+    `interrupted` property holds the signal's exit status. Python runs signal handlers only when the main
+    thread runs Python code, and Qt's event loop is C++: the timer gives it that chance five times a second."""
     timer = QTimer(window)
-    timer.setProperty("interrupted", False)
+    timer.setProperty("interrupted", 0)
 
-    def on_interrupt(*_) -> None:
-        timer.setProperty("interrupted", True)
+    def on_interrupt(number, _frame) -> None:
+        timer.setProperty("interrupted", 128 + number)
         window.close()
 
-    signal.signal(signal.SIGINT, on_interrupt)
+    for number in QUIT_SIGNALS:
+        signal.signal(number, on_interrupt)
     timer.timeout.connect(lambda: None)
     timer.start(200)
     return timer
@@ -381,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     studio.window.picker.request_load()
     code = app.exec()
     if interrupt.property("interrupted"):
-        return INTERRUPTED
+        return interrupt.property("interrupted")
     return automation.exit_code if automation and code == 0 else code
 
 

@@ -228,8 +228,10 @@ def never_ending_model(folder: Path) -> Path:
     return folder
 
 
-def run_studio(model: Path, data: Path, prompt: str, max_new_tokens: int, interrupt_at_round: int | None = None):
-    """`specdec-studio --prompt ... --quit-after-reply` in a subprocess; optionally Ctrl+C once a round is shown."""
+def run_studio(model: Path, data: Path, prompt: str, max_new_tokens: int, interrupt_at_round: int | None = None,
+               interrupt: int = signal.SIGINT):
+    """`specdec-studio --prompt ... --quit-after-reply` in a subprocess; optionally Ctrl+C (or another signal)
+    once a round is shown."""
     child = subprocess.Popen([sys.executable, "-c", STUDIO, "--target", str(model), "--draft", "none", "--dtype",
                               "float32", "--device", "cpu", "--prompt", prompt, "--max-new-tokens", str(max_new_tokens),
                               "--quit-after-reply", "--data-dir", str(data)],
@@ -240,19 +242,22 @@ def run_studio(model: Path, data: Path, prompt: str, max_new_tokens: int, interr
     try:
         for line in child.stdout:
             if interrupt_at_round is not None and line == f"round {interrupt_at_round}\n":
-                child.send_signal(signal.SIGINT)
+                child.send_signal(interrupt)
         child.wait(timeout=60)
     finally:
         watchdog.cancel()
     return child.returncode, child.stderr.read()
 
 
-def test_ctrl_c_during_a_reply_stores_it_as_stopped_and_exits_130(tmp_path):
+@pytest.mark.parametrize("interrupt", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_during_a_reply_stores_it_as_stopped_keeps_the_settings_and_exits_128_plus_it(
+        tmp_path, interrupt):
     from app.chat_store import ChatStore
 
     model, data = never_ending_model(tmp_path / "model"), tmp_path / "data"
-    code, stderr = run_studio(model, data, "w3 w4", max_new_tokens=900, interrupt_at_round=3)
-    assert code == 130, stderr
+    code, stderr = run_studio(model, data, "w3 w4", max_new_tokens=900, interrupt_at_round=3, interrupt=interrupt)
+    assert code == 128 + interrupt, stderr
+    assert "geometry" in (data / "settings.ini").read_text()  # closed as the window closes: settings and layout kept
     store = ChatStore(data / "chats.sqlite3")
     [summary] = store.list_chats()
     [reply] = store.load_chat(summary.id).replies
