@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QElapsedTimer, QRect, QSettings, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QImage, QKeySequence, QPainter
+from PySide6.QtGui import QAction, QGuiApplication, QImage, QKeySequence, QPainter
 from PySide6.QtWidgets import (QApplication, QDialog, QDialogButtonBox, QDockWidget, QFileDialog, QHBoxLayout,
                                QInputDialog, QLabel, QMainWindow, QMenu, QMessageBox, QProgressBar, QPushButton,
                                QScrollArea, QSplitter, QTableWidget, QTableWidgetItem, QTabWidget, QVBoxLayout,
@@ -158,6 +158,7 @@ class MainWindow(QMainWindow):
         self.resize(1400, 900)
         if preferences is not None:
             restore_preferences(preferences, self)
+        self._fit_to_screen()
         for name, act in self.pane_actions.items():
             act.setChecked(not self.panes[name].isHidden())
 
@@ -239,6 +240,17 @@ class MainWindow(QMainWindow):
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, dock)
         self.resizeDocks([dock], [HISTORY_WIDTH], Qt.Orientation.Horizontal)
         return dock
+
+    def _fit_to_screen(self) -> None:
+        """The default size, or one saved on a larger screen, shrinks to the screen's free area (never below the
+        window's minimum), and a window saved off this screen comes back onto it."""
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        if screen is None:
+            return
+        free = screen.availableGeometry()
+        self.resize(min(self.width(), free.width()), min(self.height(), free.height()))
+        if not free.contains(self.geometry().topLeft()) or self.geometry().bottom() > free.bottom():
+            self.move(free.left(), free.top())
 
     def _menus(self) -> None:
         def action(menu, text: str, shortcut, slot) -> QAction:

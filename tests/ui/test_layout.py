@@ -224,3 +224,11 @@ def test_at_1000_by_700_the_inspector_shows_a_token_whole_and_readably(qtbot):
     document.setTextWidth(label.contentsRect().width())
     why = document.documentLayout().blockBoundingRect(document.findBlockByNumber(1))
     assert why.bottom() + label.margin() <= viewport.height()
+
+
+def test_a_first_start_fits_the_window_to_the_screens_free_area(qtbot):
+    window = MainWindow(PRESETS)  # no saved geometry: the default size, where the screen holds it
+    qtbot.addWidget(window)
+    free = window.screen().availableGeometry()
+    assert free.height() < 900  # the offscreen screen is smaller than the default size
+    assert window.height() == max(free.height(), MIN_HEIGHT) and window.width() <= 1400
