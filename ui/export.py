@@ -183,14 +183,17 @@ class ExportError(Exception):
 
 SUFFIXES = (".json", ".csv", ".md", ".png")
 POSITIONS = "-positions.csv"  # beside NAME.csv: acceptance by draft position
+STEM_MAX = 60  # characters of a chat's title in its export's file name
 UNSAFE = re.compile(r'[\\/:*?"<>|\x00-\x1f]+')  # characters a file name cannot hold on some system
 
 
 def file_stem(title: str) -> str:
     """A file name for a chat's export: its title, shortened, without characters a file system refuses."""
-    stem = UNSAFE.sub(" ", title).strip(" .")
-    stem = " ".join(stem.split())[:60].rstrip(" .")
-    return stem or "specdec-chat"
+    stem = " ".join(UNSAFE.sub(" ", title.rstrip("…")).split()).strip(" .")
+    if len(stem) > STEM_MAX:  # cut at the last whole word that fits
+        cut = stem[:STEM_MAX + 1]
+        stem = cut[:cut.rfind(" ")] if " " in cut else cut[:STEM_MAX]
+    return stem.rstrip(" .") or "specdec-chat"
 
 
 def export_paths(base: Path) -> tuple[Path, ...]:

@@ -332,3 +332,12 @@ def test_the_chart_image_holds_every_reply(make_studio, mixed_decoder, qtbot, tm
     one, two = QImage(str(tmp_path / "one.png")), QImage(str(tmp_path / "two.png"))
     # a column per reply, then the why this γ tab's, as wide in both
     assert two.width() - one.width() == studio.window.charts.width() and two.height() == one.height()
+
+
+def test_a_long_title_makes_a_file_name_of_whole_words():
+    from ui.export import STEM_MAX, file_stem
+
+    title = "Write a Python function that checks whether a word is a palindrome, then test it"
+    stem = file_stem(title)
+    assert len(stem) <= STEM_MAX and title.startswith(stem + " ")  # ends on a whole word
+    assert file_stem("a" * 100) == "a" * STEM_MAX and file_stem("…") == "specdec-chat"
