@@ -1,6 +1,7 @@
 """The main window: controls, the chat pane with its legend, the token inspector and the live charts."""
 from __future__ import annotations
 
+from importlib import metadata
 from pathlib import Path
 
 from PySide6.QtCore import QElapsedTimer, QRect, QSettings, QSize, Qt, QTimer, Signal
@@ -41,15 +42,22 @@ PANE_WIDTH = {"side": 280, "chat": 770, "right": 350}
 SIDE_MAX_WIDTH = 320
 STATUS_RIGHT_MARGIN = 8  # between the status bar's last widget and the window's right edge
 EXPORT_TITLE_HEIGHT = 20  # the exported chart image's row naming each reply and the why tab
-HISTORY_WIDTH = 150
+HISTORY_WIDTH = 150  # the history dock's first width: its titles elide, and at 1000 px the chat needs the room
 SERVING_READY_S = 100  # about how long vLLM takes to answer here (engine.benchmark.vllm_peer.READY_TIMEOUT_S bounds it)
 INT4_NOTE = ("The target keeps its own 4-bit weights (int4): plain AR steps run about twice as fast in bfloat16 and "
              "it needs half the memory; speculation over it can be slower than its own AR (README: Weights)")
-ABOUT = ("<h3>SpecDec Studio</h3><p>A chat app that makes speculative decoding visible: a small draft model guesses "
-         "up to γ tokens, the target checks them in one pass, and rejection sampling keeps the output exactly the "
-         "target's. Every token is coloured by its fate; the charts show α, tokens per round and the speedup over "
-         "plain autoregressive decoding.</p><p>The algorithm follows section 19.4 of the textbook; "
-         "engine/decoding/verification.py reads like it. Chats are saved as they happen (History, Ctrl+H).</p>")  # the history dock's first width: its titles elide, and at 1000 px the chat needs the room
+ABOUT = ("<h3>SpecDec Studio {version}</h3><p>A chat app that makes speculative decoding visible: a small draft "
+         "model guesses up to γ tokens, the target checks them in one pass, and rejection sampling keeps the output "
+         "exactly the target's (Leviathan et al., 2023; Chen et al., 2023). Every token is coloured by its fate; the "
+         "charts show α, tokens per round and the speedup over plain autoregressive decoding.</p><p>Chats are saved "
+         "as they happen (History, Ctrl+H); F1 lists the shortcuts.</p>")
+
+
+def app_version() -> str:
+    try:
+        return metadata.version("specdec-studio")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return ""
 
 
 def short_name(name: str) -> str:
@@ -440,10 +448,11 @@ class MainWindow(QMainWindow):
                                     QMessageBox.StandardButton.Close, self)
         self.help_box.setTextFormat(Qt.TextFormat.RichText)
         self.help_box.open()
+        self.help_box.activateWindow()  # Esc and Enter go to the list, not the chat behind it
 
     def show_about(self) -> None:
-        self.help_box = QMessageBox(QMessageBox.Icon.Information, "About SpecDec Studio", ABOUT,
-                                    QMessageBox.StandardButton.Close, self)
+        self.help_box = QMessageBox(QMessageBox.Icon.Information, "About SpecDec Studio",
+                                    ABOUT.format(version=app_version()), QMessageBox.StandardButton.Close, self)
         self.help_box.setTextFormat(Qt.TextFormat.RichText)
         self.help_box.open()
 

@@ -293,6 +293,7 @@ def test_the_help_menu_lists_every_shortcut(make_studio, mixed_decoder, qtbot):
     about = next(a for a in help_menu.actions() if a.text().startswith("&About"))
     about.trigger()
     assert "speculative decoding" in window.help_box.text()
+    assert "SpecDec Studio 0." in window.help_box.text() and "Leviathan" in window.help_box.text()  # version, source
     window.help_box.close()
 
 
