@@ -438,8 +438,11 @@ def run_in_terminal(args: list[str], interrupt_when=None, timeout: float = 120) 
 
     main_fd, child_fd = pty.openpty()
     root = Path(__file__).resolve().parents[2]
+    # Ctrl+C reaches it as in a terminal even where this test runs in the background, whose SIGINT is ignored
+    # and would be inherited (Python then installs no KeyboardInterrupt handler)
     process = subprocess.Popen([sys.executable, "-m", "app.cli", *args], stdin=subprocess.DEVNULL, stdout=child_fd,
-                               stderr=child_fd, close_fds=True, cwd=root)
+                               stderr=child_fd, close_fds=True, cwd=root,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     os.close(child_fd)
     chunks, start, interrupted = [], time.monotonic(), False
     while True:
