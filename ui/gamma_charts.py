@@ -23,7 +23,7 @@ from ui.charts import REFRESH_MS, ChartHeader, _plot, legend_entry
 from ui.session import Session
 from ui.why import WhyGamma
 
-MIN_WHY_HEIGHT = 120  # three of these, their headers and the explanation fit the pane's tab at 1000×700
+MIN_WHY_HEIGHT = 170  # the least at which a plot shows its x ticks and axis title whole; at 1000×700 the tab scrolls
 EXPORT_WHY_SIZE = QSize(420, 200)  # in the export's image: the tab's least width, and each plot's least height
 CHART_GAP = 6  # between one chart and the next chart's header
 MAX_POSITIONS = 64  # DecodeSettings' largest γ
@@ -154,8 +154,9 @@ class WhyGammaPanel(QWidget):
                         self.speedup_plot: ChartHeader("predicted speedup by γ")}
         for plot in self.headers:
             plot.setMinimumHeight(MIN_WHY_HEIGHT)
-            # a view's own size hint (480 px) would make the tab scroll; the pane's height is shared instead
-            plot.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
+            # not a view's own size hint (480 px): the pane's height is shared, and below this minimum the tab scrolls
+            plot.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.MinimumExpanding)
+            plot.sizeHint = lambda: QSize(0, MIN_WHY_HEIGHT)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)

@@ -191,6 +191,9 @@ def test_at_1000_by_700_the_why_tab_charts_are_tall_and_whole(qtbot):
         assert plot.isVisible() and plot.height() >= MIN_WHY_HEIGHT, (header.title, plot.height())
         assert not header.geometry().intersects(plot.geometry())
         assert header.height() >= header.heightForWidth(header.width()), f"{header.title}: legend cut"
+    stacked = [w for pair in charts.headers.items() for w in (pair[1], pair[0])] + [charts.explanation]
+    for upper, lower in zip(stacked, stacked[1:]):  # the tab scrolls rather than laying them over each other
+        assert upper.geometry().bottom() < lower.geometry().top(), (upper, lower)
     label = charts.explanation
     assert label.isVisible() and label.geometry().bottom() <= charts.height()
     assert label.height() >= label.heightForWidth(label.width()), "the explanation is cut"
