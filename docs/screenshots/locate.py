@@ -20,6 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from engine.events import Fate  # noqa: E402 (after the path)
 from ui.palette import LEGEND_FATES, STYLES  # noqa: E402
 
+TINTED = [fate for fate in LEGEND_FATES if STYLES[fate].background]  # the chips with a colour to find
+
 WHITE = "#ffffff"  # the base of the chat pane, the message box and the charts (Qt's Fusion palette, pyqtgraph "w")
 CHIP_GAP = (1, 16)  # pixels between the legend's chips (their spacing and rounded corners); tokens touch
 STRIKE_GAP = 3  # a trace token's tint is cut by its strike-through line and glyphs: gaps this tall are closed
@@ -49,7 +51,7 @@ def runs(line: np.ndarray, least: int = 1) -> list[tuple[int, int]]:
 def legend(image: np.ndarray) -> tuple[int, int, int, int] | None:
     """(left, top, right, bottom) of the colour chips above the chat pane: the topmost row where the legend's four
     colours come in its order, a few pixels apart (in the trace, tokens of these colours touch)."""
-    masks = [of_colour(image, STYLES[fate].background) for fate in LEGEND_FATES]
+    masks = [of_colour(image, STYLES[fate].background) for fate in TINTED]
     for y in range(image.shape[0]):
         for first in runs(masks[0][y], 6):
             chips = [first]
