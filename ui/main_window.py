@@ -387,6 +387,15 @@ class MainWindow(QMainWindow):
             self.edit_turn(self.status.n_replies - 1)
 
     def edit_turn(self, turn: int) -> None:
+        """Edit and resend turn `turn`'s message; an earlier one replaces every reply after it, so that is asked."""
+        later = self.status.n_replies - 1 - turn
+        if later > 0:
+            answer = QMessageBox.question(
+                self, "Edit and resend", f"Resending this message replaces the {later} "
+                f"{'reply' if later == 1 else 'replies'} after it in this chat. Edit it?",
+                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, QMessageBox.StandardButton.Yes)
+            if answer != QMessageBox.StandardButton.Yes:
+                return
         self.edit_requested.emit(turn)
 
     def continue_reply(self) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QTextCursor
-from PySide6.QtWidgets import QApplication, QInputDialog, QLineEdit
+from PySide6.QtWidgets import QApplication, QInputDialog, QLineEdit, QMessageBox
 
 from tests.tiny import tiny_decoder
 from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, token_fragments
@@ -326,7 +326,10 @@ def test_killing_the_app_mid_reply_keeps_every_earlier_turn(tmp_path):
     assert len(killed.events) >= rounds_in_flight  # at most the round in flight is lost
 
 
-def test_the_chat_menu_acts_on_the_reply_under_the_mouse(make_window, mixed_decoder, qtbot):
+def test_the_chat_menu_acts_on_the_reply_under_the_mouse(make_window, mixed_decoder, qtbot, monkeypatch):
+    asked = []  # editing the first of two messages asks first: the reply after it will be replaced
+    monkeypatch.setattr(QMessageBox, "question", lambda *args, **kw: asked.append(args[2]) or answers.pop(0))
+    answers = [QMessageBox.StandardButton.Cancel, QMessageBox.StandardButton.Yes]
     studio = make_window(mixed_decoder, greedy=True, max_new_tokens=8)
     window = studio.window
     first, _ = send(qtbot, studio, "w3 w4"), send(qtbot, studio, "w5 w6")
@@ -336,8 +339,10 @@ def test_the_chat_menu_acts_on_the_reply_under_the_mouse(make_window, mixed_deco
     assert window.chat.turn_at(on_first_reply) == 0
     window.copy_turn(0)
     assert QApplication.clipboard().text() == first.text
+    window.edit_turn(0)  # cancelled: nothing to edit
+    assert window.message_box.toPlainText() == "" and "replaces the 1 reply after it" in asked[0]
     window.edit_turn(0)
-    assert window.message_box.toPlainText() == "w3 w4"
+    assert window.message_box.toPlainText() == "w3 w4" and len(asked) == 2
     window.message_box.setPlainText("w9")
     with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         qtbot.keyClick(window.message_box, Qt.Key.Key_Return)
@@ -371,7 +376,8 @@ def click_link(qtbot, chat, action: str, turn: int) -> None:
         qtbot.mouseClick(chat.viewport(), Qt.MouseButton.LeftButton, pos=chat.cursorRect(cursor).center())
 
 
-def test_links_under_each_reply_copy_edit_regenerate_and_continue_it(make_window, mixed_decoder, qtbot):
+def test_links_under_each_reply_copy_edit_regenerate_and_continue_it(make_window, mixed_decoder, qtbot, monkeypatch):
+    monkeypatch.setattr(QMessageBox, "question", lambda *_a, **_k: QMessageBox.StandardButton.Yes)  # replace later ones
     studio = make_window(mixed_decoder, greedy=True, max_new_tokens=6)  # every reply is cut at max tokens
     window, chat = studio.window, studio.window.chat
     first, second = send(qtbot, studio, "w3 w4"), send(qtbot, studio, "w5 w6")
