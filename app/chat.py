@@ -428,13 +428,7 @@ class ChatController(QObject):
         """A failed load leaves the worker's decoder as it was: the previous pair, if any, still answers. A
         failed reply is dropped, here and on disk: the user can send it again."""
         loading = self.state is TurnState.LOADING
-        in_flight = self.busy and self.turns and self.turns[-1].reply is None
-        self.state = TurnState.IDLE
-        self.failed.emit(message)
-        if in_flight:
-            self.recorder.turn_failed()
-            self._replay(self.turns[:-1])
-        self._finish_turn()
+        self._end_failed_turn(self.failed, message)
         if loading and self.pair is not None:
             self.load_failed.emit(self.pair, self._loaded_request)
 
@@ -478,15 +472,20 @@ class ChatController(QObject):
             self._emit_status()
             self.remote_failed.emit(message)
             return
+        self._end_failed_turn(self.remote_failed, message)
+
+    # -- helpers -------------------------------------------------------------------------------------------
+
+    def _end_failed_turn(self, signal, message: str) -> None:
+        """The turn ends with `message` on `signal`; a reply in flight is dropped, here and on disk, so the user
+        can send it again."""
         in_flight = self.busy and self.turns and self.turns[-1].reply is None
         self.state = TurnState.IDLE
-        self.remote_failed.emit(message)
+        signal.emit(message)
         if in_flight:
             self.recorder.turn_failed()
             self._replay(self.turns[:-1])
         self._finish_turn()
-
-    # -- helpers -------------------------------------------------------------------------------------------
 
     def _finish_remote_reply(self, text: str, stopped: bool, reply: RemoteReply | None) -> None:
         index = len(self.turns) - 1

@@ -26,12 +26,18 @@ def connect_in_picker(qtbot, studio, url: str) -> None:
         qtbot.mouseClick(picker.load_button, Qt.MouseButton.LeftButton)
 
 
-def test_a_url_target_streams_plain_text_and_the_engine_tab_shows_its_counts(qtbot, make_studio, mixed_decoder):
+def replied_remotely(qtbot, make_studio, mixed_decoder):
+    """A studio that connected to a fake engine in the picker and got one reply from it; and the engine's URL."""
     studio = make_studio(mixed_decoder, greedy=True)
-    window = studio.window
     with serving(FakeEngine()) as url:
         connect_in_picker(qtbot, studio, url)
         send(qtbot, studio, "hi")
+    return studio, url
+
+
+def test_a_url_target_streams_plain_text_and_the_engine_tab_shows_its_counts(qtbot, make_studio, mixed_decoder):
+    studio, url = replied_remotely(qtbot, make_studio, mixed_decoder)
+    window = studio.window
     item = window.chat.transcript.last_reply()
     spans = window.chat.spans[item.first:item.end]
     assert "".join(s.text for s in spans) == "Hello there, friend!"
@@ -46,11 +52,8 @@ def test_a_url_target_streams_plain_text_and_the_engine_tab_shows_its_counts(qtb
 
 
 def test_the_legend_and_inspector_say_fates_are_not_known(qtbot, make_studio, mixed_decoder):
-    studio = make_studio(mixed_decoder, greedy=True)
+    studio, _ = replied_remotely(qtbot, make_studio, mixed_decoder)
     window = studio.window
-    with serving(FakeEngine()) as url:
-        connect_in_picker(qtbot, studio, url)
-        send(qtbot, studio, "hi")
     assert window.legend.remote_note.isVisibleTo(window) and not window.legend.chips[Fate.ACCEPTED].isVisibleTo(window)
     assert not window.legend.trace_action.isEnabled()
     window.on_token_clicked(window.chat.transcript.last_reply().first)
@@ -74,11 +77,8 @@ def test_an_engine_that_is_down_is_one_status_line_and_the_local_pair_replies(qt
 
 
 def test_back_to_the_local_pair_from_the_model_menu(qtbot, make_studio, mixed_decoder):
-    studio = make_studio(mixed_decoder, greedy=True)
+    studio, _ = replied_remotely(qtbot, make_studio, mixed_decoder)
     window = studio.window
-    with serving(FakeEngine()) as url:
-        connect_in_picker(qtbot, studio, url)
-        send(qtbot, studio, "hi")
     assert window.local_action.isEnabled()
     with qtbot.waitSignal(window.models_shown, timeout=REPLY_TIMEOUT_MS):
         window.local_action.trigger()
