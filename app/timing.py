@@ -4,8 +4,9 @@ The reference is the median of recent single-token target steps (the fresh measu
 reply, and every step of a plain AR run). A machine that stays busy makes that median slow too, so the busy
 check compares against the machine's quiet speed: the pair's cost model where the rounds carry it
 (`RoundEvent.ar_equivalent_s`: what one AR step costs on this machine when it is quiet), else the fastest step
-seen since the pair was loaded. The estimate rests on the same cost model, so a slow reply shows a low estimate
-and the flag that explains it, beside a measured comparison whose two runs were slowed alike.
+seen since the pair was loaded. The speedup estimate (ui/timing.py) charges plain AR the load each round's
+forward ran under; the flag says that the reply's tokens/s, and any comparison run after it, met a machine far
+slower than its quiet speed.
 """
 from __future__ import annotations
 

@@ -144,10 +144,13 @@ class RoundEvent:
     round_s: float  # wall time of the whole round, bookkeeping included
     prefill_s: float = 0.0  # only the first round of a reply: prompt prefill of both models
     target_step_s: float = 0.0  # current estimate of one single-token target forward (for the AR-speedup estimate)
-    # What plain AR on this target would take to emit this round's tokens, from the pair's cost model
-    # (engine.decoding.costs): tokens × one AR step. 0 where no cost model is known. The window's live speedup is
-    # Σ ar_equivalent_s / Σ round_s, so on a quiet machine it agrees with the measured AR comparison.
+    # What plain AR on this target would take to emit this round's tokens on a quiet machine, from the pair's cost
+    # model (engine.decoding.costs): tokens × one AR step. 0 where no cost model is known.
     ar_equivalent_s: float = 0.0
+    # This round's target forward over what the cost model says it costs on a quiet machine (≥ 1): how much slower
+    # the machine ran it (other programs, or the window drawing beside the worker on few cores). Plain AR would
+    # run as slowly, so the speedup estimate is Σ ar_equivalent_s × load / Σ round_s.
+    load: float = 1.0
     planned_s: float = 0.0  # what the cost model predicted this round would take (its drafts and block)
     draft_kinds: tuple[str, ...] = ()  # "model" or "copy" for each of the γ drafts: what making each one cost
     finish_reason: str | None = None  # "eos", "length" on the last round of a reply; None otherwise

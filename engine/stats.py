@@ -53,8 +53,9 @@ def reply_stats(events: Sequence[RoundEvent]) -> ReplyStats:
     prefill_s = sum(e.prefill_s for e in events)
     rounds_s = sum(e.round_s for e in events)
     wall_s = prefill_s + rounds_s
-    # what plain AR would have taken: the cost model's AR token for each, or the last measured single step
-    ar_s = sum(e.ar_equivalent_s for e in events) or n_tokens * (events[-1].target_step_s if events else 0.0)
+    # what plain AR would have taken: the cost model's AR token for each under its round's load, or the last
+    # measured single step
+    ar_s = sum(e.ar_equivalent_s * e.load for e in events) or n_tokens * (events[-1].target_step_s if events else 0.0)
     return ReplyStats(
         n_rounds=len(events), n_tokens=n_tokens, n_drafted=n_drafted, n_verified=n_verified, n_accepted=n_accepted,
         alpha=n_accepted / n_verified if n_verified else 0.0,

@@ -29,7 +29,7 @@ from ui.why import why_gamma
 from ui.wording import comparison_line, remote_header, remote_line, reply_header, stats_line
 
 CSV_COLUMNS = ("reply", "round", "mode", "gamma", "n_verified", "n_accepted", "n_emitted", "round_alpha",
-               "draft_s", "verify_s", "round_s", "prefill_s", "target_step_s", "estimated_speedup",
+               "draft_s", "verify_s", "round_s", "prefill_s", "target_step_s", "load", "estimated_speedup",
                "finish_reason", "fates", "text")
 
 
@@ -87,7 +87,7 @@ def round_row(reply_index: int, reply: Reply, event: RoundEvent) -> dict:
         "n_verified": len(event.drafted), "n_accepted": event.n_accepted, "n_emitted": len(event.emitted),
         "round_alpha": "" if alpha is None else round(alpha, 6),
         "draft_s": event.draft_s, "verify_s": event.verify_s, "round_s": event.round_s,
-        "prefill_s": event.prefill_s, "target_step_s": event.target_step_s,
+        "prefill_s": event.prefill_s, "target_step_s": event.target_step_s, "load": event.load,
         "estimated_speedup": speedup,
         "finish_reason": event.finish_reason or "", "fates": " ".join(t.fate.value for t in event.emitted),
         "text": event.text_delta,

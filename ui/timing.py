@@ -1,7 +1,8 @@
 """The speedup vs plain AR that a reply's records show: Σ AR time of its tokens / Σ its round time, never above
 γ + 1 (the most tokens a round can yield). A round brings the AR time of its tokens from the pair's cost model
-(`RoundEvent.ar_equivalent_s`); where that is 0 (no cost model), tokens × a reference single-token step stands
-in. The live chart, the stats line, a reopened chat and the export all use these two functions. Whether the
+(`RoundEvent.ar_equivalent_s`), times how much slower than quiet the machine ran the round's target forward
+(`RoundEvent.load`): plain AR would have run under the same load, the window's own drawing included. Where there
+is no cost model, tokens × a reference single-token step stands in. The live chart, the stats line, a reopened chat and the export all use these two functions. Whether the
 timings were fair is judged in app/timing.py, by the chat controller.
 """
 from __future__ import annotations
@@ -12,8 +13,9 @@ from engine.events import RoundEvent
 
 
 def ar_seconds(event: RoundEvent, reference_s: float) -> float:
-    """What plain AR would take for this round's tokens: the cost model's figure, or tokens × the reference."""
-    return event.ar_equivalent_s or len(event.emitted) * reference_s
+    """What plain AR would take for this round's tokens as the machine ran the round: the cost model's figure
+    under the round's load, or tokens × the reference."""
+    return event.ar_equivalent_s * event.load or len(event.emitted) * reference_s
 
 
 def estimated_speedup(events: Sequence[RoundEvent], reference_s: float, gamma: int) -> float:

@@ -229,6 +229,7 @@ class Decoder:
             n_generated += len(emitted)
             round_s = time.perf_counter() - round_start
             planned_s = self.costs.round_s(kinds)
+            load = max(1.0, forward_s / self.costs.verify_s(gamma + 1, "model" in kinds))
             self.costs.observe_round(kinds, forward_s, round_s)
             yield RoundEvent(
                 index=index, gamma=gamma, drafted=drafted, emitted=tuple(emitted),
@@ -236,7 +237,7 @@ class Decoder:
                 draft_s=drafted_at - round_start, verify_s=verified_at - drafted_at,
                 round_s=round_s, prefill_s=prefill_s if index == 0 else 0.0,
                 target_step_s=self.target_step_s, finish_reason=finish, text_notice=text.left_out if finish else None,
-                ar_equivalent_s=len(emitted) * self.costs.ar_token_s, planned_s=planned_s,
+                ar_equivalent_s=len(emitted) * self.costs.ar_token_s, load=load, planned_s=planned_s,
                 draft_kinds=tuple(kinds),
             )
             if finish:

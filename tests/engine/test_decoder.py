@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from engine.decoding.caches import CachedModel
+from engine.decoding.costs import CostModel
 from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import DraftModelDrafter, lookup_continuation
 from engine.events import DecodeSettings, Fate
@@ -49,6 +50,18 @@ def test_a_draft_dearer_than_the_target_step_is_never_run():
     assert all(e.gamma == 0 for e in events)  # every round a plain target step
     assert decoder.drafter.cached_length() < len(decoder.chat_ids(PROMPT))  # the draft never ran past the prompt
     assert tokens(events) == ar_tokens(settings)
+
+
+def test_a_round_reports_how_much_slower_than_its_quiet_cost_its_forward_ran():
+    decoder = tiny_decoder(draft_seed=0)
+    settings = DecodeSettings(gamma=4, max_new_tokens=12, lookup=False)
+    decoder.set_costs(CostModel([1e-9] * 9, draft_step_s=1e-9))  # no forward is this fast: every round is "slow"
+    slow = list(decoder.generate(PROMPT, settings))
+    decoder.reset()
+    decoder.set_costs(CostModel([100.0] * 9, draft_step_s=1e-9))  # every forward beats it: no load at all
+    quiet = list(decoder.generate(PROMPT, settings))
+    assert all(e.load > 1e3 for e in slow)
+    assert all(e.load == 1.0 for e in quiet)
 
 
 def test_adaptive_rounds_vary_their_length_and_stay_lossless():

@@ -176,6 +176,13 @@ def test_the_estimate_rests_on_the_cost_model_where_the_rounds_carry_it():
     assert estimated_speedup(events, reference_s=0.5, gamma=4) == pytest.approx(0.045 / 0.03)
 
 
+def test_the_estimate_charges_plain_ar_the_load_the_round_ran_under():
+    quiet = [costed(accepted_round(i, ["a", "b"], "c"), 0.015) for i in range(4)]
+    slowed = [dataclasses.replace(e, load=2.0) if e.index % 2 else e for e in quiet]  # half ran at twice the cost
+    assert estimated_speedup(slowed, reference_s=0.5, gamma=4) == pytest.approx((2 * 0.045 + 2 * 0.09) / 0.12)
+    assert estimated_speedup(slowed, reference_s=0.5, gamma=4) > estimated_speedup(quiet, reference_s=0.5, gamma=4)
+
+
 def test_without_a_cost_model_the_estimate_falls_back_to_the_reference_step():
     events = [accepted_round(i, ["a", "b"], "c") for i in range(4)]
     assert estimated_speedup(events, reference_s=0.015, gamma=4) == pytest.approx(0.045 / 0.03)
