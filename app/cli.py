@@ -431,7 +431,8 @@ def cmd_generate(args) -> int:
         }, allow_nan=False))
     else:
         print()
-        print(f"\n[{stats.n_tokens} tokens in {stats.wall_s:.2f}s = {stats.tokens_per_s:.1f} tok/s; "
+        print(f"\n[{stats.n_tokens} tokens in {stats.decode_s:.2f}s = {stats.tokens_per_s:.1f} tok/s "
+              f"(the prompt read in {stats.prefill_s:.2f}s before); "
               f"α {stats.alpha:.2f}, {stats.tokens_per_round:.2f} tokens/round over {stats.n_rounds} rounds]",
               file=sys.stderr)
         if settings.mode is Mode.SPEC and settings.greedy:

@@ -164,7 +164,8 @@ class DecodeWorker(QObject):
         same = [t.token_id for t in reply.tokens] == [t.token_id for e in ar_events for t in e.emitted]
         return Comparison(ar_events=tuple(ar_events), ar_text=ar_text, spec_wall_s=spec.wall_s, ar_wall_s=ar.wall_s,
                           spec_tokens_per_s=spec.tokens_per_s, ar_tokens_per_s=ar.tokens_per_s,
-                          identical=same if request.settings.greedy and not stopped else None, stopped=stopped)
+                          identical=same if request.settings.greedy and not stopped else None, stopped=stopped,
+                          spec_prefill_s=spec.prefill_s, ar_prefill_s=ar.prefill_s)
 
     def _compare_drafters(self, request: ReplyRequest) -> DrafterComparison:
         """As `specdec bench --drafters` runs them: each drafting on the same decoder with its own fresh planner

@@ -15,8 +15,8 @@ from PySide6.QtGui import QPen
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from engine.events import RoundEvent
-from engine.stats import expected_tokens_per_round, round_alpha
-from ui.timing import ar_seconds
+from engine.stats import ArTime, expected_tokens_per_round, round_alpha
+from ui.timing import estimated_speedup, speedup_of
 
 REFRESH_MS = 100
 X_STEP = 20  # the x axis grows in steps of this many rounds
@@ -36,7 +36,7 @@ class RoundBuffers:
         self.y = {name: np.full(capacity, np.nan) for name in COLUMNS}
         self.accepted = self.verified = self.tokens = 0
         self.rounds_s = 0.0
-        self.ar_s = 0.0  # what plain AR would have taken for the tokens so far
+        self.ar = ArTime()  # what plain AR would have taken for the tokens so far
 
     def clear(self, speculative: bool = True) -> None:
         self.__init__(len(self.x), speculative)
@@ -52,8 +52,7 @@ class RoundBuffers:
         self.verified += len(event.drafted)
         self.tokens += n_tokens
         self.rounds_s += event.round_s
-        ar_s = ar_seconds(event, reference_s)
-        self.ar_s += ar_s
+        self.ar.add(event)
         alpha = round_alpha(event)
         running_alpha = self.accepted / self.verified if self.verified else None
         self.y["alpha"][i] = np.nan if alpha is None else alpha
@@ -62,10 +61,10 @@ class RoundBuffers:
         self.y["tokens_mean"][i] = self.tokens / (i + 1)
         self.y["expected"][i] = (expected_tokens_per_round(running_alpha, event.gamma)
                                  if running_alpha is not None and event.gamma else 1.0)
-        self.y["speedup"][i] = (min(most_per_round, ar_s / event.round_s)
-                                if self.speculative and event.round_s > 0 and ar_s > 0 else np.nan)
-        self.y["speedup_mean"][i] = (min(most_per_round, self.ar_s / self.rounds_s)
-                                     if self.speculative and self.rounds_s > 0 and self.ar_s > 0 else np.nan)
+        gamma = most_per_round - 1
+        self.y["speedup"][i] = estimated_speedup([event], reference_s, gamma) or np.nan if self.speculative else np.nan
+        self.y["speedup_mean"][i] = (speedup_of(self.ar, self.rounds_s, reference_s, gamma) or np.nan
+                                     if self.speculative else np.nan)
         self.n += 1
 
     def series(self, name: str) -> tuple[np.ndarray, np.ndarray]:

@@ -100,13 +100,25 @@ class Comparison:
 
     ar_events: tuple[RoundEvent, ...]
     ar_text: str
-    spec_wall_s: float
+    spec_wall_s: float  # reading the prompt and decoding
     ar_wall_s: float
-    spec_tokens_per_s: float
+    spec_tokens_per_s: float  # while decoding
     ar_tokens_per_s: float
     identical: bool | None  # greedy only: did AR produce exactly the same tokens? None when sampling
     stopped: bool = False  # the user stopped the AR run early
     machine_busy: bool = False  # the AR steps ran far slower than the machine's quiet speed: not a fair number
+    # Reading the prompt (both models for the reply, the target alone for AR); 0 in chats saved before they were
+    # kept apart, whose tokens/s counted it in.
+    spec_prefill_s: float = 0.0
+    ar_prefill_s: float = 0.0
+
+    @property
+    def spec_decode_s(self) -> float:
+        return self.spec_wall_s - self.spec_prefill_s
+
+    @property
+    def ar_decode_s(self) -> float:
+        return self.ar_wall_s - self.ar_prefill_s
 
     @property
     def ar_tokens(self) -> tuple[EmittedToken, ...]:
@@ -114,7 +126,8 @@ class Comparison:
 
     @property
     def speedup(self) -> float:
-        """Measured speedup as a throughput ratio (equals the wall-time ratio when both replies match)."""
+        """Measured speedup of the decoding as a throughput ratio (the decode-time ratio when both replies match).
+        Reading the prompt is left out, as in the estimate: it is the same work at any γ but for the draft's share."""
         return self.spec_tokens_per_s / self.ar_tokens_per_s if self.ar_tokens_per_s > 0 else 0.0
 
 

@@ -19,6 +19,7 @@ def reply_header(settings: DecodeSettings, gammas: tuple[int, ...] = ()) -> str:
 
 
 UNFAIR = " (machine busy — not a fair number)"
+SHOWN_PREFILL_S = 0.1  # reading the prompt is named beside tokens/s (which leaves it out) once it is noticeable
 
 
 def stats_line(reply: Reply) -> str:
@@ -30,6 +31,8 @@ def stats_line(reply: Reply) -> str:
     if reply.request.settings.mode is Mode.SPEC:
         line += (f" · α {s.alpha:.2f} · {s.tokens_per_round:.2f} tok/round · est. {reply.estimated_speedup:.2f}× vs AR"
                  + (UNFAIR if reply.machine_busy else ""))
+    if s.prefill_s >= SHOWN_PREFILL_S:
+        line += f" · prompt read in {s.prefill_s:.1f} s"
     return line + (" · stopped" if reply.stopped else "")
 
 
@@ -46,10 +49,13 @@ def comparison_line(comparison: Comparison, reply: Reply) -> str:
     ar_tokens = len(comparison.ar_tokens)
     if comparison.stopped:  # a few AR tokens against a whole reply would claim a speedup nobody measured
         return f"plain AR stopped after {ar_tokens} tokens: no measured speedup"
-    line = (f"plain AR: {ar_tokens} tokens in {comparison.ar_wall_s:.2f} s ({comparison.ar_tokens_per_s:.1f} tok/s) vs "
-            f"speculative {reply.stats.n_tokens} in {comparison.spec_wall_s:.2f} s "
+    line = (f"plain AR: {ar_tokens} tokens in {comparison.ar_decode_s:.2f} s ({comparison.ar_tokens_per_s:.1f} tok/s) "
+            f"vs speculative {reply.stats.n_tokens} in {comparison.spec_decode_s:.2f} s "
             f"({comparison.spec_tokens_per_s:.1f} tok/s) → measured {comparison.speedup:.2f}×"
             + (UNFAIR if comparison.machine_busy else ""))
+    if max(comparison.ar_prefill_s, comparison.spec_prefill_s) >= SHOWN_PREFILL_S:
+        line += (f" · the prompt read in {comparison.ar_prefill_s:.1f} s by AR, {comparison.spec_prefill_s:.1f} s by "
+                 "both models")
     if comparison.identical is not None:
         line += " · greedy outputs identical" if comparison.identical else " · greedy outputs differ"
     return line

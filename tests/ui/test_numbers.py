@@ -153,6 +153,35 @@ def test_compare_with_ar_shows_progress_then_the_ar_text_beside_the_reply(make_s
     assert "plain AR: 10 tokens" in shown and "greedy outputs identical" in shown
     assert "Plain AR produced the same 10 tokens" in shown
     assert window.chat.document().lastBlock().blockFormat().hasProperty(ACTION_ROW)  # the links stay under it all
+    turn = studio.chat.turns[-1]
+    comparison, stats = turn.comparison, turn.reply.stats
+    assert comparison.spec_prefill_s == stats.prefill_s > 0 and comparison.ar_prefill_s > 0
+    assert comparison.spec_tokens_per_s == pytest.approx(10 / stats.decode_s)
+    assert comparison.ar_tokens_per_s == pytest.approx(10 / comparison.ar_decode_s)
+
+
+def test_tokens_per_s_is_the_decodings_and_a_long_read_in_is_named_beside_it():
+    request = ReplyRequest(messages=({"role": "user", "content": "a long prompt"},), settings=DecodeSettings())
+    rounds = [accepted_round(i, ["a", "b"], "c") for i in range(4)]  # 12 tokens in 0.12 s of rounds
+    read_long = Reply(request, (dataclasses.replace(rounds[0], prefill_s=2.0), *rounds[1:]), "abc" * 4, False)
+    read_short = Reply(request, (dataclasses.replace(rounds[0], prefill_s=0.01), *rounds[1:]), "abc" * 4, False)
+    assert read_long.stats.tokens_per_s == pytest.approx(100.0) == read_short.stats.tokens_per_s
+    assert read_long.stats.wall_s == pytest.approx(2.12)
+    assert "100.0 tok/s" in stats_line(read_long) and "prompt read in 2.0 s" in stats_line(read_long)
+    assert "prompt read" not in stats_line(read_short)
+
+
+def test_a_comparison_measures_the_decoding_and_names_each_read_in():
+    steps = tuple(ar_step(i, 5, "w5", 0.9, step_s=0.02) for i in range(12))  # 12 tokens in 0.24 s
+    request = ReplyRequest(messages=({"role": "user", "content": "w3"},), settings=DecodeSettings())
+    reply = Reply(request, (dataclasses.replace(accepted_round(0, ["a", "b"], "c"), prefill_s=1.5),
+                            *(accepted_round(i, ["a", "b"], "c") for i in range(1, 4))), "abc" * 4, False)
+    comparison = Comparison(ar_events=steps, ar_text="w5" * 12, spec_wall_s=1.62, ar_wall_s=1.44,
+                            spec_tokens_per_s=100.0, ar_tokens_per_s=50.0, identical=None, spec_prefill_s=1.5,
+                            ar_prefill_s=1.2)
+    line = comparison_line(comparison, reply)
+    assert "12 tokens in 0.24 s (50.0 tok/s)" in line and "12 in 0.12 s (100.0 tok/s)" in line
+    assert "read in 1.2 s by AR, 1.5 s by both models" in line
 
 
 def test_a_stopped_ar_comparison_claims_no_speedup():
@@ -176,11 +205,24 @@ def test_the_estimate_rests_on_the_cost_model_where_the_rounds_carry_it():
     assert estimated_speedup(events, reference_s=0.5, gamma=4) == pytest.approx(0.045 / 0.03)
 
 
-def test_the_estimate_charges_plain_ar_the_load_the_round_ran_under():
-    quiet = [costed(accepted_round(i, ["a", "b"], "c"), 0.015) for i in range(4)]
-    slowed = [dataclasses.replace(e, load=2.0) if e.index % 2 else e for e in quiet]  # half ran at twice the cost
-    assert estimated_speedup(slowed, reference_s=0.5, gamma=4) == pytest.approx((2 * 0.045 + 2 * 0.09) / 0.12)
-    assert estimated_speedup(slowed, reference_s=0.5, gamma=4) > estimated_speedup(quiet, reference_s=0.5, gamma=4)
+def test_the_estimate_charges_plain_ar_the_load_the_rounds_typically_ran_under():
+    quiet = [costed(accepted_round(i, ["a", "b"], "c"), 0.015) for i in range(5)]
+    slowed = [dataclasses.replace(e, load=2.0) for e in quiet]  # the machine ran every round at half its speed
+    one_stall = [dataclasses.replace(e, load=10.0) if e.index == 2 else e for e in quiet]  # only this round met it
+    assert estimated_speedup(quiet, reference_s=0.5, gamma=4) == pytest.approx(0.045 / 0.03)
+    assert estimated_speedup(slowed, reference_s=0.5, gamma=4) == pytest.approx(2 * 0.045 / 0.03)
+    assert estimated_speedup(one_stall, reference_s=0.5, gamma=4) == pytest.approx(0.045 / 0.03)
+
+
+def test_the_live_running_estimate_is_the_replys_estimate_round_by_round():
+    events = [dataclasses.replace(costed(accepted_round(i, ["a", "b"], "c"), 0.015), load=1.0 + (i % 3))
+              for i in range(7)]
+    buffers = RoundBuffers()
+    for event in events:
+        buffers.append(event, reference_s=0.5, most_per_round=5.0)
+    running = buffers.series("speedup_mean")[1]
+    assert list(running) == pytest.approx([estimated_speedup(events[:n], 0.5, 4) for n in range(1, 8)])
+    assert len(set(np.round(running, 6))) > 1
 
 
 def test_without_a_cost_model_the_estimate_falls_back_to_the_reference_step():
