@@ -6,6 +6,7 @@ It never touches a widget. Each slot runs on the worker thread (queued from the 
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import threading
 import traceback
@@ -168,9 +169,11 @@ class DecodeWorker(QObject):
                           spec_prefill_s=spec.prefill_s, ar_prefill_s=ar.prefill_s)
 
     def _compare_drafters(self, request: ReplyRequest) -> DrafterComparison:
-        """As `specdec bench --drafters` runs them: each drafting on the same decoder with its own fresh planner
-        (one drafting's verdicts do not steer another's rounds), the caches reset before each run so no prefill is
-        free, and a fresh target step timed before each speculative one."""
+        """Each drafting on the same decoder with its own planner that starts from what the conversation's rounds
+        taught the live one (its acceptance by position and calibration): a cost-aware round drafts only once drafts
+        were seen kept, so a planner that knew nothing would draft nothing beside a reply that drafted. One
+        drafting's verdicts do not steer another's rounds, nor the live planner's; the caches are reset before each
+        run, and a fresh target step is timed before each speculative one."""
         decoder = self.decoder
         if decoder.costs is None:
             decoder.warm_up()
@@ -190,7 +193,7 @@ class DecodeWorker(QObject):
                 settings = dataclasses.replace(request.settings, mode=Mode.SPEC if speculative else Mode.AR,
                                                lookup=drafting.lookup)
                 decoder.drafter = model if drafting.draft_model else lookup if speculative else kept[0]
-                decoder.planner = RoundPlanner(decoder.costs)
+                decoder.planner = RoundPlanner(decoder.costs, copy.deepcopy(kept[1].acceptance))
                 decoder.reset()
                 if speculative:
                     decoder.measure_target_step()
