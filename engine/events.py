@@ -38,6 +38,12 @@ class Drafting(str, Enum):
     NONE = "none"
 
     @property
+    def label(self) -> str:
+        """How the window, the bench and the recommendation name it."""
+        return {"model": "draft model", "lookup": "copying only", "both": "draft model + copying",
+                "none": "none (plain AR)"}[self.value]
+
+    @property
     def draft_model(self) -> bool:
         return self in (Drafting.MODEL, Drafting.BOTH)
 

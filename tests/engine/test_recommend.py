@@ -75,6 +75,17 @@ def test_plain_ar_is_recommended_where_no_draft_pays():
     assert advice.explanation.startswith("no draft pays: not even a draft that is always kept")  # 30 ms > a step
 
 
+def test_a_drafting_predicted_only_a_little_faster_than_plain_ar_is_not_recommended():
+    model = costs(draft_ms=0.5)
+    slight = recommend(model, {Drafting.MODEL: fixed_rounds([0.15])})  # (1 + 0.15) · 10.5 / 12 = 1.006×
+    clear = recommend(model, {Drafting.MODEL: fixed_rounds([0.6])})  # 1.4×
+    assert slight.drafting is Drafting.NONE and slight.speedup == 1.0
+    assert slight.speedups[Drafting.MODEL][0] == pytest.approx(1.15 * 10.5 / 12)
+    assert slight.explanation.startswith("no drafting is predicted 5% faster than plain AR")
+    assert "draft model at γ ≤ 1, 1.01×" in slight.explanation
+    assert clear.drafting is Drafting.MODEL and clear.gamma == 1
+
+
 def test_where_even_a_sure_further_draft_would_not_pay_the_line_says_so_instead_of_a_chance_above_1():
     blocks = [10e-3, 10.2e-3, 10.4e-3] + [40e-3 + k * 1e-3 for k in range(6)]  # a fourth row costs 30 ms more
     model = CostModel(blocks, draft_step_s=1e-3, copy_s=1e-5, overhead_s=0.5e-3)
