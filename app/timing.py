@@ -1,12 +1,13 @@
 """When are a reply's timings fair: a robust reference for one target step, and the judgement of a busy machine.
 
-The reference is the median of recent single-token target steps (the fresh measurement before each speculative
-reply, and every step of a plain AR run). A machine that stays busy makes that median slow too, so the busy
-check compares against the machine's quiet speed: the pair's cost model where the rounds carry it
-(`RoundEvent.ar_equivalent_s`: what one AR step costs on this machine when it is quiet), else the fastest step
-seen since the pair was loaded. The speedup estimate (ui/timing.py) charges plain AR the load each round's
-forward ran under; the flag says that the reply's tokens/s, and any comparison run after it, met a machine far
-slower than its quiet speed.
+Rounds that carry the pair's cost model (`RoundEvent.ar_equivalent_s`) say how much slower than quiet their
+target pass ran (`RoundEvent.load`, the cached positions it attended to reckoned in): a reply is flagged when
+many of its rounds ran far slower. Without a cost model (a pair announced without one, chats saved before), the
+reference is the median of recent single-token target steps (the fresh measurement before each speculative
+reply, and every step of a plain AR run); a machine that stays busy makes that median slow too, so the check
+compares against the fastest step seen since the pair was loaded. The speedup estimate (ui/timing.py) charges
+plain AR the same load; the flag says that the reply's tokens/s, and any comparison run after it, met a machine
+far slower than its quiet speed.
 """
 from __future__ import annotations
 
@@ -53,20 +54,19 @@ class StepReference:
 
 
 def stalled(event: RoundEvent, reference_s: float) -> bool:
-    """A round whose target pass took far longer than scoring its tokens one by one would on a quiet machine."""
+    """A round whose target pass took far longer than on a quiet machine: by the cost model's reckoning where the
+    round carries it, else than scoring its tokens one by one at `reference_s`."""
+    if event.ar_equivalent_s:
+        return event.load > BUSY_FACTOR
     return reference_s > 0 and event.verify_s > BUSY_FACTOR * (len(event.drafted) + 1) * reference_s
 
 
-def quiet_step(events: Sequence[RoundEvent], reference: StepReference) -> float:
-    """One AR step on a quiet machine: the cost model's, where these rounds carry it, else the fastest seen."""
-    modelled = [e.ar_equivalent_s / len(e.emitted) for e in events if e.ar_equivalent_s and e.emitted]
-    return median(modelled) if modelled else reference.fastest
-
-
 def machine_was_busy(events: Sequence[RoundEvent], reference: StepReference) -> bool:
-    """Whether these timings are unfair: the recent median, this reply's fresh step measurement or many of its
-    rounds ran far slower than a quiet step (see `quiet_step`)."""
-    floor = quiet_step(events, reference)
+    """Whether these timings are unfair: many of the rounds ran far slower than on a quiet machine, or, without a
+    cost model, the recent median or this reply's fresh step measurement did."""
+    if events and all(e.ar_equivalent_s for e in events):
+        return sum(stalled(e, 0.0) for e in events) > BUSY_SHARE * len(events)
+    floor = reference.fastest
     if not events or floor <= 0:
         return False
     if reference.samples and reference.seconds > BUSY_FACTOR * floor:

@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 
 MEASURE_REPEATS = 5  # min of 5 timings per block size at load
 MEASURED_ROWS = 9  # blocks of 1..9 rows are timed (γ ≤ 8); longer ones are extrapolated from the last two
+# Blocks are timed after SCRATCH_POSITIONS cached positions, and again after LONG_POSITIONS more, for what each
+# cached position adds to a block (attention reads every one of them for every row).
+SCRATCH_POSITIONS = 16
+LONG_POSITIONS = 1024
 # Acceptance at each draft position (kept / reached), discounted by DECAY per verdict, starting at PRIOR with
 # the weight of PRIOR_WEIGHT verdicts; the drafts' own keep estimates are scaled by kept / estimated per kind.
 PRIOR = 0.6
@@ -42,6 +46,12 @@ class CostModel:
     # draft between two target forwards leaves less of the target's weights in the caches, so such a block costs
     # more than the same block timed back to back, as a plain step or a round of copies runs it.
     drafted_block_s: list[float] = field(default_factory=list)
+    # What each cached position beyond SCRATCH_POSITIONS adds to the target's block: for its first row, and for each
+    # further row (rows of one block share the reading of the cache, so a further row adds less). At a few thousand
+    # positions this is most of a step. Rounds are planned without it (it is the same target in every choice);
+    # what plain AR would take, a round's plan and the machine's load are reckoned with it.
+    position_s: float = 0.0
+    position_row_s: float = 0.0
 
     def block_s(self, rows: int) -> float:
         """The target's forward over `rows` rows; past the measured ones, the last step's growth goes on.
@@ -56,8 +66,12 @@ class CostModel:
 
     @property
     def ar_token_s(self) -> float:
-        """One plain AR token: a single-row forward and a round's bookkeeping."""
+        """One plain AR token: a single-row forward and a round's bookkeeping (after SCRATCH_POSITIONS)."""
         return self.block_s(1) + self.overhead_s
+
+    def context_s(self, rows: int, positions: int) -> float:
+        """What `positions` cached positions add to a block of `rows` rows beyond the scratch cache's."""
+        return max(0, positions - SCRATCH_POSITIONS) * (self.position_s + (rows - 1) * self.position_row_s)
 
     def steps_s(self, drafts: Sequence[str]) -> float:
         """The draft-model steps and copies that make `drafts` (each "model" or "copy")."""
@@ -105,6 +119,7 @@ class CostModel:
         return {"target_block_ms": [round(s * 1e3, 3) for s in self.target_block_s],
                 "draft_step_ms": round(self.draft_step_s * 1e3, 3), "copy_ms": round(self.copy_s * 1e3, 3),
                 "overhead_ms": round(self.overhead_s * 1e3, 3), "per_draft_ms": round(self.per_draft_s * 1e3, 3),
+                "position_us": round(self.position_s * 1e6, 4), "position_row_us": round(self.position_row_s * 1e6, 4),
                 "drafted_block_ms": [round(s * 1e3, 3) for s in self.drafted_block_s]}
 
 

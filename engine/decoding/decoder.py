@@ -9,13 +9,14 @@ Invariant between rounds: the target's cache holds every token of the sequence b
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 
 from engine.decoding.caches import PREFILL_CHUNK, CachedModel
 from engine.decoding.context import fit, require_text, window_of
-from engine.decoding.costs import MEASURE_REPEATS, MEASURED_ROWS, CostModel, RoundPlanner, fastest
+from engine.decoding.costs import (LONG_POSITIONS, MEASURE_REPEATS, MEASURED_ROWS, SCRATCH_POSITIONS, CostModel,
+                                   RoundPlanner, fastest)
 from engine.decoding.drafters import Drafter, DraftModelDrafter, lookup_continuation
 from engine.decoding.text import TextStream
 from engine.events import (ContextNotice, DecodeSettings, DraftedToken, EmittedToken, Fate, PairInfo,
@@ -95,7 +96,7 @@ class Decoder:
         """Time the target's blocks of 1..`rows` rows (best of 3 each) on a scratch cache: the single-token step is
         the reference for AR-speedup estimates, and the cost model keeps the fastest of every timing. Cheap
         enough to repeat before each reply, so one busy moment at load does not skew the rounds for good."""
-        times = self._time_blocks(rows, 3)
+        times = self._time_blocks(range(1, rows + 1), 3)
         self.target_step_s = times[0]
         if self.costs:
             for k, seconds in enumerate(times, 1):
@@ -103,11 +104,18 @@ class Decoder:
         return self.target_step_s
 
     def measure_costs(self) -> CostModel:
-        """The pair's cost model (engine.decoding.costs): the target's blocks of 1..MEASURED_ROWS rows, a draft
-        step and a copied token, each the fastest of a few timings on scratch caches."""
+        """The pair's cost model (engine.decoding.costs): the target's blocks of 1..MEASURED_ROWS rows, what a
+        cached position adds to them, a draft step and a copied token, each the fastest of a few timings on scratch
+        caches."""
         ids = self._scratch_ids()
         sync = lambda: synchronize(self.target.device)  # noqa: E731
-        blocks = self._time_blocks(MEASURED_ROWS, MEASURE_REPEATS)
+        blocks = self._time_blocks(range(1, MEASURED_ROWS + 1), MEASURE_REPEATS)
+        added = min(LONG_POSITIONS, (self.window or 1 << 30) - SCRATCH_POSITIONS - MEASURED_ROWS)
+        first_row = further_rows = 0.0
+        if added > 0:
+            one, most = self._time_blocks((1, MEASURED_ROWS), MEASURE_REPEATS, SCRATCH_POSITIONS + added)
+            first_row = max(0.0, one - blocks[0]) / added
+            further_rows = max(0.0, (most - blocks[-1]) / added - first_row) / (MEASURED_ROWS - 1)
         draft_s = copy_s = 0.0
         if isinstance(self.drafter, DraftModelDrafter):
             self.drafter.prefill(ids[:16])
@@ -117,21 +125,23 @@ class Decoder:
         if self.drafter:
             history = ids * 8  # a few hundred tokens of conversation to search
             copy_s = fastest(lambda: lookup_continuation(history))
-        return self.set_costs(CostModel(blocks, draft_s, copy_s))
+        return self.set_costs(CostModel(blocks, draft_s, copy_s, position_s=first_row, position_row_s=further_rows))
 
-    def _time_blocks(self, rows: int, repeats: int) -> list[float]:
-        """The fastest of `repeats` timings of the target's forward over blocks of 1..`rows` rows, after 16 cached
-        positions on a scratch cache; round-robin over the block sizes, so that a busy moment slows one timing of
-        each rather than all of one."""
-        ids = self._scratch_ids()
+    def _time_blocks(self, sizes: Sequence[int], repeats: int, positions: int = SCRATCH_POSITIONS) -> list[float]:
+        """The fastest of `repeats` timings of the target's forward over a block of each of these numbers of rows,
+        after `positions` cached positions on a scratch cache; round-robin over the sizes, so that a busy moment
+        slows one timing of each rather than all of one."""
+        ids = self._scratch_ids(positions + max(sizes))
         sync = lambda: synchronize(self.target.device)  # noqa: E731
         runner = CachedModel(self.target.model, self.vocab_size)
-        runner.forward(ids[:16])
-        times = [float("inf")] * rows
+        for _ in runner.prefill_chunks(ids[:positions + 1]):
+            pass
+        times = [float("inf")] * len(sizes)
         for _ in range(repeats):
-            for k in range(1, rows + 1):
-                seconds = fastest(lambda: (runner.forward(ids[16:16 + k], keep=k), runner.rollback(16)), 1, sync)
-                times[k - 1] = min(times[k - 1], seconds)
+            for i, k in enumerate(sizes):
+                seconds = fastest(lambda: (runner.forward(ids[positions:positions + k], keep=k),
+                                           runner.rollback(positions)), 1, sync)
+                times[i] = min(times[i], seconds)
         return times
 
     def set_costs(self, costs: CostModel) -> CostModel:
@@ -145,8 +155,8 @@ class Decoder:
         several timings, so the slow first ones never count."""
         self.measure_costs()
 
-    def _scratch_ids(self) -> list[int]:
-        return [i % self.vocab_size for i in range(1000, 1032)]  # any 32 ids: only the timing matters
+    def _scratch_ids(self, n: int = 32) -> list[int]:
+        return [i % self.vocab_size for i in range(1000, 1000 + n)]  # any ids: only the timing matters
 
     def generate(self, messages: list[dict], settings: DecodeSettings) -> Iterator[RoundEvent]:
         """Yield one RoundEvent per round until EOS or the token budget; stop early by closing the generator."""
@@ -228,8 +238,12 @@ class Decoder:
                                             fitted.max_new_tokens - n_generated, text)
             n_generated += len(emitted)
             round_s = time.perf_counter() - round_start
-            planned_s = self.costs.round_s(kinds)
-            load = max(1.0, forward_s / self.costs.verify_s(gamma + 1, "model" in kinds))
+            cached = len(sequence) - len(new_tokens) - 1  # what the round's block attended to besides itself
+            block_context_s = self.costs.context_s(gamma + 1, cached)
+            planned_s = self.costs.round_s(kinds) + block_context_s
+            load = max(1.0, forward_s / (self.costs.verify_s(gamma + 1, "model" in kinds) + block_context_s))
+            # each token plain AR would emit attends to one more position than the one before it
+            ar_equivalent_s = sum(self.costs.ar_token_s + self.costs.context_s(1, cached + i) for i in range(len(emitted)))
             self.costs.observe_round(kinds, forward_s, round_s)
             yield RoundEvent(
                 index=index, gamma=gamma, drafted=drafted, emitted=tuple(emitted),
@@ -237,7 +251,7 @@ class Decoder:
                 draft_s=drafted_at - round_start, verify_s=verified_at - drafted_at,
                 round_s=round_s, prefill_s=prefill_s if index == 0 else 0.0,
                 target_step_s=self.target_step_s, finish_reason=finish, text_notice=text.left_out if finish else None,
-                ar_equivalent_s=len(emitted) * self.costs.ar_token_s, load=load, planned_s=planned_s,
+                ar_equivalent_s=ar_equivalent_s, load=load, planned_s=planned_s,
                 draft_kinds=tuple(kinds),
             )
             if finish:

@@ -48,7 +48,8 @@ def cost_model_from_dict(costs: dict) -> CostModel:
     """A CostModel from its as_dict() form (milliseconds), as PairInfo.costs carries it to the window."""
     return CostModel([ms / 1e3 for ms in costs["target_block_ms"]], draft_step_s=costs["draft_step_ms"] / 1e3,
                      copy_s=costs["copy_ms"] / 1e3, overhead_s=costs["overhead_ms"] / 1e3,
-                     per_draft_s=costs.get("per_draft_ms", 0.0) / 1e3)
+                     per_draft_s=costs.get("per_draft_ms", 0.0) / 1e3, position_s=costs.get("position_us", 0.0) / 1e6,
+                     position_row_s=costs.get("position_row_us", 0.0) / 1e6)
 
 
 def draft_cost_s(costs: CostModel, profile: PositionAcceptance, position: int, drafting: Drafting) -> float:

@@ -113,3 +113,11 @@ def test_a_block_after_a_draft_is_planned_at_what_rounds_that_drafted_measured()
     assert model.verify_s(3, model_ran=True) == pytest.approx(0.012)  # not seen yet: the back-to-back timing
     assert model.round_s([]) == pytest.approx(0.0105)
     assert model.round_s(["copy"]) == pytest.approx(0.00001 + 0.011 + 0.0005)
+
+
+def test_each_cached_position_beyond_the_scratch_caches_adds_to_a_block():
+    costs = CostModel([1e-3] * 9, position_s=2e-6, position_row_s=5e-7)
+    assert costs.context_s(1, 16) == 0.0 == costs.context_s(4, 3)
+    assert costs.context_s(1, 1016) == pytest.approx(1000 * 2e-6)
+    assert costs.context_s(4, 1016) == pytest.approx(1000 * (2e-6 + 3 * 5e-7))
+

@@ -6,7 +6,7 @@ from engine.decoding.caches import CachedModel
 from engine.decoding.costs import CostModel
 from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import DraftModelDrafter, lookup_continuation
-from engine.events import DecodeSettings, Fate
+from engine.events import DecodeSettings, Fate, Mode
 from engine.models.pairing import PairingError, check_vocabularies
 from tests.tiny import PROMPT, cheap_draft_costs, tiny_decoder, tiny_model, tiny_tokenizer
 
@@ -62,6 +62,23 @@ def test_a_round_reports_how_much_slower_than_its_quiet_cost_its_forward_ran():
     quiet = list(decoder.generate(PROMPT, settings))
     assert all(e.load > 1e3 for e in slow)
     assert all(e.load == 1.0 for e in quiet)
+
+
+def test_what_plain_ar_would_take_grows_with_the_positions_it_would_attend_to(monkeypatch):
+    monkeypatch.setattr(CostModel, "observe_round", lambda *_: None)  # the costs as given: no learning from timings
+    settings = DecodeSettings(gamma=4, max_new_tokens=12, lookup=False, mode=Mode.AR)
+    long_prompt = [{"role": "user", "content": " ".join(PROMPT[0]["content"] for _ in range(20))}]
+    per_token = {}
+    for position_s in (0.0, 1e-5):
+        decoder = tiny_decoder(draft_seed=0)
+        decoder.set_costs(CostModel([1e-3] * 9, position_s=position_s))
+        per_token[position_s] = [e.ar_equivalent_s for e in decoder.generate(long_prompt, settings)]
+    cached = len(tiny_decoder(draft_seed=0).chat_ids(long_prompt)) - 1
+    assert cached > 16
+    assert len(set(per_token[0.0])) == 1  # without position costs every AR step costs the same
+    steps = len(per_token[0.0])
+    assert steps == len(per_token[1e-5]) > 1
+    assert per_token[1e-5] == pytest.approx([per_token[0.0][0] + (cached + i - 16) * 1e-5 for i in range(steps)])
 
 
 def test_adaptive_rounds_vary_their_length_and_stay_lossless():

@@ -241,12 +241,16 @@ def test_the_chart_ends_on_the_estimate_the_stats_line_shows():
     assert f"est. {reply.estimated_speedup:.2f}× vs AR" in stats_line(reply)
 
 
-def test_a_first_reply_slower_than_the_cost_model_says_is_flagged_busy():
+def test_a_reply_whose_rounds_ran_far_slower_than_the_cost_model_reckons_is_flagged_busy():
     reference = StepReference()
     reference.add(0.2)  # the only timings so far are this reply's own slow ones: alone they look quiet
-    slow = [costed(dataclasses.replace(accepted_round(i, ["a"], "b"), target_step_s=0.2, verify_s=0.25), 0.03)
-            for i in range(5)]
-    assert machine_was_busy(slow, reference)
+    rounds = [costed(dataclasses.replace(accepted_round(i, ["a"], "b"), target_step_s=0.2, verify_s=0.25), 0.03)
+              for i in range(5)]
+    loaded = lambda *loads: [dataclasses.replace(e, load=x) for e, x in zip(rounds, loads)]  # noqa: E731
+    assert machine_was_busy(loaded(2.5, 2.5, 2.5, 2.5, 2.5), reference)
+    assert machine_was_busy(loaded(3.0, 3.0, 1.0, 1.0, 1.0), reference)  # two in five: more than one in five
+    assert not machine_was_busy(loaded(3.0, 1.0, 1.0, 1.0, 1.0), reference)
+    assert not machine_was_busy(loaded(1.5, 1.5, 1.5, 1.5, 1.5), reference)  # slower, not far slower
 
 
 def test_a_reply_at_the_cost_models_speed_is_not_flagged():
