@@ -1,7 +1,13 @@
-"""What the controls show as the decoding mode changes: γ rests with the other speculative controls in plain AR."""
+"""What the controls and the legend show as the decoding mode changes: γ rests with the other speculative controls in
+plain AR, and the legend's blue chip names the correction of every mode its replies used."""
 from __future__ import annotations
 
+from PySide6.QtGui import QTextDocumentFragment
+
+from engine.events import DecodeSettings, Fate
+from tests.ui.helpers import shown_window
 from ui.controls import DecodingControls
+from ui.session import ReplyRequest, TurnStarted
 
 
 def gamma_row(controls: DecodingControls) -> list[bool]:
@@ -18,3 +24,27 @@ def test_in_plain_ar_gammas_value_and_recommendation_rest_with_its_slider(qtbot)
     assert not controls.draft_length.isEnabled() and not controls.lookup.isEnabled()  # as they rest
     controls.mode.setCurrentIndex(controls.mode.findData("spec"))
     assert gamma_row(controls) == [True, True, True]
+
+
+def start_reply(window, settings: DecodeSettings) -> None:
+    window.on_turn_started(TurnStarted(0, ReplyRequest(({"role": "user", "content": "hi"},), settings), live=True))
+
+
+def test_switching_to_sampling_keeps_naming_the_greedy_replies_corrections(qtbot):
+    window = shown_window(qtbot, 1000, 700)
+    window.controls.greedy.setChecked(True)
+    start_reply(window, DecodeSettings(greedy=True))
+    chip = window.legend.chips[Fate.RESAMPLED]
+    assert chip.text() == "corrected"
+    window.controls.sampling.setChecked(True)
+    assert QTextDocumentFragment.fromHtml(chip.text()).toPlainText() == "corrected\nresampled"
+    assert "greedy" in chip.toolTip() and "norm(max(0, p − q))" in chip.toolTip()
+    legend = window.legend  # whole at the smallest window, in the row's height
+    assert legend.minimumSizeHint().width() <= legend.width() and chip.sizeHint().height() <= legend.height()
+
+
+def test_a_window_of_sampled_replies_names_its_corrections_resampled_alone(qtbot):
+    sampling = DecodeSettings(greedy=False, temperature=0.7)
+    window = shown_window(qtbot, 1000, 700, defaults=sampling)
+    start_reply(window, sampling)
+    assert window.legend.chips[Fate.RESAMPLED].text() == "resampled"
