@@ -239,6 +239,27 @@ def test_no_lookup_and_stop_below_reach_the_decoder(monkeypatch, capsys):
     capsys.readouterr()
 
 
+def summary_line(monkeypatch, capsys, *flags: str) -> str:
+    """The figures `specdec generate` prints after a reply on the tiny pair."""
+    from engine.decoding.decoder import Decoder
+    from tests.tiny import tiny_decoder
+
+    monkeypatch.setattr(Decoder, "load", classmethod(lambda cls, *a, **k: tiny_decoder()))
+    assert main(["generate", "w3 w7", "--target", "tiny-0", "--draft", "tiny-1", "--max-new-tokens", "4",
+                 *flags]) == 0
+    return capsys.readouterr().err.strip().splitlines()[0]
+
+
+def test_a_plain_ar_run_prints_no_alpha(monkeypatch, capsys):
+    line = summary_line(monkeypatch, capsys, "--mode", "ar")
+    assert "α" not in line and line.endswith("tok/s; no drafts, 1.00 tokens/round over 4 rounds]")
+
+
+def test_a_speculative_run_prints_its_alpha(monkeypatch, capsys):
+    line = summary_line(monkeypatch, capsys, "--stop-below", "0")  # γ drafts every round
+    assert re.search(r"tok/s; α [01]\.\d\d, ", line), line
+
+
 def test_draft_weights_choose_int8_or_the_load_dtype(monkeypatch, capsys):
     from engine.models import fast_llama
     from engine.decoding.decoder import Decoder
