@@ -540,6 +540,26 @@ def test_ctrl_c_while_starting_up_quits_without_a_traceback():
     assert "Traceback" not in output and "specdec: interrupted" in output
 
 
+def test_loading_a_model_prints_no_progress_bar(tmp_path, capsys):
+    from transformers.utils import logging as transformers_logging
+
+    from tests.engine.test_robustness import gpt2_model
+    from tests.tiny import tiny_tokenizer
+
+    gpt2_model(0, layers=2, window=64).save_pretrained(tmp_path / "gpt2")
+    tiny_tokenizer().save_pretrained(tmp_path / "gpt2")
+    capsys.readouterr()  # saving it draws a bar of its own
+    enabled = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.enable_progress_bar()  # as a fresh process starts
+    try:
+        assert main(["generate", "w3 w4", "--target", str(tmp_path / "gpt2"), "--mode", "ar", "--max-new-tokens",
+                     "2", "--dtype", "float32"]) == 0
+    finally:
+        (transformers_logging.enable_progress_bar if enabled else transformers_logging.disable_progress_bar)()
+    err = capsys.readouterr().err
+    assert "tokens/round" in err and "Loading weights" not in err and "%|" not in err
+
+
 @pytest.mark.parametrize("mode", ["ar", "spec"])
 def test_a_saved_gpt2_decodes_from_its_directory_through_the_fallback(tmp_path, capsys, mode):
     from tests.engine.test_robustness import gpt2_model
