@@ -93,8 +93,16 @@ def swatch_entry(colour: str, name: str) -> str:
 
 def figures(counts: PositionCounts) -> str:
     """Mean acceptance length and measured tokens per round beside the seed's E."""
-    return (f"{counts.mean_accepted:.2f} kept, {counts.tokens_per_round:.2f} tokens/round "
+    return (f"{counts.mean_accepted:.2f} drafts kept a round, {counts.tokens_per_round:.2f} tokens/round "
             f"(seed's E {counts.seed_tokens_per_round:.2f})")
+
+
+FIGURES_TIP = ("drafts kept a round: how many of a round's drafts the target accepted, on average over every round "
+               "(the mean acceptance length; a round that drafted nothing keeps none). α counts only the drafts the "
+               "target verified, so a high α can go with few drafts kept a round where most rounds draft nothing.\n"
+               "tokens/round: those kept drafts plus the target's own token each round (a correction or a bonus).\n"
+               "seed's E: the tokens a round of γ drafts would give if each were kept with chance α, "
+               "(1 − α^(γ+1)) / (1 − α).")
 
 
 class WhyGammaPanel(QWidget):
@@ -152,6 +160,7 @@ class WhyGammaPanel(QWidget):
         self.headers = {self.acceptance_plot: ChartHeader("acceptance by draft position"),
                         self.costs_plot: ChartHeader("cost model (this machine)"),
                         self.speedup_plot: ChartHeader("predicted speedup by γ")}
+        self.headers[self.acceptance_plot].setToolTip(FIGURES_TIP)
         for plot in self.headers:
             plot.setMinimumHeight(MIN_WHY_HEIGHT)
             # not a view's own size hint (480 px): the pane's height is shared, and below this minimum the tab scrolls

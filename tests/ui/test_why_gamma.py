@@ -66,7 +66,15 @@ def test_acceptance_header_gives_mean_length_and_the_seeds_expectation(qtbot):
     assert (counts.mean_accepted, counts.tokens_per_round) == (5 / 4, 9 / 4)
     assert counts.seed_tokens_per_round == pytest.approx(seed)
     header = QTextDocumentFragment.fromHtml(window.why_charts.headers[window.why_charts.acceptance_plot].text())
-    assert f"1.25 kept, 2.25 tokens/round (seed's E {seed:.2f})" in header.toPlainText()
+    assert f"1.25 drafts kept a round, 2.25 tokens/round (seed's E {seed:.2f})" in header.toPlainText()
+
+
+def test_the_acceptance_headers_tooltip_says_what_drafts_kept_a_round_are_beside_alpha(qtbot):
+    window = window_at(qtbot)
+    draw_reply(window, 0, first_reply())
+    tip = window.why_charts.headers[window.why_charts.acceptance_plot].toolTip()
+    assert tip.startswith("drafts kept a round: how many of a round's drafts the target accepted")
+    assert "α counts only the drafts the target verified" in tip
 
 
 def test_plain_ar_replies_stay_out_of_the_acceptance_count(qtbot):
