@@ -77,6 +77,26 @@ def test_the_acceptance_headers_tooltip_says_what_drafts_kept_a_round_are_beside
     assert "α counts only the drafts the target verified" in tip
 
 
+def shown_ticks(plot) -> list[float]:
+    """The x tick values the plot draws at its range and width."""
+    axis = plot.getAxis("bottom")
+    low, high = plot.viewRange()[0]
+    return [value for _, values in axis.tickValues(low, high, axis.width()) for value in values]
+
+
+@pytest.mark.parametrize("width", [1000, 1600])
+def test_the_why_charts_tick_their_count_axes_at_whole_numbers_only(qtbot, width):
+    window = window_at(qtbot, width, 1000)
+    window.chart_tabs.setCurrentWidget(window.why_charts)
+    draw_reply(window, 0, second_reply())  # drafts 2 long: the acceptance axis spans 0.5 to 2.5
+    window.on_why_changed(why_gamma(synthetic_session(2.0)))
+    charts = window.why_charts
+    for plot in (charts.acceptance_plot, charts.costs_plot, charts.speedup_plot):
+        ticks = shown_ticks(plot)
+        assert ticks and all(value == int(value) for value in ticks), ticks
+    assert shown_ticks(charts.acceptance_plot) == [1.0, 2.0]
+
+
 def test_plain_ar_replies_stay_out_of_the_acceptance_count(qtbot):
     window = window_at(qtbot)
     draw_reply(window, 0, first_reply())
