@@ -2,7 +2,7 @@
 plain AR, and the legend's blue chip names the correction of every mode its replies used."""
 from __future__ import annotations
 
-from PySide6.QtGui import QTextDocumentFragment
+from PySide6.QtGui import QColor, QTextDocumentFragment
 
 from engine.events import DecodeSettings, Fate
 from tests.ui.helpers import shown_window
@@ -15,6 +15,12 @@ def gamma_row(controls: DecodingControls) -> list[bool]:
     return [w.isEnabled() for w in (controls.gamma, controls.gamma_label, controls.recommended)]
 
 
+def darkest(widget) -> int:
+    """The lightness (0-255) of the darkest pixel the widget draws: its text's."""
+    image = widget.grab().toImage()
+    return min(QColor(image.pixel(x, y)).lightness() for x in range(image.width()) for y in range(image.height()))
+
+
 def test_in_plain_ar_gammas_value_and_recommendation_rest_with_its_slider(qtbot):
     controls = DecodingControls()
     qtbot.addWidget(controls)
@@ -24,6 +30,17 @@ def test_in_plain_ar_gammas_value_and_recommendation_rest_with_its_slider(qtbot)
     assert not controls.draft_length.isEnabled() and not controls.lookup.isEnabled()  # as they rest
     controls.mode.setCurrentIndex(controls.mode.findData("spec"))
     assert gamma_row(controls) == [True, True, True]
+
+
+def test_in_plain_ar_gammas_value_and_recommendation_are_drawn_grey_as_the_resting_controls(qtbot):
+    controls = DecodingControls()
+    qtbot.addWidget(controls)
+    controls.show_recommendation("recommended γ ≤ 3 (predicted 1.40×, draft model)")
+    labels = (controls.gamma_label, controls.recommended)
+    assert all(darkest(label) < 100 for label in labels)
+    controls.mode.setCurrentIndex(controls.mode.findData("ar"))
+    resting = darkest(controls.draft_length)
+    assert all(darkest(label) >= resting - 10 for label in labels), (resting, [darkest(label) for label in labels])
 
 
 def start_reply(window, settings: DecodeSettings) -> None:
