@@ -82,7 +82,7 @@ class ChatSummary:
     title: str
     created_at: datetime
     updated_at: datetime
-    n_replies: int
+    n_replies: int  # as the chat shows them: a continued reply is one
 
 
 @dataclass
@@ -358,10 +358,12 @@ class ChatStore:
             raise ChatStoreError(f"could not read {self.path}: {exc}") from exc
 
     def list_chats(self) -> list[ChatSummary]:
-        """Chats with at least one turn, most recently used first."""
+        """Chats with at least one turn, most recently used first. A continuation (a turn whose request ends with
+        the reply it extends) is part of that reply, as the chat shows it, so it adds no reply to the count."""
         with self._reading():
             rows = self.db.execute(
-                "SELECT c.id, c.title, c.created_at, c.updated_at, COUNT(t.id) FROM chats c "
+                "SELECT c.id, c.title, c.created_at, c.updated_at, "
+                "SUM(json_extract(t.request, '$.messages[#-1].role') IS NOT 'assistant') FROM chats c "
                 "JOIN turns t ON t.chat_id = c.id GROUP BY c.id ORDER BY c.updated_at DESC, c.id DESC").fetchall()
         return [ChatSummary(i, title, datetime.fromisoformat(created), datetime.fromisoformat(updated), n)
                 for i, title, created, updated, n in rows]

@@ -342,6 +342,14 @@ def read_prompt(args) -> str:
     return text
 
 
+def quiet_loading() -> None:
+    """No transformers progress bars ("Loading weights: 100%|...") on stderr beside the reply, as in the studio;
+    its warnings and errors still print."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+
+
 class PrefillBar:
     """A progress bar on stderr while a long prompt is read (a terminal only, and only for several chunks)."""
 
@@ -385,6 +393,7 @@ def cmd_generate(args) -> int:
     from app.labels import with_byte_labels
     from engine.decoding.decoder import Decoder  # torch and transformers: only once the input is known to be good
 
+    quiet_loading()
     decoder = Decoder.load(target, draft if args.mode == Mode.SPEC else None, args.device, args.dtype,
                            draft_int8=args.draft_weights == "int8", target_weights=args.target_weights)
     events, notice, bar = [], None, PrefillBar()
@@ -431,10 +440,11 @@ def cmd_generate(args) -> int:
         }, allow_nan=False))
     else:
         print()
+        # α is accepted / verified drafts: a reply that verified none (plain AR, or no round drafted) has no α
+        alpha = f"α {stats.alpha:.2f}" if stats.n_verified else "no drafts"
         print(f"\n[{stats.n_tokens} tokens in {stats.decode_s:.2f}s = {stats.tokens_per_s:.1f} tok/s "
               f"(the prompt read in {stats.prefill_s:.2f}s before); "
-              f"α {stats.alpha:.2f}, {stats.tokens_per_round:.2f} tokens/round over {stats.n_rounds} rounds]",
-              file=sys.stderr)
+              f"{alpha}, {stats.tokens_per_round:.2f} tokens/round over {stats.n_rounds} rounds]", file=sys.stderr)
         if settings.mode is Mode.SPEC and settings.greedy:
             exact = decoder.info().greedy_exact
             print("[greedy: exactly the tokens of greedy AR decoding]" if exact else
@@ -579,6 +589,7 @@ def cmd_bench(args) -> int:
     load_prompts(args.prompts)
     if args.out is not None:
         check_writable_dir(args.out, "--out")
+    quiet_loading()
     return run_cli(args, *resolve_pair(args))
 
 

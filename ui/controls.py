@@ -206,7 +206,8 @@ class DecodingControls(QGroupBox):
         # What the pair's cost model recommends under this session's acceptance (ui.why), after each reply
         self.recommended = QLabel("recommended γ: after a speculative reply")
         self.recommended.setWordWrap(True)
-        self.recommended.setStyleSheet("color: #555; font-size: 8pt;")
+        self.recommended.setStyleSheet("QLabel { color: #555; font-size: 8pt; } "
+                                       "QLabel:disabled { color: palette(mid); }")  # greyed with γ in plain AR
         # it wraps to the pane's width, never widens it
         self.recommended.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.draft_length = QComboBox()
@@ -302,10 +303,12 @@ class DecodingControls(QGroupBox):
         self._on_mode_chosen()
 
     def _on_mode_chosen(self) -> None:
-        """γ, the draft length, copying and the AR comparison belong to speculative decoding; the stop threshold
-        to the confidence stop."""
+        """γ (its value and recommendation with it: a disabled slider alone looks much as an enabled one), the
+        draft length, copying and the AR comparison belong to speculative decoding; the stop threshold to the
+        confidence stop."""
         speculative = self.mode.currentData() == Mode.SPEC and not self.remote
-        for control in (self.gamma, self.lookup, self.draft_length, self.compare_ar):
+        for control in (self.gamma, self.gamma_label, self.recommended, self.lookup, self.draft_length,
+                        self.compare_ar):
             control.setEnabled(speculative)
         self.stop_below.setEnabled(speculative and not self.draft_length.currentData())
 

@@ -1,7 +1,8 @@
 """Export a session: JSON (settings, models, environment, every round, acceptance by draft position and the
 recommended γ), CSV (one row per round), a second CSV of acceptance by draft position (a row per reply and one for
 the session), a Markdown transcript (the chat as it reads, with each reply's figures) and a PNG of every reply's
-charts and the "why this γ" tab.
+charts and the "why this γ" tab. Every file numbers the replies 1, 2, ... as the chat shows them: a continued reply
+is one reply, its continuations its parts 2, 3, ...
 
 All or nothing: every file is written beside its destination under a temporary name and renamed into place
 only once all of them are written, so a failure leaves no partial export (and no half-written file).
@@ -15,6 +16,7 @@ import os
 import platform
 import re
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
 from importlib import metadata
@@ -22,13 +24,13 @@ from pathlib import Path
 
 from engine.events import Mode, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance, round_alpha
-from ui.session import RemoteSource, Reply, Session
+from ui.session import Comparison, RemoteSource, Reply, Session
 from ui.timing import estimated_speedup
 from ui.tokens import SPECIAL_TOKEN
 from ui.why import why_gamma
 from ui.wording import comparison_line, remote_header, remote_line, reply_header, stats_line
 
-CSV_COLUMNS = ("reply", "round", "mode", "gamma", "n_verified", "n_accepted", "n_emitted", "round_alpha",
+CSV_COLUMNS = ("reply", "part", "round", "mode", "gamma", "n_verified", "n_accepted", "n_emitted", "round_alpha",
                "draft_s", "verify_s", "round_s", "prefill_s", "target_step_s", "load", "estimated_speedup",
                "finish_reason", "fates", "text")
 
@@ -58,11 +60,35 @@ def plain(value):
     return value
 
 
+@dataclass(frozen=True)
+class NumberedReply:
+    """A reply as the chat shows it, a continued one whole, under the number every export gives it."""
+
+    number: int  # 1, 2, ... in the chat's order: the PNG's "reply N" and every file's `reply`
+    whole: Reply  # its parts joined (Reply.extended_by), as the window shows it
+    parts: tuple[Reply, ...]  # the reply first sent, then each continuation of it (part 1, 2, ...)
+    comparison: Comparison | None  # its last part's
+
+
+def numbered_replies(session: Session) -> list[NumberedReply]:
+    """The session's replies as `Session.shown_replies` joins them, each with its number and its parts."""
+    groups: list[list[int]] = []  # indices into session.replies, one list per reply shown
+    for index, reply in enumerate(session.replies):
+        if groups and reply.request.messages[-1]["role"] == "assistant":  # a continuation extends the last one
+            groups[-1].append(index)
+        else:
+            groups.append([index])
+    return [NumberedReply(number, whole, tuple(session.replies[i] for i in group), comparison)
+            for number, (group, (whole, comparison)) in enumerate(zip(groups, session.shown_replies(), strict=True),
+                                                                   start=1)]
+
+
 def session_json(session: Session) -> dict:
     replies = []
-    for i, reply in enumerate(session.replies):
-        comparison = session.comparisons.get(i)
+    for numbered in numbered_replies(session):
+        reply, comparison = numbered.whole, numbered.comparison
         replies.append({
+            "reply": numbered.number,
             "messages": list(reply.request.messages), "settings": plain(reply.request.settings),
             "text": reply.text, "stopped": reply.stopped,
             # the window's estimate (its robust reference step), not the engine's from the reply's one step
@@ -70,7 +96,11 @@ def session_json(session: Session) -> dict:
                       "machine_busy": reply.machine_busy},
             "comparison": None if comparison is None else {**plain(comparison), "speedup": comparison.speedup},
             "position_acceptance": position_acceptance(reply.events).as_dict(),
-            "rounds": plain(reply.events),
+            # a continued reply was decoded in parts, each with its own settings, rounds and end
+            "parts": [{"part": p, "settings": plain(part.request.settings), "stopped": part.stopped,
+                       "n_rounds": len(part.events)} for p, part in enumerate(numbered.parts, start=1)],
+            "rounds": [{"part": p, **plain(event)} for p, part in enumerate(numbered.parts, start=1)
+                       for event in part.events],
             "remote": None if reply.remote is None else remote_json(reply.remote),
         })
     return {"app": "SpecDec Studio", "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -79,13 +109,14 @@ def session_json(session: Session) -> dict:
             "why_gamma": why_gamma(session).as_dict()}
 
 
-def round_row(reply_index: int, reply: Reply, event: RoundEvent) -> dict:
+def round_row(number: int, part_number: int, part: Reply, event: RoundEvent) -> dict:
+    """One round of reply `number`'s part `part_number` (its round index counts within the part)."""
     alpha = round_alpha(event)
-    speedup = estimated_speedup([event], reply.reference, reply.gamma) if event.round_s else ""
+    speedup = estimated_speedup([event], part.reference, part.gamma) if event.round_s else ""
     return {
-        "reply": reply_index, "round": event.index, "mode": reply.request.settings.mode, "gamma": event.gamma,
-        "n_verified": len(event.drafted), "n_accepted": event.n_accepted, "n_emitted": len(event.emitted),
-        "round_alpha": "" if alpha is None else round(alpha, 6),
+        "reply": number, "part": part_number, "round": event.index, "mode": part.request.settings.mode,
+        "gamma": event.gamma, "n_verified": len(event.drafted), "n_accepted": event.n_accepted,
+        "n_emitted": len(event.emitted), "round_alpha": "" if alpha is None else round(alpha, 6),
         "draft_s": event.draft_s, "verify_s": event.verify_s, "round_s": event.round_s,
         "prefill_s": event.prefill_s, "target_step_s": event.target_step_s, "load": event.load,
         "estimated_speedup": speedup,
@@ -98,9 +129,10 @@ def write_csv(session: Session, path: Path) -> None:
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         writer.writeheader()
-        for i, reply in enumerate(session.replies):
-            for event in reply.events:
-                writer.writerow(round_row(i, reply, event))
+        for numbered in numbered_replies(session):
+            for part_number, part in enumerate(numbered.parts, start=1):
+                for event in part.events:
+                    writer.writerow(round_row(numbered.number, part_number, part, event))
 
 
 # NAME-positions.csv: the summary of each scope's rounds, then a block of columns per measure, one column per draft
@@ -127,10 +159,11 @@ def position_row(scope: str, reply, mode: str, acceptance: PositionAcceptance) -
 
 
 def position_rows(session: Session) -> list[dict]:
-    """A row per reply (numbered as in the rounds' CSV) and a last one for the session: every speculative
-    reply's rounds together, as the JSON's why_gamma.session_acceptance and the why tab's grey bars count them."""
-    rows = [position_row("reply", i, reply.request.settings.mode, position_acceptance(reply.events))
-            for i, reply in enumerate(session.replies)]
+    """A row per reply (a continued one whole, numbered as in the rounds' CSV) and a last one for the session: every
+    speculative reply's rounds together, as the JSON's why_gamma.session_acceptance and the why tab's grey bars
+    count them."""
+    rows = [position_row("reply", n.number, n.whole.request.settings.mode, position_acceptance(n.whole.events))
+            for n in numbered_replies(session)]
     rows.append(position_row("session", "", Mode.SPEC, why_gamma(session).session))
     return rows
 
@@ -164,14 +197,16 @@ def markdown(session: Session) -> str:
                    if m["role"] == "system"), "")
     if system:
         lines += ["**System prompt**", "", system, ""]
-    for reply, comparison in session.shown_replies():
+    for numbered in numbered_replies(session):
+        reply, comparison = numbered.whole, numbered.comparison
         lines += ["**You**", "", reply.request.messages[-1]["content"], ""]
         if reply.remote is not None:
             header = remote_header(reply.remote.model, reply.remote.url, reply.request.settings)
             figures = remote_line(reply)
         else:
             header, figures = reply_header(reply.request.settings), stats_line(reply)
-        lines += [f"**{header}**", "", SPECIAL_TOKEN.sub("", reply.text).strip(), "", f"*{figures}*", ""]
+        lines += [f"**Reply {numbered.number} · {header}**", "", SPECIAL_TOKEN.sub("", reply.text).strip(), "",
+                  f"*{figures}*", ""]
         if comparison is not None:
             lines += [f"*{comparison_line(comparison, reply)}*", ""]
     return "\n".join(lines)

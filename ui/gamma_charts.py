@@ -19,7 +19,7 @@ from engine.decoding.costs import MEASURED_ROWS
 from engine.decoding.recommend import MAX_GAMMA
 from engine.events import Drafting, Mode, RoundEvent
 from engine.stats import expected_tokens_per_round
-from ui.charts import REFRESH_MS, ChartHeader, _plot, legend_entry
+from ui.charts import AXIS_END_ROOM, REFRESH_MS, ChartHeader, _plot, legend_entry
 from ui.session import Session
 from ui.why import WhyGamma
 
@@ -93,8 +93,33 @@ def swatch_entry(colour: str, name: str) -> str:
 
 def figures(counts: PositionCounts) -> str:
     """Mean acceptance length and measured tokens per round beside the seed's E."""
-    return (f"{counts.mean_accepted:.2f} kept, {counts.tokens_per_round:.2f} tokens/round "
+    return (f"{counts.mean_accepted:.2f} drafts kept a round, {counts.tokens_per_round:.2f} tokens/round "
             f"(seed's E {counts.seed_tokens_per_round:.2f})")
+
+
+FIGURES_TIP = ("drafts kept a round: how many of a round's drafts the target accepted, on average over every round "
+               "(the mean acceptance length; a round that drafted nothing keeps none). α counts only the drafts the "
+               "target verified, so a high α can go with few drafts kept a round where most rounds draft nothing.\n"
+               "tokens/round: those kept drafts plus the target's own token each round (a correction or a bonus).\n"
+               "seed's E: the tokens a round of γ drafts would give if each were kept with chance α, "
+               "(1 − α^(γ+1)) / (1 − α).")
+
+
+class WholeNumberAxis(pg.AxisItem):
+    """An axis of counts (draft positions, block rows, γ): ticks at whole numbers only, however few it spans."""
+
+    def tickSpacing(self, minVal, maxVal, size):  # noqa: N802, N803 (pyqtgraph's names)
+        levels = [(round(spacing), offset) for spacing, offset in super().tickSpacing(minVal, maxVal, size)
+                  if spacing >= 1 and abs(spacing - round(spacing)) < 1e-9]
+        return levels or [(1, 0)]
+
+
+def count_axis(plot: pg.PlotWidget, label: str) -> None:
+    """Give `plot` a whole-number x axis titled `label`, styled as ui.charts styles its axes."""
+    axis = WholeNumberAxis("bottom")
+    plot.setAxisItems({"bottom": axis})
+    axis.setStyle(hideOverlappingLabels=AXIS_END_ROOM)
+    plot.setLabel("bottom", label, **{"font-size": "8pt"})
 
 
 class WhyGammaPanel(QWidget):
@@ -110,7 +135,7 @@ class WhyGammaPanel(QWidget):
         self.acceptance_plot = _plot("share of rounds whose i-th draft was kept (the first i drafts all accepted), "
                                      "for this reply and for every speculative reply of the session; their sum is "
                                      "the mean acceptance length, and 1 + it the tokens per round", "share")
-        self.acceptance_plot.setLabel("bottom", "draft position i", **{"font-size": "8pt"})
+        count_axis(self.acceptance_plot, "draft position i")
         self.acceptance_plot.setYRange(0, 1.05, padding=0)
         self.bars = {name: pg.BarGraphItem(x=[], height=[], width=BAR_WIDTH, brush=COLOURS[name], pen=pg.mkPen(None),
                                            name=name) for name in ("reply", "session")}
@@ -120,7 +145,7 @@ class WhyGammaPanel(QWidget):
         self.costs_plot = _plot("the pair's measured costs on this machine: the target's forward over a block of "
                                 "k rows (a round of k − 1 drafts), one draft-model step and one copied token "
                                 "(prompt lookup); each the fastest timing seen", "ms")
-        self.costs_plot.setLabel("bottom", "rows in the target's block", **{"font-size": "8pt"})
+        count_axis(self.costs_plot, "rows in the target's block")
         dashed = dict(width=2, style=Qt.PenStyle.DashLine)
         self.cost_curves = {
             "block": self.costs_plot.plot(pen=pg.mkPen("#263238", width=2), symbol="o", symbolSize=5,
@@ -133,7 +158,7 @@ class WhyGammaPanel(QWidget):
                                   "model and the session's acceptance by position with each drafting; the dots "
                                   "are this session's replies (filled: measured by Compare with AR, hollow: "
                                   "estimated); grey: plain AR (1×)", "×")
-        self.speedup_plot.setLabel("bottom", "γ (most drafts per round)", **{"font-size": "8pt"})
+        count_axis(self.speedup_plot, "γ (most drafts per round)")
         self.predicted = {d: self.speedup_plot.plot(pen=pg.mkPen(COLOURS[d], width=2), name=f"{DRAFTING_NAMES[d]}")
                           for d in DRAFTING_NAMES}
         self.measured = {d: self.speedup_plot.plot(pen=None, symbol="o", symbolSize=7, symbolPen=COLOURS[d],
@@ -152,6 +177,7 @@ class WhyGammaPanel(QWidget):
         self.headers = {self.acceptance_plot: ChartHeader("acceptance by draft position"),
                         self.costs_plot: ChartHeader("cost model (this machine)"),
                         self.speedup_plot: ChartHeader("predicted speedup by γ")}
+        self.headers[self.acceptance_plot].setToolTip(FIGURES_TIP)
         for plot in self.headers:
             plot.setMinimumHeight(MIN_WHY_HEIGHT)
             # not a view's own size hint (480 px): the pane's height is shared, and below this minimum the tab scrolls

@@ -10,6 +10,12 @@ from ui.palette import LEGEND_FATES, STYLES
 SHORT_LABELS = {fate: STYLES[fate].label.split(" /")[0].split(" (")[0].removesuffix(" draft").removesuffix(" token")
                 for fate in LEGEND_FATES}  # "accepted", "rejected", "resampled", "bonus", "target alone": fits 1000 px
 UNTINTED = "border:1px solid #bdbdbd;"  # a chip for the tokens drawn without a tint
+# The blue chip's name and tooltip, by whether the replies it describes were greedy
+CORRECTION_NAMES = {True: "corrected", False: "resampled"}
+# Both names on two small lines: at 1000 px the row has no room for "corrected / resampled" on one
+BOTH_CORRECTIONS = "<div style='font-size:7pt; line-height:75%'>corrected<br>resampled</div>"
+CORRECTION_TIPS = {True: STYLES[Fate.CORRECTED].label,
+                   False: "resampled by the target from norm(max(0, p − q)) (sampling)"}
 
 
 class Legend(QWidget):
@@ -19,6 +25,7 @@ class Legend(QWidget):
         row.setContentsMargins(0, 0, 0, 0)
         row.setSpacing(4)
         self.chips: dict[Fate, QLabel] = {}
+        self.greedy_modes: set[bool] = set()  # of the replies the blue chip names (True: greedy)
         for fate in LEGEND_FATES:
             style = STYLES[fate]
             chip = QLabel(SHORT_LABELS[fate])
@@ -54,9 +61,11 @@ class Legend(QWidget):
                                      if remote else self.trace_action.toolTip())
 
     def set_greedy(self, greedy: bool) -> None:
-        """The blue chip names what the target does after a rejection in this mode: its argmax (greedy) or a draw
-        from the residual (sampling)."""
+        """Replies in this mode are on screen, or the next one will be: the blue chip names what the target does
+        after a rejection in every mode it has been told of (its argmax when greedy, a draw from the residual when
+        sampling), so switching to sampling leaves the greedy replies above still named."""
+        self.greedy_modes.add(greedy)
+        named = [mode for mode in (True, False) if mode in self.greedy_modes]
         chip = self.chips[Fate.RESAMPLED]
-        fate = Fate.CORRECTED if greedy else Fate.RESAMPLED
-        chip.setText("corrected" if greedy else "resampled")
-        chip.setToolTip(STYLES[fate].label if greedy else "resampled by the target from norm(max(0, p − q))")
+        chip.setText(CORRECTION_NAMES[named[0]] if len(named) == 1 else BOTH_CORRECTIONS)
+        chip.setToolTip("\n".join(CORRECTION_TIPS[mode] for mode in named))

@@ -239,6 +239,27 @@ def test_no_lookup_and_stop_below_reach_the_decoder(monkeypatch, capsys):
     capsys.readouterr()
 
 
+def summary_line(monkeypatch, capsys, *flags: str) -> str:
+    """The figures `specdec generate` prints after a reply on the tiny pair."""
+    from engine.decoding.decoder import Decoder
+    from tests.tiny import tiny_decoder
+
+    monkeypatch.setattr(Decoder, "load", classmethod(lambda cls, *a, **k: tiny_decoder()))
+    assert main(["generate", "w3 w7", "--target", "tiny-0", "--draft", "tiny-1", "--max-new-tokens", "4",
+                 *flags]) == 0
+    return capsys.readouterr().err.strip().splitlines()[0]
+
+
+def test_a_plain_ar_run_prints_no_alpha(monkeypatch, capsys):
+    line = summary_line(monkeypatch, capsys, "--mode", "ar")
+    assert "α" not in line and line.endswith("before); no drafts, 1.00 tokens/round over 4 rounds]")
+
+
+def test_a_speculative_run_prints_its_alpha(monkeypatch, capsys):
+    line = summary_line(monkeypatch, capsys, "--stop-below", "0")  # γ drafts every round
+    assert re.search(r"before\); α [01]\.\d\d, ", line), line
+
+
 def test_draft_weights_choose_int8_or_the_load_dtype(monkeypatch, capsys):
     from engine.models import fast_llama
     from engine.decoding.decoder import Decoder
@@ -517,6 +538,26 @@ def test_ctrl_c_while_starting_up_quits_without_a_traceback():
     output, code = run_in_terminal(["generate", "hi", "--mode", "ar"], interrupt_when=torch_is_loading)
     assert code == 130, output
     assert "Traceback" not in output and "specdec: interrupted" in output
+
+
+def test_loading_a_model_prints_no_progress_bar(tmp_path, capsys):
+    from transformers.utils import logging as transformers_logging
+
+    from tests.engine.test_robustness import gpt2_model
+    from tests.tiny import tiny_tokenizer
+
+    gpt2_model(0, layers=2, window=64).save_pretrained(tmp_path / "gpt2")
+    tiny_tokenizer().save_pretrained(tmp_path / "gpt2")
+    capsys.readouterr()  # saving it draws a bar of its own
+    enabled = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.enable_progress_bar()  # as a fresh process starts
+    try:
+        assert main(["generate", "w3 w4", "--target", str(tmp_path / "gpt2"), "--mode", "ar", "--max-new-tokens",
+                     "2", "--dtype", "float32"]) == 0
+    finally:
+        (transformers_logging.enable_progress_bar if enabled else transformers_logging.disable_progress_bar)()
+    err = capsys.readouterr().err
+    assert "tokens/round" in err and "Loading weights" not in err and "%|" not in err
 
 
 @pytest.mark.parametrize("mode", ["ar", "spec"])

@@ -77,6 +77,19 @@ def test_a_new_turn_at_an_earlier_position_replaces_what_followed(tmp_path):
     assert [r.request.messages[-1]["content"] for r in chat.replies] == ["one", "second, edited"]
 
 
+def test_a_continued_reply_counts_as_one_reply_in_the_chat_list():
+    store = ChatStore(":memory:")
+    recorder = ChatRecorder(store)
+    story = request("Write a story.")
+    continuation = request("Write a story.", "Once upon")  # ends with the assistant message it extends
+    for position, ask in enumerate([story, continuation, request("Write a story.", "Once upon a time", "Thanks")]):
+        recorder.turn_started(position, ask, PAIR)
+        recorder.reply_finished(Reply(ask, (round_event(0),), "ab", False))
+    [summary] = store.list_chats()
+    assert summary.n_replies == 2
+    assert len(store.load_chat(summary.id).replies) == 3  # the parts are still saved one turn each
+
+
 def test_rename_and_delete(tmp_path):
     store = ChatStore(":memory:")
     recorder = ChatRecorder(store)

@@ -61,7 +61,8 @@ def shares(row: dict, measure: str, longest: int = 4) -> list[float | None]:
 def test_positions_csv_has_a_row_per_reply_then_the_session(tmp_path):
     rows = positions_rows(session_of((SPEC, first_reply()), (AR, ar_reply()), (SPEC, second_reply())), tmp_path)
     assert [(r["scope"], r["reply"], r["mode"], r["rounds"]) for r in rows] == [
-        ("reply", "0", "spec", "4"), ("reply", "1", "ar", "3"), ("reply", "2", "spec", "2"), ("session", "", "spec", "6")]
+        ("reply", "1", "spec", "4"), ("reply", "2", "ar", "3"), ("reply", "3", "spec", "2"),
+        ("session", "", "spec", "6")]
     assert list(rows[0])[:8] == ["scope", "reply", "mode", "rounds", "alpha", "mean_accepted", "tokens_per_round",
                                  "seed_tokens_per_round"]
     assert [f"kept_{i}" for i in range(1, 5)] == list(rows[0])[8:12]  # the longest γ of the session: 4

@@ -164,6 +164,16 @@ def test_continue_carries_on_a_reply_cut_at_max_tokens(make_window, mixed_decode
     assert window.chat.toPlainText().count("w3 w4") == 1  # no new user message for a continuation
 
 
+def test_the_history_counts_a_continued_reply_as_the_one_reply_it_shows(make_window, mixed_decoder, qtbot):
+    studio = make_window(mixed_decoder, greedy=True, max_new_tokens=6)
+    window = studio.window
+    send(qtbot, studio, "w3 w4")
+    with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        window.continue_action.trigger()
+    assert window.chat.toPlainText().count("Assistant") == 1
+    assert window.history.list.item(0).data(SUBTITLE).endswith("· 1 reply")
+
+
 def test_a_continuation_carries_on_the_assistant_message_in_the_chat_template():
     decoder = tiny_decoder(draft_seed=None)
     decoder.tokenizer.chat_template = ("{% for m in messages %} {{ m.content }}{% endfor %}"

@@ -214,8 +214,10 @@ def test_the_legend_names_the_targets_token_after_a_rejection_by_mode(qtbot):
     qtbot.addWidget(legend)
     legend.set_greedy(True)
     assert legend.chips[Fate.RESAMPLED].text() == "corrected"
-    legend.set_greedy(False)
-    assert legend.chips[Fate.RESAMPLED].text() == "resampled"
+    sampling = Legend()
+    qtbot.addWidget(sampling)
+    sampling.set_greedy(False)
+    assert sampling.chips[Fate.RESAMPLED].text() == "resampled"
 
 
 def test_a_rejected_byte_draft_says_which_bytes_of_which_character_it_is():

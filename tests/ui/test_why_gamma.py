@@ -66,7 +66,35 @@ def test_acceptance_header_gives_mean_length_and_the_seeds_expectation(qtbot):
     assert (counts.mean_accepted, counts.tokens_per_round) == (5 / 4, 9 / 4)
     assert counts.seed_tokens_per_round == pytest.approx(seed)
     header = QTextDocumentFragment.fromHtml(window.why_charts.headers[window.why_charts.acceptance_plot].text())
-    assert f"1.25 kept, 2.25 tokens/round (seed's E {seed:.2f})" in header.toPlainText()
+    assert f"1.25 drafts kept a round, 2.25 tokens/round (seed's E {seed:.2f})" in header.toPlainText()
+
+
+def test_the_acceptance_headers_tooltip_says_what_drafts_kept_a_round_are_beside_alpha(qtbot):
+    window = window_at(qtbot)
+    draw_reply(window, 0, first_reply())
+    tip = window.why_charts.headers[window.why_charts.acceptance_plot].toolTip()
+    assert tip.startswith("drafts kept a round: how many of a round's drafts the target accepted")
+    assert "α counts only the drafts the target verified" in tip
+
+
+def shown_ticks(plot) -> list[float]:
+    """The x tick values the plot draws at its range and width."""
+    axis = plot.getAxis("bottom")
+    low, high = plot.viewRange()[0]
+    return [value for _, values in axis.tickValues(low, high, axis.width()) for value in values]
+
+
+@pytest.mark.parametrize("width", [1000, 1600])
+def test_the_why_charts_tick_their_count_axes_at_whole_numbers_only(qtbot, width):
+    window = window_at(qtbot, width, 1000)
+    window.chart_tabs.setCurrentWidget(window.why_charts)
+    draw_reply(window, 0, second_reply())  # drafts 2 long: the acceptance axis spans 0.5 to 2.5
+    window.on_why_changed(why_gamma(synthetic_session(2.0)))
+    charts = window.why_charts
+    for plot in (charts.acceptance_plot, charts.costs_plot, charts.speedup_plot):
+        ticks = shown_ticks(plot)
+        assert ticks and all(value == int(value) for value in ticks), ticks
+    assert shown_ticks(charts.acceptance_plot) == [1.0, 2.0]
 
 
 def test_plain_ar_replies_stay_out_of_the_acceptance_count(qtbot):

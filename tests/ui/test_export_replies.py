@@ -1,0 +1,88 @@
+"""The export numbers replies as the chat shows them: a continued reply (Stop, then Continue) is one reply, numbered
+1, 2, ... the same in the JSON, both CSVs, the Markdown and the PNG, its continuation kept apart as its part 2."""
+from __future__ import annotations
+
+import csv
+import json
+
+from engine.events import DecodeSettings, ModelInfo, PairInfo
+from tests.ui.helpers import shown_window
+from tests.ui.synthetic import accepted_round, rejected_round
+from ui.export import export_session
+from ui.gamma_charts import why_panel
+from ui.session import Comparison, Reply, ReplyRequest, Session
+from ui.why import why_gamma
+
+SPEC = DecodeSettings(gamma=4, lookup=False)
+PAIR = PairInfo(ModelInfo("t", "/t", 1, 64), ModelInfo("d", "/d", 1, 64), "cpu", "float32")
+
+
+def reply(messages: list[tuple[str, str]], events: tuple, text: str, stopped: bool = False) -> Reply:
+    request = ReplyRequest(tuple({"role": role, "content": content} for role, content in messages), SPEC)
+    return Reply(request, events, text, stopped, reference_s=0.01)
+
+
+def hash_table_then_a_continued_story() -> Session:
+    """Reply 1 answers; reply 2 is a story stopped after two rounds, then continued for three more."""
+    answer = reply([("user", "hash table?")], (accepted_round(0, ["a"], "b"),), "ab")
+    story = reply([("user", "hash table?"), ("assistant", "ab"), ("user", "a story")],
+                  (accepted_round(0, ["Once"], " upon"), rejected_round(1, [], "x", " a")), "Once upon a", stopped=True)
+    more = reply([("user", "hash table?"), ("assistant", "ab"), ("user", "a story"), ("assistant", "Once upon a")],
+                 (accepted_round(0, [" time"], ","), accepted_round(1, [" the"], " end"),
+                  rejected_round(2, [], "x", ".")), " time, the end.")
+    comparison = Comparison((), " time, the end.", 0.1, 0.2, 30.0, 15.0, None)
+    return Session(PAIR, [answer, story, more], {2: comparison}, "hash table?")
+
+
+def exported(tmp_path, session: Session) -> tuple[dict, list[dict], list[dict], str]:
+    export_session(session, tmp_path / "chat")
+    with (tmp_path / "chat.csv").open(newline="", encoding="utf-8") as f:
+        rounds = list(csv.DictReader(f))
+    with (tmp_path / "chat-positions.csv").open(newline="", encoding="utf-8") as f:
+        positions = list(csv.DictReader(f))
+    return (json.loads((tmp_path / "chat.json").read_text(encoding="utf-8")), rounds, positions,
+            (tmp_path / "chat.md").read_text(encoding="utf-8"))
+
+
+def test_the_json_holds_a_continued_reply_as_one_reply_numbered_from_1(tmp_path):
+    data, _, _, _ = exported(tmp_path, hash_table_then_a_continued_story())
+    assert [r["reply"] for r in data["replies"]] == [1, 2]
+    story = data["replies"][1]
+    assert story["text"] == "Once upon a time, the end." and not story["stopped"]
+    assert story["stats"]["n_rounds"] == len(story["rounds"]) == 5
+    assert story["comparison"]["speedup"] == 2.0  # the comparison of its last part
+
+
+def test_the_json_keeps_a_continued_replys_parts_apart(tmp_path):
+    data, _, _, _ = exported(tmp_path, hash_table_then_a_continued_story())
+    story = data["replies"][1]
+    assert [(p["part"], p["stopped"], p["n_rounds"]) for p in story["parts"]] == [(1, True, 2), (2, False, 3)]
+    assert [(r["part"], r["index"]) for r in story["rounds"]] == [(1, 0), (1, 1), (2, 0), (2, 1), (2, 2)]
+
+
+def test_the_rounds_csv_numbers_replies_as_the_json_with_the_part_of_each_round(tmp_path):
+    data, rounds, _, _ = exported(tmp_path, hash_table_then_a_continued_story())
+    assert [(r["reply"], r["part"], r["round"]) for r in rounds] == [
+        ("1", "1", "0"), ("2", "1", "0"), ("2", "1", "1"), ("2", "2", "0"), ("2", "2", "1"), ("2", "2", "2")]
+    assert "".join(r["text"] for r in rounds if r["reply"] == "2") == data["replies"][1]["text"]
+
+
+def test_the_positions_csv_has_one_row_for_a_continued_reply(tmp_path):
+    _, _, positions, _ = exported(tmp_path, hash_table_then_a_continued_story())
+    assert [(r["scope"], r["reply"], r["rounds"]) for r in positions] == [
+        ("reply", "1", "1"), ("reply", "2", "5"), ("session", "", "6")]
+
+
+def test_the_markdown_numbers_each_reply_as_the_other_files(tmp_path):
+    _, _, _, markdown = exported(tmp_path, hash_table_then_a_continued_story())
+    headers = [line for line in markdown.splitlines() if line.startswith("**Reply ")]
+    assert [h.split(" · ")[0] for h in headers] == ["**Reply 1", "**Reply 2"]
+    assert "Once upon a time, the end." in markdown
+
+
+def test_the_png_has_a_column_for_each_reply_the_files_number(qtbot, tmp_path):
+    session = hash_table_then_a_continued_story()
+    data, _, _, _ = exported(tmp_path, session)
+    window = shown_window(qtbot, 1400, 900)
+    why = why_panel(session, why_gamma(session), window.charts.size())
+    assert window.chart_image(session).width() == window.charts.width() * len(data["replies"]) + why.width()

@@ -1,0 +1,67 @@
+"""What the controls and the legend show as the decoding mode changes: γ rests with the other speculative controls in
+plain AR, and the legend's blue chip names the correction of every mode its replies used."""
+from __future__ import annotations
+
+from PySide6.QtGui import QColor, QTextDocumentFragment
+
+from engine.events import DecodeSettings, Fate
+from tests.ui.helpers import shown_window
+from ui.controls import DecodingControls
+from ui.session import ReplyRequest, TurnStarted
+
+
+def gamma_row(controls: DecodingControls) -> list[bool]:
+    """Whether the slider, its value and the recommendation under it are enabled."""
+    return [w.isEnabled() for w in (controls.gamma, controls.gamma_label, controls.recommended)]
+
+
+def darkest(widget) -> int:
+    """The lightness (0-255) of the darkest pixel the widget draws: its text's."""
+    image = widget.grab().toImage()
+    return min(QColor(image.pixel(x, y)).lightness() for x in range(image.width()) for y in range(image.height()))
+
+
+def test_in_plain_ar_gammas_value_and_recommendation_rest_with_its_slider(qtbot):
+    controls = DecodingControls()
+    qtbot.addWidget(controls)
+    assert gamma_row(controls) == [True, True, True]
+    controls.mode.setCurrentIndex(controls.mode.findData("ar"))
+    assert gamma_row(controls) == [False, False, False]
+    assert not controls.draft_length.isEnabled() and not controls.lookup.isEnabled()  # as they rest
+    controls.mode.setCurrentIndex(controls.mode.findData("spec"))
+    assert gamma_row(controls) == [True, True, True]
+
+
+def test_in_plain_ar_gammas_value_and_recommendation_are_drawn_grey_as_the_resting_controls(qtbot):
+    controls = DecodingControls()
+    qtbot.addWidget(controls)
+    controls.show_recommendation("recommended γ ≤ 3 (predicted 1.40×, draft model)")
+    labels = (controls.gamma_label, controls.recommended)
+    assert all(darkest(label) < 100 for label in labels)
+    controls.mode.setCurrentIndex(controls.mode.findData("ar"))
+    resting = darkest(controls.draft_length)
+    assert all(darkest(label) >= resting - 10 for label in labels), (resting, [darkest(label) for label in labels])
+
+
+def start_reply(window, settings: DecodeSettings) -> None:
+    window.on_turn_started(TurnStarted(0, ReplyRequest(({"role": "user", "content": "hi"},), settings), live=True))
+
+
+def test_switching_to_sampling_keeps_naming_the_greedy_replies_corrections(qtbot):
+    window = shown_window(qtbot, 1000, 700)
+    window.controls.greedy.setChecked(True)
+    start_reply(window, DecodeSettings(greedy=True))
+    chip = window.legend.chips[Fate.RESAMPLED]
+    assert chip.text() == "corrected"
+    window.controls.sampling.setChecked(True)
+    assert QTextDocumentFragment.fromHtml(chip.text()).toPlainText() == "corrected\nresampled"
+    assert "greedy" in chip.toolTip() and "norm(max(0, p − q))" in chip.toolTip()
+    legend = window.legend  # whole at the smallest window, in the row's height
+    assert legend.minimumSizeHint().width() <= legend.width() and chip.sizeHint().height() <= legend.height()
+
+
+def test_a_window_of_sampled_replies_names_its_corrections_resampled_alone(qtbot):
+    sampling = DecodeSettings(greedy=False, temperature=0.7)
+    window = shown_window(qtbot, 1000, 700, defaults=sampling)
+    start_reply(window, sampling)
+    assert window.legend.chips[Fate.RESAMPLED].text() == "resampled"
