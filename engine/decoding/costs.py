@@ -29,6 +29,9 @@ DECAY = 0.98
 KINDS = ("model", "copy")
 QUIET_FACTOR = 1.5  # a round whose forward took longer than this times the block's cost was slowed by something else
 PER_DRAFT_RATE = 0.1  # weight of each quiet round in the running mean of a draft's bookkeeping
+# A single-row block after at least this many positions more than the scratch cache's times what a position adds:
+# enough positions for their cost (~2.5 ms) to stand well above a step's jitter.
+POSITIONS_SEEN = 512
 
 
 @dataclass
@@ -96,11 +99,16 @@ class CostModel:
         if rows <= len(self.target_block_s) and forward_s > 0:
             self.target_block_s[rows - 1] = min(self.target_block_s[rows - 1], forward_s)
 
-    def observe_round(self, drafts: Sequence[str], forward_s: float, round_s: float) -> None:
-        """A round's timings: its block, and what it cost beyond its forward and its drafts' steps. A round with no
-        draft times the bookkeeping (the fastest stands); a quiet round with drafts, its drafts' own share (a
-        running mean, as it varies with what the drafts were)."""
+    def observe_round(self, drafts: Sequence[str], forward_s: float, round_s: float,
+                      positions: int = SCRATCH_POSITIONS) -> None:
+        """A round's timings after `positions` cached positions: its block, and what it cost beyond its forward and
+        its drafts' steps. A round with no draft times the bookkeeping and, after many positions, what a position
+        adds to a row (for both the fastest stands: the one timing at load may have met a busy moment); a quiet
+        round with drafts, its drafts' own share (a running mean, as it varies with what the drafts were)."""
         rows = len(drafts) + 1
+        if not drafts and positions - SCRATCH_POSITIONS >= POSITIONS_SEEN:
+            seen = max(0.0, forward_s - self.block_s(1)) / (positions - SCRATCH_POSITIONS)
+            self.position_s = min(self.position_s, seen)
         quiet = forward_s <= QUIET_FACTOR * self.block_s(rows)
         if "model" not in drafts:
             self.observe_block(rows, forward_s)

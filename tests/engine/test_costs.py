@@ -121,3 +121,13 @@ def test_each_cached_position_beyond_the_scratch_caches_adds_to_a_block():
     assert costs.context_s(1, 1016) == pytest.approx(1000 * 2e-6)
     assert costs.context_s(4, 1016) == pytest.approx(1000 * (2e-6 + 3 * 5e-7))
 
+
+
+def test_a_single_row_after_many_positions_teaches_the_fastest_cost_of_a_position():
+    costs = CostModel([1e-3] * 9, position_s=9e-6)  # timed at load on a busy moment
+    costs.observe_round([], forward_s=1e-3 + 1000 * 4e-6, round_s=2e-3, positions=1016)
+    assert costs.position_s == pytest.approx(4e-6)
+    costs.observe_round([], forward_s=1e-3 + 1000 * 6e-6, round_s=2e-3, positions=1016)  # slower: the fastest stands
+    costs.observe_round([], forward_s=1e-3, round_s=2e-3, positions=300)  # too few positions to tell
+    costs.observe_round(["model"], forward_s=1e-3, round_s=2e-3, positions=1016)  # a block of two rows
+    assert costs.position_s == pytest.approx(4e-6)
