@@ -29,7 +29,7 @@ from ui.preferences import export_folder, remember_export_folder, restore_prefer
 from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, EngineTarget, ReplyShown, RoundShown, Session,
                         TurnOptions, TurnStarted, TurnState)
 from ui.why import WhyGamma, recommendation_text, why_gamma
-from ui.status_bar import ElidedLabel
+from ui.status_bar import ElidedLabel, StatusBar
 from ui.wording import (UNFAIR, comparison_line, remote_header, remote_line, reply_header,  # noqa: F401 (tests use them here)
                         stats_line, unbreakable)
 
@@ -131,6 +131,8 @@ class MainWindow(QMainWindow):
         self.reply_label = ElidedLabel("")
         self.setCentralWidget(self._layout())
         self.history_dock = self._history_dock()
+        self.status_bar = StatusBar()
+        self.setStatusBar(self.status_bar)
         self.statusBar().addWidget(self.pair_label)
         self.statusBar().addWidget(self.reply_label, 1)
         self.comparison_progress = QProgressBar()
