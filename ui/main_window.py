@@ -29,7 +29,7 @@ from ui.preferences import export_folder, remember_export_folder, restore_prefer
 from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, EngineTarget, ReplyShown, RoundShown, Session,
                         TurnOptions, TurnStarted, TurnState)
 from ui.why import WhyGamma, recommendation_text, why_gamma
-from ui.status_bar import ElidedLabel, StatusBar
+from ui.status_bar import ElidedLabel, PartsLabel, StatusBar
 from ui.wording import (UNFAIR, comparison_line, remote_header, remote_line, reply_header,  # noqa: F401 (tests use them here)
                         stats_line, unbreakable)
 
@@ -128,7 +128,7 @@ class MainWindow(QMainWindow):
         self.drafters_dialog: QDialog | None = None
         self._speculative = True  # the reply being drawn is speculative (its rounds count in the acceptance)
         self.pair_label = ElidedLabel("no model loaded")
-        self.reply_label = ElidedLabel("")
+        self.reply_label = PartsLabel("")
         self.setCentralWidget(self._layout())
         self.history_dock = self._history_dock()
         self.status_bar = StatusBar()

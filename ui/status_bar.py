@@ -29,6 +29,24 @@ class ElidedLabel(QLabel):
         QPainter(self).drawText(self.contentsRect(), int(self.alignment()), self.shown_text())
 
 
+class PartsLabel(ElidedLabel):
+    """A ' · '-separated line of figures that gives up whole parts from its middle, nearest the end first, so that
+    its first part and its last (the reply's size and its measured speedup) stay whole; "…" marks the gap."""
+
+    SEPARATOR = " · "
+
+    def shown_text(self) -> str:
+        parts = self.text().split(self.SEPARATOR)
+        if len(parts) == 1:
+            return super().shown_text()
+        width, metrics = self.contentsRect().width(), self.fontMetrics()
+        for kept in range(len(parts) - 1, 0, -1):  # how many parts are shown before the last one
+            shown = self.SEPARATOR.join(parts[:kept] + (["…"] if kept < len(parts) - 1 else []) + parts[-1:])
+            if metrics.horizontalAdvance(shown) <= width:
+                return shown
+        return metrics.elidedText(shown, Qt.TextElideMode.ElideRight, width)  # even first · … · last is too wide
+
+
 class StatusBar(QStatusBar):
     """QStatusBar's messages (showMessage, status tips, their timeouts), shown by an eliding label that takes the
     place of the normal widgets while a message lasts.

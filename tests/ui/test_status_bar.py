@@ -1,4 +1,5 @@
-"""The status bar: a notice takes the labels' place instead of being drawn over them, and says all in its tooltip."""
+"""The status bar: a notice takes the labels' place instead of being drawn over them, and says all in its tooltip;
+the last reply's summary keeps its first and last figures whole at the default width."""
 from __future__ import annotations
 
 from itertools import combinations
@@ -63,3 +64,16 @@ def test_the_labels_come_back_when_the_notice_ends(qtbot):
     assert set(drawn(window)) == {"pair", "reply", "prefill"}
     assert window.pair_label.text().endswith("int4 target (its own 4-bit weights)")
 
+
+def test_the_last_reply_summary_keeps_its_first_and_last_figures_at_the_default_width(qtbot):
+    window = shown_window(qtbot, 1400, 900)
+    window.on_pair_loaded(int4_pair())
+    window.statusBar().clearMessage()
+    window.reply_label.setText(LONG_SUMMARY)
+    QApplication.processEvents()
+    label = window.reply_label
+    shown = label.shown_text()
+    assert label.fontMetrics().horizontalAdvance(LONG_SUMMARY) > label.contentsRect().width()  # it must give way
+    assert shown.startswith("last reply: 128 tokens in 120 rounds · ") and shown.endswith(" · measured 0.80× vs AR")
+    assert " · … · " in shown and label.fontMetrics().horizontalAdvance(shown) <= label.contentsRect().width()
+    assert label.toolTip() == LONG_SUMMARY
