@@ -33,7 +33,7 @@ def escape(text: str) -> str:
     return html_escape(text, quote=False)
 
 
-MIN_LINES = 9  # the pane's least height, in lines of text: a token's header and why it has its fate, unscrolled
+MIN_LINES = 5  # the pane's least height, in lines of text: a token's header unscrolled in the smallest window
 HINT = "Hover a token in the reply to inspect it; click to pin it."
 PINNED_HINT = "Pinned: click another token to inspect it, or empty space to follow the mouse again."
 
