@@ -17,7 +17,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QScrollArea
 
 from engine.events import DraftedToken, Fate, TokenProb
-from ui.palette import NOTE_COLOUR, STYLES
+from ui.palette import NOTE_COLOUR, STYLES, paper
 from ui.tokens import PART_OF_A_CHARACTER, TokenSpan, byte_part, label_bytes
 
 NBSP, WORD_JOINER = "\u00a0", "\u2060"  # Qt breaks lines at spaces and after a slash ("min(1, p/" | "q)")
@@ -205,7 +205,9 @@ def _prob(token: TokenProb, unclear: set[str], digits: int = 3) -> str:
 class TokenInspector(QScrollArea):
     def __init__(self, parent=None):
         super().__init__(parent)
+        self.setPalette(paper(self.palette()))
         self.label = QLabel(HINT)
+        self.label.setAutoFillBackground(True)
         self.label.setWordWrap(True)
         self.label.setTextFormat(Qt.TextFormat.RichText)
         self.label.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
