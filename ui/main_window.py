@@ -224,7 +224,10 @@ class MainWindow(QMainWindow):
         # The live charts of the reply, and beside them why its γ: the pane at the smallest size holds three charts
         self.chart_tabs = QTabWidget()
         self.chart_tabs.setDocumentMode(True)
-        self.chart_tabs.addTab(self.charts, "this reply")
+        # Named for what it shows: a token pinned in an earlier reply leaves the charts on the last one
+        self.chart_tabs.addTab(self.charts, "last reply")
+        self.chart_tabs.setTabToolTip(0, "The last reply's α, tokens per round and estimated speedup, round by round "
+                                         "(live while it runs; an earlier reply's are in the PNG export)")
         # Scrolls rather than holding a small window taller where the legends wrap to many lines
         why_scroll = QScrollArea()
         why_scroll.setWidget(self.why_charts)
