@@ -44,7 +44,15 @@ def show(text: str) -> str:
 
 
 def token_id_note(token_id: int) -> str:
-    return f"<span style='color:{NOTE_COLOUR}'>#{token_id}</span>"
+    """A token's id in the vocabulary, named as such: it tells apart tokens that look alike ("\\n" and "\\n")."""
+    return f"<span style='color:{NOTE_COLOUR}'>{unbroken(f'token id {token_id}')}</span>"
+
+
+def first_rejection_note(span: TokenSpan) -> str:
+    """Why the inspector shows a token nobody pointed at: after a reply it opens on the reply's first rejection."""
+    if span.fate is Fate.REJECTED:
+        return "The last reply's first rejected draft:"
+    return "The token put in place of the last reply's first rejected draft:"
 
 
 def ambiguous(tokens: list[TokenProb]) -> set[str]:
@@ -122,25 +130,27 @@ def paragraph(html: str, style: str = "") -> str:
     return f"<p style='margin:0 0 5px 0;{style}'>{html}</p>"  # Qt's default 12 px margins fill a short pane
 
 
-def span_html(span: TokenSpan, pinned: bool = False) -> str:
+def span_html(span: TokenSpan, pinned: bool = False, note: str = "") -> str:
+    """The inspector's page on `span`; `note` (plain text) says above it why this token is shown."""
     style = STYLES[span.fate]
     swatch = f"background:{style.background or '#eeeeee'};color:{style.foreground or '#000'};"
     if style.strike:
         swatch += "text-decoration:line-through;"
     token = span.emitted or span.drafted  # a rejected draft never joined the reply: it has only its draft
-    # The id tells apart tokens that look alike ("\n" and "\n"); "pinned" stays with it, on the token's line.
+    # "pinned" stays with the id, on the token's line
     tag = token_id_note(token.token_id) + (f"{NBSP}·{NBSP}<b>pinned</b>" if pinned else "")
     parts = [f"<b>{escape(style.label)}</b>"] + (["copied from the conversation"] if span.copied else [])
     parts.append(unbroken(f"round {span.round_index + 1}"))
     if span.fate is not Fate.TARGET:
         parts.append("greedy" if span.greedy else "sampling")
-    rows = [paragraph(f"<span style='{swatch}font-size:15px'>&nbsp;{show(span.label)}&nbsp;</span> {tag}<br>"
-                      + " · ".join(parts)),
-            paragraph(escape(explanation(span)), "color:#444")]
+    rows = [paragraph(escape(note), f"color:{NOTE_COLOUR}")] if note else []
+    rows += [paragraph(f"<span style='{swatch}font-size:15px'>&nbsp;{show(span.label)}&nbsp;</span> {tag}<br>"
+                       + " · ".join(parts)),
+             paragraph(escape(explanation(span)), "color:#444")]
     if span.copied:
         rows.append(paragraph(escape(copy_note(span)), "color:#444"))
-    if note := piece_note(span):
-        rows.append(paragraph(escape(note), "color:#444"))
+    if piece := piece_note(span):
+        rows.append(paragraph(escape(piece), "color:#444"))
     fields = _fields(span)
     if fields:
         rows.append(paragraph("<br>".join(fields)))
@@ -218,10 +228,10 @@ class TokenInspector(QScrollArea):
         self.span: TokenSpan | None = None
         self.pinned = False
 
-    def show_span(self, span: TokenSpan) -> None:
-        """Show a hovered token, unless one is pinned."""
+    def show_span(self, span: TokenSpan, note: str = "") -> None:
+        """Show a hovered token, unless one is pinned; `note` says why it is shown when no one pointed at it."""
         if not self.pinned:
-            self._display(span, span_html(span))
+            self._display(span, span_html(span, note=note))
 
     def pin(self, span: TokenSpan) -> None:
         self._display(span, span_html(span, pinned=True))

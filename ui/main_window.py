@@ -22,7 +22,7 @@ from ui.engine_report import FATES_NOTE, EngineReport
 from ui.export import file_stem
 from ui.gamma_charts import WhyGammaPanel, why_image
 from ui.history import HistoryPanel
-from ui.inspector import TokenInspector
+from ui.inspector import TokenInspector, first_rejection_note
 from ui.legend import Legend
 from ui.message_box import MessageBox
 from ui.preferences import export_folder, remember_export_folder, restore_preferences, save_preferences
@@ -850,7 +850,7 @@ class MainWindow(QMainWindow):
         for index in range(item.first, item.end) if item is not None else ():
             span = self.chat.spans[index]
             if (span.fate is Fate.REJECTED or span.replaces is not None) and self.chat.shows(span):
-                self._inspect(index)
+                self.inspector.show_span(span, first_rejection_note(span))
                 return
 
     def _inspect(self, index: int) -> None:
