@@ -97,10 +97,9 @@ def explanation(span: TokenSpan) -> str:
             "reply stays distributed exactly as the target's.")
 
 
-def copy_note(span: TokenSpan) -> str:
-    if not span.copied:
-        return ""
-    test = ("greedy keeps it only if it is also the target's top choice" if span.greedy
+def copy_note(greedy: bool) -> str:
+    """Why a draft copied from the conversation has q = 1, and what that means for its test in this mode."""
+    test = ("greedy keeps it only if it is also the target's top choice" if greedy
             else f"it is kept with probability {unbroken('min(1, p/1) = p')}")
     return (f"Why {unbroken('q = 1')}: the last few tokens occurred earlier in the conversation, and prompt lookup "
             f"proposes what followed them there with certainty; {test}.")
@@ -148,7 +147,7 @@ def span_html(span: TokenSpan, pinned: bool = False, note: str = "") -> str:
                        + " · ".join(parts)),
              paragraph(escape(explanation(span)), "color:#444")]
     if span.copied:
-        rows.append(paragraph(escape(copy_note(span)), "color:#444"))
+        rows.append(paragraph(escape(copy_note(span.greedy)), "color:#444"))
     if piece := piece_note(span):
         rows.append(paragraph(escape(piece), "color:#444"))
     fields = _fields(span)
@@ -157,7 +156,7 @@ def span_html(span: TokenSpan, pinned: bool = False, note: str = "") -> str:
     if span.fate is Fate.REJECTED:
         rows.append(_top_lists(span.drafted))
     elif span.replaces is not None:
-        rows.append(_top_lists(span.replaces, title=True, after=span.text + span.after))
+        rows.append(_top_lists(span.replaces, replaced_by=span))
     return "".join(rows)
 
 
@@ -184,9 +183,10 @@ def _row(name: str, value: str) -> str:
     return f"<span style='color:#555'>{escape(unbroken(name))}</span> <b>{value}</b>"
 
 
-def _top_lists(rejected: DraftedToken, title: bool = False, after: str = "") -> str:
-    """The top tokens of p and q where `rejected` was proposed; `title` names it (the header names a rejected
-    draft already, not the token that replaced it), and `after` is the text written in its place."""
+def _top_lists(rejected: DraftedToken, replaced_by: TokenSpan | None = None) -> str:
+    """The top tokens of p and q where `rejected` was proposed. Under `replaced_by`, the token written in its place
+    (a rejected draft's own header names it already), a line names the draft, and a copied one's why q = 1."""
+    after = replaced_by.text + replaced_by.after if replaced_by is not None else ""
     top_p, top_q = _nonzero(rejected.top_p), _nonzero(rejected.top_q)
     unclear = ambiguous([*top_p, *top_q, TokenProb(rejected.token_id, rejected.text, rejected.q)])
     proposed = show(rejected.text) + (NBSP + token_id_note(rejected.token_id) if rejected.text in unclear else "")
@@ -194,7 +194,13 @@ def _top_lists(rejected: DraftedToken, title: bool = False, after: str = "") -> 
     if label_bytes(rejected.text) is not None:
         named += f" ({escape(byte_part(rejected.text, after) or PART_OF_A_CHARACTER)})"
     pieces = any(label_bytes(t.text) is not None for t in (*top_p, *top_q))
-    return ((paragraph(f"Where the draft proposed {named}:") if title else "")
+    title = ""
+    if replaced_by is not None and replaced_by.replaced_a_copy:
+        title = (paragraph(f"Where a draft copied from the conversation proposed {named}:")
+                 + paragraph(escape(copy_note(replaced_by.greedy)), "color:#444"))
+    elif replaced_by is not None:
+        title = paragraph(f"Where the draft proposed {named}:")
+    return (title
             + paragraph(f"<b>{unbroken('top of p')}</b> (target): " + " · ".join(_prob(t, unclear) for t in top_p))
             + paragraph(f"<b>{unbroken('top of q')}</b> (draft): " + " · ".join(_prob(t, unclear) for t in top_q))
             + (paragraph(f"‹…› spells a token's bytes in hex: {PART_OF_A_CHARACTER}, which the tokens after it "

@@ -81,6 +81,15 @@ def test_copied_drafts_are_named_with_q_equal_to_one_explained():
     assert "copied" not in span_html(spans_of(rejected_round(0, [], "d", "x", rejected_q=1.0))[Fate.REJECTED])
 
 
+def test_the_token_that_replaced_a_copied_draft_says_the_draft_was_copied():
+    spans = spans_of(rejected_round(0, [], "One", "Two", greedy=True, rejected_q=1.0), lookup=True)
+    text = text_of(span_html(spans[Fate.CORRECTED]))  # the clean view's page on a copy's replacement
+    assert "Where a draft copied from the conversation proposed One:" in text and "Why q = 1" in text
+    # without prompt lookup a q of 1.0 is a certain draft model, and is worded as the draft's
+    plain = text_of(span_html(spans_of(rejected_round(0, [], "One", "Two", rejected_q=1.0))[Fate.CORRECTED]))
+    assert "Where the draft proposed One:" in plain and "copied" not in plain
+
+
 def test_look_alike_tokens_show_their_ids_and_plain_ones_do_not():
     text = text_of(span_html(sampled_copy_rejection()[Fate.REJECTED]))
     assert "\\n token id 198 0.600" in text and "\\n token id 185 0.000" in text  # two tokens, both read "\\n"
