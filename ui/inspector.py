@@ -52,7 +52,7 @@ def first_rejection_note(span: TokenSpan) -> str:
     """Why the inspector shows a token nobody pointed at: after a reply it opens on the reply's first rejection."""
     if span.fate is Fate.REJECTED:
         return "The last reply's first rejected draft:"
-    return "The token put in place of the last reply's first rejected draft:"
+    return "In place of the last reply's first rejected draft:"
 
 
 def ambiguous(tokens: list[TokenProb]) -> set[str]:

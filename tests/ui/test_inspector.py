@@ -188,7 +188,7 @@ def test_the_token_the_inspector_opens_on_after_a_reply_says_why_it_is_shown(mak
     window = studio.window
     send(qtbot, studio)
     lines = text_of(window.inspector.label.text()).split("\n")
-    assert lines[0] == "The token put in place of the last reply's first rejected draft:"  # the clean view's
+    assert lines[0] == "In place of the last reply's first rejected draft:"  # the clean view's correction
     window.legend.trace_action.trigger()
     assert text_of(window.inspector.label.text()).startswith("The last reply's first rejected draft:")
     hovered = next(i for i, s in enumerate(window.chat.spans) if s.fate is Fate.ACCEPTED)
