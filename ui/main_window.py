@@ -36,7 +36,7 @@ from ui.wording import (UNFAIR, comparison_line, remote_header, remote_line, rep
 # The least client area: a 1000×700 screen holds it with a window manager's title bar and borders.
 MIN_WIDTH, MIN_HEIGHT = 995, 620
 # With the history dock, still under MIN_WIDTH. The side pane's leaves room for a scroll bar beside the controls, which
-# a window under about 680 px tall scrolls.
+# a window under about 680 px tall scrolls; more where the controls need it.
 PANE_MIN_WIDTH = {"side": 245, "chat": 315, "right": 200}
 # The splitter's first sizes. QSplitter shares a window's width in proportion to its panes' widths, never below a
 # pane's minimum, so at the smallest width the side panes sit at their minimums and the chat gets the rest; a hidden
@@ -200,7 +200,9 @@ class MainWindow(QMainWindow):
         side_scroll = QScrollArea()
         side_scroll.setWidget(side)
         side_scroll.setWidgetResizable(True)
-        side_scroll.setMinimumWidth(PANE_MIN_WIDTH["side"])
+        # A theme's larger font (GTK's) widens the controls: the pane then needs more than its usual least width
+        room = side.minimumSizeHint().width() + side_scroll.verticalScrollBar().sizeHint().width()
+        side_scroll.setMinimumWidth(max(PANE_MIN_WIDTH["side"], room + 2 * side_scroll.frameWidth()))
         # A form needs no more: a wider window's room goes to the chat (the splitter shares a resize in proportion
         # to the panes' widths, the controls included).
         side_scroll.setMaximumWidth(SIDE_MAX_WIDTH)
@@ -919,7 +921,7 @@ class MainWindow(QMainWindow):
                 sizes[other] = 0
         others = sum(size for other, size in sizes.items() if other not in (name, "chat"))
         share = total * PANE_WIDTH[name] // sum(PANE_WIDTH.values())
-        sizes[name] = max(PANE_MIN_WIDTH[name], min(share, total - others - PANE_MIN_WIDTH["chat"]))
+        sizes[name] = max(pane.minimumWidth(), min(share, total - others - PANE_MIN_WIDTH["chat"]))
         sizes["chat"] = total - others - sizes[name]
         pane.show()
         self.splitter.setSizes(list(sizes.values()))

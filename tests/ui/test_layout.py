@@ -60,6 +60,24 @@ def test_at_the_smallest_size_the_legend_and_buttons_above_and_below_the_chat_ar
         assert widget.width() >= widget.minimumSizeHint().width(), getattr(widget, "text", lambda: widget)()
 
 
+@pytest.fixture
+def larger_font(qapp):
+    """The application's font a point larger, as GTK's theme gives it."""
+    before = QApplication.font()
+    font = QApplication.font()
+    font.setPointSizeF(font.pointSizeF() + 1)
+    QApplication.setFont(font)
+    yield
+    QApplication.setFont(before)
+
+
+def test_with_a_larger_font_the_controls_still_fit_the_side_panes_width(qtbot, larger_font):
+    window = shown_window(qtbot, MIN_WIDTH, MIN_HEIGHT)
+    side = window.panes["side"]
+    assert side.verticalScrollBar().isVisible()  # the controls scroll in the smallest window
+    assert not side.horizontalScrollBar().isVisible()
+
+
 def test_the_window_cannot_shrink_below_its_smallest_size(qtbot):
     window = shown_window(qtbot, 800, 500)
     assert window.width() >= MIN_WIDTH and window.height() >= MIN_HEIGHT
