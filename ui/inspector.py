@@ -44,8 +44,9 @@ def show(text: str) -> str:
 
 
 def token_id_note(token_id: int) -> str:
-    """A token's id in the vocabulary, named as such: it tells apart tokens that look alike ("\\n" and "\\n")."""
-    return f"<span style='color:{NOTE_COLOUR}'>{unbroken(f'token id {token_id}')}</span>"
+    """A token's id in the vocabulary, named as such and set apart from a token such as "The" that it follows: it
+    tells apart tokens that look alike ("\\n" and "\\n")."""
+    return f"<span style='color:{NOTE_COLOUR}'>{unbroken(f'(token id {token_id})')}</span>"
 
 
 def first_rejection_note(span: TokenSpan) -> str:

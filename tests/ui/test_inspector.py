@@ -92,9 +92,9 @@ def test_the_token_that_replaced_a_copied_draft_says_the_draft_was_copied():
 
 def test_look_alike_tokens_show_their_ids_and_plain_ones_do_not():
     text = text_of(span_html(sampled_copy_rejection()[Fate.REJECTED]))
-    assert "\\n token id 198 0.600" in text and "\\n token id 185 0.000" in text  # two tokens, both read "\\n"
+    assert "\\n (token id 198) 0.600" in text and "\\n (token id 185) 0.000" in text  # two tokens read "\\n"
     assert "whether 0.100" in text and "` 0.050" in text  # unambiguous: no id
-    assert text.split("\n")[0].strip().endswith("token id 2")  # the header names the token's id, on its line
+    assert text.split("\n")[0].strip().endswith("(token id 2)")  # the header names the token's id, on its line
 
 
 def test_formulas_and_figures_never_break_inside_and_pinned_stays_with_the_token_id(qtbot):
@@ -103,8 +103,8 @@ def test_formulas_and_figures_never_break_inside_and_pinned_stays_with_the_token
     for width in (176, 240, 340):  # the inspector's text width in the smallest window, and wider
         lines = lines_of(span_html(spans[Fate.REJECTED], pinned=True), width, font)
         # the token heads the page; its id and "pinned" follow it, on its line where it is wide enough
-        assert lines[0].startswith("whether") and "token id 2 · pinned" in lines[0] + " " + lines[1], lines[:2]
-        assert width < 240 or lines[0].endswith("token id 2 · pinned"), lines[:2]
+        assert lines[0].startswith("whether") and "(token id 2) · pinned" in lines[0] + " " + lines[1], lines[:2]
+        assert width < 240 or lines[0].endswith("(token id 2) · pinned"), lines[:2]
         text = " ".join(lines)
         for whole in ("min(1, p/q)", "min(1, p/1) = p", "0.8964 ≥ 0.3000", "q = 1"):
             assert any(whole in line for line in lines), (width, whole, lines)
