@@ -44,8 +44,8 @@ def show(text: str) -> str:
 
 
 def token_id_note(token_id: int) -> str:
-    """A token's id in the vocabulary, named as such and set apart from a token such as "The" that it follows: it
-    tells apart tokens that look alike ("\\n" and "\\n")."""
+    """A token's id in the vocabulary, in parentheses so that it does not read on from the token's text ("The
+    (token id 504)"); it tells apart tokens that look alike ("\\n" and "\\n")."""
     return f"<span style='color:{NOTE_COLOUR}'>{unbroken(f'(token id {token_id})')}</span>"
 
 
@@ -137,7 +137,7 @@ def span_html(span: TokenSpan, pinned: bool = False, note: str = "") -> str:
     if style.strike:
         swatch += "text-decoration:line-through;"
     token = span.emitted or span.drafted  # a rejected draft never joined the reply: it has only its draft
-    # "pinned" stays with the id, on the token's line
+    # "pinned" stays with the id, after the token (under it, together, in a narrow pane)
     tag = token_id_note(token.token_id) + (f"{NBSP}·{NBSP}<b>pinned</b>" if pinned else "")
     parts = [f"<b>{escape(style.label)}</b>"] + (["copied from the conversation"] if span.copied else [])
     parts.append(unbroken(f"round {span.round_index + 1}"))
