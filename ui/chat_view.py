@@ -18,7 +18,8 @@ from PySide6.QtWidgets import QTextBrowser, QTextEdit, QToolTip
 
 from engine.events import Fate, RoundEvent
 from ui.markdown import Block, inline_runs, parse_blocks
-from ui.palette import CODE_BACKGROUND, DIFFERENCE_BACKGROUND, LEGEND_FATES, NOTE_COLOUR, STYLES, WARNING_COLOUR
+from ui.palette import (CODE_BACKGROUND, DIFFERENCE_BACKGROUND, LEGEND_FATES, LINK, NOTE_COLOUR, STYLES, WARNING_COLOUR,
+                        paper)
 from ui.tokens import SPECIAL_TOKEN, TokenSpan
 from ui.transcript import ComparisonView, Note, ReplyItem, Transcript, UserItem
 
@@ -90,6 +91,9 @@ class ChatView(QTextBrowser):
 
     def __init__(self, parent=None):
         super().__init__(parent)
+        self.setPalette(paper(self.palette()))
+        # HTML links take the application's link colour, a dark theme's light blue, unless told
+        self.document().setDefaultStyleSheet(f"a {{ color: {LINK}; }}")
         self.setOpenLinks(False)
         self.view = CLEAN
         self.transcript = Transcript()
@@ -616,7 +620,7 @@ class ChatView(QTextBrowser):
             "<p>Replies read as a clean answer by default; <b>View → Speculative trace</b> (Ctrl+T) shows every "
             "draft, rejected ones struck through. Hover a token to inspect p, q and the acceptance test; click to "
             "pin it.</p>"
-            "<p>The charts on the right follow the reply: α (the share of drafts kept), tokens per round against "
+            "<p>The charts on the right follow the last reply: α (the share of drafts kept), tokens per round against "
             "the formula E(α, γ), and the estimated speedup over plain autoregressive decoding.</p>"
             f"<p>Try one:</p><ul>{examples}</ul>")
 

@@ -17,7 +17,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QScrollArea
 
 from engine.events import DraftedToken, Fate, TokenProb
-from ui.palette import NOTE_COLOUR, STYLES
+from ui.palette import NOTE_COLOUR, STYLES, paper
 from ui.tokens import PART_OF_A_CHARACTER, TokenSpan, byte_part, label_bytes
 
 NBSP, WORD_JOINER = "\u00a0", "\u2060"  # Qt breaks lines at spaces and after a slash ("min(1, p/" | "q)")
@@ -33,7 +33,7 @@ def escape(text: str) -> str:
     return html_escape(text, quote=False)
 
 
-MIN_LINES = 9  # the pane's least height, in lines of text: a token's header and why it has its fate, unscrolled
+MIN_LINES = 5  # the pane's least height, in lines of text: a token's header unscrolled in the smallest window
 HINT = "Hover a token in the reply to inspect it; click to pin it."
 PINNED_HINT = "Pinned: click another token to inspect it, or empty space to follow the mouse again."
 
@@ -44,7 +44,16 @@ def show(text: str) -> str:
 
 
 def token_id_note(token_id: int) -> str:
-    return f"<span style='color:{NOTE_COLOUR}'>#{token_id}</span>"
+    """A token's id in the vocabulary, in parentheses so that it does not read on from the token's text ("The
+    (token id 504)"); it tells apart tokens that look alike ("\\n" and "\\n")."""
+    return f"<span style='color:{NOTE_COLOUR}'>{unbroken(f'(token id {token_id})')}</span>"
+
+
+def first_rejection_note(span: TokenSpan) -> str:
+    """Why the inspector shows a token nobody pointed at: after a reply it opens on the reply's first rejection."""
+    if span.fate is Fate.REJECTED:
+        return "The last reply's first rejected draft:"
+    return "In place of the last reply's first rejected draft:"
 
 
 def ambiguous(tokens: list[TokenProb]) -> set[str]:
@@ -89,10 +98,9 @@ def explanation(span: TokenSpan) -> str:
             "reply stays distributed exactly as the target's.")
 
 
-def copy_note(span: TokenSpan) -> str:
-    if not span.copied:
-        return ""
-    test = ("greedy keeps it only if it is also the target's top choice" if span.greedy
+def copy_note(greedy: bool) -> str:
+    """Why a draft copied from the conversation has q = 1, and what that means for its test in this mode."""
+    test = ("greedy keeps it only if it is also the target's top choice" if greedy
             else f"it is kept with probability {unbroken('min(1, p/1) = p')}")
     return (f"Why {unbroken('q = 1')}: the last few tokens occurred earlier in the conversation, and prompt lookup "
             f"proposes what followed them there with certainty; {test}.")
@@ -122,32 +130,34 @@ def paragraph(html: str, style: str = "") -> str:
     return f"<p style='margin:0 0 5px 0;{style}'>{html}</p>"  # Qt's default 12 px margins fill a short pane
 
 
-def span_html(span: TokenSpan, pinned: bool = False) -> str:
+def span_html(span: TokenSpan, pinned: bool = False, note: str = "") -> str:
+    """The inspector's page on `span`; `note` (plain text) says above it why this token is shown."""
     style = STYLES[span.fate]
     swatch = f"background:{style.background or '#eeeeee'};color:{style.foreground or '#000'};"
     if style.strike:
         swatch += "text-decoration:line-through;"
     token = span.emitted or span.drafted  # a rejected draft never joined the reply: it has only its draft
-    # The id tells apart tokens that look alike ("\n" and "\n"); "pinned" stays with it, on the token's line.
+    # "pinned" stays with the id, after the token (under it, together, in a narrow pane)
     tag = token_id_note(token.token_id) + (f"{NBSP}·{NBSP}<b>pinned</b>" if pinned else "")
     parts = [f"<b>{escape(style.label)}</b>"] + (["copied from the conversation"] if span.copied else [])
     parts.append(unbroken(f"round {span.round_index + 1}"))
     if span.fate is not Fate.TARGET:
         parts.append("greedy" if span.greedy else "sampling")
-    rows = [paragraph(f"<span style='{swatch}font-size:15px'>&nbsp;{show(span.label)}&nbsp;</span> {tag}<br>"
-                      + " · ".join(parts)),
-            paragraph(escape(explanation(span)), "color:#444")]
+    rows = [paragraph(escape(note), f"color:{NOTE_COLOUR}")] if note else []
+    rows += [paragraph(f"<span style='{swatch}font-size:15px'>&nbsp;{show(span.label)}&nbsp;</span> {tag}<br>"
+                       + " · ".join(parts)),
+             paragraph(escape(explanation(span)), "color:#444")]
     if span.copied:
-        rows.append(paragraph(escape(copy_note(span)), "color:#444"))
-    if note := piece_note(span):
-        rows.append(paragraph(escape(note), "color:#444"))
+        rows.append(paragraph(escape(copy_note(span.greedy)), "color:#444"))
+    if piece := piece_note(span):
+        rows.append(paragraph(escape(piece), "color:#444"))
     fields = _fields(span)
     if fields:
         rows.append(paragraph("<br>".join(fields)))
     if span.fate is Fate.REJECTED:
         rows.append(_top_lists(span.drafted))
     elif span.replaces is not None:
-        rows.append(_top_lists(span.replaces, title=True, after=span.text + span.after))
+        rows.append(_top_lists(span.replaces, replaced_by=span))
     return "".join(rows)
 
 
@@ -174,9 +184,10 @@ def _row(name: str, value: str) -> str:
     return f"<span style='color:#555'>{escape(unbroken(name))}</span> <b>{value}</b>"
 
 
-def _top_lists(rejected: DraftedToken, title: bool = False, after: str = "") -> str:
-    """The top tokens of p and q where `rejected` was proposed; `title` names it (the header names a rejected
-    draft already, not the token that replaced it), and `after` is the text written in its place."""
+def _top_lists(rejected: DraftedToken, replaced_by: TokenSpan | None = None) -> str:
+    """The top tokens of p and q where `rejected` was proposed. Under `replaced_by`, the token written in its place
+    (a rejected draft's own header names it already), a line names the draft, and a copied one's why q = 1."""
+    after = replaced_by.text + replaced_by.after if replaced_by is not None else ""
     top_p, top_q = _nonzero(rejected.top_p), _nonzero(rejected.top_q)
     unclear = ambiguous([*top_p, *top_q, TokenProb(rejected.token_id, rejected.text, rejected.q)])
     proposed = show(rejected.text) + (NBSP + token_id_note(rejected.token_id) if rejected.text in unclear else "")
@@ -184,7 +195,13 @@ def _top_lists(rejected: DraftedToken, title: bool = False, after: str = "") -> 
     if label_bytes(rejected.text) is not None:
         named += f" ({escape(byte_part(rejected.text, after) or PART_OF_A_CHARACTER)})"
     pieces = any(label_bytes(t.text) is not None for t in (*top_p, *top_q))
-    return ((paragraph(f"Where the draft proposed {named}:") if title else "")
+    title = ""
+    if replaced_by is not None and replaced_by.replaced_a_copy:
+        title = (paragraph(f"Where a draft copied from the conversation proposed {named}:")
+                 + paragraph(escape(copy_note(replaced_by.greedy)), "color:#444"))
+    elif replaced_by is not None:
+        title = paragraph(f"Where the draft proposed {named}:")
+    return (title
             + paragraph(f"<b>{unbroken('top of p')}</b> (target): " + " · ".join(_prob(t, unclear) for t in top_p))
             + paragraph(f"<b>{unbroken('top of q')}</b> (draft): " + " · ".join(_prob(t, unclear) for t in top_q))
             + (paragraph(f"‹…› spells a token's bytes in hex: {PART_OF_A_CHARACTER}, which the tokens after it "
@@ -205,7 +222,9 @@ def _prob(token: TokenProb, unclear: set[str], digits: int = 3) -> str:
 class TokenInspector(QScrollArea):
     def __init__(self, parent=None):
         super().__init__(parent)
+        self.setPalette(paper(self.palette()))
         self.label = QLabel(HINT)
+        self.label.setAutoFillBackground(True)
         self.label.setWordWrap(True)
         self.label.setTextFormat(Qt.TextFormat.RichText)
         self.label.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
@@ -216,10 +235,10 @@ class TokenInspector(QScrollArea):
         self.span: TokenSpan | None = None
         self.pinned = False
 
-    def show_span(self, span: TokenSpan) -> None:
-        """Show a hovered token, unless one is pinned."""
+    def show_span(self, span: TokenSpan, note: str = "") -> None:
+        """Show a hovered token, unless one is pinned; `note` says why it is shown when no one pointed at it."""
         if not self.pinned:
-            self._display(span, span_html(span))
+            self._display(span, span_html(span, note=note))
 
     def pin(self, span: TokenSpan) -> None:
         self._display(span, span_html(span, pinned=True))

@@ -4,7 +4,7 @@ from __future__ import annotations
 from importlib import metadata
 from pathlib import Path
 
-from PySide6.QtCore import QElapsedTimer, QRect, QSettings, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QElapsedTimer, QMargins, QRect, QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QImage, QKeySequence, QPainter
 from PySide6.QtWidgets import (QApplication, QDialog, QDialogButtonBox, QDockWidget, QFileDialog, QHBoxLayout,
                                QInputDialog, QLabel, QMainWindow, QMenu, QMessageBox, QProgressBar, QPushButton,
@@ -22,27 +22,30 @@ from ui.engine_report import FATES_NOTE, EngineReport
 from ui.export import file_stem
 from ui.gamma_charts import WhyGammaPanel, why_image
 from ui.history import HistoryPanel
-from ui.inspector import TokenInspector
+from ui.inspector import TokenInspector, first_rejection_note
 from ui.legend import Legend
 from ui.message_box import MessageBox
 from ui.preferences import export_folder, remember_export_folder, restore_preferences, save_preferences
 from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, EngineTarget, ReplyShown, RoundShown, Session,
                         TurnOptions, TurnStarted, TurnState)
 from ui.why import WhyGamma, recommendation_text, why_gamma
-from ui.status_bar import ElidedLabel
+from ui.status_bar import ElidedLabel, PartsLabel, StatusBar
 from ui.wording import (UNFAIR, comparison_line, remote_header, remote_line, reply_header,  # noqa: F401 (tests use them here)
                         stats_line, unbreakable)
 
-MIN_WIDTH, MIN_HEIGHT = 1000, 700
-PANE_MIN_WIDTH = {"side": 235, "chat": 315, "right": 200}  # with the history dock, still under 1000 px
+# The least client area: a 1000×700 screen holds it with a window manager's title bar and borders.
+MIN_WIDTH, MIN_HEIGHT = 995, 620
+# With the history dock, still under MIN_WIDTH. The side pane's leaves room for a scroll bar beside the controls, which
+# a window under about 680 px tall scrolls; more where the controls need it.
+PANE_MIN_WIDTH = {"side": 245, "chat": 315, "right": 200}
 # The splitter's first sizes. QSplitter shares a window's width in proportion to its panes' widths, never below a
-# pane's minimum, so at 1000 px the side panes sit at their minimums and the chat gets the rest; a hidden pane
-# comes back with its share.
+# pane's minimum, so at the smallest width the side panes sit at their minimums and the chat gets the rest; a hidden
+# pane comes back with its share.
 PANE_WIDTH = {"side": 280, "chat": 770, "right": 350}
 SIDE_MAX_WIDTH = 320
 STATUS_RIGHT_MARGIN = 8  # between the status bar's last widget and the window's right edge
 EXPORT_TITLE_HEIGHT = 20  # the exported chart image's row naming each reply and the why tab
-HISTORY_WIDTH = 150  # the history dock's first width: its titles elide, and at 1000 px the chat needs the room
+HISTORY_WIDTH = 140  # the history dock's first width: its titles elide, and a small window's chat needs the room
 SERVING_READY_S = 100  # about how long vLLM takes to answer here (engine.benchmark.vllm_peer.READY_TIMEOUT_S bounds it)
 INT4_NOTE = ("The target keeps its own 4-bit weights (int4): plain AR steps run about twice as fast in bfloat16 and "
              "it needs half the memory; speculation over it can be slower than its own AR (README: Weights)")
@@ -58,6 +61,17 @@ def app_version() -> str:
         return metadata.version("specdec-studio")
     except metadata.PackageNotFoundError:  # run from a checkout that was never installed
         return ""
+
+
+def fitted_frame(frame: QRect, margins: QMargins, free: QRect, minimum: QSize) -> QRect:
+    """Where a window's frame goes on a screen's free area: as large as it is, or as the free area holds it with
+    `margins` (the title bar and borders around the client area), never with a client area under `minimum`; moved
+    to the free area's corner if it begins off that area or runs past its bottom."""
+    client = frame.size().shrunkBy(margins).boundedTo(free.size().shrunkBy(margins)).expandedTo(minimum)
+    fitted = QRect(frame.topLeft(), client.grownBy(margins))
+    if not free.contains(fitted.topLeft()) or fitted.bottom() > free.bottom():
+        fitted.moveTopLeft(free.topLeft())
+    return fitted
 
 
 def short_name(name: str) -> str:
@@ -103,6 +117,7 @@ class MainWindow(QMainWindow):
         self.error_box: QMessageBox | None = None
         self.preferences = preferences
         self.system_prompt = ""
+        self._framed = False  # whether the window manager's frame has been fitted to the screen too
 
         self.history = HistoryPanel(preferences)
         self.continue_button = QPushButton("Continue")
@@ -128,9 +143,11 @@ class MainWindow(QMainWindow):
         self.drafters_dialog: QDialog | None = None
         self._speculative = True  # the reply being drawn is speculative (its rounds count in the acceptance)
         self.pair_label = ElidedLabel("no model loaded")
-        self.reply_label = ElidedLabel("")
+        self.reply_label = PartsLabel("")
         self.setCentralWidget(self._layout())
         self.history_dock = self._history_dock()
+        self.status_bar = StatusBar()
+        self.setStatusBar(self.status_bar)
         self.statusBar().addWidget(self.pair_label)
         self.statusBar().addWidget(self.reply_label, 1)
         self.comparison_progress = QProgressBar()
@@ -162,7 +179,8 @@ class MainWindow(QMainWindow):
         self._menus()
         self._connect()
         self.on_status_changed(self.status)
-        self.setMinimumSize(MIN_WIDTH, MIN_HEIGHT)
+        # The layout's own minimum where a font needs more room: a smaller one would cut panes off
+        self.setMinimumSize(self.minimumSizeHint().expandedTo(QSize(MIN_WIDTH, MIN_HEIGHT)))
         self.resize(1400, 900)
         if preferences is not None:
             restore_preferences(preferences, self)
@@ -182,7 +200,9 @@ class MainWindow(QMainWindow):
         side_scroll = QScrollArea()
         side_scroll.setWidget(side)
         side_scroll.setWidgetResizable(True)
-        side_scroll.setMinimumWidth(PANE_MIN_WIDTH["side"])
+        # A theme's larger font (GTK's) widens the controls: the pane then needs more than its usual least width
+        room = side.minimumSizeHint().width() + side_scroll.verticalScrollBar().sizeHint().width()
+        side_scroll.setMinimumWidth(max(PANE_MIN_WIDTH["side"], room + 2 * side_scroll.frameWidth()))
         # A form needs no more: a wider window's room goes to the chat (the splitter shares a resize in proportion
         # to the panes' widths, the controls included).
         side_scroll.setMaximumWidth(SIDE_MAX_WIDTH)
@@ -203,11 +223,14 @@ class MainWindow(QMainWindow):
         chat.setMinimumWidth(PANE_MIN_WIDTH["chat"])
 
         right = QSplitter(Qt.Orientation.Vertical)
-        # The live charts of the reply, and beside them why its γ: the pane at 1000×700 holds three charts at a time
+        # The live charts of the reply, and beside them why its γ: the pane at the smallest size holds three charts
         self.chart_tabs = QTabWidget()
         self.chart_tabs.setDocumentMode(True)
-        self.chart_tabs.addTab(self.charts, "this reply")
-        # Scrolls rather than pushing the window past 1000×700 where the legends wrap to many lines
+        # Named for what it shows: a token pinned in an earlier reply leaves the charts on the last one
+        self.chart_tabs.addTab(self.charts, "last reply")
+        self.chart_tabs.setTabToolTip(0, "The last reply's α, tokens per round and estimated speedup, round by round "
+                                         "(live while it runs; an earlier reply's are in the PNG export)")
+        # Scrolls rather than holding a small window taller where the legends wrap to many lines
         why_scroll = QScrollArea()
         why_scroll.setWidget(self.why_charts)
         why_scroll.setWidgetResizable(True)
@@ -250,15 +273,25 @@ class MainWindow(QMainWindow):
         return dock
 
     def _fit_to_screen(self) -> None:
-        """The default size, or one saved on a larger screen, shrinks to the screen's free area (never below the
-        window's minimum), and a window saved off this screen comes back onto it."""
+        """The default size, or one saved on a larger screen, shrinks to the screen's free area with the window's
+        frame (never below the window's minimum), and a window saved off this screen comes back onto it."""
         screen = self.screen() or QGuiApplication.primaryScreen()
-        if screen is None:
+        if screen is None or self.isMaximized() or self.isFullScreen():
             return
-        free = screen.availableGeometry()
-        self.resize(min(self.width(), free.width()), min(self.height(), free.height()))
-        if not free.contains(self.geometry().topLeft()) or self.geometry().bottom() > free.bottom():
-            self.move(free.left(), free.top())
+        frame, client = self.frameGeometry(), self.geometry()
+        margins = QMargins(client.left() - frame.left(), client.top() - frame.top(), frame.right() - client.right(),
+                           frame.bottom() - client.bottom())
+        fitted = fitted_frame(frame, margins, screen.availableGeometry(), self.minimumSize())
+        self.resize(fitted.size().shrunkBy(margins))
+        self.move(fitted.topLeft())  # a top-level window's position is its frame's
+
+    def moveEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        """The window manager frames the window after it is first shown, moving its client area: only then do the
+        title bar and borders count in what fits on the screen."""
+        super().moveEvent(event)
+        if not self._framed and self.frameGeometry() != self.geometry():
+            self._framed = True
+            self._fit_to_screen()
 
     def _menus(self) -> None:
         def action(menu, text: str, shortcut, slot) -> QAction:
@@ -819,7 +852,7 @@ class MainWindow(QMainWindow):
         for index in range(item.first, item.end) if item is not None else ():
             span = self.chat.spans[index]
             if (span.fate is Fate.REJECTED or span.replaces is not None) and self.chat.shows(span):
-                self._inspect(index)
+                self.inspector.show_span(span, first_rejection_note(span))
                 return
 
     def _inspect(self, index: int) -> None:
@@ -888,7 +921,7 @@ class MainWindow(QMainWindow):
                 sizes[other] = 0
         others = sum(size for other, size in sizes.items() if other not in (name, "chat"))
         share = total * PANE_WIDTH[name] // sum(PANE_WIDTH.values())
-        sizes[name] = max(PANE_MIN_WIDTH[name], min(share, total - others - PANE_MIN_WIDTH["chat"]))
+        sizes[name] = max(pane.minimumWidth(), min(share, total - others - PANE_MIN_WIDTH["chat"]))
         sizes["chat"] = total - others - sizes[name]
         pane.show()
         self.splitter.setSizes(list(sizes.values()))

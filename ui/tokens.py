@@ -48,7 +48,8 @@ class TokenSpan:
     """One token on screen; `drafted` carries p, q, r for drafts, `replaces` the draft a correction replaced.
 
     `greedy` and `round_drafts` (drafts proposed in the span's round) let the inspector word each mode and the
-    bonus sentence truthfully; `copied` marks a prompt-lookup draft (q = 1), `special` a chat-template token.
+    bonus sentence truthfully; `copied` marks a prompt-lookup draft (q = 1), `replaced_a_copy` a token put in place
+    of one, `special` a chat-template token.
     """
 
     text: str
@@ -60,6 +61,7 @@ class TokenSpan:
     greedy: bool = True
     round_drafts: int = 0
     copied: bool = False
+    replaced_a_copy: bool = False
     special: bool = False
     after: str = ""  # what its round emitted after it (a rejected draft: its replacement on), to name a character
 
@@ -111,8 +113,8 @@ def round_spans(event: RoundEvent, lookup: bool = False) -> list[TokenSpan]:
         if rejected is not None:
             spans.append(TokenSpan(rejected.text, Fate.REJECTED, event.index, None, rejected,
                                    copied=is_copied(rejected, lookup), after=token.text + after, **common))
-        spans.append(TokenSpan(token.text, token.fate, event.index, token, None, rejected, special=special,
-                               after=after, **common))
+        spans.append(TokenSpan(token.text, token.fate, event.index, token, None, rejected,
+                               replaced_a_copy=is_copied(rejected, lookup), special=special, after=after, **common))
     return spans
 
 

@@ -81,19 +81,30 @@ def test_copied_drafts_are_named_with_q_equal_to_one_explained():
     assert "copied" not in span_html(spans_of(rejected_round(0, [], "d", "x", rejected_q=1.0))[Fate.REJECTED])
 
 
+def test_the_token_that_replaced_a_copied_draft_says_the_draft_was_copied():
+    spans = spans_of(rejected_round(0, [], "One", "Two", greedy=True, rejected_q=1.0), lookup=True)
+    text = text_of(span_html(spans[Fate.CORRECTED]))  # the clean view's page on a copy's replacement
+    assert "Where a draft copied from the conversation proposed One:" in text and "Why q = 1" in text
+    # without prompt lookup a q of 1.0 is a certain draft model, and is worded as the draft's
+    plain = text_of(span_html(spans_of(rejected_round(0, [], "One", "Two", rejected_q=1.0))[Fate.CORRECTED]))
+    assert "Where the draft proposed One:" in plain and "copied" not in plain
+
+
 def test_look_alike_tokens_show_their_ids_and_plain_ones_do_not():
     text = text_of(span_html(sampled_copy_rejection()[Fate.REJECTED]))
-    assert "\\n #198 0.600" in text and "\\n #185 0.000" in text  # two different tokens, both read "\\n"
+    assert "\\n (token id 198) 0.600" in text and "\\n (token id 185) 0.000" in text  # two tokens read "\\n"
     assert "whether 0.100" in text and "` 0.050" in text  # unambiguous: no id
-    assert text.split("\n")[0].strip().endswith("#2")  # the header names the token's id, on the token's line
+    assert text.split("\n")[0].strip().endswith("(token id 2)")  # the header names the token's id, on its line
 
 
-def test_formulas_and_figures_never_break_inside_and_pinned_stays_on_the_header_line(qtbot):
+def test_formulas_and_figures_never_break_inside_and_pinned_stays_with_the_token_id(qtbot):
     spans = sampled_copy_rejection()
     font = QApplication.font()
-    for width in (176, 240, 340):  # the inspector's text width at 1000 px, and wider
+    for width in (176, 240, 340):  # the inspector's text width in the smallest window, and wider
         lines = lines_of(span_html(spans[Fate.REJECTED], pinned=True), width, font)
-        assert lines[0].endswith("#2 · pinned") and "whether" in lines[0], lines[:2]
+        # the token heads the page; its id and "pinned" follow it, on its line where it is wide enough
+        assert lines[0].startswith("whether") and "(token id 2) · pinned" in lines[0] + " " + lines[1], lines[:2]
+        assert width < 240 or lines[0].endswith("(token id 2) · pinned"), lines[:2]
         text = " ".join(lines)
         for whole in ("min(1, p/q)", "min(1, p/1) = p", "0.8964 ≥ 0.3000", "q = 1"):
             assert any(whole in line for line in lines), (width, whole, lines)
@@ -170,6 +181,20 @@ def test_the_inspector_opens_on_a_token_the_view_draws_and_clears_for_a_new_repl
     at_start = spans_shown_at_each_turn_start(studio)
     send(qtbot, studio, "w9 w2")
     assert at_start == [None] and window.inspector.span is not shown
+
+
+def test_the_token_the_inspector_opens_on_after_a_reply_says_why_it_is_shown(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=24, cost_aware=False, stop_below=0.0)
+    window = studio.window
+    send(qtbot, studio)
+    lines = text_of(window.inspector.label.text()).split("\n")
+    assert lines[0] == "In place of the last reply's first rejected draft:"  # the clean view's correction
+    window.legend.trace_action.trigger()
+    assert text_of(window.inspector.label.text()).startswith("The last reply's first rejected draft:")
+    hovered = next(i for i, s in enumerate(window.chat.spans) if s.fate is Fate.ACCEPTED)
+    with qtbot.waitSignal(window.chat.token_hovered, timeout=2000):
+        window.chat.token_hovered.emit(hovered)
+    assert "first rejected draft" not in window.inspector.label.text()  # a token pointed at needs no reason
 
 
 def test_a_pinned_token_stays_pinned_through_the_next_reply(make_studio, mixed_decoder, qtbot):

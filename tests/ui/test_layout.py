@@ -1,11 +1,12 @@
-"""A layout that holds from 1000×700 up: panes at readable sizes, handles that move, panes that come back, and
-controls that stay where they are."""
+"""A layout that holds from its smallest size up (MIN_WIDTH × MIN_HEIGHT, which a 1000×700 screen holds with a
+title bar): panes at readable sizes, handles that move, panes that come back, and controls that stay where they
+are; a first start fits the window, frame and all, on the screen."""
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import QPoint, QRect
+from PySide6.QtCore import QMargins, QPoint, QRect, QSize
 from PySide6.QtGui import QImage, QPainter, QTextDocument, QTextDocumentFragment
-from PySide6.QtWidgets import QApplication, QStyle, QStyleOptionComboBox
+from PySide6.QtWidgets import QApplication, QStyle, QStyleOptionComboBox, QWidget
 
 from engine.events import ModelInfo, PairInfo
 from engine.models.pairing import PRESETS
@@ -14,15 +15,27 @@ from tests.ui.helpers import shown_window
 from tests.ui.synthetic import rejected_round
 from ui.inspector import MIN_LINES, span_html
 from ui.main_window import (MIN_HEIGHT, MIN_WIDTH, PANE_MIN_WIDTH, PANE_WIDTH, SIDE_MAX_WIDTH, STATUS_RIGHT_MARGIN,
-                            MainWindow)
+                            MainWindow, fitted_frame)
 from ui.tokens import round_spans
+
+OPENBOX_FRAME = QMargins(1, 20, 1, 5)  # the title bar and borders openbox draws around a window
+SMALL_SCREEN = QRect(0, 0, 1000, 700)
+# What a maximized window's client area is on a 1000×700 screen under openbox
+SMALL_SCREEN_CLIENT = SMALL_SCREEN.size().shrunkBy(OPENBOX_FRAME)
 
 
 def pane_widths(window: MainWindow) -> dict[str, int]:
     return dict(zip(window.panes, window.splitter.sizes()))
 
 
-def test_at_1000_by_700_every_pane_is_usable(qtbot):
+def test_the_window_fits_a_1000_by_700_screen_with_its_title_bar(qtbot):
+    window = shown_window(qtbot, SMALL_SCREEN_CLIENT.width(), SMALL_SCREEN_CLIENT.height())  # as when maximized
+    assert window.size() == SMALL_SCREEN_CLIENT
+    status = window.statusBar()
+    assert window.rect().contains(QRect(status.mapTo(window, QPoint(0, 0)), status.size()))
+
+
+def test_at_the_smallest_size_every_pane_is_usable(qtbot):
     window = shown_window(qtbot, MIN_WIDTH, MIN_HEIGHT)
     assert (window.width(), window.height()) == (MIN_WIDTH, MIN_HEIGHT)
     widths = pane_widths(window)
@@ -37,7 +50,35 @@ def test_at_1000_by_700_every_pane_is_usable(qtbot):
     assert not side.horizontalScrollBar().isVisible(), "the controls should fit the side pane's width"
 
 
-def test_the_window_cannot_shrink_below_1000_by_700(qtbot):
+def test_at_the_smallest_size_the_legend_and_buttons_above_and_below_the_chat_are_whole(qtbot):
+    window = shown_window(qtbot, MIN_WIDTH, MIN_HEIGHT)
+    window.continue_button.show()  # the row at its widest
+    QApplication.processEvents()
+    legend = [child for child in window.legend.findChildren(QWidget) if child.isVisible()]
+    buttons = [window.new_chat_button, window.continue_button, window.stop_button, window.send_button]
+    for widget in legend + buttons:
+        assert widget.width() >= widget.minimumSizeHint().width(), getattr(widget, "text", lambda: widget)()
+
+
+@pytest.fixture
+def larger_font(qapp):
+    """The application's font a point larger, as GTK's theme gives it."""
+    before = QApplication.font()
+    font = QApplication.font()
+    font.setPointSizeF(font.pointSizeF() + 1)
+    QApplication.setFont(font)
+    yield
+    QApplication.setFont(before)
+
+
+def test_with_a_larger_font_the_controls_still_fit_the_side_panes_width(qtbot, larger_font):
+    window = shown_window(qtbot, MIN_WIDTH, MIN_HEIGHT)
+    side = window.panes["side"]
+    assert side.verticalScrollBar().isVisible()  # the controls scroll in the smallest window
+    assert not side.horizontalScrollBar().isVisible()
+
+
+def test_the_window_cannot_shrink_below_its_smallest_size(qtbot):
     window = shown_window(qtbot, 800, 500)
     assert window.width() >= MIN_WIDTH and window.height() >= MIN_HEIGHT
 
@@ -66,7 +107,7 @@ def test_a_hidden_pane_comes_back_at_a_sensible_width_and_a_bigger_window_is_sha
     assert all(small[name] >= PANE_MIN_WIDTH[name] for name in small), small
 
 
-def test_at_1000_by_700_a_hidden_pane_comes_back_without_squeezing_the_chat(qtbot):
+def test_at_the_smallest_size_a_hidden_pane_comes_back_without_squeezing_the_chat(qtbot):
     window = shown_window(qtbot, MIN_WIDTH, MIN_HEIGHT)
     before = pane_widths(window)
     window.pane_actions["side"].trigger()  # Ctrl+1
@@ -160,7 +201,7 @@ def test_chart_legends_name_every_line_whole_and_cover_no_data(qtbot, size):
     assert not charts.measured.isVisible() and "measured" not in charts.headers[charts.speedup_plot].text()
 
 
-def test_at_1000_by_700_the_ar_comparison_progress_shows_its_text_whole(qtbot):
+def test_at_the_smallest_size_the_ar_comparison_progress_shows_its_text_whole(qtbot):
     window = shown_window(qtbot, MIN_WIDTH, MIN_HEIGHT)
     window.pair_label.setText("HuggingFaceTB/SmolLM2-1.7B-Instruct + HuggingFaceTB/SmolLM2-135M-Instruct · cpu · "
                               "bfloat16")
@@ -180,7 +221,7 @@ def test_at_1000_by_700_the_ar_comparison_progress_shows_its_text_whole(qtbot):
     assert window.reply_label.toolTip() == window.reply_label.text()  # and still say it all
 
 
-def test_at_1000_by_700_the_preset_box_shows_its_preset_whole(qtbot):
+def test_at_the_smallest_size_the_preset_box_shows_its_preset_whole(qtbot):
     window = shown_window(qtbot, MIN_WIDTH, MIN_HEIGHT, offline={name: False for name in PRESETS})
     box = window.picker.preset
     for index in range(box.count()):
@@ -205,25 +246,42 @@ def test_a_window_widened_with_the_charts_hidden_widens_only_the_chat(qtbot):
     assert widths["side"] <= SIDE_MAX_WIDTH and widths["chat"] > widths["right"] >= PANE_MIN_WIDTH["right"]
 
 
-def test_at_1000_by_700_the_inspector_shows_a_token_whole_and_readably(qtbot):
-    window = shown_window(qtbot, MIN_WIDTH, MIN_HEIGHT)
+def inspecting_a_long_rejection(qtbot, size):
+    """The window at `size`, its inspector on a rejected draft with the longest page, and where the page's second
+    paragraph (why the token has its fate) ends."""
+    window = shown_window(qtbot, *size)
     inspector, label = window.inspector, window.inspector.label
-    rejected = round_spans(rejected_round(0, ["Hello"], "‹e4 bd›", "你", greedy=False))[1]  # its longest page
+    rejected = round_spans(rejected_round(0, ["Hello"], "‹e4 bd›", "你", greedy=False))[1]
     inspector.show_span(rejected)
     QApplication.processEvents()
+    document = QTextDocument()
+    document.setDefaultFont(label.font())
+    document.setHtml(span_html(rejected))
+    document.setTextWidth(label.contentsRect().width())
+    layout = document.documentLayout()
+    return window, [layout.blockBoundingRect(document.findBlockByNumber(n)).bottom() + label.margin() for n in (0, 1)]
+
+
+@pytest.mark.parametrize("size", [(MIN_WIDTH, MIN_HEIGHT), (SMALL_SCREEN_CLIENT.width(), SMALL_SCREEN_CLIENT.height())])
+def test_the_inspector_wraps_a_token_inside_its_pane_and_scrolls_the_rest(qtbot, size):
+    window, _ = inspecting_a_long_rejection(qtbot, size)
+    inspector, label = window.inspector, window.inspector.label
     viewport = inspector.viewport()
     assert viewport.height() >= MIN_LINES * inspector.fontMetrics().lineSpacing()
     # lines wrap inside the pane, nothing is cut at its side or bottom: what does not fit scrolls
     assert label.width() <= viewport.width() and inspector.horizontalScrollBar().maximum() == 0
     assert label.height() >= label.heightForWidth(label.width())
     assert inspector.verticalScrollBar().maximum() == label.height() - viewport.height()
-    # the token's header and why it has its fate read without scrolling
-    document = QTextDocument()
-    document.setDefaultFont(label.font())
-    document.setHtml(span_html(rejected))
-    document.setTextWidth(label.contentsRect().width())
-    why = document.documentLayout().blockBoundingRect(document.findBlockByNumber(1))
-    assert why.bottom() + label.margin() <= viewport.height()
+
+
+def test_in_the_smallest_window_the_inspector_shows_a_tokens_header_unscrolled(qtbot):
+    window, (header, _) = inspecting_a_long_rejection(qtbot, (MIN_WIDTH, MIN_HEIGHT))
+    assert header <= window.inspector.viewport().height()
+
+
+def test_on_a_1000_by_700_screen_the_inspector_shows_why_a_token_has_its_fate_unscrolled(qtbot):
+    window, (_, why) = inspecting_a_long_rejection(qtbot, (SMALL_SCREEN_CLIENT.width(), SMALL_SCREEN_CLIENT.height()))
+    assert why <= window.inspector.viewport().height()
 
 
 def test_a_first_start_fits_the_window_to_the_screens_free_area(qtbot):
@@ -232,3 +290,21 @@ def test_a_first_start_fits_the_window_to_the_screens_free_area(qtbot):
     free = window.screen().availableGeometry()
     assert free.height() < 900  # the offscreen screen is smaller than the default size
     assert window.height() == max(free.height(), MIN_HEIGHT) and window.width() <= 1400
+
+
+def test_a_window_larger_than_the_screen_shrinks_to_fit_it_with_its_frame():
+    framed = QRect(QPoint(0, 0), QSize(1400, 900).grownBy(OPENBOX_FRAME))
+    fitted = fitted_frame(framed, OPENBOX_FRAME, SMALL_SCREEN, QSize(MIN_WIDTH, MIN_HEIGHT))
+    assert fitted == SMALL_SCREEN  # title bar, borders and the client area below them, the status bar included
+
+
+def test_a_window_that_fits_stays_where_and_as_large_as_it_is():
+    framed = QRect(QPoint(10, 10), QSize(MIN_WIDTH, MIN_HEIGHT).grownBy(OPENBOX_FRAME))
+    assert fitted_frame(framed, OPENBOX_FRAME, SMALL_SCREEN, QSize(MIN_WIDTH, MIN_HEIGHT)) == framed
+
+
+def test_a_window_saved_off_the_screen_comes_back_onto_it():
+    framed = QRect(QPoint(1500, 300), QSize(800, 500).grownBy(OPENBOX_FRAME))
+    fitted = fitted_frame(framed, OPENBOX_FRAME, SMALL_SCREEN, QSize(MIN_WIDTH, MIN_HEIGHT))
+    assert fitted.topLeft() == SMALL_SCREEN.topLeft()
+    assert fitted.size().shrunkBy(OPENBOX_FRAME) == QSize(MIN_WIDTH, MIN_HEIGHT)  # never below the smallest size

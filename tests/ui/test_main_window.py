@@ -326,3 +326,17 @@ def test_compare_with_ar_on_a_native_gguf_target_decodes_one_target_identically(
     assert any(e.gamma for e in reply.events)  # speculation really drafted
     assert comparison.identical is True and comparison.ar_text == reply.text
     assert decoder.info().target.weights == "native"
+
+
+def test_the_charts_tab_is_named_for_the_last_reply_it_shows_while_an_earlier_token_is_pinned(make_studio,
+                                                                                            mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=8, cost_aware=False, stop_below=0.0)
+    window = studio.window
+    send(qtbot, studio)
+    last = send(qtbot, studio, "w5 w6")
+    window.on_token_clicked(window.chat.items[1].first)  # pin the first reply's first token
+    assert window.inspector.pinned
+    assert window.charts.buffers.n == len(last.events)  # the charts stay on the last reply
+    tab = window.chart_tabs.indexOf(window.charts)
+    assert window.chart_tabs.tabText(tab) == "last reply"
+    assert window.chart_tabs.tabToolTip(tab).startswith("The last reply's")

@@ -1,0 +1,79 @@
+"""The status bar: a notice takes the labels' place instead of being drawn over them, and says all in its tooltip;
+the last reply's summary keeps its first and last figures whole at the default width."""
+from __future__ import annotations
+
+from itertools import combinations
+
+from PySide6.QtCore import QPoint, QRect
+from PySide6.QtWidgets import QApplication
+
+from engine.events import ModelInfo, PairInfo, PrefillProgress
+from tests.ui.helpers import shown_window
+from ui.main_window import INT4_NOTE
+from ui.wording import UNFAIR
+
+LONG_SUMMARY = ("last reply: 128 tokens in 120 rounds · 71.9 tok/s · α 0.62 · 1.07 tok/round · est. 1.13× vs AR"
+                + UNFAIR + " · measured 0.80× vs AR")
+
+
+def int4_pair() -> PairInfo:
+    return PairInfo(ModelInfo("embedded", "/m/t.gguf", 135, 49152, weights="native"),
+                    ModelInfo("embedded-draft", "/m/d", 30, 49152), "cpu", "bfloat16")
+
+
+def drawn(window) -> dict[str, QRect]:
+    """The status bar's widgets that are drawn, each with its place in the status bar."""
+    status = window.status_bar
+    widgets = {"notice": status.notice, "pair": window.pair_label, "reply": window.reply_label,
+               "prefill": window.prefill_progress, "comparison": window.comparison_progress}
+    return {name: QRect(w.mapTo(status, QPoint(0, 0)), w.size()) for name, w in widgets.items() if w.isVisible()}
+
+
+def reading_a_long_prompt_after_the_int4_notice(qtbot, width: int = 1600, height: int = 1000):
+    window = shown_window(qtbot, width, height)
+    window.reply_label.setText(LONG_SUMMARY)
+    window.on_pair_loaded(int4_pair())  # its notice says why the int4 target matters
+    window.on_prefill_progressed(PrefillProgress(2880, 4404))  # a bar shown beside it: the status bar lays out anew
+    QApplication.processEvents()
+    return window
+
+
+def test_a_notice_hides_the_labels_while_a_progress_bar_is_shown_beside_it(qtbot):
+    window = reading_a_long_prompt_after_the_int4_notice(qtbot)
+    assert window.statusBar().currentMessage() == INT4_NOTE
+    assert not window.pair_label.isVisible() and not window.reply_label.isVisible()
+    places = drawn(window)
+    assert set(places) == {"notice", "prefill"}
+    for (one, a), (other, b) in combinations(places.items(), 2):
+        assert not a.intersects(b), (one, other)
+
+
+def test_a_long_notice_is_elided_with_its_whole_text_in_the_tooltip(qtbot):
+    window = reading_a_long_prompt_after_the_int4_notice(qtbot, 1000, 700)
+    notice = window.status_bar.notice
+    assert notice.toolTip() == INT4_NOTE
+    shown = notice.shown_text()
+    assert shown.endswith("…") and INT4_NOTE.startswith(shown[:-1])
+    assert notice.fontMetrics().horizontalAdvance(shown) <= notice.contentsRect().width()
+
+
+def test_the_labels_come_back_when_the_notice_ends(qtbot):
+    window = reading_a_long_prompt_after_the_int4_notice(qtbot)
+    window.statusBar().clearMessage()
+    QApplication.processEvents()
+    assert set(drawn(window)) == {"pair", "reply", "prefill"}
+    assert window.pair_label.text().endswith("int4 target (its own 4-bit weights)")
+
+
+def test_the_last_reply_summary_keeps_its_first_and_last_figures_at_the_default_width(qtbot):
+    window = shown_window(qtbot, 1400, 900)
+    window.on_pair_loaded(int4_pair())
+    window.statusBar().clearMessage()
+    window.reply_label.setText(LONG_SUMMARY)
+    QApplication.processEvents()
+    label = window.reply_label
+    shown = label.shown_text()
+    assert label.fontMetrics().horizontalAdvance(LONG_SUMMARY) > label.contentsRect().width()  # it must give way
+    assert shown.startswith("last reply: 128 tokens in 120 rounds · ") and shown.endswith(" · measured 0.80× vs AR")
+    assert " · … · " in shown and label.fontMetrics().horizontalAdvance(shown) <= label.contentsRect().width()
+    assert label.toolTip() == LONG_SUMMARY
