@@ -166,7 +166,8 @@ class ChatController(QObject):
     @property
     def status(self) -> ChatStatus:
         return ChatStatus(self.state, self.ready, len(self.replies), self.can_continue, self.editing, self.title,
-                          remote=self.remote is not None)
+                          remote=self.remote is not None,
+                          continuations=tuple(i for i, turn in enumerate(self.turns) if turn.continues))
 
     # -- commands ------------------------------------------------------------------------------------------
 

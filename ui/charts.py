@@ -23,6 +23,7 @@ X_STEP = 20  # the x axis grows in steps of this many rounds
 MIN_CHART_HEIGHT = 120
 AXIS_END_ROOM = 16  # pixels right of the x axis: half of a four-digit tick label
 AXIS_TOP_ROOM = 7  # pixels above the y axis: half of a tick label's height, for the label at its top
+CHART_INK = "#333"  # titles and legends on the charts' white background
 COLUMNS = ("alpha", "alpha_mean", "tokens", "tokens_mean", "expected", "speedup", "speedup_mean")
 
 
@@ -74,8 +75,9 @@ class RoundBuffers:
 def _plot(tooltip: str, y_label: str) -> pg.PlotWidget:
     plot = pg.PlotWidget()
     plot.setToolTip(tooltip)
-    plot.setLabel("bottom", "round", **{"font-size": "8pt"})
-    plot.setLabel("left", y_label, **{"font-size": "8pt"})
+    # The chart is a white page (its legend's too): its titles keep dark ink under a dark theme's light text colour
+    plot.setLabel("bottom", "round", **{"font-size": "8pt", "color": CHART_INK})
+    plot.setLabel("left", y_label, **{"font-size": "8pt", "color": CHART_INK})
     # The last x tick sits at the plot's right edge; pyqtgraph hides a label that leaves the axis' rectangle, so
     # leave room for half of one and let the label use it.
     plot.plotItem.layout.setContentsMargins(1, AXIS_TOP_ROOM, AXIS_END_ROOM, 1)
@@ -114,7 +116,7 @@ class ChartHeader(QLabel):
         self.setWordWrap(True)
         self.setTextFormat(Qt.TextFormat.RichText)
         self.setAlignment(Qt.AlignmentFlag.AlignHCenter)
-        self.setStyleSheet("background: white; color: #333;")
+        self.setStyleSheet(f"background: white; color: {CHART_INK};")
 
     def show_entries(self, entries: list[tuple[QPen, str]], extra: str = "") -> None:
         """The legend's entries, and `extra` (HTML) on a line of its own under them."""

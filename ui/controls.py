@@ -206,7 +206,7 @@ class DecodingControls(QGroupBox):
         # What the pair's cost model recommends under this session's acceptance (ui.why), after each reply
         self.recommended = QLabel("recommended γ: after a speculative reply")
         self.recommended.setWordWrap(True)
-        self.recommended.setStyleSheet("QLabel { color: #555; font-size: 8pt; } "
+        self.recommended.setStyleSheet("QLabel { font-size: 8pt; } "
                                        "QLabel:disabled { color: palette(mid); }")  # greyed with γ in plain AR
         # it wraps to the pane's width, never widens it
         self.recommended.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)

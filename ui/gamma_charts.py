@@ -19,7 +19,7 @@ from engine.decoding.costs import MEASURED_ROWS
 from engine.decoding.recommend import MAX_GAMMA
 from engine.events import Drafting, Mode, RoundEvent
 from engine.stats import expected_tokens_per_round
-from ui.charts import AXIS_END_ROOM, REFRESH_MS, ChartHeader, _plot, legend_entry
+from ui.charts import AXIS_END_ROOM, CHART_INK, REFRESH_MS, ChartHeader, _plot, legend_entry
 from ui.session import Session
 from ui.why import WhyGamma
 
@@ -119,7 +119,7 @@ def count_axis(plot: pg.PlotWidget, label: str) -> None:
     axis = WholeNumberAxis("bottom")
     plot.setAxisItems({"bottom": axis})
     axis.setStyle(hideOverlappingLabels=AXIS_END_ROOM)
-    plot.setLabel("bottom", label, **{"font-size": "8pt"})
+    plot.setLabel("bottom", label, **{"font-size": "8pt", "color": CHART_INK})
 
 
 class WhyGammaPanel(QWidget):
@@ -169,7 +169,7 @@ class WhyGammaPanel(QWidget):
 
         self.explanation = QLabel("")
         self.explanation.setWordWrap(True)
-        self.explanation.setStyleSheet("background: white; color: #333; font-size: 8pt; padding: 2px;")
+        self.explanation.setStyleSheet(f"background: white; color: {CHART_INK}; font-size: 8pt; padding: 2px;")
         self.explanation.setToolTip("What the cost-aware rounds decide, and from which of this machine's costs. A "
                                     "draft's cost all told is its step (the cost chart's line), its bookkeeping "
                                     "and its row in the target's block.")

@@ -60,6 +60,11 @@ class Legend(QWidget):
         self.trace_button.setToolTip("A remote engine's reply has no trace: it does not say which tokens were drafts"
                                      if remote else self.trace_action.toolTip())
 
+    def reset(self, greedy: bool) -> None:
+        """An empty chat: the blue chip names what the next reply's mode does."""
+        self.greedy_modes.clear()
+        self.set_greedy(greedy)
+
     def set_greedy(self, greedy: bool) -> None:
         """Replies in this mode are on screen, or the next one will be: the blue chip names what the target does
         after a rejection in every mode it has been told of (its argmax when greedy, a draw from the residual when

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import (QApplication, QDialog, QDialogButtonBox, QDockWid
                                QWidget)
 
 from engine.choices import DEVICES, DTYPES
-from engine.events import ContextNotice, DecodeSettings, Fate, Mode, PairInfo, PrefillProgress
+from engine.events import ContextNotice, DecodeSettings, Drafting, Fate, Mode, PairInfo, PrefillProgress
 from engine.remote import TextDelta, is_url
 from ui.charts import ChartsPanel
 from ui.chat_view import CLEAN, TRACE, ChatView
@@ -363,7 +363,6 @@ class MainWindow(QMainWindow):
         self.chat.example_chosen.connect(self.on_example_chosen)
         self.chat.action_chosen.connect(self.on_reply_action_chosen)
         self.chat.code_copied.connect(self.on_code_copied)
-        self.controls.greedy.toggled.connect(self.legend.set_greedy)
         self.legend.set_greedy(self.controls.greedy.isChecked())
 
     # -- commands, passed on to the chat controller ----------------------------------------------------------
@@ -421,7 +420,7 @@ class MainWindow(QMainWindow):
 
     def edit_turn(self, turn: int) -> None:
         """Edit and resend turn `turn`'s message; an earlier one replaces every reply after it, so that is asked."""
-        later = self.status.n_replies - 1 - turn
+        later = self.status.replies_after(turn)
         if later > 0:
             answer = QMessageBox.question(
                 self, "Edit and resend", f"Resending this message replaces the {later} "
@@ -600,6 +599,7 @@ class MainWindow(QMainWindow):
         self.charts.start_reply()
         self.why_charts.clear()
         self.inspector.reset()
+        self.legend.reset(self.controls.greedy.isChecked())
         self.reply_label.clear()
 
     def on_turn_started(self, started: TurnStarted) -> None:
@@ -933,8 +933,6 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
 
-DRAFTER_NAMES = {"model": "draft model", "lookup": "copying only", "both": "draft model + copying",
-                 "none": "none (plain AR)"}
 DRAFTER_COLUMNS = ("drafters", "tokens/s", "α", "tokens/round", "vs plain AR")
 
 
@@ -948,9 +946,11 @@ def drafters_table(comparison: DrafterComparison) -> QTableWidget:
         if row["skipped"] or (row["stopped"] and not row["tokens"]):
             cells = [row["skipped"] or "stopped", "", "", ""]
         else:
+            # a drafting that drafted nothing ran plain target steps: its difference from plain AR is noise
+            idle = " (drafted nothing)" if row["drafting"] != Drafting.NONE.value and not row["drafted"] else ""
             cells = [f"{row['tokens_per_s']:.1f}", "—" if row["alpha"] is None else f"{row['alpha']:.2f}",
-                     f"{row['tokens_per_round']:.2f}", "" if row["vs_ar"] is None else f"{row['vs_ar']:.2f}×"]
-        name = DRAFTER_NAMES[row["drafting"]] + (" (stopped)" if row["stopped"] and row["tokens"] else "")
+                     f"{row['tokens_per_round']:.2f}", "" if row["vs_ar"] is None else f"{row['vs_ar']:.2f}×{idle}"]
+        name = Drafting(row["drafting"]).label + (" (stopped)" if row["stopped"] and row["tokens"] else "")
         for c, text in enumerate([name, *cells]):
             item = QTableWidgetItem(text)
             if c:
@@ -966,8 +966,8 @@ def drafters_dialog(comparison: DrafterComparison, parent) -> QDialog:
     layout = QVBoxLayout(dialog)
     settings = comparison.request.settings
     note = QLabel(f"The last prompt on this target, {'greedy' if settings.greedy else 'sampling'}, "
-                  f"γ ≤ {settings.gamma}, {settings.max_new_tokens} tokens at most; each drafting runs with a fresh "
-                  "planner and no cached prompt.")
+                  f"γ ≤ {settings.gamma}, {settings.max_new_tokens} tokens at most; each drafting starts from the "
+                  "acceptance this chat's rounds measured, with no cached prompt.")
     note.setWordWrap(True)
     layout.addWidget(note)
     dialog.table = drafters_table(comparison)

@@ -169,11 +169,16 @@ class ChatStatus:
 
     state: TurnState
     ready: bool  # a pair is loaded and answers
-    n_replies: int
+    n_replies: int  # turns, a continuation's part counted apart (commands take a turn's index)
     can_continue: bool  # the last reply was cut at max new tokens or stopped, with text to carry on from
     editing: int | None  # the turn whose message is being edited and resent
     title: str = ""  # the chat's title (its first message), for an export's file name
     remote: bool = False  # replies come from a remote engine: the local pair's own commands rest
+    continuations: tuple[int, ...] = ()  # the turns that go on with the reply before them (Continue)
+
+    def replies_after(self, turn: int) -> int:
+        """The replies after turn `turn` as the chat shows them: a continued reply is one."""
+        return sum(1 for later in range(turn + 1, self.n_replies) if later not in self.continuations)
 
     @property
     def busy(self) -> bool:
@@ -242,7 +247,7 @@ class DrafterComparison:
         rows = []
         for run in self.runs:
             stats = run.stats
-            rows.append({"drafting": run.drafting.value, "tokens": stats.n_tokens,
+            rows.append({"drafting": run.drafting.value, "tokens": stats.n_tokens, "drafted": stats.n_drafted,
                          "tokens_per_s": stats.tokens_per_s,
                          "alpha": stats.alpha if run.drafting is not Drafting.NONE and stats.n_verified else None,
                          "tokens_per_round": stats.tokens_per_round,

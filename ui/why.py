@@ -83,7 +83,6 @@ def recommendation_text(recommendation: Recommendation | None) -> str:
     if recommendation is None:
         return "recommended γ: after a speculative reply"
     if recommendation.drafting is Drafting.NONE:
-        return "recommended: plain AR (no draft pays here)"
-    drafters = {Drafting.MODEL: "draft model", Drafting.LOOKUP: "copying only",
-                Drafting.BOTH: "draft model + copying"}[recommendation.drafting]
-    return f"recommended γ ≤ {recommendation.gamma} (predicted {recommendation.speedup:.2f}×, {drafters})"
+        return "recommended: plain AR (no draft is sure to pay here)"
+    return (f"recommended γ ≤ {recommendation.gamma} (predicted {recommendation.speedup:.2f}×, "
+            f"{recommendation.drafting.label})")

@@ -140,6 +140,20 @@ def test_continue_extends_the_last_assistant_message(chat):
     assert chat.turns[1].continues and not chat.status.can_continue
 
 
+def test_a_continued_reply_counts_once_among_the_replies_after_a_turn(chat):
+    worker = FakeWorker(chat)
+    worker.replies += [[accepted_round(0, ["a"], "b", finish="eos")], two_rounds(finish="length"),
+                       [accepted_round(0, ["!"], "!", finish="eos")], [accepted_round(0, ["c"], "d", finish="eos")]]
+    chat.send("first", SPEC)
+    chat.send("second", SPEC)
+    chat.continue_reply(SPEC)
+    chat.send("third", SPEC)
+    status = chat.status
+    assert status.continuations == (2,) and status.n_replies == 4
+    assert status.replies_after(0) == 2  # the second reply (in two parts) and the third
+    assert status.replies_after(1) == 1 and status.replies_after(3) == 0
+
+
 def test_continue_does_nothing_when_the_reply_was_not_cut(chat):
     worker = FakeWorker(chat)
     worker.replies.append(two_rounds(finish="eos"))

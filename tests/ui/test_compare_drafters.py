@@ -1,8 +1,15 @@
-"""Compare drafters runs each drafting from what the conversation taught the live planner, and leaves it as it was."""
+"""Compare drafters: each drafting starts from what the conversation taught the live planner and leaves it as it
+was, and a drafting that drafted nothing says so beside its speed."""
 from __future__ import annotations
 
+import dataclasses
+
 import app.worker as app_worker
+from engine.events import DecodeSettings, Drafting
 from tests.ui.helpers import REPLY_TIMEOUT_MS, send
+from tests.ui.synthetic import accepted_round
+from ui.main_window import drafters_table
+from ui.session import DrafterComparison, DrafterRun, ReplyRequest
 
 
 def test_compare_drafters_starts_each_planner_from_what_the_chat_taught_and_leaves_it_as_it_was(
@@ -24,3 +31,15 @@ def test_compare_drafters_starts_each_planner_from_what_the_chat_taught_and_leav
         studio.window.compare_drafters_action.trigger()
     assert started_with == [learnt[:2]] * 4  # each drafting, plain AR too
     assert (live.kept, live.reached, live.calibration) == learnt
+
+
+def test_a_drafting_that_drafted_nothing_says_so_beside_its_speed(qapp):
+    steps = tuple(dataclasses.replace(accepted_round(i, [], "w"), gamma=0) for i in range(4))
+    drafted = tuple(accepted_round(i, ["a"], "b") for i in range(2))
+    request = ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings())
+    table = drafters_table(DrafterComparison(request, (DrafterRun(Drafting.MODEL, drafted),
+                                                       DrafterRun(Drafting.LOOKUP, steps),
+                                                       DrafterRun(Drafting.NONE, steps))))
+    assert [table.item(r, 0).text() for r in range(3)] == ["draft model", "copying only", "none (plain AR)"]
+    assert table.item(1, 4).text().endswith("× (drafted nothing)")
+    assert "drafted nothing" not in table.item(0, 4).text() + table.item(2, 4).text()

@@ -47,17 +47,21 @@ def start_reply(window, settings: DecodeSettings) -> None:
     window.on_turn_started(TurnStarted(0, ReplyRequest(({"role": "user", "content": "hi"},), settings), live=True))
 
 
-def test_switching_to_sampling_keeps_naming_the_greedy_replies_corrections(qtbot):
+def test_the_legend_names_the_corrections_of_the_replies_on_screen(qtbot):
     window = shown_window(qtbot, 1000, 700)
     window.controls.greedy.setChecked(True)
     start_reply(window, DecodeSettings(greedy=True))
     chip = window.legend.chips[Fate.RESAMPLED]
     assert chip.text() == "corrected"
     window.controls.sampling.setChecked(True)
+    assert chip.text() == "corrected"  # the switch alone put no sampled reply on screen
+    start_reply(window, DecodeSettings(greedy=False, temperature=0.7))
     assert QTextDocumentFragment.fromHtml(chip.text()).toPlainText() == "corrected\nresampled"
     assert "greedy" in chip.toolTip() and "norm(max(0, p − q))" in chip.toolTip()
     legend = window.legend  # whole at the smallest window, in the row's height
     assert legend.minimumSizeHint().width() <= legend.width() and chip.sizeHint().height() <= legend.height()
+    window.on_conversation_cleared()  # a new chat: what the next reply will do
+    assert chip.text() == "resampled"
 
 
 def test_a_window_of_sampled_replies_names_its_corrections_resampled_alone(qtbot):

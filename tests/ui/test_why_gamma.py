@@ -138,7 +138,7 @@ def test_the_label_beside_the_slider_names_the_analytic_optimum(qtbot, draft_ms)
     if gamma:
         assert label == f"recommended γ ≤ {gamma} (predicted {speedup:.2f}×, draft model)"
     else:
-        assert label == "recommended: plain AR (no draft pays here)"
+        assert label == "recommended: plain AR (no draft is sure to pay here)"
     assert window.controls.recommended.toolTip().startswith(("drafts stop when", "no draft pays"))
     assert window.why_charts.explanation.text().endswith(window.controls.recommended.toolTip() + ".")
 
