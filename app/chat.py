@@ -13,7 +13,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 
 from app.chat_store import ChatRecorder, ChatStore, ChatStoreError, ChatSummary, title_for
-from app.timing import StepReference, machine_was_busy
+from app.timing import StepReference, machine_was_busy, unequal_loads
 from engine.events import ContextNotice, Drafting, Mode, PairInfo, PrefillProgress, RoundEvent
 from engine.remote import RemoteReply, TextDelta, is_url, public_url
 from ui.export import ExportError, export_session
@@ -418,8 +418,10 @@ class ChatController(QObject):
     def on_comparison_finished(self, comparison: Comparison) -> None:
         for event in comparison.ar_events:
             self.timing.add_round(event)  # every AR step is a fresh single-token timing
-        comparison = dataclasses.replace(comparison, machine_busy=machine_was_busy(comparison.ar_events, self.timing))
         index = len(self.turns) - 1
+        reply = self.turns[index].reply
+        comparison = dataclasses.replace(comparison, machine_busy=machine_was_busy(comparison.ar_events, self.timing),
+                                         unequal_loads=unequal_loads(reply.events if reply else (), comparison.ar_events))
         self.turns[index] = dataclasses.replace(self.turns[index], comparison=comparison)
         self.recorder.comparison_finished(comparison)
         self.comparison_finished.emit(ComparisonShown(index, comparison, self.turns[index].reply, self.pair))

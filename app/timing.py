@@ -16,10 +16,14 @@ from collections.abc import Sequence
 from statistics import median
 
 from engine.events import RoundEvent
+from engine.stats import ArTime
 
 RECENT = 32  # samples kept: enough for a stable median, few enough to follow a change of machine load
 BUSY_FACTOR = 2.0  # a timing this many times the reference is a stall, not the model's speed
 BUSY_SHARE = 0.2  # the share of stalled rounds above which a reply's numbers are flagged
+# A reply and its AR comparison whose rounds' typical loads differ by more than this factor met different machines:
+# one of them ran beside the window's drawing or another program and the other did not.
+LOAD_MISMATCH = 1.25
 
 
 class StepReference:
@@ -59,6 +63,15 @@ def stalled(event: RoundEvent, reference_s: float) -> bool:
     if event.ar_equivalent_s:
         return event.load > BUSY_FACTOR
     return reference_s > 0 and event.verify_s > BUSY_FACTOR * (len(event.drafted) + 1) * reference_s
+
+
+def unequal_loads(reply: Sequence[RoundEvent], ar: Sequence[RoundEvent]) -> bool:
+    """Whether a reply and its plain AR run ran at such different loads (where both carry the cost model) that
+    their measured ratio says more about the machine than about speculation."""
+    if not reply or not ar or not all(e.ar_equivalent_s for e in (*reply, *ar)):
+        return False
+    ratio = ArTime(reply).typical_load / ArTime(ar).typical_load
+    return not 1 / LOAD_MISMATCH <= ratio <= LOAD_MISMATCH
 
 
 def machine_was_busy(events: Sequence[RoundEvent], reference: StepReference) -> bool:

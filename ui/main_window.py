@@ -30,7 +30,7 @@ from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, EngineTa
                         TurnOptions, TurnStarted, TurnState)
 from ui.why import WhyGamma, recommendation_text, why_gamma
 from ui.status_bar import ElidedLabel, PartsLabel, StatusBar
-from ui.wording import (UNFAIR, comparison_line, remote_header, remote_line, reply_header,  # noqa: F401 (tests use them here)
+from ui.wording import (UNFAIR, comparison_caveat, comparison_line, remote_header, remote_line, reply_header,  # noqa: F401 (tests use them here)
                         stats_line, unbreakable)
 
 # The least client area: a 1000×700 screen holds it with a window manager's title bar and borders.
@@ -751,7 +751,7 @@ class MainWindow(QMainWindow):
         if not comparison.stopped:
             self.charts.show_measured_speedup(comparison.speedup)
             self.reply_label.setText(self.reply_label.text() + " · " + f"measured {comparison.speedup:.2f}× vs AR"
-                                     + (UNFAIR if comparison.machine_busy else ""))
+                                     + comparison_caveat(comparison))
         self.statusBar().clearMessage()
 
     def on_why_changed(self, why: WhyGamma) -> None:
@@ -947,9 +947,11 @@ def drafters_table(comparison: DrafterComparison) -> QTableWidget:
             cells = [row["skipped"] or "stopped", "", "", ""]
         else:
             # a drafting that drafted nothing ran plain target steps: its difference from plain AR is noise
-            idle = " (drafted nothing)" if row["drafting"] != Drafting.NONE.value and not row["drafted"] else ""
+            idle = row["drafting"] != Drafting.NONE.value and not row["drafted"]
+            vs_ar = ("" if row["vs_ar"] is None else "— (drafted nothing: plain target steps)" if idle
+                     else f"{row['vs_ar']:.2f}×")
             cells = [f"{row['tokens_per_s']:.1f}", "—" if row["alpha"] is None else f"{row['alpha']:.2f}",
-                     f"{row['tokens_per_round']:.2f}", "" if row["vs_ar"] is None else f"{row['vs_ar']:.2f}×{idle}"]
+                     f"{row['tokens_per_round']:.2f}", vs_ar]
         name = Drafting(row["drafting"]).label + (" (stopped)" if row["stopped"] and row["tokens"] else "")
         for c, text in enumerate([name, *cells]):
             item = QTableWidgetItem(text)

@@ -107,6 +107,7 @@ class Comparison:
     identical: bool | None  # greedy only: did AR produce exactly the same tokens? None when sampling
     stopped: bool = False  # the user stopped the AR run early
     machine_busy: bool = False  # the AR steps ran far slower than the machine's quiet speed: not a fair number
+    unequal_loads: bool = False  # the reply and the AR run met the machine at different loads: not a fair number
     # Reading the prompt (both models for the reply, the target alone for AR); 0 in chats saved before they were
     # kept apart, whose tokens/s counted it in.
     spec_prefill_s: float = 0.0

@@ -19,6 +19,12 @@ def reply_header(settings: DecodeSettings, gammas: tuple[int, ...] = ()) -> str:
 
 
 UNFAIR = " (machine busy — not a fair number)"
+UNEQUAL = " (the two runs met the machine at different loads — not a fair number)"
+
+
+def comparison_caveat(comparison: Comparison) -> str:
+    """Why a measured speedup is not a fair number, if it is not (the estimate allows for load; this does not)."""
+    return UNFAIR if comparison.machine_busy else UNEQUAL if comparison.unequal_loads else ""
 SHOWN_PREFILL_S = 0.1  # reading the prompt is named beside tokens/s (which leaves it out) once it is noticeable
 
 
@@ -52,7 +58,7 @@ def comparison_line(comparison: Comparison, reply: Reply) -> str:
     line = (f"plain AR: {ar_tokens} tokens in {comparison.ar_decode_s:.2f} s ({comparison.ar_tokens_per_s:.1f} tok/s) "
             f"vs speculative {reply.stats.n_tokens} in {comparison.spec_decode_s:.2f} s "
             f"({comparison.spec_tokens_per_s:.1f} tok/s) → measured {comparison.speedup:.2f}×"
-            + (UNFAIR if comparison.machine_busy else ""))
+            + comparison_caveat(comparison))
     if max(comparison.ar_prefill_s, comparison.spec_prefill_s) >= SHOWN_PREFILL_S:
         line += (f" · the prompt read in {comparison.ar_prefill_s:.1f} s by AR, {comparison.spec_prefill_s:.1f} s by "
                  "both models")

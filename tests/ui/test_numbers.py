@@ -17,7 +17,7 @@ from ui.charts import RoundBuffers
 from ui.chat_view import ACTION_ROW
 from ui.compare import comparison_view, explain, first_difference
 from app.chat import ChatController
-from app.timing import RECENT, StepReference, machine_was_busy
+from app.timing import RECENT, StepReference, machine_was_busy, unequal_loads
 from ui.main_window import comparison_line, stats_line
 from ui.session import Comparison, Reply, ReplyRequest
 from ui.timing import estimated_speedup
@@ -274,3 +274,18 @@ def test_a_plain_ar_reply_charts_no_speedup():
     for i in range(5):
         buffers.append(ar_step(i, 7, "w", 0.5, step_s=0.03 if i else 0.005), 0.03, 2.0)  # a fast first step
     assert np.isnan(buffers.series("speedup")[1]).all() and np.isnan(buffers.series("speedup_mean")[1]).all()
+
+
+def test_a_comparison_whose_runs_met_different_loads_says_it_is_not_a_fair_number():
+    reply_rounds = [dataclasses.replace(costed(accepted_round(i, ["a", "b"], "c"), 0.015), load=1.4) for i in range(4)]
+    ar_steps = [dataclasses.replace(costed(ar_step(i, 5, "w5", 0.9), 0.01), load=1.0) for i in range(12)]
+    assert unequal_loads(reply_rounds, ar_steps) and unequal_loads(ar_steps, reply_rounds)
+    alike = [dataclasses.replace(e, load=1.2) for e in ar_steps]
+    assert not unequal_loads(reply_rounds, alike)
+    assert not unequal_loads(reply_rounds, [ar_step(i, 5, "w5", 0.9) for i in range(12)])  # no cost model: no loads
+    request = ReplyRequest(messages=({"role": "user", "content": "w3"},), settings=DecodeSettings())
+    reply = Reply(request, tuple(reply_rounds), "abc" * 4, False)
+    comparison = Comparison(ar_events=tuple(ar_steps), ar_text="w5" * 12, spec_wall_s=0.12, ar_wall_s=0.24,
+                            spec_tokens_per_s=100.0, ar_tokens_per_s=50.0, identical=None, unequal_loads=True)
+    assert comparison_line(comparison, reply).endswith("measured 2.00× (the two runs met the machine at different "
+                                                       "loads — not a fair number)")
