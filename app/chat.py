@@ -51,6 +51,7 @@ class ChatController(QObject):
     # what happened, for the window
     status_changed = Signal(object)  # ChatStatus
     load_started = Signal(str, object)  # target, draft
+    timing_started = Signal()  # the loaded pair's costs are being timed
     pair_loaded = Signal(object)  # PairInfo
     load_failed = Signal(object, object)  # the PairInfo still answering (or None), the request that loaded it
     conversation_cleared = Signal()

@@ -111,6 +111,7 @@ def build(decoder: Decoder | None = None, target: str = "embedded", draft: str |
     # what the controller reports, for the window to draw
     chat.status_changed.connect(window.on_status_changed)
     chat.load_started.connect(window.on_load_started)
+    chat.timing_started.connect(window.on_timing_started)
     chat.pair_loaded.connect(window.on_pair_loaded)
     chat.load_failed.connect(window.on_load_failed)
     chat.conversation_cleared.connect(window.on_conversation_cleared)
@@ -151,6 +152,7 @@ def build(decoder: Decoder | None = None, target: str = "embedded", draft: str |
     worker.comparison_finished.connect(chat.on_comparison_finished)
     worker.comparison_progressed.connect(chat.on_comparison_progressed)
     worker.costs_measured.connect(chat.on_costs_measured)
+    worker.timing_started.connect(chat.timing_started)
     worker.drafters_progressed.connect(chat.on_drafters_progressed)
     worker.drafters_compared.connect(chat.on_drafters_compared)
     worker.failed.connect(chat.on_failed)

@@ -43,6 +43,7 @@ class DecodeWorker(QObject):
     prefill_progressed = Signal(object)  # PrefillProgress, after each chunk of the prompt
     round_finished = Signal(object)  # RoundEvent
     reply_finished = Signal(object)  # Reply
+    timing_started = Signal()  # the pair is loaded; its costs are being timed, which an idle machine times right
     comparison_finished = Signal(object)  # Comparison
     comparison_progressed = Signal(int)  # tokens the plain AR run behind a comparison has produced so far
     costs_measured = Signal(object)  # the cost model (CostModel.as_dict) as the reply's rounds left it
@@ -77,6 +78,7 @@ class DecodeWorker(QObject):
     def on_load_requested(self, target: str, draft: str | None, device: str, dtype: str, weights: str) -> None:
         try:
             decoder = Decoder.load(target, draft, device=device, dtype=dtype, target_weights=weights)
+            self.timing_started.emit()
             decoder.warm_up()
         except Exception as exc:  # noqa: BLE001 - every failure becomes a dialog, never a traceback
             self.failed.emit(user_message(exc))

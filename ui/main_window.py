@@ -163,7 +163,7 @@ class MainWindow(QMainWindow):
         holder_layout.setContentsMargins(0, 0, STATUS_RIGHT_MARGIN, 0)
         holder_layout.addWidget(self.comparison_progress)
         self.load_progress = QProgressBar()
-        self.load_progress.setRange(0, 0)  # busy: a load reports no steps
+        self.load_progress.setTextVisible(False)
         self.load_progress.setMaximumWidth(120)
         self.load_progress.setToolTip("Loading the model pair; the first load prepares it and can take a while")
         self.load_progress.hide()
@@ -577,6 +577,13 @@ class MainWindow(QMainWindow):
             return
         self._loading_text = f"Loading {target}" + (f" and {draft}" if draft else "") + "…"
 
+    def on_timing_started(self) -> None:
+        """The pair is loaded and its costs are being timed: the busy bar stops moving, as its drawing would take
+        the very cores being timed (on two cores it tripled what a cached position seemed to cost)."""
+        self.load_progress.setRange(0, 1)
+        self.load_progress.setValue(0)
+        self.pair_label.setText("Timing this machine's speed (a few seconds)…")
+
     def on_pair_loaded(self, info: PairInfo) -> None:
         self._close_progress()
         draft = short_name(info.draft.name) if info.draft else "no draft (AR only)"
@@ -836,6 +843,7 @@ class MainWindow(QMainWindow):
         """Loading shows in the status bar, not in a dialog: the guide and its example prompts stay in view."""
         if self.load_progress.isHidden():
             self._pair_text = self.pair_label.text()  # shown again if the load fails
+        self.load_progress.setRange(0, 0)  # busy: a load reports no steps
         self.load_progress.show()
         self.pair_label.setText(self._loading_text)
 

@@ -309,6 +309,18 @@ def test_loading_a_pair_leaves_the_guide_in_view(make_studio, mixed_decoder, qtb
     window.error_box.close()
 
 
+def test_while_a_loaded_pair_is_timed_the_busy_bar_stands_still(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, max_new_tokens=4)
+    window = studio.window
+    window._open_progress()
+    assert window.load_progress.maximum() == 0  # a busy bar, drawn again and again while weights load
+    studio.chat.timing_started.emit()
+    assert window.load_progress.maximum() == 1 and window.load_progress.isVisible()
+    assert "Timing this machine" in window.pair_label.text()
+    window._open_progress()  # the next load is busy again
+    assert window.load_progress.maximum() == 0
+
+
 def test_compare_with_ar_on_a_native_gguf_target_decodes_one_target_identically(make_studio, qtbot, tmp_path):
     from engine.decoding.decoder import Decoder
     from engine.decoding.drafters import DraftModelDrafter
