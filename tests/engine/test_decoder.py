@@ -269,3 +269,12 @@ def test_copied_drafts_carry_q_one_and_leave_the_output_unchanged(greedy):
     assert without[0].drafted[0].q < 1.0
     if greedy:
         assert tokens(with_lookup) == tokens(without) == ar_tokens(settings, messages)
+
+
+def test_the_warm_up_times_a_plain_steps_bookkeeping_so_a_slow_round_later_cannot_raise_it():
+    decoder = tiny_decoder(draft_seed=0)
+    decoder.warm_up()
+    timed = decoder.costs.overhead_s
+    assert timed > 0 and len(decoder.runner) == 0  # timed on plain steps, and the caches forgotten after
+    decoder.costs.observe_round([], forward_s=1e-3, round_s=1e-3 + 50 * timed)  # a round that met something else
+    assert decoder.costs.overhead_s == timed
