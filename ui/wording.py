@@ -35,7 +35,8 @@ def stats_line(reply: Reply) -> str:
         return "stopped while reading the prompt: no tokens yet" if reply.stopped else "no tokens"
     line = f"{s.n_tokens} tokens in {s.n_rounds} rounds · {s.tokens_per_s:.1f} tok/s"
     if reply.request.settings.mode is Mode.SPEC:
-        line += (f" · α {s.alpha:.2f} · {s.tokens_per_round:.2f} tok/round · est. {reply.estimated_speedup:.2f}× vs AR"
+        alpha = f"α {s.alpha:.2f}" if s.n_verified else "no drafts"  # α 0.00 would read as every draft rejected
+        line += (f" · {alpha} · {s.tokens_per_round:.2f} tok/round · est. {reply.estimated_speedup:.2f}× vs AR"
                  + (UNFAIR if reply.machine_busy else ""))
     if s.prefill_s >= SHOWN_PREFILL_S:
         line += f" · prompt read in {s.prefill_s:.1f} s"

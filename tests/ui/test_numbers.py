@@ -289,3 +289,11 @@ def test_a_comparison_whose_runs_met_different_loads_says_it_is_not_a_fair_numbe
                             spec_tokens_per_s=100.0, ar_tokens_per_s=50.0, identical=None, unequal_loads=True)
     assert comparison_line(comparison, reply).endswith("measured 2.00× (the two runs met the machine at different "
                                                        "loads — not a fair number)")
+
+
+def test_a_speculative_reply_that_drafted_nothing_says_so_instead_of_an_alpha():
+    request = ReplyRequest(messages=({"role": "user", "content": "hi"},), settings=DecodeSettings())
+    steps = Reply(request, tuple(ar_step(i, 5, "w5", 0.9) for i in range(3)), "w5" * 3, False)
+    drafted = Reply(request, tuple(accepted_round(i, ["a"], "b") for i in range(3)), "ab" * 3, False)
+    assert " · no drafts · 1.00 tok/round" in stats_line(steps) and "α" not in stats_line(steps)
+    assert " · α 1.00 · 2.00 tok/round" in stats_line(drafted)
