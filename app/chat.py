@@ -421,8 +421,9 @@ class ChatController(QObject):
             self.timing.add_round(event)  # every AR step is a fresh single-token timing
         index = len(self.turns) - 1
         reply = self.turns[index].reply
+        reply_events = reply.events if reply else ()
         comparison = dataclasses.replace(comparison, machine_busy=machine_was_busy(comparison.ar_events, self.timing),
-                                         unequal_loads=unequal_loads(reply.events if reply else (), comparison.ar_events))
+                                         unequal_loads=unequal_loads(reply_events, comparison.ar_events))
         self.turns[index] = dataclasses.replace(self.turns[index], comparison=comparison)
         self.recorder.comparison_finished(comparison)
         self.comparison_finished.emit(ComparisonShown(index, comparison, self.turns[index].reply, self.pair))

@@ -94,7 +94,8 @@ def reply_stats(events: Sequence[RoundEvent]) -> ReplyStats:
         acceptance_rate=n_accepted / n_drafted if n_drafted else 0.0,
         tokens_per_round=n_tokens / len(events) if events else 0.0,
         draft_s=sum(e.draft_s for e in events), verify_s=sum(e.verify_s for e in events),
-        prefill_s=prefill_s, decode_s=rounds_s, wall_s=wall_s, tokens_per_s=n_tokens / rounds_s if rounds_s > 0 else 0.0,
+        prefill_s=prefill_s, decode_s=rounds_s, wall_s=wall_s,
+        tokens_per_s=n_tokens / rounds_s if rounds_s > 0 else 0.0,
         estimated_speedup=ar_s / rounds_s if rounds_s > 0 else 0.0,
     )
 

@@ -110,7 +110,7 @@ class MainWindow(QMainWindow):
         (None: it can)."""
         super().__init__()
         self.setWindowTitle("SpecDec Studio")
-        self.status = ChatStatus(TurnState.IDLE, ready=False, n_replies=0, can_continue=False, editing=None)
+        self.status = ChatStatus(TurnState.IDLE, ready=False, n_turns=0, can_continue=False, editing=None)
         self._loading_text = "Loading models…"  # what the status bar says while a pair loads
         self._pair_text = "no model loaded"
         self.help_box: QMessageBox | None = None
@@ -392,8 +392,8 @@ class MainWindow(QMainWindow):
         self.new_chat_requested.emit()
 
     def copy_reply(self) -> None:
-        if self.status.n_replies:
-            self.copy_turn(self.status.n_replies - 1)
+        if self.status.n_turns:
+            self.copy_turn(self.status.n_turns - 1)
 
     def copy_turn(self, turn: int) -> None:
         """A reply's text (no rejected drafts) to the clipboard."""
@@ -415,8 +415,8 @@ class MainWindow(QMainWindow):
         self.compare_drafters_requested.emit(self.options())
 
     def edit_message(self) -> None:
-        if self.status.n_replies:
-            self.edit_turn(self.status.n_replies - 1)
+        if self.status.n_turns:
+            self.edit_turn(self.status.n_turns - 1)
 
     def edit_turn(self, turn: int) -> None:
         """Edit and resend turn `turn`'s message; an earlier one replaces every reply after it, so that is asked."""
@@ -442,7 +442,7 @@ class MainWindow(QMainWindow):
             menu.addSeparator()
             menu.addAction("Copy this reply", lambda: self.copy_turn(turn))
             menu.addAction("Edit and resend its message…", lambda: self.edit_turn(turn))
-            if turn == self.status.n_replies - 1:
+            if turn == self.status.n_turns - 1:
                 menu.addAction(self.regenerate_action)
                 if self.status.can_continue:
                     menu.addAction(self.continue_action)
@@ -501,7 +501,7 @@ class MainWindow(QMainWindow):
         if self.status.busy:  # the reply on screen is not in the conversation until it ends
             self.statusBar().showMessage("A reply is still running: export (Ctrl+E) once it has finished", 6000)
             return
-        if not self.status.n_replies:
+        if not self.status.n_turns:
             self.statusBar().showMessage("Nothing to export yet", 4000)
             return
         path, _ = QFileDialog.getSaveFileName(self, "Export chat",
@@ -558,7 +558,7 @@ class MainWindow(QMainWindow):
             self.prefill_progress.hide()
             self.statusBar().showMessage("Stopping… (the round or prompt chunk in progress finishes first)")
         self.picker.load_button.setEnabled(not busy)
-        idle_with_reply = ready and not busy and bool(status.n_replies)
+        idle_with_reply = ready and not busy and bool(status.n_turns)
         for act in (self.regenerate_action, self.edit_action, self.compare_drafters_action):
             act.setEnabled(idle_with_reply)
         self.compare_drafters_action.setEnabled(idle_with_reply and not status.remote)

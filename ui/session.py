@@ -170,7 +170,7 @@ class ChatStatus:
 
     state: TurnState
     ready: bool  # a pair is loaded and answers
-    n_replies: int  # turns, a continuation's part counted apart (commands take a turn's index)
+    n_turns: int  # a continuation's part counted apart (commands take a turn's index)
     can_continue: bool  # the last reply was cut at max new tokens or stopped, with text to carry on from
     editing: int | None  # the turn whose message is being edited and resent
     title: str = ""  # the chat's title (its first message), for an export's file name
@@ -179,7 +179,7 @@ class ChatStatus:
 
     def replies_after(self, turn: int) -> int:
         """The replies after turn `turn` as the chat shows them: a continued reply is one."""
-        return sum(1 for later in range(turn + 1, self.n_replies) if later not in self.continuations)
+        return sum(1 for later in range(turn + 1, self.n_turns) if later not in self.continuations)
 
     @property
     def busy(self) -> bool:

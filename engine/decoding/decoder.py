@@ -250,7 +250,8 @@ class Decoder:
             planned_s = self.costs.round_s(kinds) + block_context_s
             load = max(1.0, forward_s / (self.costs.verify_s(gamma + 1, "model" in kinds) + block_context_s))
             # each token plain AR would emit attends to one more position than the one before it
-            ar_equivalent_s = sum(self.costs.ar_token_s + self.costs.context_s(1, cached + i) for i in range(len(emitted)))
+            ar_equivalent_s = sum(self.costs.ar_token_s + self.costs.context_s(1, cached + i)
+                                  for i in range(len(emitted)))
             self.costs.observe_round(kinds, forward_s, round_s, cached)
             yield RoundEvent(
                 index=index, gamma=gamma, drafted=drafted, emitted=tuple(emitted),

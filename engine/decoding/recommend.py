@@ -126,12 +126,13 @@ def recommend(costs: CostModel, profiles: Mapping[Drafting, PositionAcceptance],
         draft_s = extra_draft_s(costs, empty, 0, chosen_drafting)
         need = (f"one would need a chance above {threshold:.2f} of being kept" if threshold < 1.0
                 else "not even a draft that is always kept")
-        line = f"no draft pays: {need}; {_costs_said(draft_s, costs)}"
         near_rate, near_drafting, near_gamma = best_within_margin
         if near_gamma:
             line = (f"no drafting is predicted {MARGIN - 1:.0%} faster than plain AR, as much as the predictions can "
                     f"be off (the best, {near_drafting.label} at γ ≤ {near_gamma}, {near_rate / ar_rate:.2f}×); "
                     f"{_costs_said(draft_s, costs)}")
+        else:
+            line = f"no draft pays: {need}; {_costs_said(draft_s, costs)}"
         return Recommendation(Drafting.NONE, 0, rate, 1.0, threshold, line, speedups)
     threshold = stop_threshold(costs, chosen, gamma, drafting)
     draft_s = extra_draft_s(costs, chosen, gamma, drafting)

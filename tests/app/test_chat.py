@@ -149,7 +149,7 @@ def test_a_continued_reply_counts_once_among_the_replies_after_a_turn(chat):
     chat.continue_reply(SPEC)
     chat.send("third", SPEC)
     status = chat.status
-    assert status.continuations == (2,) and status.n_replies == 4
+    assert status.continuations == (2,) and status.n_turns == 4
     assert status.replies_after(0) == 2  # the second reply (in two parts) and the third
     assert status.replies_after(1) == 1 and status.replies_after(3) == 0
 
@@ -250,7 +250,7 @@ def test_a_new_chat_offers_no_continue(chat):
     worker.replies.append(two_rounds(finish="length"))
     chat.send("hi", SPEC)
     chat.new_chat()
-    assert not seen.of("status_changed")[-1].can_continue and seen.of("status_changed")[-1].n_replies == 0
+    assert not seen.of("status_changed")[-1].can_continue and seen.of("status_changed")[-1].n_turns == 0
 
 
 def test_a_continued_reply_is_shown_whole_and_regenerated_whole(chat):
