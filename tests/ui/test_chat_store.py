@@ -1,11 +1,13 @@
 """The chats database on its own: round trips, schema versions, and a writer killed with SIGKILL mid-reply."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
 import tempfile
@@ -204,6 +206,22 @@ READ_ONLY = textwrap.dedent("""
 """)
 
 
+@contextlib.contextmanager
+def reachable_by_others(root: Path):
+    """`root` readable and the folders above it traversable by any user for a while: a checkout in `mktemp -d`
+    (mode 700) is out of an unprivileged child's reach, its Python and the project's code included (Python lists
+    the folder it imports from, so `root` needs reading too)."""
+    wanted = {root: stat.S_IROTH | stat.S_IXOTH, **{folder: stat.S_IXOTH for folder in root.parents}}
+    modes = {folder: folder.stat().st_mode for folder in wanted}
+    for folder, bits in wanted.items():
+        folder.chmod(modes[folder] | bits)
+    try:
+        yield
+    finally:
+        for folder, mode in modes.items():
+            folder.chmod(mode)
+
+
 def test_a_read_only_database_shows_its_chats_and_saves_nothing():
     # The child runs as an unprivileged user: root may write to any file whatever its mode.
     as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
@@ -221,8 +239,9 @@ def test_a_read_only_database_shows_its_chats_and_saves_nothing():
         folder.chmod(0o555)
         Path(scratch).chmod(0o755)
         try:
-            result = subprocess.run([*as_user, sys.executable, "-c", READ_ONLY, str(path)], cwd=ROOT,
-                                    capture_output=True, text=True, timeout=60)
+            with reachable_by_others(ROOT) if as_user else contextlib.nullcontext():
+                result = subprocess.run([*as_user, sys.executable, "-c", READ_ONLY, str(path)], cwd=ROOT,
+                                        capture_output=True, text=True, timeout=60)
         finally:
             folder.chmod(0o755)
         assert result.returncode == 0, result.stderr
