@@ -159,6 +159,7 @@ class RoundEvent:
     load: float = 1.0
     planned_s: float = 0.0  # what the cost model predicted this round would take (its drafts and block)
     draft_kinds: tuple[str, ...] = ()  # "model" or "copy" for each of the γ drafts: what making each one cost
+    positions: int = 0  # cached positions the round's block attended to besides itself (the conversation so far)
     finish_reason: str | None = None  # "eos", "length" on the last round of a reply; None otherwise
     # On the last round: a one-line note when the reply ended part-way through a character (its bytes left out)
     text_notice: str | None = None

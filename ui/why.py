@@ -51,6 +51,13 @@ def speculative_replies(session: Session) -> list[tuple[Reply, object]]:
             if reply.request.settings.mode is Mode.SPEC and reply.events]
 
 
+def chat_length(session: Session) -> int:
+    """The positions the next reply's rounds will attend to at least: the conversation as its last reply left it
+    (0 where the rounds do not say, as in chats saved before they did)."""
+    last = next((reply.events[-1] for reply, _ in reversed(session.shown_replies()) if reply.events), None)
+    return last.positions + len(last.emitted) if last is not None and last.positions else 0
+
+
 def why_gamma(session: Session, extra: dict[Drafting, list] | None = None) -> WhyGamma:
     """The session's acceptance (every speculative round), each drafting's own, and the recommendation.
     `extra`: more rounds per drafting (a Compare drafters run), counted in the profiles, not in the session's
@@ -73,7 +80,8 @@ def why_gamma(session: Session, extra: dict[Drafting, list] | None = None) -> Wh
     model = cost_model_from_dict(costs) if costs else None
     # a model with no time for an AR step (an injected one, in tests) has no rate to compare drafts with
     timed = model is not None and model.ar_token_s > 0
-    recommendation = recommend(model, profiles, MAX_GAMMA) if timed and profiles else None
+    recommendation = (recommend(model, profiles, MAX_GAMMA, chat_length(session)) if timed and profiles
+                      else None)
     session_profile = position_acceptance(e for reply, _ in shown for e in reply.events)
     return WhyGamma(costs, session_profile, tuple(points), recommendation, profiles)
 

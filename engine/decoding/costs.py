@@ -26,6 +26,9 @@ LONG_POSITIONS = 1024
 PRIOR = 0.6
 PRIOR_WEIGHT = 4.0
 DECAY = 0.98
+# ... and by IDLE_DECAY per round that drafted nothing: a half-life of about 140 rounds, a reply or two, so a drafting
+# given up is tried again every few dozen rounds at most, not every few.
+IDLE_DECAY = 0.995
 KINDS = ("model", "copy")
 QUIET_FACTOR = 1.5  # a round whose forward took longer than this times the block's cost was slowed by something else
 PER_DRAFT_RATE = 0.1  # weight of each quiet round in the running mean of a draft's bookkeeping
@@ -50,11 +53,12 @@ class CostModel:
     # more than the same block timed back to back, as a plain step or a round of copies runs it.
     drafted_block_s: list[float] = field(default_factory=list)
     # What each cached position beyond SCRATCH_POSITIONS adds to the target's block: for its first row, and for each
-    # further row (rows of one block share the reading of the cache, so a further row adds less). At a few thousand
-    # positions this is most of a step. Rounds are planned without it (it is the same target in every choice);
-    # what plain AR would take, a round's plan and the machine's load are reckoned with it.
+    # further row (rows of one block share the reading of the cache, so a further row adds less); and to a draft-model
+    # step. At a few thousand positions this is most of a step, and a draft's row costs as much as a short step:
+    # rounds are planned, plain AR priced and recommendations made at the positions the block attends to.
     position_s: float = 0.0
     position_row_s: float = 0.0
+    draft_position_s: float = 0.0
 
     def block_s(self, rows: int) -> float:
         """The target's forward over `rows` rows; past the measured ones, the last step's growth goes on.
@@ -72,26 +76,35 @@ class CostModel:
         """One plain AR token: a single-row forward and a round's bookkeeping (after SCRATCH_POSITIONS)."""
         return self.block_s(1) + self.overhead_s
 
+    def ar_step_s(self, positions: int = SCRATCH_POSITIONS) -> float:
+        """One plain AR token after `positions` cached positions."""
+        return self.ar_token_s + self.context_s(1, positions)
+
     def context_s(self, rows: int, positions: int) -> float:
         """What `positions` cached positions add to a block of `rows` rows beyond the scratch cache's."""
         return max(0, positions - SCRATCH_POSITIONS) * (self.position_s + (rows - 1) * self.position_row_s)
 
-    def steps_s(self, drafts: Sequence[str]) -> float:
-        """The draft-model steps and copies that make `drafts` (each "model" or "copy")."""
-        return sum(self.draft_step_s if kind == "model" else self.copy_s for kind in drafts)
+    def draft_model_step_s(self, positions: int = SCRATCH_POSITIONS) -> float:
+        """One draft-model step after `positions` cached positions."""
+        return self.draft_step_s + max(0, positions - SCRATCH_POSITIONS) * self.draft_position_s
 
-    def drafting_s(self, drafts: Sequence[str]) -> float:
+    def steps_s(self, drafts: Sequence[str], positions: int = SCRATCH_POSITIONS) -> float:
+        """The draft-model steps and copies that make `drafts` (each "model" or "copy") after `positions`."""
+        return sum(self.draft_model_step_s(positions) if kind == "model" else self.copy_s for kind in drafts)
+
+    def drafting_s(self, drafts: Sequence[str], positions: int = SCRATCH_POSITIONS) -> float:
         """Making `drafts`, their bookkeeping included."""
-        return self.steps_s(drafts) + len(drafts) * self.per_draft_s
+        return self.steps_s(drafts, positions) + len(drafts) * self.per_draft_s
 
-    def verify_s(self, rows: int, model_ran: bool) -> float:
-        """The target's block of `rows` rows in a round that ran the draft model (or not)."""
+    def verify_s(self, rows: int, model_ran: bool, positions: int = SCRATCH_POSITIONS) -> float:
+        """The target's block of `rows` rows in a round that ran the draft model (or not), after `positions`."""
         seen = self.drafted_block_s[rows - 1] if model_ran and rows <= len(self.drafted_block_s) else 0.0
-        return max(seen, self.block_s(rows))
+        return max(seen, self.block_s(rows)) + self.context_s(rows, positions)
 
-    def round_s(self, drafts: Sequence[str]) -> float:
-        """A round that makes `drafts` and verifies them all."""
-        return self.drafting_s(drafts) + self.verify_s(len(drafts) + 1, "model" in drafts) + self.overhead_s
+    def round_s(self, drafts: Sequence[str], positions: int = SCRATCH_POSITIONS) -> float:
+        """A round that makes `drafts` and verifies them all, after `positions` cached positions."""
+        return (self.drafting_s(drafts, positions) + self.verify_s(len(drafts) + 1, "model" in drafts, positions)
+                + self.overhead_s)
 
     def observe_block(self, rows: int, forward_s: float) -> None:
         """A timing of the target's forward over `rows` rows: the fastest seen stands (a busy machine only ever
@@ -109,14 +122,16 @@ class CostModel:
         if not drafts and positions - SCRATCH_POSITIONS >= POSITIONS_SEEN:
             seen = max(0.0, forward_s - self.block_s(1)) / (positions - SCRATCH_POSITIONS)
             self.position_s = min(self.position_s, seen)
-        quiet = forward_s <= QUIET_FACTOR * self.block_s(rows)
+        # the block as it would have run after the scratch cache (what the cached positions added taken off)
+        scratch_s = max(0.0, forward_s - self.context_s(rows, positions))
+        quiet = scratch_s <= QUIET_FACTOR * self.block_s(rows)
         if "model" not in drafts:
             self.observe_block(rows, forward_s)
         elif quiet and rows <= len(self.target_block_s):
             self.drafted_block_s += [0.0] * (rows - len(self.drafted_block_s))
             seen = self.drafted_block_s[rows - 1]
-            self.drafted_block_s[rows - 1] = min(seen, forward_s) if seen else forward_s
-        extra = round_s - forward_s - self.steps_s(drafts)
+            self.drafted_block_s[rows - 1] = min(seen, scratch_s) if seen else scratch_s
+        extra = round_s - forward_s - self.steps_s(drafts, positions)
         if not drafts:
             self.overhead_s = min(self.overhead_s, extra) if self.overhead_s else max(extra, 0.0)
         elif quiet:
@@ -128,6 +143,7 @@ class CostModel:
                 "draft_step_ms": round(self.draft_step_s * 1e3, 3), "copy_ms": round(self.copy_s * 1e3, 3),
                 "overhead_ms": round(self.overhead_s * 1e3, 3), "per_draft_ms": round(self.per_draft_s * 1e3, 3),
                 "position_us": round(self.position_s * 1e6, 4), "position_row_us": round(self.position_row_s * 1e6, 4),
+                "draft_position_us": round(self.draft_position_s * 1e6, 4),
                 "drafted_block_ms": [round(s * 1e3, 3) for s in self.drafted_block_s]}
 
 
@@ -164,21 +180,33 @@ class Acceptance:
         kept, estimated = self.calibration[kind]
         return min(1.0, estimate * kept / estimated)
 
-    def record(self, kinds: Sequence[str], estimates: Sequence[float], n_accepted: int) -> None:
-        """A verdict: the target kept the first `n_accepted` of drafts of these kinds and keep estimates."""
+    def record(self, kinds: Sequence[str], estimates: Sequence[float], n_accepted: int, dropped: bool = False
+               ) -> None:
+        """A verdict: the target kept the first `n_accepted` of drafts of these kinds and keep estimates.
+
+        `dropped`: one more draft was made after these but not verified, its own estimate too low to pay. For
+        planning it is a draft that yielded no token: its position counts as reached and not kept (where the
+        drafts before it were all kept), though the calibration, which needs the target's verdict, leaves it out.
+        Otherwise a planner expecting drafts to pay at a position would draft there and drop the draft every round.
+
+        A round that drafted nothing is a verdict on nothing, but older verdicts fade by it too (more slowly): a
+        drafting judged not worth it is tried again once the evidence against it has faded (a reply's topic, and
+        with it how often drafts are kept, changes)."""
+        decay = DECAY if kinds or dropped else IDLE_DECAY
         for counts in (self.kept, self.reached):
-            counts[:] = [c * DECAY for c in counts]
+            counts[:] = [c * decay for c in counts]
         for kind in KINDS:
-            self.calibration[kind] = [c * DECAY for c in self.calibration[kind]]
+            self.calibration[kind] = [c * decay for c in self.calibration[kind]]
         looked_at = min(n_accepted + 1, len(kinds))  # drafts after the first rejection were never judged
-        while len(self.reached) < looked_at:
+        reached = looked_at + (dropped and n_accepted == len(kinds))
+        while len(self.reached) < reached:
             self.kept.append(0.0)
             self.reached.append(0.0)
-        for i in range(looked_at):
-            kept = i < n_accepted
+        for i in range(reached):
             self.reached[i] += 1
-            self.kept[i] += kept
-            self.calibration[kinds[i]][0] += kept
+            self.kept[i] += i < n_accepted
+        for i in range(looked_at):
+            self.calibration[kinds[i]][0] += i < n_accepted
             self.calibration[kinds[i]][1] += estimates[i]
 
 
@@ -197,6 +225,17 @@ class RoundPlanner:
 
     costs: CostModel
     acceptance: Acceptance = field(default_factory=Acceptance)
+    positions: int = SCRATCH_POSITIONS  # what the round being planned attends to (the decoder sets it each round)
+    # Greedy drafts are kept far more often than sampled ones: each decoding has its own acceptance, so replies of
+    # one do not keep the other from drafting. `acceptance` is the current decoding's, `resting` the other's.
+    greedy: bool | None = None
+    resting: Acceptance | None = None
+
+    def decode(self, greedy: bool) -> None:
+        """Plan the next rounds for greedy or sampled decoding."""
+        if self.greedy is not None and greedy != self.greedy:
+            self.acceptance, self.resting = self.resting or Acceptance(), self.acceptance
+        self.greedy = greedy
 
     def best_length(self, kinds: Sequence[str], chances: Sequence[float]) -> int:
         """How many of the drafts made so far to verify: the d ≤ len(kinds) with the most tokens per second,
@@ -221,9 +260,6 @@ class RoundPlanner:
         return False
 
     def _rate(self, kinds: Sequence[str], chances: Sequence[float], verified: int) -> float:
-        verify_s = self.costs.verify_s(verified + 1, "model" in kinds)
-        return expected_tokens(chances[:verified]) / (self.costs.drafting_s(kinds) + verify_s + self.costs.overhead_s)
-
-    def predicted_speedup(self, kinds: Sequence[str], chances: Sequence[float]) -> float:
-        """This round's planned tokens per second over plain AR's."""
-        return self._rate(kinds, chances, len(kinds)) * self.costs.ar_token_s
+        verify_s = self.costs.verify_s(verified + 1, "model" in kinds, self.positions)
+        return expected_tokens(chances[:verified]) / (self.costs.drafting_s(kinds, self.positions) + verify_s
+                                                      + self.costs.overhead_s)

@@ -117,16 +117,25 @@ class Decoder:
             one, most = self._time_blocks((1, MEASURED_ROWS), MEASURE_REPEATS, SCRATCH_POSITIONS + added)
             first_row = max(0.0, one - blocks[0]) / added
             further_rows = max(0.0, (most - blocks[-1]) / added - first_row) / (MEASURED_ROWS - 1)
-        draft_s = copy_s = 0.0
+        draft_s = copy_s = draft_position_s = 0.0
         if isinstance(self.drafter, DraftModelDrafter):
-            self.drafter.prefill(ids[:16])
-            draft_s = fastest(lambda: (self.drafter.step_logits(ids[:17]), self.drafter.runner.rollback(15)),
-                              synchronize=sync)
-            self.drafter.reset()
+            draft_s = self._time_draft_step(SCRATCH_POSITIONS)
+            if added > 0:
+                draft_position_s = max(0.0, self._time_draft_step(SCRATCH_POSITIONS + added) - draft_s) / added
         if self.drafter:
             history = ids * 8  # a few hundred tokens of conversation to search
             copy_s = fastest(lambda: lookup_continuation(history))
-        return self.set_costs(CostModel(blocks, draft_s, copy_s, position_s=first_row, position_row_s=further_rows))
+        return self.set_costs(CostModel(blocks, draft_s, copy_s, position_s=first_row, position_row_s=further_rows,
+                                        draft_position_s=draft_position_s))
+
+    def _time_draft_step(self, positions: int) -> float:
+        """The fastest of a few draft-model steps after `positions` cached positions, on a scratch cache."""
+        ids = self._scratch_ids(positions + 1)
+        self.drafter.prefill(ids)  # holds ids[:-1]: each step feeds the last id alone, as a draft does
+        seconds = fastest(lambda: (self.drafter.step_logits(ids), self.drafter.runner.rollback(positions)),
+                          synchronize=lambda: synchronize(self.target.device))
+        self.drafter.reset()
+        return seconds
 
     def _time_blocks(self, sizes: Sequence[int], repeats: int, positions: int = SCRATCH_POSITIONS) -> list[float]:
         """The fastest of `repeats` timings of the target's forward over a block of each of these numbers of rows,
@@ -185,6 +194,8 @@ class Decoder:
         if fitted.notice is not None:
             yield fitted.notice
         speculative = settings.mode == "spec" and self.drafter is not None
+        if speculative:
+            self.planner.decode(settings.greedy)
         self._gamma_request = settings.gamma
         generator = torch.Generator(device=self.target.device).manual_seed(settings.seed)
         device = self.target.device
@@ -207,6 +218,7 @@ class Decoder:
                 asked = self._gamma_request
                 if self.window is not None:  # a draft past the window would have no position to go to
                     asked = min(asked, self.window - len(sequence))
+                self.planner.positions = len(sequence) - 1  # what this round's block attends to besides itself
                 proposal = self.drafter.propose(sequence, asked, settings, generator, self.planner)
                 draft_tokens, draft_probs, kinds = proposal.tokens, proposal.probs.to(device), proposal.kinds
             else:
@@ -246,12 +258,10 @@ class Decoder:
             n_generated += len(emitted)
             round_s = time.perf_counter() - round_start
             cached = len(sequence) - len(new_tokens) - 1  # what the round's block attended to besides itself
-            block_context_s = self.costs.context_s(gamma + 1, cached)
-            planned_s = self.costs.round_s(kinds) + block_context_s
-            load = max(1.0, forward_s / (self.costs.verify_s(gamma + 1, "model" in kinds) + block_context_s))
+            planned_s = self.costs.round_s(kinds, cached)
+            load = max(1.0, forward_s / self.costs.verify_s(gamma + 1, "model" in kinds, cached))
             # each token plain AR would emit attends to one more position than the one before it
-            ar_equivalent_s = sum(self.costs.ar_token_s + self.costs.context_s(1, cached + i)
-                                  for i in range(len(emitted)))
+            ar_equivalent_s = sum(self.costs.ar_step_s(cached + i) for i in range(len(emitted)))
             self.costs.observe_round(kinds, forward_s, round_s, cached)
             yield RoundEvent(
                 index=index, gamma=gamma, drafted=drafted, emitted=tuple(emitted),
@@ -260,7 +270,7 @@ class Decoder:
                 round_s=round_s, prefill_s=prefill_s if index == 0 else 0.0,
                 target_step_s=self.target_step_s, finish_reason=finish, text_notice=text.left_out if finish else None,
                 ar_equivalent_s=ar_equivalent_s, load=load, planned_s=planned_s,
-                draft_kinds=tuple(kinds),
+                draft_kinds=tuple(kinds), positions=cached,
             )
             if finish:
                 return

@@ -82,6 +82,7 @@ class DraftModelDrafter:
         self._proposed_from = 0  # sequence length when the last proposal started
         self._kinds: list[str] = []  # the last proposal's drafts: "model" or "copy"
         self._estimates: list[float] = []  # and their keep estimates
+        self._dropped = False  # and whether it made a draft beyond them that was not worth verifying
         self._acceptance: Acceptance | None = None  # the planner's, told each verdict
 
     @classmethod
@@ -131,6 +132,7 @@ class DraftModelDrafter:
         if settings.cost_aware:  # a draft made before its chance was known may not be worth verifying
             del tokens[planner.best_length(kinds, chances):]
         self._kinds = kinds[: len(tokens)]
+        self._dropped = len(kinds) > len(tokens)
         return self._proposal(tokens, q_rows[: len(tokens)], self._kinds)
 
     def _proposal(self, tokens: list[int], q_rows: list[torch.Tensor | None], kinds: list[str]) -> Proposal:
@@ -148,8 +150,8 @@ class DraftModelDrafter:
 
     def update(self, n_accepted: int) -> None:
         self.runner.rollback(min(len(self.runner), self._proposed_from + n_accepted))
-        if self._acceptance is not None and self._kinds:
-            self._acceptance.record(self._kinds, self._estimates, n_accepted)
+        if self._acceptance is not None:
+            self._acceptance.record(self._kinds, self._estimates, n_accepted, self._dropped)
 
     def cached_length(self) -> int:
         return len(self.runner)
@@ -202,7 +204,7 @@ class LookupDrafter:
 
     def update(self, n_accepted: int) -> None:
         self._covered = self._proposed_from + n_accepted
-        if self._acceptance is not None and self._estimates:
+        if self._acceptance is not None:
             self._acceptance.record(["copy"] * len(self._estimates), self._estimates, n_accepted)
 
     def cached_length(self) -> int:

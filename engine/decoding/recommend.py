@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from engine.decoding.costs import CostModel
+from engine.decoding.costs import SCRATCH_POSITIONS, CostModel
 from engine.events import Drafting
 from engine.stats import PositionAcceptance
 
@@ -24,6 +24,7 @@ MAX_GAMMA = 8  # the longest draft the cost model has measured blocks for (engin
 # speedups came within about 10 % of the measured ones in `specdec bench`, so a smaller predicted gain is none to
 # count on, and plain AR is the sure choice.
 MARGIN = 1.05
+LONG_CHAT = 512  # from this many cached positions the explanation names them: they cost as much as a short step
 
 
 @dataclass(frozen=True)
@@ -49,17 +50,21 @@ def cost_model_from_dict(costs: dict) -> CostModel:
     return CostModel([ms / 1e3 for ms in costs["target_block_ms"]], draft_step_s=costs["draft_step_ms"] / 1e3,
                      copy_s=costs["copy_ms"] / 1e3, overhead_s=costs["overhead_ms"] / 1e3,
                      per_draft_s=costs.get("per_draft_ms", 0.0) / 1e3, position_s=costs.get("position_us", 0.0) / 1e6,
-                     position_row_s=costs.get("position_row_us", 0.0) / 1e6)
+                     position_row_s=costs.get("position_row_us", 0.0) / 1e6,
+                     draft_position_s=costs.get("draft_position_us", 0.0) / 1e6,
+                     drafted_block_s=[ms / 1e3 for ms in costs.get("drafted_block_ms", [])])
 
 
-def draft_cost_s(costs: CostModel, profile: PositionAcceptance, position: int, drafting: Drafting) -> float:
-    """What a draft at `position` (1-based) costs on average: copies at the copy cost, the rest as model steps;
-    past the measured positions, what this drafting's drafts cost."""
+def draft_cost_s(costs: CostModel, profile: PositionAcceptance, position: int, drafting: Drafting,
+                 positions: int = SCRATCH_POSITIONS) -> float:
+    """What a draft at `position` (1-based) costs on average after `positions` cached positions: copies at the
+    copy cost, the rest as model steps; past the measured positions, what this drafting's drafts cost."""
     i = position - 1
+    step_s = costs.draft_model_step_s(positions)
     if i < len(profile.drafted) and profile.drafted[i] > 0:
         copies = profile.copied[i] / profile.drafted[i]
-        return copies * costs.copy_s + (1 - copies) * costs.draft_step_s + costs.per_draft_s
-    return (costs.copy_s if drafting is Drafting.LOOKUP else costs.draft_step_s) + costs.per_draft_s
+        return copies * costs.copy_s + (1 - copies) * step_s + costs.per_draft_s
+    return (costs.copy_s if drafting is Drafting.LOOKUP else step_s) + costs.per_draft_s
 
 
 def round_tokens(profile: PositionAcceptance, gamma: int) -> float:
@@ -67,50 +72,62 @@ def round_tokens(profile: PositionAcceptance, gamma: int) -> float:
     return 1.0 + sum(profile.kept[:gamma])
 
 
-def round_s(costs: CostModel, profile: PositionAcceptance, gamma: int, drafting: Drafting) -> float:
-    """C(γ): a round's expected cost when the measured rounds are cut at γ drafts."""
+def round_s(costs: CostModel, profile: PositionAcceptance, gamma: int, drafting: Drafting,
+            positions: int = SCRATCH_POSITIONS) -> float:
+    """C(γ): a round's expected cost after `positions` cached positions when the measured rounds are cut at γ
+    drafts."""
     drafted = [1.0, *profile.drafted[:gamma], 0.0]  # D_0 .. D_{γ+1}
-    making = sum(drafted[i] * draft_cost_s(costs, profile, i, drafting) for i in range(1, len(drafted) - 1))
+    making = sum(drafted[i] * draft_cost_s(costs, profile, i, drafting, positions)
+                 for i in range(1, len(drafted) - 1))
     model_ran = drafting is not Drafting.LOOKUP
-    verifying = sum((drafted[d] - drafted[d + 1]) * costs.verify_s(d + 1, model_ran=model_ran and d > 0)
+    verifying = sum((drafted[d] - drafted[d + 1]) * costs.verify_s(d + 1, model_ran and d > 0, positions)
                     for d in range(len(drafted) - 1))
     return making + verifying + costs.overhead_s
 
 
-def predicted_rate(costs: CostModel, profile: PositionAcceptance, gamma: int, drafting: Drafting) -> float:
+def predicted_rate(costs: CostModel, profile: PositionAcceptance, gamma: int, drafting: Drafting,
+                   positions: int = SCRATCH_POSITIONS) -> float:
     """Tokens per second of rounds that draft as the measured ones did, cut at γ."""
-    return round_tokens(profile, gamma) / round_s(costs, profile, gamma, drafting)
+    return round_tokens(profile, gamma) / round_s(costs, profile, gamma, drafting, positions)
 
 
-def extra_draft_s(costs: CostModel, profile: PositionAcceptance, gamma: int, drafting: Drafting) -> float:
+def extra_draft_s(costs: CostModel, profile: PositionAcceptance, gamma: int, drafting: Drafting,
+                  positions: int = SCRATCH_POSITIONS) -> float:
     """What a (γ+1)-th draft adds to a round that makes it: drafting it, and its row in the target's block."""
-    return draft_cost_s(costs, profile, gamma + 1, drafting) + costs.block_s(gamma + 2) - costs.block_s(gamma + 1)
+    row_s = (costs.block_s(gamma + 2) - costs.block_s(gamma + 1)
+             + costs.context_s(gamma + 2, positions) - costs.context_s(gamma + 1, positions))
+    return draft_cost_s(costs, profile, gamma + 1, drafting, positions) + row_s
 
 
-def stop_threshold(costs: CostModel, profile: PositionAcceptance, gamma: int, drafting: Drafting) -> float:
+def stop_threshold(costs: CostModel, profile: PositionAcceptance, gamma: int, drafting: Drafting,
+                   positions: int = SCRATCH_POSITIONS) -> float:
     """The chance of keeping a (γ+1)-th draft above which drafting it raises the rate."""
-    return predicted_rate(costs, profile, gamma, drafting) * extra_draft_s(costs, profile, gamma, drafting)
+    return (predicted_rate(costs, profile, gamma, drafting, positions)
+            * extra_draft_s(costs, profile, gamma, drafting, positions))
 
 
-def _costs_said(draft_s: float, costs: CostModel) -> str:
+def _costs_said(draft_s: float, costs: CostModel, positions: int) -> str:
     """All told: the draft's step, its bookkeeping and its row in the target's block (the cost chart's draft step
-    is the first of these alone)."""
-    return f"here a draft costs {draft_s * 1e3:.2g} ms all told and a step {costs.ar_token_s * 1e3:.3g} ms"
+    is the first of these alone); after many cached positions, how many."""
+    where = f" after this chat's {positions:,} tokens" if positions >= LONG_CHAT else ""
+    return (f"here{where} a draft costs {draft_s * 1e3:.2g} ms all told and a step "
+            f"{costs.ar_step_s(positions) * 1e3:.3g} ms")
 
 
 def recommend(costs: CostModel, profiles: Mapping[Drafting, PositionAcceptance],
-              max_gamma: int = MAX_GAMMA) -> Recommendation:
-    """The drafting and γ (1..max_gamma) with the most predicted tokens per second, or plain AR where no
-    drafting beats it by MARGIN; the smallest γ among equals. `profiles`: the acceptance measured with each
+              max_gamma: int = MAX_GAMMA, positions: int = SCRATCH_POSITIONS) -> Recommendation:
+    """The drafting and γ (1..max_gamma) with the most predicted tokens per second after `positions` cached
+    positions (a chat's length: each cached position makes a step and each draft's row dearer), or plain AR where
+    no drafting beats it by MARGIN; the smallest γ among equals. `profiles`: the acceptance measured with each
     drafting."""
-    ar_rate = 1.0 / costs.ar_token_s
+    ar_rate = 1.0 / costs.ar_step_s(positions)
     best = (ar_rate, Drafting.NONE, 0)
     best_within_margin = (ar_rate, Drafting.NONE, 0)  # the best drafting, where it beats AR by less than MARGIN
     speedups = {}
     for drafting, profile in profiles.items():
         if drafting is Drafting.NONE:
             continue
-        rates = [predicted_rate(costs, profile, g, drafting) for g in range(1, max_gamma + 1)]
+        rates = [predicted_rate(costs, profile, g, drafting, positions) for g in range(1, max_gamma + 1)]
         speedups[drafting] = [rate / ar_rate for rate in rates]
         gamma = max(range(1, max_gamma + 1), key=lambda g: (rates[g - 1], -g))
         if rates[gamma - 1] > best[0] and rates[gamma - 1] >= MARGIN * ar_rate:
@@ -122,24 +139,24 @@ def recommend(costs: CostModel, profiles: Mapping[Drafting, PositionAcceptance],
     if chosen is None:  # plain AR: what the first draft of the likeliest drafting would have needed
         chosen_drafting = next((d for d in profiles if d is not Drafting.NONE), Drafting.MODEL)
         empty = PositionAcceptance(0, (), (), (), (), 0.0, 0.0, 1.0, 1.0)
-        threshold = stop_threshold(costs, empty, 0, chosen_drafting)
-        draft_s = extra_draft_s(costs, empty, 0, chosen_drafting)
+        threshold = stop_threshold(costs, empty, 0, chosen_drafting, positions)
+        draft_s = extra_draft_s(costs, empty, 0, chosen_drafting, positions)
         need = (f"one would need a chance above {threshold:.2f} of being kept" if threshold < 1.0
                 else "not even a draft that is always kept")
         near_rate, near_drafting, near_gamma = best_within_margin
         if near_gamma:
             line = (f"no drafting is predicted {MARGIN - 1:.0%} faster than plain AR, as much as the predictions can "
                     f"be off (the best, {near_drafting.label} at γ ≤ {near_gamma}, {near_rate / ar_rate:.2f}×); "
-                    f"{_costs_said(draft_s, costs)}")
+                    f"{_costs_said(draft_s, costs, positions)}")
         else:
-            line = f"no draft pays: {need}; {_costs_said(draft_s, costs)}"
+            line = f"no draft pays: {need}; {_costs_said(draft_s, costs, positions)}"
         return Recommendation(Drafting.NONE, 0, rate, 1.0, threshold, line, speedups)
-    threshold = stop_threshold(costs, chosen, gamma, drafting)
-    draft_s = extra_draft_s(costs, chosen, gamma, drafting)
+    threshold = stop_threshold(costs, chosen, gamma, drafting, positions)
+    draft_s = extra_draft_s(costs, chosen, gamma, drafting, positions)
     measured_beyond = gamma < len(chosen.drafted) and chosen.drafted[gamma] > 0
     stop = (f"drafts stop when the chance of keeping the next token falls below {threshold:.2f}" if threshold < 1.0
             else f"drafts stop at {gamma}: a further draft would not pay even if it were always kept")
-    line = f"{stop}: {_costs_said(draft_s, costs)}"
+    line = f"{stop}: {_costs_said(draft_s, costs, positions)}"
     if not measured_beyond:
         line += f" (no round drafted more than {gamma}: measure with a larger γ to see further)"
     return Recommendation(drafting, gamma, rate, rate / ar_rate, threshold, line, speedups)

@@ -31,6 +31,22 @@ def test_a_finished_turn_sends_the_sessions_acceptance_and_recommendation(qapp):
     assert why is chat.why
 
 
+def test_the_recommendation_is_made_at_the_chat_s_length(qapp):
+    """A draft's row costs what the conversation's cached positions add to it: after 5,000 of them more than a step."""
+    recommendations = {}
+    for positions in (20, 5000):
+        chat = costed_chat()
+        chat.on_costs_measured({**COSTS, "target_block_ms": [4.0 + 0.5 * k for k in range(9)], "draft_step_ms": 0.5,
+                                "position_us": 5.0, "position_row_us": 8.0})
+        worker = FakeWorker(chat)
+        worker.replies.append([dataclasses.replace(e, positions=positions + i) for i, e in enumerate(two_rounds())])
+        chat.send("hi", SPEC)
+        recommendations[positions] = chat.why.recommendation
+    assert recommendations[20].drafting is not Drafting.NONE
+    assert recommendations[5000].drafting is Drafting.NONE
+    assert "after this chat's 5,003 tokens" in recommendations[5000].explanation
+
+
 def test_measured_costs_replace_the_pairs_for_the_next_recommendation(qapp):
     chat = costed_chat()
     chat.on_costs_measured({**COSTS, "draft_step_ms": 30.0})

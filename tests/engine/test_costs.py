@@ -1,7 +1,10 @@
 """The cost model and the round planner on synthetic costs: their choices against the analytic optimum."""
 import pytest
+import torch
 
-from engine.decoding.costs import PRIOR, Acceptance, CostModel, RoundPlanner, expected_tokens
+from engine.decoding.costs import DECAY, PRIOR, PRIOR_WEIGHT, Acceptance, CostModel, RoundPlanner, expected_tokens
+from engine.events import DecodeSettings
+from tests.tiny import tiny_decoder
 
 
 def costs(draft_ms: float, row_ms: float = 1.0, step_ms: float = 10.0) -> CostModel:
@@ -131,3 +134,85 @@ def test_a_single_row_after_many_positions_teaches_the_fastest_cost_of_a_positio
     costs.observe_round([], forward_s=1e-3, round_s=2e-3, positions=300)  # too few positions to tell
     costs.observe_round(["model"], forward_s=1e-3, round_s=2e-3, positions=1016)  # a block of two rows
     assert costs.position_s == pytest.approx(4e-6)
+
+
+def test_a_draft_worth_its_row_in_a_short_chat_is_not_in_a_long_one():
+    # each cached position adds 5 µs to a row beyond the first: after 5,000 a draft's row costs 25 ms, a step 30
+    model = CostModel([(4.0 + 0.5 * k) / 1e3 for k in range(9)], draft_step_s=0.5e-3, overhead_s=0.5e-3,
+                      position_s=5e-6, position_row_s=5e-6)
+    planner = RoundPlanner(model, Acceptance(kept=[50.0] * 8, reached=[100.0] * 8))
+    assert planner.draft_more([], [], 8)
+    planner.positions = 5016
+    assert not planner.draft_more([], [], 8)
+    assert planner.best_length(["model"], [0.5]) == 0  # a draft made already is not worth verifying either
+
+
+def test_a_draft_model_step_grows_with_the_positions_it_attends_to():
+    model = CostModel([1e-3] * 9, draft_step_s=0.5e-3, draft_position_s=1e-7)
+    assert model.draft_model_step_s() == pytest.approx(0.5e-3)
+    assert model.steps_s(["model", "copy"], positions=1016) == pytest.approx(0.5e-3 + 1000 * 1e-7)
+
+
+def test_a_long_chat_s_drafted_rounds_still_teach_a_draft_s_bookkeeping():
+    """Their forward is far above the scratch block's only because of the positions it attended to."""
+    model = costs(draft_ms=1.0)
+    model.position_s, model.position_row_s = 4e-6, 2e-6
+    context_s = model.context_s(3, 2016)
+    for _ in range(100):
+        model.observe_round(["model", "model"], 0.012 + context_s, 0.012 + context_s + 2 * 0.001 + 0.0005 + 2 * 0.0003,
+                            positions=2016)
+    assert model.per_draft_s == pytest.approx(0.0003, rel=0.05)
+    assert model.drafted_block_s[2] == pytest.approx(0.012)
+
+
+def test_each_decoding_plans_with_its_own_acceptance():
+    planner = RoundPlanner(costs(draft_ms=1.0))
+    planner.decode(greedy=False)
+    for _ in range(200):  # sampled drafts the target never kept
+        planner.acceptance.record(["model"], [0.5], n_accepted=0)
+    assert not planner.draft_more([], [], 8)
+    planner.decode(greedy=True)  # greedy replies are not held back by them
+    assert planner.acceptance.at(1) == pytest.approx(PRIOR) and planner.draft_more([], [], 8)
+    planner.decode(greedy=False)
+    assert not planner.draft_more([], [], 8)  # and the sampled verdicts are still there
+
+
+def test_rounds_that_draft_nothing_let_old_verdicts_fade_until_drafting_is_tried_again():
+    planner = RoundPlanner(costs(draft_ms=1.0))
+    for _ in range(200):
+        planner.acceptance.record(["model"], [0.5], n_accepted=0)
+    plain_rounds = 0
+    while not planner.draft_more([], [], 8):
+        planner.acceptance.record([], [], n_accepted=0)  # what a drafter tells it after a round of no drafts
+        plain_rounds += 1
+    assert 100 < plain_rounds < 1000
+    assert planner.acceptance.reached[0] < 10 and planner.acceptance.kept[0] == 0.0
+
+
+def test_a_draft_made_and_dropped_counts_as_reached_and_not_kept():
+    acceptance = Acceptance()
+    acceptance.record(["model"], [0.9], n_accepted=1, dropped=True)  # the second draft was made, not verified
+    assert acceptance.reached == [1.0, 1.0] and acceptance.kept == [1.0, 0.0]
+    assert acceptance.calibration["model"] == pytest.approx([PRIOR_WEIGHT * DECAY + 1, PRIOR_WEIGHT * DECAY + 0.9])
+    acceptance.record(["model"], [0.9], n_accepted=0, dropped=True)  # rejected first: the dropped one never mattered
+    assert acceptance.reached[1] == pytest.approx(DECAY)
+
+
+def test_a_draft_model_whose_drafts_are_always_dropped_stops_being_run():
+    """The planner's acceptance said drafts pay, each draft's own estimate said it would not: the drafter made
+    one every round and dropped it, paying a draft step for nothing."""
+    decoder = tiny_decoder()
+    drafter, settings = decoder.drafter, DecodeSettings(gamma=4, greedy=False, lookup=False)
+    planner = RoundPlanner(costs(draft_ms=1.0))
+    planner.acceptance.calibration["model"] = [PRIOR_WEIGHT, 1e6]  # estimates far above what is kept: chance ≈ 0
+    sequence = decoder.chat_ids([{"role": "user", "content": "w3 w4 w5"}])
+    drafter.prefill(sequence)
+    ran = []
+    for _ in range(60):
+        before = len(drafter.runner)
+        proposal = drafter.propose(sequence, 4, settings, torch.Generator().manual_seed(0), planner)
+        ran.append(len(drafter.runner) > before)
+        assert proposal.tokens == []
+        drafter.update(0)
+        sequence = sequence + [5]  # the target's own token ends the round
+    assert all(ran[:5]) and sum(ran[20:]) <= 3  # tried while the prior held, then only now and then

@@ -81,6 +81,22 @@ def test_what_plain_ar_would_take_grows_with_the_positions_it_would_attend_to(mo
     assert per_token[1e-5] == pytest.approx([per_token[0.0][0] + (cached + i - 16) * 1e-5 for i in range(steps)])
 
 
+def test_rounds_say_the_positions_they_attended_to_and_are_planned_at_them(monkeypatch):
+    monkeypatch.setattr(CostModel, "observe_round", lambda *_: None)  # the costs as given: no learning from timings
+    settings = DecodeSettings(gamma=4, max_new_tokens=12, lookup=False)
+    long_prompt = [{"role": "user", "content": " ".join(PROMPT[0]["content"] for _ in range(20))}]
+    cached = len(tiny_decoder(draft_seed=0).chat_ids(long_prompt)) - 1
+    drafted = {}
+    for position_row_s in (0.0, 1e-3):  # a draft's row free, or dearer than any draft can repay
+        decoder = tiny_decoder(draft_seed=0)
+        decoder.set_costs(CostModel([1e-3] * 9, draft_step_s=1e-6, position_row_s=position_row_s))
+        events = list(decoder.generate(long_prompt, settings))
+        assert events[0].positions == cached
+        assert all(later.positions == e.positions + len(e.emitted) for e, later in zip(events, events[1:]))
+        drafted[position_row_s] = sum(e.gamma for e in events)
+    assert drafted[0.0] > 0 == drafted[1e-3]
+
+
 def test_adaptive_rounds_vary_their_length_and_stay_lossless():
     settings = DecodeSettings(gamma=8, max_new_tokens=60, cost_aware=False, stop_below=0.3)
     events = list(tiny_decoder(draft_seed=0).generate(PROMPT, settings))

@@ -1,7 +1,7 @@
 """The lookup-only drafter (copies, no draft model) behind the Drafter protocol, and the planner pricing it."""
 import pytest
 
-from engine.decoding.costs import Acceptance, CostModel, RoundPlanner
+from engine.decoding.costs import IDLE_DECAY, Acceptance, CostModel, RoundPlanner
 from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import LookupDrafter
 from engine.events import DecodeSettings
@@ -55,3 +55,11 @@ def test_the_planner_prices_later_copies_as_copies():
     planner = RoundPlanner(costs, Acceptance(kept=[35.0] * 4, reached=[100.0] * 4))
     assert planner.draft_more([], [], 4, "copy", later_kind="copy")
     assert not planner.draft_more([], [], 4, "copy", later_kind="model")
+
+
+def test_a_round_of_no_drafts_lets_the_planner_s_old_verdicts_fade():
+    decoder = lookup_decoder()
+    decoder.planner.acceptance = Acceptance(kept=[0.0], reached=[50.0])
+    events = list(decoder.generate([{"role": "user", "content": "w3"}], DecodeSettings(gamma=4, max_new_tokens=1)))
+    assert [e.gamma for e in events] == [0]
+    assert decoder.planner.acceptance.reached == [pytest.approx(50.0 * IDLE_DECAY)]

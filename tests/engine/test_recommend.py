@@ -129,3 +129,19 @@ def test_the_window_s_cost_dict_gives_back_the_cost_model():
     assert again.target_block_s == pytest.approx(model.target_block_s)
     assert (again.draft_step_s, again.copy_s, again.overhead_s) == pytest.approx(
         (model.draft_step_s, model.copy_s, model.overhead_s))
+
+
+def test_a_long_chat_is_recommended_what_pays_at_its_length():
+    """Each cached position makes a draft's row dearer: the γ that pays in a short chat does not after 5,000
+    tokens, and the analytic optimum there is found with the positions in the round's cost."""
+    model = costs(draft_ms=0.5, row_ms=0.5, step_ms=4.0)
+    model.position_s, model.position_row_s = 5e-6, 5e-6
+    chances = [0.6] * 8
+    short = recommend(model, {Drafting.MODEL: fixed_rounds(chances)})
+    long = recommend(model, {Drafting.MODEL: fixed_rounds(chances)}, positions=5016)
+    assert short.drafting is Drafting.MODEL and short.speedup > 1.05
+    assert long.drafting is Drafting.NONE and "after this chat's 5,016 tokens" in long.explanation
+    assert long.speedups[Drafting.MODEL][0] < 1.0
+    # the same rounds priced by hand: E(1) / (draft + the 2-row block with its positions + bookkeeping)
+    by_hand = (1 + 0.6) / (0.5e-3 + 4.5e-3 + 5000 * (5e-6 + 5e-6) + 0.5e-3) * (4e-3 + 0.5e-3 + 5000 * 5e-6)
+    assert long.speedups[Drafting.MODEL][0] == pytest.approx(by_hand)
