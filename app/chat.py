@@ -426,8 +426,14 @@ class ChatController(QObject):
                                          unequal_loads=unequal_loads(reply_events, comparison.ar_events))
         self.turns[index] = dataclasses.replace(self.turns[index], comparison=comparison)
         self.recorder.comparison_finished(comparison)
-        self.comparison_finished.emit(ComparisonShown(index, comparison, self.turns[index].reply, self.pair))
+        self.comparison_finished.emit(ComparisonShown(index, comparison, self.turns[index].reply, self.pair,
+                                                      self.fair_measured(index)))
         self._finish_turn()
+
+    def fair_measured(self, last: int) -> tuple[float, ...]:
+        """The measured speedups of the fair comparisons of turns 0..`last`."""
+        return tuple(turn.comparison.speedup for turn in self.turns[:last + 1]
+                     if turn.comparison is not None and turn.comparison.fair)
 
     def on_failed(self, message: str) -> None:
         """A failed load leaves the worker's decoder as it was: the previous pair, if any, still answers. A
@@ -579,7 +585,8 @@ class ChatController(QObject):
             self.reply_finished.emit(ReplyShown(index, reply, self.whole_reply(index),
                                                 index == len(self.turns) - 1 and self.can_continue, live=False))
             if turn.comparison is not None:
-                self.comparison_finished.emit(ComparisonShown(index, turn.comparison, reply, self.pair))
+                self.comparison_finished.emit(ComparisonShown(index, turn.comparison, reply, self.pair,
+                                                              self.fair_measured(index)))
         self._emit_status()
         self._emit_why()
 

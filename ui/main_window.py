@@ -30,7 +30,7 @@ from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, EngineTa
                         TurnOptions, TurnStarted, TurnState)
 from ui.why import WhyGamma, recommendation_text, why_gamma
 from ui.status_bar import ElidedLabel, PartsLabel, StatusBar
-from ui.wording import (UNFAIR, comparison_caveat, comparison_line, remote_header, remote_line, reply_header,  # noqa: F401 (tests use them here)
+from ui.wording import (UNFAIR, comparison_line, measured_summary, remote_header, remote_line, reply_header,  # noqa: F401 (tests use them here)
                         stats_line, unbreakable)
 
 # The least client area: a 1000×700 screen holds it with a window manager's title bar and borders.
@@ -757,8 +757,7 @@ class MainWindow(QMainWindow):
         self.chat.add_comparison(comparison_view(comparison, reply, comparison_line(comparison, reply), shown.pair))
         if not comparison.stopped:
             self.charts.show_measured_speedup(comparison.speedup)
-            self.reply_label.setText(self.reply_label.text() + " · " + f"measured {comparison.speedup:.2f}× vs AR"
-                                     + comparison_caveat(comparison))
+            self.reply_label.setText(self.reply_label.text() + " · " + measured_summary(comparison, shown.chat_measured))
         self.statusBar().clearMessage()
 
     def on_why_changed(self, why: WhyGamma) -> None:

@@ -126,6 +126,11 @@ class Comparison:
         return tuple(t for e in self.ar_events for t in e.emitted)
 
     @property
+    def fair(self) -> bool:
+        """Ran to its end on a machine that met both runs alike."""
+        return not (self.stopped or self.machine_busy or self.unequal_loads) and self.speedup > 0
+
+    @property
     def speedup(self) -> float:
         """Measured speedup of the decoding as a throughput ratio (the decode-time ratio when both replies match).
         Reading the prompt is left out, as in the estimate: it is the same work at any γ but for the draft's share."""
@@ -215,6 +220,7 @@ class ComparisonShown:
     comparison: Comparison
     reply: Reply
     pair: PairInfo | None
+    chat_measured: tuple[float, ...] = ()  # the measured speedups of the chat's fair comparisons up to this one
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,23 @@ def reply_header(settings: DecodeSettings, gammas: tuple[int, ...] = ()) -> str:
 
 UNFAIR = " (machine busy — not a fair number)"
 UNEQUAL = " (the two runs met the machine at different loads — not a fair number)"
+# A measured comparison is one run of each: on a machine with few cores the next pair of runs may differ by tens of
+# per cent (the estimate, which charges plain AR the reply's own load, moves less).
+ONE_RUN = " (one run each)"
 
 
 def comparison_caveat(comparison: Comparison) -> str:
-    """Why a measured speedup is not a fair number, if it is not (the estimate allows for load; this does not)."""
-    return UNFAIR if comparison.machine_busy else UNEQUAL if comparison.unequal_loads else ""
+    """Why a measured speedup is not a fair number, if it is not (the estimate allows for load; this does not);
+    where it is, that it is one run of each."""
+    return UNFAIR if comparison.machine_busy else UNEQUAL if comparison.unequal_loads else ONE_RUN
+
+
+def measured_summary(comparison: Comparison, chat_measured: tuple[float, ...]) -> str:
+    """The status bar's measured figure; beside it, once the chat has several fair comparisons, their range."""
+    line = f"measured {comparison.speedup:.2f}× vs AR" + comparison_caveat(comparison)
+    if len(chat_measured) > 1:
+        line += f" · this chat {min(chat_measured):.2f}–{max(chat_measured):.2f}× in {len(chat_measured)} runs"
+    return line
 SHOWN_PREFILL_S = 0.1  # reading the prompt is named beside tokens/s (which leaves it out) once it is noticeable
 
 
