@@ -83,6 +83,7 @@ class DraftModelDrafter:
         self._kinds: list[str] = []  # the last proposal's drafts: "model" or "copy"
         self._estimates: list[float] = []  # and their keep estimates
         self._dropped = False  # and whether it made a draft beyond them that was not worth verifying
+        self._no_drafts = torch.empty((0, vocab_size), device=self.runner.device)
         self._acceptance: Acceptance | None = None  # the planner's, told each verdict
 
     @classmethod
@@ -137,6 +138,8 @@ class DraftModelDrafter:
 
     def _proposal(self, tokens: list[int], q_rows: list[torch.Tensor | None], kinds: list[str]) -> Proposal:
         """q over the whole vocabulary: the warped draft rows spread from the head's rows, 1 on a copied token."""
+        if not tokens:  # most rounds beside a fast target: no tensor work for them
+            return Proposal([], self._no_drafts, [])
         draft_vocab = self.runner.draft_vocab
         width = self.runner.vocab_size if draft_vocab is None else len(draft_vocab)
         rows = torch.zeros((len(tokens), width), device=self.runner.device)
