@@ -17,7 +17,7 @@ from engine.decoding.caches import PREFILL_CHUNK, CachedModel
 from engine.decoding.context import fit, require_text, window_of
 from engine.decoding.costs import (LONG_POSITIONS, MEASURE_REPEATS, MEASURED_ROWS, SCRATCH_POSITIONS, CostModel,
                                    RoundPlanner, fastest)
-from engine.decoding.drafters import Drafter, DraftModelDrafter, lookup_continuation
+from engine.decoding.drafters import ContinuationIndex, Drafter, DraftModelDrafter
 from engine.decoding.text import TextStream
 from engine.events import (ContextNotice, DecodeSettings, DraftedToken, EmittedToken, Fate, Mode, PairInfo,
                            PrefillProgress, RoundEvent, TokenProb)
@@ -124,7 +124,8 @@ class Decoder:
                 draft_position_s = max(0.0, self._time_draft_step(SCRATCH_POSITIONS + added) - draft_s) / added
         if self.drafter:
             history = ids * 8  # a few hundred tokens of conversation to search
-            copy_s = fastest(lambda: lookup_continuation(history))
+            index = ContinuationIndex()
+            copy_s = fastest(lambda: index.continuation(history))  # the first builds the index, as a prompt's does
         return self.set_costs(CostModel(blocks, draft_s, copy_s, position_s=first_row, position_row_s=further_rows,
                                         draft_position_s=draft_position_s))
 

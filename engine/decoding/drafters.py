@@ -49,14 +49,52 @@ class Drafter(Protocol):
         """Drop all state (a new chat)."""
 
 
-def lookup_continuation(tokens: list[int], n: int = LOOKUP_NGRAM) -> int | None:
-    """The token that followed the latest earlier occurrence of the last `n` tokens, if any (prompt lookup)."""
-    if len(tokens) <= n:
-        return None
-    context = torch.tensor(tokens)
-    windows = context[:-1].unfold(0, n, 1)  # tokens[i:i+n] for every i that has a follower, the suffix excluded
-    starts = (windows == context[-n:]).all(-1).nonzero()
-    return tokens[starts[-1].item() + n] if len(starts) else None
+class ContinuationIndex:
+    """Prompt lookup: the token that followed the latest earlier occurrence of a sequence's last `n` tokens.
+
+    Each n-gram maps to the token that followed its latest occurrence, kept up to date as the sequence grows and
+    rolled back where it changes (a rejected draft, another conversation): a lookup costs what the new tokens
+    cost, not the conversation's length (searching 2,580 tokens afresh took 0.4 ms of a 19 ms round)."""
+
+    def __init__(self, n: int = LOOKUP_NGRAM):
+        self.n = n
+        self.tokens: list[int] = []
+        self.followers: dict[tuple[int, ...], int] = {}
+        self.replaced: list[int | None] = []  # [i - n]: what position i's n-gram followed before it (None: nothing)
+
+    def continuation(self, tokens: list[int]) -> int | None:
+        """The token that followed the latest occurrence of tokens[-n:] before the end of `tokens`, if any."""
+        if self.tokens != tokens[:len(self.tokens)]:
+            self._truncate(common_prefix(self.tokens, tokens))
+        for token in tokens[len(self.tokens):]:
+            if len(self.tokens) >= self.n:
+                key = tuple(self.tokens[-self.n:])
+                self.replaced.append(self.followers.get(key))
+                self.followers[key] = token
+            self.tokens.append(token)
+        return self.followers.get(tuple(tokens[-self.n:])) if len(tokens) > self.n else None
+
+    def _truncate(self, length: int) -> None:
+        while len(self.tokens) > length:
+            self.tokens.pop()
+            if len(self.tokens) >= self.n:
+                key, before = tuple(self.tokens[-self.n:]), self.replaced.pop()
+                if before is None:
+                    del self.followers[key]
+                else:
+                    self.followers[key] = before
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """The length of the longest common prefix of two lists (by halving: each comparison runs at C speed)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def _keep_estimate(q: torch.Tensor, settings: DecodeSettings) -> float:
@@ -84,6 +122,7 @@ class DraftModelDrafter:
         self._estimates: list[float] = []  # and their keep estimates
         self._dropped = False  # and whether it made a draft beyond them that was not worth verifying
         self._no_drafts = torch.empty((0, vocab_size), device=self.runner.device)
+        self._lookup = ContinuationIndex()
         self._acceptance: Acceptance | None = None  # the planner's, told each verdict
 
     @classmethod
@@ -109,7 +148,7 @@ class DraftModelDrafter:
         self._estimates = []
         all_kept = 1.0  # the confidence rule's estimate that every draft so far will be kept
         while len(tokens) < gamma:
-            copied = lookup_continuation(sequence + tokens) if settings.lookup else None
+            copied = self._lookup.continuation(sequence + tokens) if settings.lookup else None
             kind = "model" if copied is None else "copy"
             # Whether one more draft pays is decided from this round's drafts, earlier rounds' verdicts and the
             # measured costs, never from this round's p: every position's output is still distributed as p.
@@ -161,6 +200,7 @@ class DraftModelDrafter:
 
     def reset(self) -> None:
         self.runner.reset()
+        self._lookup = ContinuationIndex()
 
 
 class LookupDrafter:
@@ -176,6 +216,7 @@ class LookupDrafter:
         self._proposed_from = 0
         self._estimates: list[float] = []
         self._acceptance: Acceptance | None = None
+        self._lookup = ContinuationIndex()
 
     def prefill(self, prompt: list[int]) -> None:
         self._covered = len(prompt) - 1
@@ -187,7 +228,7 @@ class LookupDrafter:
         tokens, chances = [], []
         all_kept = 1.0
         while len(tokens) < gamma:
-            copied = lookup_continuation(sequence + tokens)
+            copied = self._lookup.continuation(sequence + tokens)
             if copied is None:
                 break
             kinds = ["copy"] * len(tokens)
@@ -215,3 +256,4 @@ class LookupDrafter:
 
     def reset(self) -> None:
         self._covered = 0
+        self._lookup = ContinuationIndex()

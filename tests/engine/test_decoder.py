@@ -1,11 +1,13 @@
 """The round loop on tiny random models: losslessness in greedy mode, rollback, EOS, stopping, chat turns."""
+import random
+
 import pytest
 import torch
 
 from engine.decoding.caches import CachedModel
 from engine.decoding.costs import CostModel
 from engine.decoding.decoder import Decoder
-from engine.decoding.drafters import DraftModelDrafter, lookup_continuation
+from engine.decoding.drafters import ContinuationIndex, DraftModelDrafter
 from engine.events import DecodeSettings, Fate, Mode
 from engine.models.pairing import PairingError, check_vocabularies
 from tests.tiny import PROMPT, cheap_draft_costs, tiny_decoder, tiny_model, tiny_tokenizer
@@ -266,10 +268,30 @@ def test_preflight_refuses_a_mismatched_pair_before_loading_any_weights(tmp_path
 
 
 def test_lookup_finds_what_followed_the_latest_earlier_occurrence_of_the_last_three_tokens():
-    assert lookup_continuation([1, 2, 3, 9, 1, 2, 3]) == 9
-    assert lookup_continuation([1, 2, 3, 9, 5, 1, 2, 3, 7, 1, 2, 3]) == 7
-    assert lookup_continuation([4, 2, 3, 9, 1, 2, 3]) is None  # only two of the three match
-    assert lookup_continuation([1, 2, 3]) is None  # the suffix itself does not count
+    assert ContinuationIndex().continuation([1, 2, 3, 9, 1, 2, 3]) == 9
+    assert ContinuationIndex().continuation([1, 2, 3, 9, 5, 1, 2, 3, 7, 1, 2, 3]) == 7
+    assert ContinuationIndex().continuation([4, 2, 3, 9, 1, 2, 3]) is None  # only two of the three match
+    assert ContinuationIndex().continuation([1, 2, 3]) is None  # the suffix itself does not count
+
+
+def searched(tokens: list[int], n: int = 3) -> int | None:
+    """The lookup by brute force: the latest earlier start of the last n tokens."""
+    starts = [i for i in range(len(tokens) - n) if tokens[i:i + n] == tokens[-n:]]
+    return tokens[starts[-1] + n] if starts else None
+
+
+def test_the_lookup_index_follows_a_sequence_that_grows_and_rolls_back_as_a_brute_force_search_does():
+    rng = random.Random(0)
+    index, sequence, found = ContinuationIndex(), [], 0
+    for _ in range(600):
+        if sequence and rng.random() < 0.03:  # another conversation sharing a prefix
+            del sequence[rng.randrange(len(sequence)):]
+        elif rng.random() < 0.3:  # rejected drafts
+            del sequence[len(sequence) - rng.randrange(1, 5):]
+        sequence += [rng.randrange(4) for _ in range(rng.randrange(1, 4))]  # few ids: many repeated 3-grams
+        assert index.continuation(sequence) == searched(sequence)
+        found += searched(sequence) is not None
+    assert found > 200  # most comparisons were of copies found, not of None against None
 
 
 @pytest.mark.parametrize("greedy", [True, False])
