@@ -151,7 +151,7 @@ class MainWindow(QMainWindow):
         self.statusBar().addWidget(self.pair_label)
         self.statusBar().addWidget(self.reply_label, 1)
         self.comparison_progress = QProgressBar()
-        self.comparison_progress.setFormat("plain AR: %v of ~%m tokens")
+        self.comparison_progress.setFormat("plain AR (not drawn while it runs): %v of ~%m tokens")
         self.comparison_progress.setToolTip("Compare with AR: the same messages decoded with plain AR, to measure "
                                             "the speedup")
         # The text is drawn over the bar, so the bar is never narrower than it (the labels beside it elide).

@@ -150,7 +150,7 @@ def test_compare_with_ar_shows_progress_then_the_ar_text_beside_the_reply(make_s
     assert progressed[-1] == 10 and progressed == sorted(progressed)
     assert not window.comparison_progress.isVisible()
     shown = window.chat.toPlainText()
-    assert "plain AR: 10 tokens" in shown and "greedy outputs identical" in shown
+    assert "plain AR, run undrawn: 10 tokens" in shown and "greedy outputs identical" in shown
     assert "Plain AR produced the same 10 tokens" in shown
     assert window.chat.document().lastBlock().blockFormat().hasProperty(ACTION_ROW)  # the links stay under it all
     turn = studio.chat.turns[-1]
@@ -212,6 +212,20 @@ def test_the_estimate_charges_plain_ar_the_load_the_rounds_typically_ran_under()
     assert estimated_speedup(quiet, reference_s=0.5, gamma=4) == pytest.approx(0.045 / 0.03)
     assert estimated_speedup(slowed, reference_s=0.5, gamma=4) == pytest.approx(2 * 0.045 / 0.03)
     assert estimated_speedup(one_stall, reference_s=0.5, gamma=4) == pytest.approx(0.045 / 0.03)
+
+
+def test_plain_steps_among_the_rounds_price_plain_ar_at_what_they_took_in_full():
+    """Eight plain steps took 1.5× their quiet cost in full (the window drawing beside them) though their forwards
+    ran at quiet speed: plain AR would have run as they did."""
+    plain = [costed(ar_step(i, 5, "w5", 0.9, step_s=0.015), 0.01) for i in range(8)]
+    drafted = [costed(accepted_round(8 + i, ["a", "b"], "c"), 0.01) for i in range(4)]
+    rounds_s = lambda events: sum(e.round_s for e in events)  # noqa: E731
+    quiet_s = lambda events: sum(e.ar_equivalent_s for e in events)  # noqa: E731
+    assert estimated_speedup(plain + drafted, 0.5, 4) == pytest.approx(1.5 * quiet_s(plain + drafted)
+                                                                      / rounds_s(plain + drafted))
+    assert estimated_speedup(plain, 0.5, 4) == pytest.approx(1.0)  # plain AR is its own baseline
+    few = plain[:7] + drafted  # too few plain steps to tell: the forwards' loads (all 1) stand
+    assert estimated_speedup(few, 0.5, 4) == pytest.approx(quiet_s(few) / rounds_s(few))
 
 
 def test_the_live_running_estimate_is_the_replys_estimate_round_by_round():
@@ -278,9 +292,10 @@ def test_a_plain_ar_reply_charts_no_speedup():
 
 def test_a_comparison_whose_runs_met_different_loads_says_it_is_not_a_fair_number():
     reply_rounds = [dataclasses.replace(costed(accepted_round(i, ["a", "b"], "c"), 0.015), load=1.4) for i in range(4)]
-    ar_steps = [dataclasses.replace(costed(ar_step(i, 5, "w5", 0.9), 0.01), load=1.0) for i in range(12)]
+    # plain steps: their load is what they took in full over their quiet cost (1.0, then 1.2)
+    ar_steps = [costed(ar_step(i, 5, "w5", 0.9, step_s=0.010), 0.01) for i in range(12)]
     assert unequal_loads(reply_rounds, ar_steps) and unequal_loads(ar_steps, reply_rounds)
-    alike = [dataclasses.replace(e, load=1.2) for e in ar_steps]
+    alike = [costed(ar_step(i, 5, "w5", 0.9, step_s=0.012), 0.01) for i in range(12)]
     assert not unequal_loads(reply_rounds, alike)
     assert not unequal_loads(reply_rounds, [ar_step(i, 5, "w5", 0.9) for i in range(12)])  # no cost model: no loads
     request = ReplyRequest(messages=({"role": "user", "content": "w3"},), settings=DecodeSettings())
