@@ -84,8 +84,13 @@ class ArTime:
             self.unmodelled_tokens += len(event.emitted)
 
     @property
+    def priced_by_plain_steps(self) -> bool:
+        """Whether plain AR is priced as the rounds' own plain steps ran: a busy moment then slowed both alike."""
+        return self.plain_rounds >= PLAIN_ROUNDS
+
+    @property
     def typical_load(self) -> float:
-        if self.plain_rounds >= PLAIN_ROUNDS:
+        if self.priced_by_plain_steps:
             return self.plain_load_sum / self.plain_rounds
         n = len(self.loads)
         if not n:

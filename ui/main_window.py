@@ -30,7 +30,7 @@ from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, EngineTa
                         TurnOptions, TurnStarted, TurnState)
 from ui.why import WhyGamma, recommendation_text, why_gamma
 from ui.status_bar import ElidedLabel, PartsLabel, StatusBar
-from ui.wording import (UNFAIR, comparison_line, measured_summary, remote_header, remote_line, reply_header,  # noqa: F401 (tests use them here)
+from ui.wording import (busy_note, comparison_line, measured_summary, remote_header, remote_line, reply_header,
                         stats_line, unbreakable)
 
 # The least client area: a 1000×700 screen holds it with a window manager's title bar and borders.
@@ -651,9 +651,7 @@ class MainWindow(QMainWindow):
         line = stats_line(reply)
         self.chat.add_note(unbreakable(line))
         if reply.machine_busy:
-            self.chat.add_note("The machine was busy during this reply (target steps ran far slower than this "
-                               "machine's quiet speed): its timings and speedup estimate are not a fair number.",
-                               warning=True)
+            self.chat.add_note(busy_note(reply), warning=True)
         if reply.finish_reason == "length":
             self.chat.add_note("✂ cut at max new tokens", warning=True)
         if reply.events and reply.events[-1].text_notice:

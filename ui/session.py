@@ -6,7 +6,7 @@ from enum import Enum
 
 from engine.events import DecodeSettings, Drafting, EmittedToken, PairInfo, RoundEvent
 from engine.remote import RemoteReply
-from engine.stats import ReplyStats, reply_stats
+from engine.stats import ArTime, ReplyStats, reply_stats
 from ui.timing import estimated_speedup
 
 
@@ -92,6 +92,12 @@ class Reply:
     def estimated_speedup(self) -> float:
         """The speedup vs AR that the window shows and the export writes."""
         return estimated_speedup(self.events, self.reference, self.gamma)
+
+    @property
+    def estimate_beside_load(self) -> bool:
+        """Whether its estimate prices plain AR at the load its own plain steps met (engine.stats.ArTime): a busy
+        machine then leaves the estimate fair, though not the tokens/s."""
+        return ArTime(self.events).priced_by_plain_steps
 
 
 @dataclass(frozen=True)

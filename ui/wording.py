@@ -19,6 +19,7 @@ def reply_header(settings: DecodeSettings, gammas: tuple[int, ...] = ()) -> str:
 
 
 UNFAIR = " (machine busy — not a fair number)"
+BUSY = " (machine busy)"
 UNEQUAL = " (the two runs met the machine at different loads — not a fair number)"
 # A measured comparison is one run of each: on a machine with few cores the next pair of runs may differ by tens of
 # per cent (the estimate, which charges plain AR the reply's own load, moves less).
@@ -45,14 +46,26 @@ def stats_line(reply: Reply) -> str:
     s = reply.stats
     if not s.n_tokens:  # stopped before its first round: no figures to give
         return "stopped while reading the prompt: no tokens yet" if reply.stopped else "no tokens"
-    line = f"{s.n_tokens} tokens in {s.n_rounds} rounds · {s.tokens_per_s:.1f} tok/s"
+    # A busy machine slows the tokens/s; the estimate stays fair where it is priced by the reply's own plain steps
+    estimate_fair = not reply.machine_busy or reply.estimate_beside_load
+    line = (f"{s.n_tokens} tokens in {s.n_rounds} rounds · {s.tokens_per_s:.1f} tok/s"
+            + (BUSY if reply.machine_busy and estimate_fair else ""))
     if reply.request.settings.mode is Mode.SPEC:
         alpha = f"α {s.alpha:.2f}" if s.n_verified else "no drafts"  # α 0.00 would read as every draft rejected
         line += (f" · {alpha} · {s.tokens_per_round:.2f} tok/round · est. {reply.estimated_speedup:.2f}× vs AR"
-                 + (UNFAIR if reply.machine_busy else ""))
+                 + ("" if estimate_fair else UNFAIR))
     if s.prefill_s >= SHOWN_PREFILL_S:
         line += f" · prompt read in {s.prefill_s:.1f} s"
     return line + (" · stopped" if reply.stopped else "")
+
+
+def busy_note(reply: Reply) -> str:
+    """The warning under a reply whose target steps ran far slower than this machine's quiet speed."""
+    said = "The machine was busy during this reply (target steps ran far slower than this machine's quiet speed): "
+    if reply.estimate_beside_load:
+        return said + ("its tokens/s is below what this machine does when quiet; the estimate prices plain AR as "
+                       "the reply's own plain steps ran beside the same load.")
+    return said + "its timings and speedup estimate are not a fair number."
 
 
 def unbreakable(line: str) -> str:

@@ -23,7 +23,7 @@ from app.chat_store import ChatStore
 from ui.chat_view import ACTION_SCHEME, TRACE
 from ui.export import ExportError
 from ui.history import CHAT_ID, SUBTITLE, when
-from ui.main_window import stats_line
+from ui.wording import stats_line
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QApplication, QMenu
 
 from engine.events import DecodeSettings, Fate
 from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, text_of, token_fragments
-from ui.main_window import reply_header
+from ui.wording import reply_header
 from ui.palette import STYLES
 
 

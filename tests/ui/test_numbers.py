@@ -18,9 +18,9 @@ from ui.chat_view import ACTION_ROW
 from ui.compare import comparison_view, explain, first_difference
 from app.chat import ChatController
 from app.timing import RECENT, StepReference, machine_was_busy, unequal_loads
-from ui.main_window import comparison_line, stats_line
 from ui.session import Comparison, Reply, ReplyRequest
 from ui.timing import estimated_speedup
+from ui.wording import UNFAIR, busy_note, comparison_line, stats_line
 
 
 def ar_step(index: int, token_id: int, text: str, p: float, step_s: float = 0.03) -> RoundEvent:
@@ -226,6 +226,18 @@ def test_plain_steps_among_the_rounds_price_plain_ar_at_what_they_took_in_full()
     assert estimated_speedup(plain, 0.5, 4) == pytest.approx(1.0)  # plain AR is its own baseline
     few = plain[:7] + drafted  # too few plain steps to tell: the forwards' loads (all 1) stand
     assert estimated_speedup(few, 0.5, 4) == pytest.approx(quiet_s(few) / rounds_s(few))
+
+
+def test_a_busy_machine_leaves_an_estimate_priced_by_the_reply_s_own_plain_steps_fair():
+    request = ReplyRequest(messages=({"role": "user", "content": "w3"},), settings=DecodeSettings())
+    plain = [costed(ar_step(i, 5, "w5", 0.9, step_s=0.03), 0.01) for i in range(8)]
+    drafted = [costed(accepted_round(8 + i, ["a", "b"], "c"), 0.01) for i in range(4)]
+    priced = Reply(request, tuple(plain + drafted), "w5" * 8 + "abc" * 4, False, machine_busy=True)
+    unpriced = Reply(request, tuple(plain[:7] + drafted), "w5" * 7 + "abc" * 4, False, machine_busy=True)
+    assert priced.estimate_beside_load and not unpriced.estimate_beside_load
+    assert "tok/s (machine busy)" in stats_line(priced) and UNFAIR not in stats_line(priced)
+    assert stats_line(unpriced).endswith("vs AR" + UNFAIR)
+    assert "estimate prices plain AR" in busy_note(priced) and "not a fair number" in busy_note(unpriced)
 
 
 def test_the_live_running_estimate_is_the_replys_estimate_round_by_round():
