@@ -61,6 +61,7 @@ class ReplyItem:
     actions: tuple[str, ...] = ()  # names of the links under the notes (chat_view.ACTIONS)
     lookup: bool = False  # drafted with prompt lookup on: its q = 1 drafts are copies
     text: str = ""  # the reply's text once it has finished (what Copy copies)
+    rounds: int = 0  # rounds shown, over all its parts: a continuation's rounds are numbered on from them
 
 
 class Transcript:
@@ -88,8 +89,12 @@ class Transcript:
     def add_round(self, event: RoundEvent) -> None:
         """The round's spans join the last reply (which must be the last item)."""
         item = self.last_reply()
-        self.spans.extend(round_spans(event, item is not None and item.lookup))
-        if item is not None and item is self.items[-1]:
+        if item is None:
+            self.spans.extend(round_spans(event))
+            return
+        self.spans.extend(round_spans(event, item.lookup, item.rounds))
+        item.rounds += 1
+        if item is self.items[-1]:
             item.end = len(self.spans)
 
     def add_text(self, text: str) -> None:
