@@ -233,6 +233,7 @@ class ChatView(QTextBrowser):
 
     def set_view(self, view: str) -> None:
         if view != self.view:
+            QToolTip.hideText()  # a token's tooltip would outlive it: a shortcut's key (Ctrl+T) never reaches the tip
             self.view = view
             self._draw_all()
 
