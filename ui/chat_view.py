@@ -245,6 +245,10 @@ class ChatView(QTextBrowser):
         self.following = True
         self.verticalScrollBar().setValue(self.verticalScrollBar().maximum())
 
+    def scroll_to_top(self) -> None:
+        self.following = False  # a reply still streaming no longer pulls the view down
+        self.verticalScrollBar().setValue(self.verticalScrollBar().minimum())
+
     def mark_pinned(self, index: int | None) -> None:
         """Outline the pinned token (or none), wherever the current view draws it."""
         selections = []

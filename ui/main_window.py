@@ -333,6 +333,9 @@ class MainWindow(QMainWindow):
         history.setShortcut(QKeySequence("Ctrl+H"))
         view_menu.addAction(history)
         view_menu.addAction(self.legend.trace_action)
+        # A text field with the focus keeps these keys for its own text (the message box only while it has some)
+        action(view_menu, "Scroll the chat to the to&p", "Ctrl+Home", self.chat.scroll_to_top)
+        action(view_menu, "Scroll the chat to the &bottom", "Ctrl+End", self.chat.scroll_to_bottom)
         view_menu.addSeparator()
         self.pane_actions = {}
         for name, text, shortcut in (("side", "&Controls pane", "Ctrl+1"), ("right", "&Inspector and charts", "Ctrl+2")):

@@ -1,6 +1,6 @@
 """Reading a reply: the clean view (Markdown, no rejected drafts or special tokens) by default, the speculative
 trace one toggle away on the same reply (a token's tooltip going with the view it was in), copy giving the clean
-text, and the pane following the conversation."""
+text, and the pane following the conversation or scrolled to its ends with Ctrl+Home / Ctrl+End."""
 from __future__ import annotations
 
 import pytest
@@ -297,3 +297,39 @@ def test_a_tooltip_stays_while_the_view_stays(qtbot):
         qtbot.waitUntil(lambda: not QToolTip.isVisible(), timeout=2000)
     QToolTip.hideText()
 
+
+def many_messages(qtbot):
+    """A bare window, active, whose chat is many screens tall, scrolled to its bottom."""
+    window = shown_window(qtbot, 1000, 700)
+    window.activateWindow()
+    qtbot.waitActive(window)
+    for n in range(60):
+        window.chat.add_user_message(f"message {n}")
+    bar = window.chat.verticalScrollBar()
+    assert bar.maximum() > 0 and bar.value() == bar.maximum()
+    return window, bar
+
+
+def test_ctrl_home_and_ctrl_end_scroll_the_chat_from_an_empty_message_box(qtbot):
+    window, bar = many_messages(qtbot)
+    window.message_box.setFocus()
+    qtbot.keyClick(window.message_box, Qt.Key.Key_Home, Qt.KeyboardModifier.ControlModifier)
+    assert bar.value() == 0 and not window.chat.following  # a reply streaming in would not pull it down
+    qtbot.keyClick(window.message_box, Qt.Key.Key_End, Qt.KeyboardModifier.ControlModifier)
+    assert bar.value() == bar.maximum() and window.chat.following
+
+
+def test_ctrl_home_scrolls_the_chat_when_the_chat_has_the_focus(qtbot):
+    window, bar = many_messages(qtbot)
+    window.chat.setFocus()
+    qtbot.keyClick(window.chat, Qt.Key.Key_Home, Qt.KeyboardModifier.ControlModifier)
+    assert bar.value() == 0
+
+
+def test_ctrl_home_in_a_message_being_written_moves_its_cursor_not_the_chat(qtbot):
+    window, bar = many_messages(qtbot)
+    box = window.message_box
+    box.setFocus()
+    qtbot.keyClicks(box, "a first line")
+    qtbot.keyClick(box, Qt.Key.Key_Home, Qt.KeyboardModifier.ControlModifier)
+    assert box.textCursor().position() == 0 and bar.value() == bar.maximum()
