@@ -15,7 +15,7 @@ from engine.choices import DEVICES, DTYPES
 from engine.events import ContextNotice, DecodeSettings, Drafting, Fate, Mode, PairInfo, PrefillProgress
 from engine.remote import TextDelta, is_url
 from ui.charts import ChartsPanel
-from ui.chat_view import CLEAN, TRACE, ChatView
+from ui.chat_view import CLEAN, TRACE, ChatView, continue_reach
 from ui.compare import comparison_view
 from ui.controls import DecodingControls, ModelPicker
 from ui.engine_report import FATES_NOTE, EngineReport
@@ -120,8 +120,7 @@ class MainWindow(QMainWindow):
         self._framed = False  # whether the window manager's frame has been fitted to the screen too
 
         self.history = HistoryPanel(preferences)
-        self.continue_button = QPushButton("Continue")
-        self.continue_button.setToolTip("Let the model carry on the last reply where it stopped (Ctrl+Shift+Enter)")
+        self.continue_button = QPushButton("Continue")  # its tooltip says how far (show_continue_reach)
         self.picker = ModelPicker(presets, target, draft, device, dtype, devices, dtypes, offline)
         self.controls = DecodingControls(defaults)
         self.legend = Legend()
@@ -367,6 +366,8 @@ class MainWindow(QMainWindow):
         self.chat.action_chosen.connect(self.on_reply_action_chosen)
         self.chat.code_copied.connect(self.on_code_copied)
         self.legend.set_greedy(self.controls.greedy.isChecked())
+        self.controls.max_new_tokens.valueChanged.connect(self.show_continue_reach)
+        self.show_continue_reach(self.controls.max_new_tokens.value())
 
     # -- commands, passed on to the chat controller ----------------------------------------------------------
 
@@ -435,6 +436,15 @@ class MainWindow(QMainWindow):
 
     def continue_reply(self) -> None:
         self.continue_requested.emit(self.options())
+
+    def show_continue_reach(self, max_new_tokens: int) -> None:
+        """Continue asks for max tokens again: its button's tooltip, its menu entry and its link say so, so that a
+        joined reply longer than max tokens is no surprise."""
+        reach = continue_reach(max_new_tokens)
+        self.continue_button.setToolTip(f"Let the model carry on the last reply where it stopped, for {reach} "
+                                        "(Ctrl+Shift+Enter)")
+        self.continue_action.setText(f"C&ontinue reply ({reach})")
+        self.chat.set_continue_reach(max_new_tokens)
 
     def on_chat_menu_requested(self, pos) -> None:
         """The chat pane's context menu: the usual copy entries, then actions on the reply under the mouse (a
