@@ -638,7 +638,8 @@ class MainWindow(QMainWindow):
             return
         self.chat.add_user_message(request.messages[-1]["content"])
         self.chat.begin_reply(header, lookup=settings.lookup)
-        self.legend.set_greedy(settings.greedy)  # the legend names what this reply shows
+        if settings.mode is Mode.SPEC:  # the legend names what this reply shows; a plain AR one corrects nothing
+            self.legend.set_greedy(settings.greedy)
         self.charts.start_reply(settings.gamma, speculative=settings.mode is Mode.SPEC)
         self.why_charts.start_reply()
 
