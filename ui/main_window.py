@@ -26,10 +26,11 @@ from ui.inspector import TokenInspector, first_rejection_note
 from ui.legend import Legend
 from ui.message_box import MessageBox
 from ui.preferences import export_folder, remember_export_folder, restore_preferences, save_preferences
-from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, EngineTarget, ReplyShown, RoundShown, Session,
-                        TurnOptions, TurnStarted, TurnState)
+from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, EngineTarget, Reply, ReplyShown, RoundShown,
+                        Session, TurnOptions, TurnStarted, TurnState)
 from ui.why import WhyGamma, recommendation_text, why_gamma
 from ui.status_bar import ElidedLabel, PartsLabel, StatusBar
+from ui.transcript import CONTEXT, reply_notes
 from ui.wording import (UNFAIR, comparison_caveat, comparison_line, remote_header, remote_line, reply_header,  # noqa: F401 (tests use them here)
                         stats_line, unbreakable)
 
@@ -662,16 +663,7 @@ class MainWindow(QMainWindow):
             return
         self.chat.flush()
         self.charts.refresh()
-        line = stats_line(reply)
-        self.chat.add_note(unbreakable(line))
-        if reply.machine_busy:
-            self.chat.add_note("The machine was busy during this reply (target steps ran far slower than this "
-                               "machine's quiet speed): its timings and speedup estimate are not a fair number.",
-                               warning=True)
-        if reply.finish_reason == "length":
-            self.chat.add_note("✂ cut at max new tokens", warning=True)
-        if reply.events and reply.events[-1].text_notice:
-            self.chat.add_note(reply.events[-1].text_notice, warning=True)
+        line = self._add_reply_notes(reply)
         self.chat.set_reply_actions(shown.index, ("copy", "edit", "regenerate")
                                     + (("continue",) if shown.can_continue else ()), text=reply.text)
         self._inspect_first_rejection()
@@ -684,17 +676,20 @@ class MainWindow(QMainWindow):
             self.chat.add_text(shown.reply.text)
         self.chat.set_reply_header(remote_header(source.model, source.url, reply.request.settings))
         self.chat.flush()
-        line = remote_line(reply)
-        self.chat.add_note(unbreakable(line))
-        if source.reply is not None and source.reply.note:
-            self.chat.add_note(source.reply.note, warning=True)
-        if reply.finish_reason == "length":
-            self.chat.add_note("✂ cut at max new tokens", warning=True)
+        line = self._add_reply_notes(reply)
         self.chat.set_reply_actions(shown.index, ("copy", "edit", "regenerate")
                                     + (("continue",) if shown.can_continue else ()), text=reply.text)
         if source.reply is not None:
             self.engine_report.on_reply_finished(source.reply)
         self.reply_label.setText("last reply: " + line)
+
+    def _add_reply_notes(self, reply: Reply) -> str:
+        """The lines under a finished reply; returns its figures' line, which the status bar repeats."""
+        figures, *warnings = reply_notes(reply)
+        self.chat.add_note(unbreakable(figures.text))
+        for note in warnings:
+            self.chat.add_note(note.text, warning=note.warning)
+        return figures.text
 
     def on_remote_connected(self, target: EngineTarget) -> None:
         """Replies come from `target` now: the Engine tab shows its counts, the legend and inspector say that no
@@ -795,7 +790,7 @@ class MainWindow(QMainWindow):
 
     def on_context_fitted(self, notice: ContextNotice) -> None:
         """Never silent: a note under the reply it applies to."""
-        self.chat.add_note("Context: " + notice.message)
+        self.chat.add_note(CONTEXT + notice.message)
 
     def on_prefill_progressed(self, progress: PrefillProgress) -> None:
         self.prefill_progress.setRange(0, max(progress.total, 1))

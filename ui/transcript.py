@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 
 from engine.events import Fate, RoundEvent
 from ui.markdown import Block, inline_runs, parse_blocks
+from ui.session import Reply
 from ui.tokens import TokenSpan, remote_span, reply_text, round_spans
+from ui.wording import remote_line, stats_line
 
 
 FOLD_LINES = 12  # a user message longer than this (or than FOLD_CHARS) is shown folded: a pasted document
@@ -38,6 +40,28 @@ class UserItem:
 class Note:
     text: str
     warning: bool = False  # drawn in the warning colour: a reply cut at max tokens, a busy machine
+
+
+BUSY_MACHINE = ("The machine was busy during this reply (target steps ran far slower than this machine's quiet "
+                "speed): its timings and speedup estimate are not a fair number.")
+CUT_AT_MAX_TOKENS = "✂ cut at max new tokens"
+CONTEXT = "Context: "  # before a ContextNotice's message: the conversation was fitted into the model's window
+
+
+def reply_notes(reply: Reply) -> list[Note]:
+    """The lines the chat shows under a finished reply, before its AR comparison: its figures first, then what
+    to know about them (the Markdown export writes the same lines)."""
+    source = reply.remote
+    notes = [Note(stats_line(reply) if source is None else remote_line(reply))]
+    if source is None and reply.machine_busy:
+        notes.append(Note(BUSY_MACHINE, warning=True))
+    if source is not None and source.reply is not None and source.reply.note:
+        notes.append(Note(source.reply.note, warning=True))
+    if reply.finish_reason == "length":
+        notes.append(Note(CUT_AT_MAX_TOKENS, warning=True))
+    if source is None and reply.events and reply.events[-1].text_notice:
+        notes.append(Note(reply.events[-1].text_notice, warning=True))
+    return notes
 
 
 @dataclass(frozen=True)
