@@ -30,6 +30,7 @@ class Turn:
     reply: Reply | None = None  # None while it streams
     comparison: Comparison | None = None
     stored_id: int | None = None  # its row in the chats database (None: not saved, or reopened from it)
+    context_notice: str = ""  # the ContextNotice message shown under its reply, when the conversation was fitted
 
     @property
     def continues(self) -> bool:
@@ -115,7 +116,7 @@ class ChatController(QObject):
         done = [turn for turn in self.turns if turn.reply is not None]
         return Session(self.pair, [turn.reply for turn in done],
                        {i: turn.comparison for i, turn in enumerate(done) if turn.comparison is not None},
-                       self.title)
+                       self.title, {i: turn.context_notice for i, turn in enumerate(done) if turn.context_notice})
 
     @property
     def title(self) -> str:
@@ -401,7 +402,8 @@ class ChatController(QObject):
             reply = dataclasses.replace(reply, reference_s=self.timing.seconds,
                                         machine_busy=machine_was_busy(reply.events, self.timing))
         index = len(self.turns) - 1
-        self.turns[index] = dataclasses.replace(self.turns[index], reply=reply)
+        self.turns[index] = dataclasses.replace(self.turns[index], reply=reply,
+                                                context_notice=self._notice.message if self._notice else "")
         self.recorder.reply_finished(reply)
         self.reply_finished.emit(ReplyShown(index, reply, self.whole_reply(index), self.can_continue, live=True))
         if reply.request.compare_ar and not reply.stopped:

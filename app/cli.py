@@ -379,6 +379,7 @@ def cmd_generate(args) -> int:
     from engine.events import ContextNotice, DecodeSettings, PrefillProgress
     from engine.remote import is_url
     from engine.stats import reply_stats
+    from ui.wording import alpha_wording
 
     if is_url(args.target):
         return cmd_generate_remote(args)
@@ -440,11 +441,10 @@ def cmd_generate(args) -> int:
         }, allow_nan=False))
     else:
         print()
-        # α is accepted / verified drafts: a reply that verified none (plain AR, or no round drafted) has no α
-        alpha = f"α {stats.alpha:.2f}" if stats.n_verified else "no drafts"
         print(f"\n[{stats.n_tokens} tokens in {stats.decode_s:.2f}s = {stats.tokens_per_s:.1f} tok/s "
               f"(the prompt read in {stats.prefill_s:.2f}s before); "
-              f"{alpha}, {stats.tokens_per_round:.2f} tokens/round over {stats.n_rounds} rounds]", file=sys.stderr)
+              f"{alpha_wording(stats)}, {stats.tokens_per_round:.2f} tokens/round over {stats.n_rounds} rounds]",
+              file=sys.stderr)
         if settings.mode is Mode.SPEC and settings.greedy:
             exact = decoder.info().greedy_exact
             print("[greedy: exactly the tokens of greedy AR decoding]" if exact else

@@ -8,11 +8,13 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QObject, QSettings, QStandardPaths, Qt, QThread, QTimer, Signal, Slot
-from PySide6.QtWidgets import QApplication
+from PySide6.QtCore import (QCoreApplication, QEvent, QObject, QSettings, QStandardPaths, Qt, QThread, QTimer, Signal,
+                            Slot)
+from PySide6.QtWidgets import QApplication, QWidget
 from transformers.utils import logging as transformers_logging
 
 from app import machine
@@ -38,6 +40,8 @@ from ui.preferences import apply_pair, apply_settings
 # (the engine's DecodeSettings keeps T = 1.0, the plain definition, for the CLI and the tests).
 APP_DEFAULTS = DecodeSettings(temperature=0.7)
 QUIT_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl+C, and `kill` or a session's end: both quit as the window does
+# A window never painted (mapped on another workspace, or minimised) starts loading after this all the same
+FIRST_PAINT_WAIT_MS = 2000
 
 
 @dataclass
@@ -318,6 +322,29 @@ def quit_on_interrupt(window) -> QTimer:
     return timer
 
 
+class AfterFirstPaint(QObject):
+    """Runs `action` once `window` has painted for the first time. Loading the models holds Python's lock for long
+    stretches on the worker's thread, and the window's Python side (its event handlers, its slots) waits for that
+    lock at every turn: a window shown as the load began could stay unpainted (black) for most of the load."""
+
+    def __init__(self, window: QWidget, action: Callable[[], None]):
+        super().__init__(window)
+        self.window, self.action = window, action
+        window.installEventFilter(self)
+        QTimer.singleShot(FIRST_PAINT_WAIT_MS, self.run)
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+        if watched is self.window and event.type() == QEvent.Type.Paint:
+            QTimer.singleShot(0, self.run)  # after this paint, which draws the whole window, reaches the screen
+        return False
+
+    def run(self) -> None:
+        if self.action is not None:
+            action, self.action = self.action, None
+            self.window.removeEventFilter(self)
+            action()
+
+
 class Automation(QObject):
     """The --prompt hook: send once loaded, then screenshot and quit when the turn is complete."""
 
@@ -381,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     interrupt = quit_on_interrupt(studio.window)
     studio.start()
     studio.window.show()
-    studio.window.picker.request_load()
+    AfterFirstPaint(studio.window, studio.window.picker.request_load)
     code = app.exec()
     if interrupt.property("interrupted"):
         return interrupt.property("interrupted")

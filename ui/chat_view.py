@@ -16,7 +16,7 @@ from PySide6.QtGui import (QColor, QFont, QFontDatabase, QTextBlockFormat, QText
                            QTextLength, QTextTableFormat)
 from PySide6.QtWidgets import QTextBrowser, QTextEdit, QToolTip
 
-from engine.events import Fate, RoundEvent
+from engine.events import DecodeSettings, Fate, RoundEvent
 from ui.markdown import Block, inline_runs, parse_blocks
 from ui.palette import (CODE_BACKGROUND, DIFFERENCE_BACKGROUND, LEGEND_FATES, LINK, NOTE_COLOUR, STYLES, WARNING_COLOUR,
                         paper)
@@ -35,13 +35,27 @@ RETURN_MARK = "↵"  # a newline token in the trace, so it can be seen and hover
 PINNED_OUTLINE = "#37474f"  # the pinned token's underline
 BOTTOM_SLACK = 4  # pixels from the bottom that still count as "at the bottom"
 CODE_LINK_GAP = 3  # pixels above and below a code block's Copy link
-# The links under a reply (name: text, tooltip), in this order; the window's menus have the same actions.
+
+
+def continue_reach(max_new_tokens: int) -> str:
+    """How far a Continue goes: it asks for max tokens again, so the joined reply can run past them."""
+    return f"up to {max_new_tokens} more tokens"
+
+
+def continue_link(max_new_tokens: int) -> tuple[str, str]:
+    """The Continue link's text and tooltip."""
+    reach = continue_reach(max_new_tokens)
+    return f"Continue ({reach})", f"Let the model carry on this reply where it stopped, for {reach} (Ctrl+Shift+Enter)"
+
+
+# The links under a reply (name: text, tooltip), in this order; the window's menus have the same actions. Continue's
+# names the default max tokens until the window says its own (ChatView.set_continue_reach).
 ACTIONS = {
     "copy": ("Copy", "Copy this reply's text (Ctrl+Shift+C for the last reply)"),
     "edit": ("Edit message", "Put the message this reply answers back in the box; sending it replaces this turn and "
                              "what followed (Ctrl+Shift+E for the last message)"),
     "regenerate": ("Regenerate", "Decode this reply again with the current settings (Ctrl+R)"),
-    "continue": ("Continue", "Let the model carry on this reply where it stopped (Ctrl+Shift+Enter)"),
+    "continue": continue_link(DecodeSettings().max_new_tokens),
 }
 LAST_REPLY_ONLY = ("regenerate", "continue")
 ACTION_ROW = QTextFormat.Property.UserProperty + 1  # block property of a reply's links: never copied with the text
@@ -98,6 +112,7 @@ class ChatView(QTextBrowser):
         self.view = CLEAN
         self.transcript = Transcript()
         self._code_texts: list[str] = []  # what each code block's Copy link copies, in the document drawn
+        self._actions = dict(ACTIONS)  # the links' (text, tooltip) as drawn now: Continue names how far it goes
         self.following = True  # keep the bottom in view; off once the user scrolls up
         self._live: _Live | None = None
         self._links_at = 0  # where the last reply's links begin: they end the document while it is the last item
@@ -198,6 +213,13 @@ class ChatView(QTextBrowser):
     def add_comparison(self, comparison: ComparisonView) -> None:
         self._add_to_reply(comparison)
 
+    def set_continue_reach(self, max_new_tokens: int) -> None:
+        """The Continue link says how many more tokens it asks for: `max_new_tokens`, the current max tokens."""
+        self._actions["continue"] = continue_link(max_new_tokens)
+        item = self.transcript.last_reply()
+        if item is not None and "continue" in item.actions:
+            self._redraw_actions(item, item.turn, item.actions)
+
     def set_reply_actions(self, turn: int, actions: tuple[str, ...], text: str | None = None) -> None:
         """Links under the last reply (names from ACTIONS) that act on `turn`; `text` is what its Copy copies."""
         self._end_live()
@@ -233,6 +255,7 @@ class ChatView(QTextBrowser):
 
     def set_view(self, view: str) -> None:
         if view != self.view:
+            QToolTip.hideText()  # a token's tooltip would outlive it: a shortcut's key (Ctrl+T) never reaches the tip
             self.view = view
             self._draw_all()
 
@@ -243,6 +266,10 @@ class ChatView(QTextBrowser):
     def scroll_to_bottom(self) -> None:
         self.following = True
         self.verticalScrollBar().setValue(self.verticalScrollBar().maximum())
+
+    def scroll_to_top(self) -> None:
+        self.following = False  # a reply still streaming no longer pulls the view down
+        self.verticalScrollBar().setValue(self.verticalScrollBar().minimum())
 
     def mark_pinned(self, index: int | None) -> None:
         """Outline the pinned token (or none), wherever the current view draws it."""
@@ -574,7 +601,7 @@ class ChatView(QTextBrowser):
         for n, name in enumerate(item.actions):
             if n:
                 cursor.insertText("  ·  ", separator)
-            text, tooltip = ACTIONS[name]
+            text, tooltip = self._actions[name]
             link = QTextCharFormat()
             link.setAnchor(True)
             link.setAnchorHref(f"{ACTION_SCHEME}:{name}:{item.turn}")

@@ -24,11 +24,13 @@ from pathlib import Path
 
 from engine.events import Mode, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance, round_alpha
+from ui.compare import explain, greedy_is_exact
 from ui.session import Comparison, RemoteSource, Reply, Session
 from ui.timing import estimated_speedup
 from ui.tokens import SPECIAL_TOKEN
+from ui.transcript import CONTEXT, reply_notes
 from ui.why import why_gamma
-from ui.wording import comparison_line, remote_header, remote_line, reply_header, stats_line
+from ui.wording import comparison_line, remote_header, reply_header
 
 CSV_COLUMNS = ("reply", "part", "round", "mode", "gamma", "n_verified", "n_accepted", "n_emitted", "round_alpha",
                "draft_s", "verify_s", "round_s", "prefill_s", "target_step_s", "load", "estimated_speedup",
@@ -68,6 +70,7 @@ class NumberedReply:
     whole: Reply  # its parts joined (Reply.extended_by), as the window shows it
     parts: tuple[Reply, ...]  # the reply first sent, then each continuation of it (part 1, 2, ...)
     comparison: Comparison | None  # its last part's
+    context_notice: str  # its last part's (Session.context_notices), "" if none
 
 
 def numbered_replies(session: Session) -> list[NumberedReply]:
@@ -78,7 +81,8 @@ def numbered_replies(session: Session) -> list[NumberedReply]:
             groups[-1].append(index)
         else:
             groups.append([index])
-    return [NumberedReply(number, whole, tuple(session.replies[i] for i in group), comparison)
+    return [NumberedReply(number, whole, tuple(session.replies[i] for i in group), comparison,
+                          session.context_notices.get(group[-1], ""))
             for number, (group, (whole, comparison)) in enumerate(zip(groups, session.shown_replies(), strict=True),
                                                                    start=1)]
 
@@ -187,7 +191,8 @@ def remote_json(source: RemoteSource) -> dict:
 
 
 def markdown(session: Session) -> str:
-    """The chat as it reads: each message, each reply (a continued one whole) under its header, and its figures."""
+    """The chat as it reads: each message, each reply (a continued one whole) under its header, and the lines the
+    chat shows under it (its figures, its warnings, the AR comparison and why the texts part, a context notice)."""
     pair = session.pair
     lines = [f"# {session.title or 'SpecDec Studio chat'}", ""]
     if pair is not None:
@@ -200,15 +205,16 @@ def markdown(session: Session) -> str:
     for numbered in numbered_replies(session):
         reply, comparison = numbered.whole, numbered.comparison
         lines += ["**You**", "", reply.request.messages[-1]["content"], ""]
-        if reply.remote is not None:
-            header = remote_header(reply.remote.model, reply.remote.url, reply.request.settings)
-            figures = remote_line(reply)
-        else:
-            header, figures = reply_header(reply.request.settings), stats_line(reply)
-        lines += [f"**Reply {numbered.number} · {header}**", "", SPECIAL_TOKEN.sub("", reply.text).strip(), "",
-                  f"*{figures}*", ""]
+        header = (reply_header(reply.request.settings) if reply.remote is None
+                  else remote_header(reply.remote.model, reply.remote.url, reply.request.settings))
+        notes = [note.text for note in reply_notes(reply)]
         if comparison is not None:
-            lines += [f"*{comparison_line(comparison, reply)}*", ""]
+            notes += [comparison_line(comparison, reply), explain(comparison, reply, greedy_is_exact(session.pair))]
+        if numbered.context_notice:
+            notes.append(CONTEXT + numbered.context_notice)
+        lines += [f"**Reply {numbered.number} · {header}**", "", SPECIAL_TOKEN.sub("", reply.text).strip(), ""]
+        for note in notes:
+            lines += [f"*{note}*", ""]
     return "\n".join(lines)
 
 

@@ -15,7 +15,7 @@ from engine.choices import DEVICES, DTYPES
 from engine.events import ContextNotice, DecodeSettings, Drafting, Fate, Mode, PairInfo, PrefillProgress
 from engine.remote import TextDelta, is_url
 from ui.charts import ChartsPanel
-from ui.chat_view import CLEAN, TRACE, ChatView
+from ui.chat_view import CLEAN, TRACE, ChatView, continue_reach
 from ui.compare import comparison_view
 from ui.controls import DecodingControls, ModelPicker
 from ui.engine_report import FATES_NOTE, EngineReport
@@ -26,12 +26,12 @@ from ui.inspector import TokenInspector, first_rejection_note
 from ui.legend import Legend
 from ui.message_box import MessageBox
 from ui.preferences import export_folder, remember_export_folder, restore_preferences, save_preferences
-from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, EngineTarget, ReplyShown, RoundShown, Session,
-                        TurnOptions, TurnStarted, TurnState)
+from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, EngineTarget, Reply, ReplyShown, RoundShown,
+                        Session, TurnOptions, TurnStarted, TurnState)
 from ui.why import WhyGamma, recommendation_text, why_gamma
 from ui.status_bar import ElidedLabel, PartsLabel, StatusBar
-from ui.wording import (busy_note, comparison_line, measured_summary, remote_header, remote_line, reply_header,
-                        stats_line, unbreakable)
+from ui.transcript import CONTEXT, reply_notes
+from ui.wording import comparison_line, measured_summary, remote_header, reply_header, unbreakable
 
 # The least client area: a 1000×700 screen holds it with a window manager's title bar and borders.
 MIN_WIDTH, MIN_HEIGHT = 995, 620
@@ -120,8 +120,7 @@ class MainWindow(QMainWindow):
         self._framed = False  # whether the window manager's frame has been fitted to the screen too
 
         self.history = HistoryPanel(preferences)
-        self.continue_button = QPushButton("Continue")
-        self.continue_button.setToolTip("Let the model carry on the last reply where it stopped (Ctrl+Shift+Enter)")
+        self.continue_button = QPushButton("Continue")  # its tooltip says how far (show_continue_reach)
         self.picker = ModelPicker(presets, target, draft, device, dtype, devices, dtypes, offline)
         self.controls = DecodingControls(defaults)
         self.legend = Legend()
@@ -333,6 +332,9 @@ class MainWindow(QMainWindow):
         history.setShortcut(QKeySequence("Ctrl+H"))
         view_menu.addAction(history)
         view_menu.addAction(self.legend.trace_action)
+        # A text field with the focus keeps these keys for its own text (the message box only while it has some)
+        action(view_menu, "Scroll the chat to the to&p", "Ctrl+Home", self.chat.scroll_to_top)
+        action(view_menu, "Scroll the chat to the &bottom", "Ctrl+End", self.chat.scroll_to_bottom)
         view_menu.addSeparator()
         self.pane_actions = {}
         for name, text, shortcut in (("side", "&Controls pane", "Ctrl+1"), ("right", "&Inspector and charts", "Ctrl+2")):
@@ -364,6 +366,8 @@ class MainWindow(QMainWindow):
         self.chat.action_chosen.connect(self.on_reply_action_chosen)
         self.chat.code_copied.connect(self.on_code_copied)
         self.legend.set_greedy(self.controls.greedy.isChecked())
+        self.controls.max_new_tokens.valueChanged.connect(self.show_continue_reach)
+        self.show_continue_reach(self.controls.max_new_tokens.value())
 
     # -- commands, passed on to the chat controller ----------------------------------------------------------
 
@@ -432,6 +436,15 @@ class MainWindow(QMainWindow):
 
     def continue_reply(self) -> None:
         self.continue_requested.emit(self.options())
+
+    def show_continue_reach(self, max_new_tokens: int) -> None:
+        """Continue asks for max tokens again: its button's tooltip, its menu entry and its link say so, so that a
+        joined reply longer than max tokens is no surprise."""
+        reach = continue_reach(max_new_tokens)
+        self.continue_button.setToolTip(f"Let the model carry on the last reply where it stopped, for {reach} "
+                                        "(Ctrl+Shift+Enter)")
+        self.continue_action.setText(f"C&ontinue reply ({reach})")
+        self.chat.set_continue_reach(max_new_tokens)
 
     def on_chat_menu_requested(self, pos) -> None:
         """The chat pane's context menu: the usual copy entries, then actions on the reply under the mouse (a
@@ -625,7 +638,8 @@ class MainWindow(QMainWindow):
             return
         self.chat.add_user_message(request.messages[-1]["content"])
         self.chat.begin_reply(header, lookup=settings.lookup)
-        self.legend.set_greedy(settings.greedy)  # the legend names what this reply shows
+        if settings.mode is Mode.SPEC:  # the legend names what this reply shows; a plain AR one corrects nothing
+            self.legend.set_greedy(settings.greedy)
         self.charts.start_reply(settings.gamma, speculative=settings.mode is Mode.SPEC)
         self.why_charts.start_reply()
 
@@ -648,14 +662,7 @@ class MainWindow(QMainWindow):
             return
         self.chat.flush()
         self.charts.refresh()
-        line = stats_line(reply)
-        self.chat.add_note(unbreakable(line))
-        if reply.machine_busy:
-            self.chat.add_note(busy_note(reply), warning=True)
-        if reply.finish_reason == "length":
-            self.chat.add_note("✂ cut at max new tokens", warning=True)
-        if reply.events and reply.events[-1].text_notice:
-            self.chat.add_note(reply.events[-1].text_notice, warning=True)
+        line = self._add_reply_notes(reply)
         self.chat.set_reply_actions(shown.index, ("copy", "edit", "regenerate")
                                     + (("continue",) if shown.can_continue else ()), text=reply.text)
         self._inspect_first_rejection()
@@ -668,17 +675,20 @@ class MainWindow(QMainWindow):
             self.chat.add_text(shown.reply.text)
         self.chat.set_reply_header(remote_header(source.model, source.url, reply.request.settings))
         self.chat.flush()
-        line = remote_line(reply)
-        self.chat.add_note(unbreakable(line))
-        if source.reply is not None and source.reply.note:
-            self.chat.add_note(source.reply.note, warning=True)
-        if reply.finish_reason == "length":
-            self.chat.add_note("✂ cut at max new tokens", warning=True)
+        line = self._add_reply_notes(reply)
         self.chat.set_reply_actions(shown.index, ("copy", "edit", "regenerate")
                                     + (("continue",) if shown.can_continue else ()), text=reply.text)
         if source.reply is not None:
             self.engine_report.on_reply_finished(source.reply)
         self.reply_label.setText("last reply: " + line)
+
+    def _add_reply_notes(self, reply: Reply) -> str:
+        """The lines under a finished reply; returns its figures' line, which the status bar repeats."""
+        figures, *warnings = reply_notes(reply)
+        self.chat.add_note(unbreakable(figures.text))
+        for note in warnings:
+            self.chat.add_note(note.text, warning=note.warning)
+        return figures.text
 
     def on_remote_connected(self, target: EngineTarget) -> None:
         """Replies come from `target` now: the Engine tab shows its counts, the legend and inspector say that no
@@ -778,7 +788,7 @@ class MainWindow(QMainWindow):
 
     def on_context_fitted(self, notice: ContextNotice) -> None:
         """Never silent: a note under the reply it applies to."""
-        self.chat.add_note("Context: " + notice.message)
+        self.chat.add_note(CONTEXT + notice.message)
 
     def on_prefill_progressed(self, progress: PrefillProgress) -> None:
         self.prefill_progress.setRange(0, max(progress.total, 1))

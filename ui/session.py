@@ -151,6 +151,8 @@ class Session:
     replies: list[Reply] = field(default_factory=list)
     comparisons: dict[int, Comparison] = field(default_factory=dict)  # reply index -> AR comparison
     title: str = ""  # the chat's title
+    # reply index -> the ContextNotice message shown under it (the conversation was fitted into the model's window)
+    context_notices: dict[int, str] = field(default_factory=dict)
 
     def shown_replies(self) -> list[tuple[Reply, Comparison | None]]:
         """The replies as the chat shows them: a continuation joined to the reply it continues, each with the

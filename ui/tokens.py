@@ -91,11 +91,14 @@ def is_copied(token: DraftedToken | None, lookup: bool) -> bool:
     return lookup and token is not None and token.q >= 1.0
 
 
-def round_spans(event: RoundEvent, lookup: bool = False) -> list[TokenSpan]:
+def round_spans(event: RoundEvent, lookup: bool = False, round_index: int | None = None) -> list[TokenSpan]:
     """Accepted drafts, then the rejected draft (if its replacement was emitted), then the correction or bonus.
 
     `lookup` says whether the reply was drafted with prompt lookup on, so q = 1 drafts are known to be copies.
+    `round_index` is the round's place in the reply as shown (default: the event's own index, which a continuation's
+    part counts from 0 again).
     """
+    index = event.index if round_index is None else round_index
     # Greedy verification draws no r; a round without drafts (plain AR) has no mode to show.
     greedy = not event.drafted or event.drafted[0].r is None
     common = dict(greedy=greedy, round_drafts=event.gamma)
@@ -106,14 +109,14 @@ def round_spans(event: RoundEvent, lookup: bool = False) -> list[TokenSpan]:
         special = bool(SPECIAL_TOKEN.fullmatch(token.text)) or (i == last and event.finish_reason == "eos")
         after = "".join(t.text for t in event.emitted[i + 1:])
         if token.fate is Fate.ACCEPTED:
-            spans.append(TokenSpan(token.text, token.fate, event.index, token, drafted,
+            spans.append(TokenSpan(token.text, token.fate, index, token, drafted,
                                    copied=is_copied(drafted, lookup), special=special, after=after, **common))
             continue
         rejected = drafted if drafted is not None and not drafted.accepted else None
         if rejected is not None:
-            spans.append(TokenSpan(rejected.text, Fate.REJECTED, event.index, None, rejected,
+            spans.append(TokenSpan(rejected.text, Fate.REJECTED, index, None, rejected,
                                    copied=is_copied(rejected, lookup), after=token.text + after, **common))
-        spans.append(TokenSpan(token.text, token.fate, event.index, token, None, rejected,
+        spans.append(TokenSpan(token.text, token.fate, index, token, None, rejected,
                                replaced_a_copy=is_copied(rejected, lookup), special=special, after=after, **common))
     return spans
 

@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 
 from engine.events import Fate, RoundEvent
 from ui.markdown import Block, inline_runs, parse_blocks
+from ui.session import Reply
 from ui.tokens import TokenSpan, remote_span, reply_text, round_spans
+from ui.wording import busy_note, remote_line, stats_line
 
 
 FOLD_LINES = 12  # a user message longer than this (or than FOLD_CHARS) is shown folded: a pasted document
@@ -40,6 +42,26 @@ class Note:
     warning: bool = False  # drawn in the warning colour: a reply cut at max tokens, a busy machine
 
 
+CUT_AT_MAX_TOKENS = "✂ cut at max new tokens"
+CONTEXT = "Context: "  # before a ContextNotice's message: the conversation was fitted into the model's window
+
+
+def reply_notes(reply: Reply) -> list[Note]:
+    """The lines the chat shows under a finished reply, before its AR comparison: its figures first, then what
+    to know about them (the Markdown export writes the same lines)."""
+    source = reply.remote
+    notes = [Note(stats_line(reply) if source is None else remote_line(reply))]
+    if source is None and reply.machine_busy:
+        notes.append(Note(busy_note(reply), warning=True))
+    if source is not None and source.reply is not None and source.reply.note:
+        notes.append(Note(source.reply.note, warning=True))
+    if reply.finish_reason == "length":
+        notes.append(Note(CUT_AT_MAX_TOKENS, warning=True))
+    if source is None and reply.events and reply.events[-1].text_notice:
+        notes.append(Note(reply.events[-1].text_notice, warning=True))
+    return notes
+
+
 @dataclass(frozen=True)
 class ComparisonView:
     """A reply beside its plain AR run: both texts as clean tokens, where they first part, and why."""
@@ -61,6 +83,7 @@ class ReplyItem:
     actions: tuple[str, ...] = ()  # names of the links under the notes (chat_view.ACTIONS)
     lookup: bool = False  # drafted with prompt lookup on: its q = 1 drafts are copies
     text: str = ""  # the reply's text once it has finished (what Copy copies)
+    rounds: int = 0  # rounds shown, over all its parts: a continuation's rounds are numbered on from them
 
 
 class Transcript:
@@ -88,8 +111,12 @@ class Transcript:
     def add_round(self, event: RoundEvent) -> None:
         """The round's spans join the last reply (which must be the last item)."""
         item = self.last_reply()
-        self.spans.extend(round_spans(event, item is not None and item.lookup))
-        if item is not None and item is self.items[-1]:
+        if item is None:
+            self.spans.extend(round_spans(event))
+            return
+        self.spans.extend(round_spans(event, item.lookup, item.rounds))
+        item.rounds += 1
+        if item is self.items[-1]:
             item.end = len(self.spans)
 
     def add_text(self, text: str) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from engine.events import DecodeSettings, Mode
+from engine.stats import ReplyStats
 from ui.session import Comparison, Reply
 
 
@@ -41,6 +42,12 @@ def measured_summary(comparison: Comparison, chat_measured: tuple[float, ...]) -
 SHOWN_PREFILL_S = 0.1  # reading the prompt is named beside tokens/s (which leaves it out) once it is noticeable
 
 
+def alpha_wording(stats: ReplyStats) -> str:
+    """A reply's α, or "no drafts" where it verified none (plain AR, or no round drafted): α 0.00 would read as
+    every draft rejected. The window's stats line and the CLI's summary both say it so."""
+    return f"α {stats.alpha:.2f}" if stats.n_verified else "no drafts"
+
+
 def stats_line(reply: Reply) -> str:
     """The reply's figures; a busy machine's estimate says so beside it, as a measured speedup may contradict it."""
     s = reply.stats
@@ -51,9 +58,8 @@ def stats_line(reply: Reply) -> str:
     line = (f"{s.n_tokens} tokens in {s.n_rounds} rounds · {s.tokens_per_s:.1f} tok/s"
             + (BUSY if reply.machine_busy and estimate_fair else ""))
     if reply.request.settings.mode is Mode.SPEC:
-        alpha = f"α {s.alpha:.2f}" if s.n_verified else "no drafts"  # α 0.00 would read as every draft rejected
-        line += (f" · {alpha} · {s.tokens_per_round:.2f} tok/round · est. {reply.estimated_speedup:.2f}× vs AR"
-                 + ("" if estimate_fair else UNFAIR))
+        line += (f" · {alpha_wording(s)} · {s.tokens_per_round:.2f} tok/round · "
+                 f"est. {reply.estimated_speedup:.2f}× vs AR" + ("" if estimate_fair else UNFAIR))
     if s.prefill_s >= SHOWN_PREFILL_S:
         line += f" · prompt read in {s.prefill_s:.1f} s"
     return line + (" · stopped" if reply.stopped else "")

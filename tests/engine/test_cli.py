@@ -260,6 +260,20 @@ def test_a_speculative_run_prints_its_alpha(monkeypatch, capsys):
     assert re.search(r"before\); α [01]\.\d\d, ", line), line
 
 
+def test_the_summary_words_alpha_as_the_windows_stats_line_does(monkeypatch, capsys):
+    import ui.wording
+
+    worded = []
+
+    def alpha_wording(stats):
+        worded.append(stats.n_verified)
+        return "ALPHA-AS-THE-WINDOW-SAYS"
+
+    monkeypatch.setattr(ui.wording, "alpha_wording", alpha_wording)
+    line = summary_line(monkeypatch, capsys, "--stop-below", "0")
+    assert "before); ALPHA-AS-THE-WINDOW-SAYS, " in line and len(worded) == 1 and worded[0] > 0
+
+
 def test_draft_weights_choose_int8_or_the_load_dtype(monkeypatch, capsys):
     from engine.models import fast_llama
     from engine.decoding.decoder import Decoder

@@ -1,16 +1,20 @@
 """The export numbers replies as the chat shows them: a continued reply (Stop, then Continue) is one reply, numbered
-1, 2, ... the same in the JSON, both CSVs, the Markdown and the PNG, its continuation kept apart as its part 2."""
+1, 2, ... the same in the JSON, both CSVs, the Markdown and the PNG, its continuation kept apart as its part 2; the
+Markdown writes the lines the chat shows under each reply."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 
-from engine.events import DecodeSettings, ModelInfo, PairInfo
+from engine.events import ContextNotice, DecodeSettings, ModelInfo, PairInfo
 from tests.ui.helpers import shown_window
 from tests.ui.synthetic import accepted_round, rejected_round
 from ui.export import export_session
 from ui.gamma_charts import why_panel
-from ui.session import Comparison, Reply, ReplyRequest, Session
+from ui.session import (Comparison, ComparisonShown, Reply, ReplyRequest, ReplyShown, RoundShown, Session,
+                        TurnStarted)
+from ui.transcript import ComparisonView
 from ui.why import why_gamma
 
 SPEC = DecodeSettings(gamma=4, lookup=False)
@@ -86,3 +90,42 @@ def test_the_png_has_a_column_for_each_reply_the_files_number(qtbot, tmp_path):
     window = shown_window(qtbot, 1400, 900)
     why = why_panel(session, why_gamma(session), window.charts.size())
     assert window.chart_image(session).width() == window.charts.width() * len(data["replies"]) + why.width()
+
+
+def cut_and_fitted_reply() -> tuple[Reply, Comparison, ContextNotice]:
+    """A reply cut at max new tokens part-way through a character, on a busy machine, compared with plain AR, in a
+    conversation fitted into the window."""
+    last = dataclasses.replace(rejected_round(1, ["c"], "x", "d"), finish_reason="length",
+                               text_notice="the reply ended inside a character: its bytes were left out")
+    cut = dataclasses.replace(reply([("user", "a story")], (accepted_round(0, ["a"], "b"), last), "abcd"),
+                              machine_busy=True)
+    comparison = Comparison((accepted_round(0, ["a"], "b"),), "ab", 0.1, 0.2, 30.0, 15.0, None)
+    notice = ContextNotice(window=1024, prompt_tokens=900, dropped_messages=2, max_new_tokens=100,
+                           requested_max_new_tokens=300)
+    return cut, comparison, notice
+
+
+def test_the_markdown_has_the_lines_the_chat_shows_under_a_reply(qtbot, tmp_path):
+    cut, comparison, notice = cut_and_fitted_reply()
+    window = shown_window(qtbot, 1400, 900)
+    window.on_turn_started(TurnStarted(0, cut.request, live=True))
+    for event in cut.events:
+        window.on_round_received(RoundShown(event, 0.01, live=True))
+    window.on_reply_finished(ReplyShown(0, cut, cut, can_continue=True, live=True))
+    window.on_comparison_finished(ComparisonShown(0, comparison, cut, PAIR))
+    window.on_context_fitted(notice)
+    [item] = window.chat.transcript.replies()
+    shown = [line.replace("\u00a0", " ") for note in item.notes for line in
+             ((note.summary, note.explanation) if isinstance(note, ComparisonView) else (note.text,))]
+    assert len(shown) == 7  # figures, busy machine, cut, bytes left out, comparison and why, context
+    _, _, _, markdown = exported(tmp_path, Session(PAIR, [cut], {0: comparison}, "a story", {0: notice.message}))
+    reply_lines = markdown.split("**Reply 1 ·")[1].splitlines()
+    assert [line[1:-1] for line in reply_lines if line.startswith("*")] == shown
+
+
+def test_a_continued_replys_markdown_has_the_notes_of_its_last_part(tmp_path):
+    session = hash_table_then_a_continued_story()
+    session.context_notices = {1: "left out the oldest message", 2: "left out the oldest 2 messages"}
+    _, _, _, markdown = exported(tmp_path, session)
+    story = markdown.split("**Reply 2 ·")[1]
+    assert "*Context: left out the oldest 2 messages*" in story and "oldest message*" not in story

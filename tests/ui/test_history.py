@@ -164,6 +164,31 @@ def test_continue_carries_on_a_reply_cut_at_max_tokens(make_window, mixed_decode
     assert window.chat.toPlainText().count("w3 w4") == 1  # no new user message for a continuation
 
 
+def continue_link(chat) -> tuple[str, str]:
+    """The text and tooltip of the Continue link under the last reply."""
+    [(text, tooltip)] = [(fragment.text(), fragment.charFormat().toolTip())
+                         for fragment in link_fragments(chat) if fragment.charFormat().anchorHref().startswith(
+                             f"{ACTION_SCHEME}:continue:")]
+    return text, tooltip
+
+
+def test_continue_says_it_asks_for_up_to_max_tokens_more(make_window, mixed_decoder, qtbot):
+    studio = make_window(mixed_decoder, greedy=True, max_new_tokens=6)
+    window = studio.window
+    cut = send(qtbot, studio, "w3 w4")
+    text, tooltip = continue_link(window.chat)
+    assert text == "Continue (up to 6 more tokens)" and "for up to 6 more tokens" in tooltip
+    assert "up to 6 more tokens" in window.continue_button.toolTip()
+    assert "up to 6 more tokens" in window.continue_action.text()
+    window.controls.max_new_tokens.setValue(9)  # the link under the reply follows the setting it will use
+    assert continue_link(window.chat)[0] == "Continue (up to 9 more tokens)"
+    assert "up to 9 more tokens" in window.continue_button.toolTip()
+    with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        window.continue_action.trigger()
+    # as it said: the joined reply runs past the max tokens, by up to 9 more
+    assert len(cut.tokens) == 6 and len(studio.chat.whole_reply(1).tokens) == 6 + 9
+
+
 def test_the_history_counts_a_continued_reply_as_the_one_reply_it_shows(make_window, mixed_decoder, qtbot):
     studio = make_window(mixed_decoder, greedy=True, max_new_tokens=6)
     window = studio.window
@@ -359,20 +384,26 @@ def test_the_chat_menu_acts_on_the_reply_under_the_mouse(make_window, mixed_deco
     assert [r.request.messages[-1]["content"] for r in studio.chat.replies] == ["w9"]
 
 
-def reply_links(chat) -> list[tuple[str, int, int]]:
-    """(action, turn, document position) of every link under the replies, in document order."""
+def link_fragments(chat) -> list:
+    """Every fragment of the chat pane's document that is a link under a reply, in document order."""
     found = []
     block = chat.document().begin()
     while block.isValid():
         it = block.begin()
         while not it.atEnd():
-            fragment = it.fragment()
-            scheme, _, rest = fragment.charFormat().anchorHref().partition(":")
-            if scheme == ACTION_SCHEME:
-                action, _, turn = rest.partition(":")
-                found.append((action, int(turn), fragment.position()))
+            if it.fragment().charFormat().anchorHref().startswith(f"{ACTION_SCHEME}:"):
+                found.append(it.fragment())
             it += 1
         block = block.next()
+    return found
+
+
+def reply_links(chat) -> list[tuple[str, int, int]]:
+    """(action, turn, document position) of every link under the replies, in document order."""
+    found = []
+    for fragment in link_fragments(chat):
+        action, _, turn = fragment.charFormat().anchorHref().partition(":")[2].partition(":")
+        found.append((action, int(turn), fragment.position()))
     return found
 
 

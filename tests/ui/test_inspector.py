@@ -275,3 +275,19 @@ def test_the_legend_and_the_guide_name_the_uncoloured_tokens_the_target_wrote_al
     chat = ChatView()
     qtbot.addWidget(chat)
     assert "Uncoloured tokens are the target's alone" in chat.toPlainText()
+
+
+def test_a_continued_replys_rounds_are_numbered_on_from_its_first_part(qtbot):
+    from ui.chat_view import ChatView
+
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    chat.begin_reply("Assistant")
+    for event in (accepted_round(0, ["a"], "b"), accepted_round(1, ["c"], "d")):
+        chat.add_round(event)
+    chat.set_reply_actions(0, ("copy", "continue"))
+    chat.continue_reply("Assistant")  # the second part's rounds count from 0 again
+    chat.add_round(rejected_round(0, ["e"], "x", "f"))
+    chat.flush()
+    assert [span.round_index for span in chat.spans] == [0, 0, 1, 1, 2, 2, 2]
+    assert "round 3" in text_of(span_html(chat.spans[-1]))

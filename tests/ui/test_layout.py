@@ -71,6 +71,39 @@ def larger_font(qapp):
     QApplication.setFont(before)
 
 
+def legend_entries_are_whole(qtbot, window: MainWindow) -> None:
+    legend = window.legend
+    # once the layouts have taken in the chips' texts: every chip at its size, every row inside the legend
+
+    def laid_out() -> bool:
+        return (legend.height() >= legend.heightForWidth(legend.width())
+                and all(chip.size() == chip.sizeHint() for chip in legend.chips.values()))
+
+    qtbot.waitUntil(laid_out, timeout=2000)
+    placed = []
+    for chip in legend.chips.values():
+        assert chip.isVisible()
+        text = chip.text()
+        assert chip.fontMetrics().horizontalAdvance(text) <= chip.contentsRect().width(), text
+        assert chip.width() >= chip.sizeHint().width(), text  # its padding too
+        where = QRect(chip.mapTo(legend, QPoint(0, 0)), chip.size())
+        assert legend.rect().contains(where) and not any(where.intersects(other) for other in placed), text
+        placed.append(where)
+    button = legend.trace_button
+    assert button.width() >= button.sizeHint().width()
+    assert not any(QRect(button.mapTo(legend, QPoint(0, 0)), button.size()).intersects(chip) for chip in placed)
+
+
+@pytest.mark.parametrize("larger", [False, True])
+def test_at_the_smallest_size_every_legend_entry_shows_its_text_whole(qtbot, request, larger):
+    if larger:
+        request.getfixturevalue("larger_font")
+    window = shown_window(qtbot, MIN_WIDTH, MIN_HEIGHT)
+    window.legend.set_greedy(True)
+    window.legend.set_greedy(False)  # greedy and sampled replies on screen: the blue chip names both corrections
+    legend_entries_are_whole(qtbot, window)
+
+
 def test_with_a_larger_font_the_controls_still_fit_the_side_panes_width(qtbot, larger_font):
     window = shown_window(qtbot, MIN_WIDTH, MIN_HEIGHT)
     side = window.panes["side"]

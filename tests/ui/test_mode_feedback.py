@@ -2,9 +2,9 @@
 plain AR, and the legend's blue chip names the correction of every mode its replies used."""
 from __future__ import annotations
 
-from PySide6.QtGui import QColor, QTextDocumentFragment
+from PySide6.QtGui import QColor
 
-from engine.events import DecodeSettings, Fate
+from engine.events import DecodeSettings, Fate, Mode
 from tests.ui.helpers import shown_window
 from ui.controls import DecodingControls
 from ui.session import ReplyRequest, TurnStarted
@@ -56,12 +56,20 @@ def test_the_legend_names_the_corrections_of_the_replies_on_screen(qtbot):
     window.controls.sampling.setChecked(True)
     assert chip.text() == "corrected"  # the switch alone put no sampled reply on screen
     start_reply(window, DecodeSettings(greedy=False, temperature=0.7))
-    assert QTextDocumentFragment.fromHtml(chip.text()).toPlainText() == "corrected\nresampled"
+    assert chip.text() == "corrected / resampled"
     assert "greedy" in chip.toolTip() and "norm(max(0, p − q))" in chip.toolTip()
     legend = window.legend  # whole at the smallest window, in the row's height
     assert legend.minimumSizeHint().width() <= legend.width() and chip.sizeHint().height() <= legend.height()
     window.on_conversation_cleared()  # a new chat: what the next reply will do
     assert chip.text() == "resampled"
+
+
+def test_a_plain_ar_reply_leaves_the_blue_chip_naming_the_speculative_replies(qtbot):
+    sampling = DecodeSettings(greedy=False, temperature=0.7)
+    window = shown_window(qtbot, 1000, 700, defaults=sampling)
+    start_reply(window, sampling)
+    start_reply(window, DecodeSettings(mode=Mode.AR, greedy=True))  # plain AR: no rejections, nothing corrected
+    assert window.legend.chips[Fate.RESAMPLED].text() == "resampled"
 
 
 def test_a_window_of_sampled_replies_names_its_corrections_resampled_alone(qtbot):

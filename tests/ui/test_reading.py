@@ -1,13 +1,15 @@
 """Reading a reply: the clean view (Markdown, no rejected drafts or special tokens) by default, the speculative
-trace one toggle away on the same reply, copy giving the clean text, and the pane following the conversation."""
+trace one toggle away on the same reply (a token's tooltip going with the view it was in), copy giving the clean
+text, and the pane following the conversation or scrolled to its ends with Ctrl+Home / Ctrl+End."""
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QUrl
-from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QAbstractSlider
+import pytest
+from PySide6.QtCore import QEvent, Qt, QUrl
+from PySide6.QtGui import QGuiApplication, QHelpEvent, QTextCursor
+from PySide6.QtWidgets import QAbstractSlider, QApplication, QToolTip
 
 from engine.events import Fate
-from tests.ui.helpers import REPLY_TIMEOUT_MS, send, token_fragments_with_blocks
+from tests.ui.helpers import REPLY_TIMEOUT_MS, send, shown_window, token_fragments_with_blocks
 from tests.ui.synthetic import accepted_round, markdown_reply, rejected_round
 from ui.chat_view import CLEAN, EXAMPLE_SCHEME, EXAMPLES, TRACE, ChatView, ComparisonView, monospace_family
 from ui.palette import CODE_BACKGROUND, DIFFERENCE_BACKGROUND
@@ -252,3 +254,82 @@ def test_a_byte_draft_in_the_trace_says_what_its_bytes_are(qtbot):
     chat.flush()
     tips = {fragment.text(): fragment.charFormat().toolTip() for fragment, _ in token_fragments_with_blocks(chat)}
     assert tips["‹e4 bd›"].startswith("‹e4 bd›: 2 of the 3 bytes of 你.") and tips["你"] == ""
+
+
+def byte_draft_in_the_trace(qtbot):
+    """A bare window showing, in the trace, a reply whose rejected draft is a piece of a character (it has a
+    tooltip), and where that draft is drawn in the chat's viewport; the chat has the focus."""
+    window = shown_window(qtbot, 1400, 900)
+    window.legend.trace_action.setChecked(True)
+    window.chat.begin_reply("Assistant")
+    window.chat.add_round(rejected_round(0, ["a"], "‹e4 bd›", "你"))
+    window.chat.flush()
+    [fragment] = [f for f, _ in token_fragments_with_blocks(window.chat) if f.text() == "‹e4 bd›"]
+    cursor = QTextCursor(window.chat.document())
+    cursor.setPosition(fragment.position() + 1)
+    window.chat.setFocus()  # before any tooltip shows: a change of focus hides it
+    return window, window.chat.cursorRect(cursor).center()
+
+
+def show_tooltip_at(chat: ChatView, point) -> None:
+    """What Qt does when the mouse rests over `point` of the chat's viewport."""
+    QApplication.sendEvent(chat.viewport(), QHelpEvent(QEvent.Type.ToolTip, point, chat.viewport().mapToGlobal(point)))
+
+
+def test_a_tokens_tooltip_goes_when_ctrl_t_changes_the_view(qtbot):
+    window, at = byte_draft_in_the_trace(qtbot)
+    show_tooltip_at(window.chat, at)
+    assert QToolTip.isVisible() and QToolTip.text().startswith("‹e4 bd›: 2 of the 3 bytes of 你.")
+    qtbot.keyClick(window.chat, Qt.Key.Key_T, Qt.KeyboardModifier.ControlModifier)
+    assert window.chat.view == CLEAN
+    qtbot.waitUntil(lambda: not QToolTip.isVisible(), timeout=2000)  # Qt hides a tooltip in 300 ms
+
+
+def test_a_tooltip_stays_while_the_view_stays(qtbot):
+    """The control of the test above: a tooltip does not go of itself within its wait, nor with a shortcut (Qt
+    hides it on a key press, but a shortcut's key never arrives as one)."""
+    window, at = byte_draft_in_the_trace(qtbot)
+    show_tooltip_at(window.chat, at)
+    assert QToolTip.isVisible()
+    qtbot.keyClick(window.chat, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    assert window.chat.view == TRACE  # Copy last reply (there is none to copy) left the view as it was
+    with pytest.raises(qtbot.TimeoutError):
+        qtbot.waitUntil(lambda: not QToolTip.isVisible(), timeout=2000)
+    QToolTip.hideText()
+
+
+def many_messages(qtbot):
+    """A bare window, active, whose chat is many screens tall, scrolled to its bottom."""
+    window = shown_window(qtbot, 1000, 700)
+    window.activateWindow()
+    qtbot.waitActive(window)
+    for n in range(60):
+        window.chat.add_user_message(f"message {n}")
+    bar = window.chat.verticalScrollBar()
+    assert bar.maximum() > 0 and bar.value() == bar.maximum()
+    return window, bar
+
+
+def test_ctrl_home_and_ctrl_end_scroll_the_chat_from_an_empty_message_box(qtbot):
+    window, bar = many_messages(qtbot)
+    window.message_box.setFocus()
+    qtbot.keyClick(window.message_box, Qt.Key.Key_Home, Qt.KeyboardModifier.ControlModifier)
+    assert bar.value() == 0 and not window.chat.following  # a reply streaming in would not pull it down
+    qtbot.keyClick(window.message_box, Qt.Key.Key_End, Qt.KeyboardModifier.ControlModifier)
+    assert bar.value() == bar.maximum() and window.chat.following
+
+
+def test_ctrl_home_scrolls_the_chat_when_the_chat_has_the_focus(qtbot):
+    window, bar = many_messages(qtbot)
+    window.chat.setFocus()
+    qtbot.keyClick(window.chat, Qt.Key.Key_Home, Qt.KeyboardModifier.ControlModifier)
+    assert bar.value() == 0
+
+
+def test_ctrl_home_in_a_message_being_written_moves_its_cursor_not_the_chat(qtbot):
+    window, bar = many_messages(qtbot)
+    box = window.message_box
+    box.setFocus()
+    qtbot.keyClicks(box, "a first line")
+    qtbot.keyClick(box, Qt.Key.Key_Home, Qt.KeyboardModifier.ControlModifier)
+    assert box.textCursor().position() == 0 and bar.value() == bar.maximum()

@@ -1,8 +1,13 @@
-"""The GUI event loop keeps running while a reply streams (decoding never blocks it).
+"""The GUI event loop keeps running while a reply streams (decoding never blocks it), and the window paints before
+the models start loading.
 
 The 50 ms stall bar itself is a timing figure, so it is measured by the benchmark `python -m tests.ui.stall_real`
 on a quiet machine rather than asserted here, where a loaded CI machine would make it flaky.
 """
+from PySide6.QtWidgets import QWidget
+
+from app import studio
+from app.studio import AfterFirstPaint
 from tests.ui.helpers import send
 from ui.stall_probe import StallProbe
 
@@ -16,3 +21,35 @@ def test_event_loop_keeps_ticking_while_a_reply_streams(make_studio, mixed_decod
     assert len(reply.events) > 5
     assert len(probe.gaps) > 5  # a GUI thread busy decoding would not run its timers until the reply ended
     print(f"worst stall {probe.worst_stall_s * 1000:.1f} ms over {len(probe.gaps)} ticks, {len(reply.events)} rounds")
+
+
+class PaintCounter(QWidget):
+    def __init__(self):
+        super().__init__()
+        self.paints = 0
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        self.paints += 1
+        super().paintEvent(event)
+
+
+def test_the_models_load_once_the_window_has_painted(qtbot, monkeypatch):
+    monkeypatch.setattr(studio, "FIRST_PAINT_WAIT_MS", 60_000)  # the paint, not the wait, starts it
+    window = PaintCounter()
+    qtbot.addWidget(window)
+    paints_at_load = []
+    AfterFirstPaint(window, lambda: paints_at_load.append(window.paints))
+    window.show()
+    assert paints_at_load == []  # show() alone has drawn nothing yet
+    qtbot.waitUntil(lambda: bool(paints_at_load), timeout=5000)
+    assert paints_at_load[0] >= 1
+
+
+def test_a_window_never_painted_loads_the_models_all_the_same(qtbot, monkeypatch):
+    monkeypatch.setattr(studio, "FIRST_PAINT_WAIT_MS", 50)
+    window = PaintCounter()  # never shown
+    qtbot.addWidget(window)
+    loads = []
+    AfterFirstPaint(window, lambda: loads.append(window.paints))
+    qtbot.waitUntil(lambda: bool(loads), timeout=2000)
+    assert loads == [0]

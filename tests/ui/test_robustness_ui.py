@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QFileDialog
 from engine.decoding.caches import PREFILL_CHUNK_S
 from tests.tiny import WORDS
 from tests.ui.helpers import REPLY_TIMEOUT_MS, send
+from ui.export import markdown
 from ui.preferences import export_folder
 
 
@@ -124,6 +125,14 @@ def test_a_conversation_cut_to_the_window_says_so_in_the_chat(make_studio, mixed
     send(qtbot, studio, words(300))  # 400 + ~300 + 300 + 300 no longer fits 1024 positions
     text = studio.window.chat.toPlainText()
     assert "Context: left out the oldest 2 messages" in text
+
+
+def test_a_conversation_cut_to_the_window_says_so_in_the_markdown_export(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, max_new_tokens=300)
+    send(qtbot, studio, words(400))
+    send(qtbot, studio, words(300))
+    first, second = markdown(studio.chat.session).split("**Reply 2 ·")
+    assert "Context: left out the oldest 2 messages" in second and "Context:" not in first
 
 
 def test_stop_during_a_long_prefill_takes_effect_within_one_chunk(make_studio, mixed_decoder, qtbot):
