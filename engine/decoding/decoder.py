@@ -46,6 +46,7 @@ class Decoder:
         self.window = window_of(*(m.model for m in (target, draft) if m is not None))  # None: no limit known
         self.target_step_s = 0.0  # one single-token target forward, measured at warm-up and by AR steps
         self.costs: CostModel | None = None  # measured at warm-up (measure_costs)
+        self._retimings = 0  # measure_target_step calls so far: which longer block the next one times
         self.planner: RoundPlanner | None = None
         self._gamma_request: int | None = None
 
@@ -94,13 +95,18 @@ class Decoder:
         return self.tokenizer("\n".join(m["content"] for m in messages))["input_ids"]
 
     def measure_target_step(self, rows: int = 3) -> float:
-        """Time the target's blocks of 1..`rows` rows (best of 3 each) on a scratch cache: the single-token step is
-        the reference for AR-speedup estimates, and the cost model keeps the fastest of every timing. Cheap
-        enough to repeat before each reply, so one busy moment at load does not skew the rounds for good."""
-        times = self._time_blocks(range(1, rows + 1), 3)
+        """Time the target's blocks of 1..`rows` rows and one longer block in turn (best of 3 each) on a scratch
+        cache: the single-token step is the reference for AR-speedup estimates, and the cost model keeps the
+        fastest of every timing. Cheap enough to repeat before each reply, so one busy moment at load does not
+        skew the rounds for good: a long block priced too dear at load would never be drafted, so never be timed
+        by a round."""
+        longer = rows + 1 + self._retimings % (MEASURED_ROWS - rows)
+        self._retimings += 1
+        sizes = [*range(1, rows + 1), longer]
+        times = self._time_blocks(sizes, 3)
         self.target_step_s = times[0]
         if self.costs:
-            for k, seconds in enumerate(times, 1):
+            for k, seconds in zip(sizes, times):
                 self.costs.observe_block(k, seconds)
         return self.target_step_s
 

@@ -316,3 +316,16 @@ def test_the_warm_up_times_a_plain_steps_bookkeeping_so_a_slow_round_later_canno
     assert timed > 0 and len(decoder.runner) == 0  # timed on plain steps, and the caches forgotten after
     decoder.costs.observe_round([], forward_s=1e-3, round_s=1e-3 + 50 * timed)  # a round that met something else
     assert decoder.costs.overhead_s == timed
+
+
+def test_each_step_measurement_also_retimes_one_longer_block_in_turn():
+    """Blocks timed far too dear at load (a busy moment) would never be drafted, so never be timed by a round."""
+    decoder = tiny_decoder()
+    decoder.set_costs(CostModel([1.0] * 9))  # every block priced at a second
+    retimed = []
+    for _ in range(6):
+        decoder.measure_target_step()
+        retimed.append([k for k, seconds in enumerate(decoder.costs.target_block_s, 1) if seconds < 1.0])
+    assert retimed[0] == [1, 2, 3, 4]
+    assert retimed[4] == [1, 2, 3, 4, 5, 6, 7, 8]  # not yet the 9-row block
+    assert retimed[5] == list(range(1, 10))
