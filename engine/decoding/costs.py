@@ -2,7 +2,8 @@
 with measured costs in place of the constant γ·T_q + T_p.
 
 A round with d drafts costs C(d) = Σ c_i + T(d + 1) + o: each draft's cost c_i (a draft-model step, or a copied
-token), the target's forward over a block of d + 1 rows, and the round's bookkeeping o. It yields
+token), the target's forward over a block of d + 1 rows, and the round's bookkeeping o, the steps and the block
+priced at the cached positions they attend to. It yields
 E(d) = Σ_{i=0..d} P_i tokens, P_i the chance that the first i drafts are all kept (P_0 = 1). A round drafts one
 more token while that can raise E(d) / C(d), the round's tokens per second, judged from the drafts' calibrated
 keep estimates and, for drafts not made yet, the acceptance measured at their position (`Acceptance`). Zero
