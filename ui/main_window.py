@@ -544,7 +544,7 @@ class MainWindow(QMainWindow):
             charts.start_reply(reply.gamma, speculative=settings.mode is Mode.SPEC)
             for event in reply.events:
                 charts.add_round(event, reply.reference)
-            if comparison is not None and not comparison.stopped:
+            if comparison is not None and comparison.fair:
                 charts.show_measured_speedup(comparison.speedup)
             charts.refresh()
             x = column * size.width()
@@ -764,7 +764,8 @@ class MainWindow(QMainWindow):
         comparison, reply = shown.comparison, shown.reply
         self.chat.add_comparison(comparison_view(comparison, reply, comparison_line(comparison, reply), shown.pair))
         if not comparison.stopped:
-            self.charts.show_measured_speedup(comparison.speedup)
+            if comparison.fair:  # a busy or unequal comparison is no line to read the estimate against
+                self.charts.show_measured_speedup(comparison.speedup)
             self.reply_label.setText(self.reply_label.text() + " · " + measured_summary(comparison, shown.chat_measured))
         self.statusBar().clearMessage()
 
@@ -984,13 +985,19 @@ def drafters_dialog(comparison: DrafterComparison, parent) -> QDialog:
     settings = comparison.request.settings
     note = QLabel(f"The last prompt on this target, {'greedy' if settings.greedy else 'sampling'}, "
                   f"γ ≤ {settings.gamma}, {settings.max_new_tokens} tokens at most; each drafting starts from the "
-                  "acceptance this chat's rounds measured, with no cached prompt.")
+                  "acceptance this chat's rounds measured, with no cached prompt. One run each: on a machine with "
+                  "few cores runs of the same work differ by tens of per cent (a row that drafted nothing did what "
+                  "plain AR does).")
     note.setWordWrap(True)
     layout.addWidget(note)
-    dialog.table = drafters_table(comparison)
-    layout.addWidget(dialog.table)
+    dialog.table = table = drafters_table(comparison)
+    layout.addWidget(table)
     buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
     buttons.rejected.connect(dialog.close)
     layout.addWidget(buttons)
-    dialog.resize(520, 240)
+    columns = sum(table.columnWidth(c) for c in range(table.columnCount()))
+    margins = layout.contentsMargins()
+    wide = (table.verticalHeader().sizeHint().width() + columns + 2 * table.frameWidth() + margins.left()
+            + margins.right() + table.verticalScrollBar().sizeHint().width())
+    dialog.resize(max(520, wide), 260)  # every column in view, "vs plain AR" the last
     return dialog

@@ -27,7 +27,7 @@ class MeasuredPoint:
     drafting: Drafting
     gamma: int
     speedup: float
-    measured: bool  # True: from a Compare with AR run
+    measured: bool  # True: from a fair Compare with AR run (not busy, not at unequal loads)
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def why_gamma(session: Session, extra: dict[Drafting, list] | None = None) -> Wh
     profiles = {drafting: position_acceptance(rounds) for drafting, rounds in events.items()}
     points = []
     for reply, comparison in shown:
-        measured = comparison is not None and not comparison.stopped and comparison.speedup > 0
+        measured = comparison is not None and comparison.fair  # else the estimate stands, drawn hollow
         speedup = comparison.speedup if measured else reply.estimated_speedup
         if speedup > 0:
             points.append(MeasuredPoint(drafting_of(reply.request.settings), reply.gamma, speedup, measured))

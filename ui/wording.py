@@ -65,13 +65,14 @@ def stats_line(reply: Reply) -> str:
     return line + (" · stopped" if reply.stopped else "")
 
 
-def busy_note(reply: Reply) -> str:
-    """The warning under a reply whose target steps ran far slower than this machine's quiet speed."""
-    said = "The machine was busy during this reply (target steps ran far slower than this machine's quiet speed): "
+def busy_note(reply: Reply) -> str | None:
+    """The warning under a reply whose target steps ran far slower than this machine's quiet speed, where its
+    estimate could not allow for it; None where it did (the stats line's "(machine busy)" then says enough)."""
     if reply.estimate_beside_load:
-        return said + ("its tokens/s is below what this machine does when quiet; the estimate prices plain AR as "
-                       "the reply's own plain steps ran beside the same load.")
-    return said + "its timings and speedup estimate are not a fair number."
+        return None
+    return ("The machine was busy during this reply (target steps ran far slower than this machine's quiet speed: "
+            "other programs, or on few cores this window's own drawing): its timings and speedup estimate are not "
+            "a fair number.")
 
 
 def unbreakable(line: str) -> str:

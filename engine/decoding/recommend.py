@@ -24,7 +24,6 @@ MAX_GAMMA = 8  # the longest draft the cost model has measured blocks for (engin
 # speedups came within about 10 % of the measured ones in `specdec bench`, so a smaller predicted gain is none to
 # count on, and plain AR is the sure choice.
 MARGIN = 1.05
-LONG_CHAT = 512  # from this many cached positions the explanation names them: they cost as much as a short step
 
 
 @dataclass(frozen=True)
@@ -108,8 +107,8 @@ def stop_threshold(costs: CostModel, profile: PositionAcceptance, gamma: int, dr
 
 def _costs_said(draft_s: float, costs: CostModel, positions: int) -> str:
     """All told: the draft's step, its bookkeeping and its row in the target's block (the cost chart's draft step
-    is the first of these alone); after many cached positions, how many."""
-    where = f" after this chat's {positions:,} tokens" if positions >= LONG_CHAT else ""
+    is the first of these alone); in a chat, at its length (each cached position makes both dearer)."""
+    where = f" after this chat's {positions:,} tokens" if positions > SCRATCH_POSITIONS else ""
     return (f"here{where} a draft costs {draft_s * 1e3:.2g} ms all told and a step "
             f"{costs.ar_step_s(positions) * 1e3:.3g} ms")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from PySide6.QtGui import QTextDocumentFragment
+from PySide6.QtGui import QFont, QTextDocumentFragment
 from PySide6.QtWidgets import QApplication
 
 from engine.events import DecodeSettings, Drafting, ModelInfo, PairInfo
@@ -160,8 +160,13 @@ def test_the_cost_chart_draws_the_measured_blocks_and_the_prediction_per_gamma(q
 def test_compare_drafters_gives_four_rows_on_the_tiny_pair(make_studio, mixed_decoder, qtbot):
     studio = make_studio(mixed_decoder, greedy=True, max_new_tokens=10, gamma=3, cost_aware=False, stop_below=0.0)
     send(qtbot, studio)
-    with qtbot.waitSignal(studio.chat.drafters_compared, timeout=REPLY_TIMEOUT_MS) as compared:
-        studio.window.compare_drafters_action.trigger()
+    font = QApplication.font()
+    QApplication.setFont(QFont(font.family(), 15))  # a theme's larger font: the columns must still all show
+    try:
+        with qtbot.waitSignal(studio.chat.drafters_compared, timeout=REPLY_TIMEOUT_MS) as compared:
+            studio.window.compare_drafters_action.trigger()
+    finally:
+        QApplication.setFont(font)
     comparison = compared.args[0]
     assert [run.drafting for run in comparison.runs] == [Drafting.MODEL, Drafting.LOOKUP, Drafting.BOTH,
                                                          Drafting.NONE]
@@ -169,9 +174,13 @@ def test_compare_drafters_gives_four_rows_on_the_tiny_pair(make_studio, mixed_de
     assert all(row["tokens"] == 10 and row["tokens_per_s"] > 0 for row in rows)
     assert rows[-1]["alpha"] is None and rows[-1]["tokens_per_round"] == 1.0  # plain AR: one token per step
     assert rows[0]["alpha"] is not None and rows[0]["tokens_per_round"] > 1.0
-    table = studio.window.drafters_dialog.table
+    dialog = studio.window.drafters_dialog
+    table = dialog.table
     assert table.rowCount() == 4 and table.item(3, 0).text() == "none (plain AR)"
     assert studio.chat.status.state.value == "idle"
+    qtbot.waitExposed(dialog)
+    last = table.columnCount() - 1
+    assert table.columnViewportPosition(last) + table.columnWidth(last) <= table.viewport().width()  # all in view
 
 
 def test_after_compare_drafters_the_chat_decodes_as_before(make_studio, mixed_decoder, qtbot):
