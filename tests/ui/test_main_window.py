@@ -118,7 +118,11 @@ def test_stop_ends_the_reply_within_one_round(make_studio, mixed_decoder, qtbot)
     assert studio.chat.messages[-1] == {"role": "assistant", "content": reply.text}
 
 
-def test_compare_with_ar_reports_identical_greedy_output_and_keeps_history(make_studio, greedy_mixed_decoder, qtbot):
+def test_compare_with_ar_reports_identical_greedy_output_and_keeps_history(make_studio, greedy_mixed_decoder, qtbot,
+                                                                           monkeypatch):
+    # the tiny models' timings are all noise beside their cost model: judged here as a quiet machine's
+    monkeypatch.setattr("app.chat.machine_was_busy", lambda *_: False)
+    monkeypatch.setattr("app.chat.unequal_loads", lambda *_: False)
     studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=10)
     studio.window.controls.compare_ar.setChecked(True)
     runner, read = greedy_mixed_decoder.runner, []  # the positions each prompt read-in ends at
@@ -133,6 +137,18 @@ def test_compare_with_ar_reports_identical_greedy_output_and_keeps_history(make_
     assert [m["role"] for m in studio.chat.messages] == ["user", "assistant"]
     assert re.search(r"measured \d+\.\d\d× vs AR", studio.window.reply_label.text())
     assert studio.window.charts.measured.isVisible()
+    assert studio.window.why_charts.why.points[-1].measured
+
+
+def test_an_unfair_comparison_is_not_drawn_as_measured(make_studio, greedy_mixed_decoder, qtbot, monkeypatch):
+    monkeypatch.setattr("app.chat.unequal_loads", lambda *_: True)  # the two runs met the machine at different loads
+    studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=10)
+    studio.window.controls.compare_ar.setChecked(True)
+    send(qtbot, studio)
+    assert not studio.chat.session.comparisons[0].fair
+    assert "measured" in studio.window.reply_label.text()  # said, with its caveat, but drawn as no line or dot
+    assert not studio.window.charts.measured.isVisible()
+    assert not studio.window.why_charts.why.points[-1].measured
 
 
 def test_hovering_a_rejected_token_shows_p_q_r_and_the_top_tokens(make_studio, mixed_decoder, qtbot):
