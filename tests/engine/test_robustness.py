@@ -187,7 +187,8 @@ def test_a_growing_conversation_keeps_its_first_kept_message_for_several_turns()
 def test_drafting_never_reaches_past_the_window():
     # GPT-2 has learned positions: a draft past n_positions would index out of range
     decoder = gpt_decoder(gpt2_model, window=40)
-    events = list(decoder.generate(PROMPT, DecodeSettings(gamma=8, max_new_tokens=1000, stop_below=0.0)))
+    always = DecodeSettings(gamma=8, max_new_tokens=1000, cost_aware=False, stop_below=0.0)  # γ drafts every round
+    events = list(decoder.generate(PROMPT, always))
     assert len(emitted(events)) == 40 - len(decoder.chat_ids(PROMPT))
 
 
@@ -366,7 +367,8 @@ def test_models_without_the_fast_path_decode_through_transformers_in_both_modes(
                                               dtype=torch.long), max_new_tokens=30, do_sample=False,
                                               eos_token_id=None, pad_token_id=0)
     assert ar == reference[0, len(ids):].tolist()
-    events = list(decoder.generate(PROMPT, DecodeSettings(gamma=4, max_new_tokens=30, stop_below=0.0)))
+    fixed = DecodeSettings(gamma=4, max_new_tokens=30, cost_aware=False, stop_below=0.0)  # γ drafts every round
+    events = list(decoder.generate(PROMPT, fixed))
     assert any(not d.accepted for e in events for d in e.drafted)  # rollbacks happened
     assert [t.token_id for t in emitted(events)] == ar
     sampled = list(decoder.generate(PROMPT, DecodeSettings(greedy=False, gamma=4, max_new_tokens=30)))
