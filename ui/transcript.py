@@ -51,8 +51,8 @@ def reply_notes(reply: Reply) -> list[Note]:
     to know about them (the Markdown export writes the same lines)."""
     source = reply.remote
     notes = [Note(stats_line(reply) if source is None else remote_line(reply))]
-    if source is None and reply.machine_busy and busy_note(reply):
-        notes.append(Note(busy_note(reply), warning=True))
+    if source is None and (busy := busy_note(reply)):
+        notes.append(Note(busy, warning=True))
     if source is not None and source.reply is not None and source.reply.note:
         notes.append(Note(source.reply.note, warning=True))
     if reply.finish_reason == "length":

@@ -39,6 +39,8 @@ def measured_summary(comparison: Comparison, chat_measured: tuple[float, ...]) -
     if len(chat_measured) > 1:
         line += f" · this chat {min(chat_measured):.2f}–{max(chat_measured):.2f}× in {len(chat_measured)} runs"
     return line
+
+
 SHOWN_PREFILL_S = 0.1  # reading the prompt is named beside tokens/s (which leaves it out) once it is noticeable
 
 
@@ -67,8 +69,8 @@ def stats_line(reply: Reply) -> str:
 
 def busy_note(reply: Reply) -> str | None:
     """The warning under a reply whose target steps ran far slower than this machine's quiet speed, where its
-    estimate could not allow for it; None where it did (the stats line's "(machine busy)" then says enough)."""
-    if reply.estimate_beside_load:
+    estimate could not allow for it; None otherwise (where it did, the stats line's "(machine busy)" says enough)."""
+    if not reply.machine_busy or reply.estimate_beside_load:
         return None
     return ("The machine was busy during this reply (target steps ran far slower than this machine's quiet speed: "
             "other programs, or on few cores this window's own drawing): its timings and speedup estimate are not "
