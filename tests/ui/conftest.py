@@ -1,6 +1,8 @@
 """Fixtures for the UI tests: a tiny model pair whose draft mostly agrees with the target, and the wired window."""
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 
@@ -63,6 +65,11 @@ def make_studio(qtbot):
 
         settings.setdefault("cost_aware", False)
         decoder.reset()
+        # Earlier tests' windows may linger in reference cycles: collected later by a garbage collection that this
+        # test's worker thread happens to trigger, their widgets' destructors wait for Python's lock there and the
+        # worker hangs (seen twice, in a QMenu's destructor inside fast_llama's attention). Collect them here, on
+        # the GUI thread, before a worker runs.
+        gc.collect()
         studio = build(decoder, defaults=DecodeSettings(**settings), store=store, preferences=preferences,
                        **(build_options or {}))
         qtbot.addWidget(studio.window)
