@@ -370,7 +370,8 @@ static inline float sum_squares(const float *x, int64_t n) { return dot(x, x, n)
 /* e^x from IEEE additions and multiplications alone (Cody-Waite reduction, a degree-6 polynomial, ~2 ulp), so
  * that it vectorises and gives the same bits in every clone; libm's expf is a scalar call. */
 static inline float exp_approx(float x) {
-    x = fminf(fmaxf(x, -87.0f), 88.0f);
+    x = x > -87.0f ? x : -87.0f;
+    x = x < 88.0f ? x : 88.0f;
     float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
     float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
     float p = 1.0f / 720.0f;
@@ -380,114 +381,123 @@ static inline float exp_approx(float x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, 4);
-    return p * scale;
+    union { int32_t bits; float value; } scale = {((int32_t)n + 127) << 23};
+    return p * scale.value;
 }
 
-#define MAX_GROUP 16
+#define MAX_GROUP 16  /* query heads per kv head */
+#define BLOCK_ROWS 8  /* rows whose attention reads each key and value once for all of them */
+#define MAX_QUERIES (BLOCK_ROWS * MAX_GROUP)
 
-/* p[g·capacity + t] = Σ_i q[g·hd + i] · keys_t[i·capacity + t] for t < end, each sum in order of i: the
- * portable loops and the AVX-512 ones below do the same multiplications and additions. */
-static void scores_c(const float *q, int64_t heads, const float *keys_t, int64_t end, int64_t hd, int64_t capacity,
-                     float *p) {
-    for (int64_t g = 0; g < heads; g++)
-        for (int64_t t = 0; t < end; t++) {
+/* Attention one kv head at a time for a block of rows: queries[j] (hd floats) is the j-th of `count` query vectors
+ * that share the kv head, row j / group of the block; ends[j] is how many positions that query sees. Every score is
+ * a dot product over head_dim in order, every output a sum over positions in order, whatever the other queries,
+ * the tiles and the threads: a row gets the same bits in a block as in a step of its own. Tiles of LANES positions
+ * (or outputs) let each key and value be read once for all the queries while the compiler vectorises the lanes. */
+
+/* Eight floats as one value (GCC's and Clang's vector extension), two to a tile of LANES: each clone keeps them in
+ * its registers (one AVX2 register, two SSE ones) and does the same IEEE operation in every lane. */
+typedef float eight __attribute__((vector_size(32)));
+
+static inline eight load_eight(const float *p) {
+    eight v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+#define SCORE_TILE 64  /* positions a score task takes: 4 cache lines of each key row, read in turn */
+
+/* p[j·capacity + t] = Σ_i queries[j][i] · keys_t[i·capacity + t] for t0 <= t < t0 + width (keys_t: (hd, capacity),
+ * width <= SCORE_TILE); the tile's keys stay in L1 cache for all the queries. */
+CLONES static void score_tile(const float *const *queries, int64_t count, const float *restrict keys_t, int64_t t0,
+                              int64_t width, int64_t hd, int64_t capacity, float *restrict p) {
+    int64_t vectors = width / 8;
+    for (int64_t j = 0; j < count; j++) {
+        const float *q = queries[j];
+        eight acc[SCORE_TILE / 8] = {{0}};
+        for (int64_t i = 0; i < hd; i++) {
+            const float *k = keys_t + i * capacity + t0;
+            for (int64_t c = 0; c < vectors; c++) acc[c] += q[i] * load_eight(k + 8 * c);
+        }
+        memcpy(p + j * capacity + t0, acc, vectors * sizeof acc[0]);
+        for (int64_t t = t0 + 8 * vectors; t < t0 + width; t++) {
             float sum = 0.0f;
-            for (int64_t i = 0; i < hd; i++) sum += q[g * hd + i] * keys_t[i * capacity + t];
-            p[g * capacity + t] = sum;
+            for (int64_t i = 0; i < hd; i++) sum += q[i] * keys_t[i * capacity + t];
+            p[j * capacity + t] = sum;
         }
+    }
 }
 
-/* out[g·hd + d] = Σ_t p[g·capacity + t] · values[t·hd + d], each sum in order of t. */
-static void weighted_c(const float *p, int64_t heads, const float *values, int64_t end, int64_t hd,
-                       int64_t capacity, float *out) {
-    for (int64_t g = 0; g < heads; g++)
-        for (int64_t d = 0; d < hd; d++) {
-            float sum = 0.0f;
-            for (int64_t t = 0; t < end; t++) sum += p[g * capacity + t] * values[t * hd + d];
-            out[g * hd + d] = sum;
-        }
+/* p[t] ← e^(scale·p[t] − max) for t < end; returns 1 / their sum (in order of t). */
+CLONES static float softmax_weights(float *p, int64_t end, float scale) {
+    float top = -INFINITY, total = 0.0f;
+    for (int64_t t = 0; t < end; t++) {
+        p[t] *= scale;
+        top = p[t] > top ? p[t] : top;
+    }
+    for (int64_t t = 0; t < end; t++) p[t] = exp_approx(p[t] - top);
+    for (int64_t t = 0; t < end; t++) total += p[t];
+    return 1.0f / total;
 }
 
-#if defined(__x86_64__)
-/* 16 positions a vector, four heads at a time sharing each key vector. */
-static AVX512 void scores_avx512(const float *q, int64_t heads, const float *keys_t, int64_t end, int64_t hd,
-                                 int64_t capacity, float *p) {
-    int64_t tiles = end / LANES * LANES;
-    for (int64_t g0 = 0; g0 < heads; g0 += 4) {
-        int64_t n = heads - g0 < 4 ? heads - g0 : 4;
-        for (int64_t t0 = 0; t0 < tiles; t0 += LANES) {
-            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-            for (int64_t i = 0; i < hd; i++) {
-                __m512 k = _mm512_loadu_ps(keys_t + i * capacity + t0);
-                for (int64_t g = 0; g < 4; g++)
-                    if (g < n) acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(_mm512_set1_ps(q[(g0 + g) * hd + i]), k));
+/* out[j][d0 + l] = inv[j] · Σ_{t < ends[j]} p[j·capacity + t] · values[t·hd + d0 + l] for l < LANES (values:
+ * (capacity, hd)); the first query brings the column of values into L2 cache for the others. */
+CLONES static void weighted_tile(const float *restrict p, int64_t count, const int64_t *ends, const float *inv,
+                                 const float *restrict values, int64_t d0, int64_t hd, int64_t capacity,
+                                 float *const *out) {
+    for (int64_t j = 0; j < count; j++) {
+        const float *w = p + j * capacity;
+        eight low = {0}, high = {0};
+        for (int64_t t = 0; t < ends[j]; t++) {
+            const float *v = values + t * hd + d0;
+            low += w[t] * load_eight(v);
+            high += w[t] * load_eight(v + 8);
+        }
+        low *= inv[j];
+        high *= inv[j];
+        memcpy(out[j] + d0, &low, sizeof low);
+        memcpy(out[j] + d0 + 8, &high, sizeof high);
+    }
+}
+
+/* attn (rows, heads·hd) ← attention of the queries in qkv (rows of wqkv floats, heads first) at positions start..
+ * over one layer's cache: keys_t (kv_heads, hd, capacity), values (kv_heads, capacity, hd). scores: scratch of
+ * BLOCK_ROWS · heads · capacity floats. head_dim is a multiple of LANES (fast_llama checks). */
+static void attention(const llama *m, const float *qkv, int64_t wqkv, int64_t rows, int64_t start,
+                      const float *keys_t, const float *values, int64_t capacity, float *scores, float *attn,
+                      int threads) {
+    int64_t hd = m->head_dim, heads = m->heads, group = heads / m->kv_heads, nq = heads * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int64_t r0 = 0; r0 < rows; r0 += BLOCK_ROWS) {
+        int64_t n = rows - r0 < BLOCK_ROWS ? rows - r0 : BLOCK_ROWS, count = n * group;
+        int64_t last = start + r0 + n, tiles = (last + SCORE_TILE - 1) / SCORE_TILE, chunks = hd / LANES;
+        int64_t ends[MAX_QUERIES];  /* query j is row j / group of the block, head kv·group + j % group */
+        float inv[BLOCK_ROWS * m->heads];
+        for (int64_t j = 0; j < count; j++) ends[j] = start + r0 + j / group + 1;
+#pragma omp parallel num_threads(threads)
+        {
+            const float *queries[MAX_QUERIES];
+            float *outs[MAX_QUERIES];
+#pragma omp for schedule(static)
+            for (int64_t task = 0; task < m->kv_heads * tiles; task++) {
+                int64_t kv = task / tiles, t0 = task % tiles * SCORE_TILE;
+                for (int64_t j = 0; j < count; j++)
+                    queries[j] = qkv + (r0 + j / group) * wqkv + (kv * group + j % group) * hd;
+                score_tile(queries, count, keys_t + kv * hd * capacity, t0, last - t0 < SCORE_TILE ? last - t0 : SCORE_TILE,
+                           hd, capacity, scores + kv * count * capacity);
             }
-            for (int64_t g = 0; g < n; g++) _mm512_storeu_ps(p + (g0 + g) * capacity + t0, acc[g]);
-        }
-        for (int64_t g = g0; g < g0 + n; g++)
-            for (int64_t t = tiles; t < end; t++) {
-                float sum = 0.0f;
-                for (int64_t i = 0; i < hd; i++) sum += q[g * hd + i] * keys_t[i * capacity + t];
-                p[g * capacity + t] = sum;
+#pragma omp for schedule(static)
+            for (int64_t task = 0; task < m->kv_heads * count; task++)
+                inv[task] = softmax_weights(scores + task * capacity, ends[task % count], scale);
+#pragma omp for schedule(static)
+            for (int64_t task = 0; task < m->kv_heads * chunks; task++) {
+                int64_t kv = task / chunks;
+                for (int64_t j = 0; j < count; j++) outs[j] = attn + (r0 + j / group) * nq + (kv * group + j % group) * hd;
+                weighted_tile(scores + kv * count * capacity, count, ends, inv + kv * count, values + kv * capacity * hd,
+                              task % chunks * LANES, hd, capacity, outs);
             }
-    }
-}
-
-/* head_dim ≤ 128 in vectors of 16: eight accumulators over the positions. */
-static AVX512 void weighted_avx512(const float *p, int64_t heads, const float *values, int64_t end, int64_t hd,
-                                   int64_t capacity, float *out) {
-    int64_t chunks = hd / LANES;
-    for (int64_t g = 0; g < heads; g++) {
-        __m512 acc[8];
-        for (int64_t c = 0; c < 8; c++) acc[c] = _mm512_setzero_ps();
-        for (int64_t t = 0; t < end; t++) {
-            __m512 w = _mm512_set1_ps(p[g * capacity + t]);
-            for (int64_t c = 0; c < 8; c++)
-                if (c < chunks) acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(w, _mm512_loadu_ps(values + t * hd + LANES * c)));
         }
-        for (int64_t c = 0; c < chunks; c++) _mm512_storeu_ps(out + g * hd + LANES * c, acc[c]);
     }
-}
-#endif
-
-/* p[g·capacity + t] ← e^(scale·p − max) for t < end, and inv[g] = 1 / their sum (in order of t). */
-CLONES static void softmax_weights(float *p, int64_t heads, int64_t end, int64_t capacity, float scale, float *inv) {
-    for (int64_t g = 0; g < heads; g++) {
-        float *pg = p + g * capacity, top = -INFINITY, total = 0.0f;
-        for (int64_t t = 0; t < end; t++) {
-            pg[t] *= scale;
-            top = fmaxf(top, pg[t]);
-        }
-        for (int64_t t = 0; t < end; t++) pg[t] = exp_approx(pg[t] - top);
-        for (int64_t t = 0; t < end; t++) total += pg[t];
-        inv[g] = 1.0f / total;
-    }
-}
-
-/* One query row's attention over positions 0..end-1 for `heads` heads that share one kv head (GQA), their
- * queries q (heads, hd). keys_t: that kv head's keys transposed, (hd, capacity); p: heads · capacity floats of
- * scratch. The result does not depend on how many heads go together or on the path taken. */
-static void attend(const float *q, int64_t heads, const float *keys_t, const float *values, int64_t end,
-                   int64_t hd, int64_t capacity, float scale, float *p, float *out, int isa) {
-#if defined(__x86_64__)
-    if (isa == 2 && hd % LANES == 0 && hd <= 8 * LANES)
-        scores_avx512(q, heads, keys_t, end, hd, capacity, p);
-    else
-#endif
-        scores_c(q, heads, keys_t, end, hd, capacity, p);
-    float inv[MAX_GROUP];
-    softmax_weights(p, heads, end, capacity, scale, inv);
-#if defined(__x86_64__)
-    if (isa == 2 && hd % LANES == 0 && hd <= 8 * LANES)
-        weighted_avx512(p, heads, values, end, hd, capacity, out);
-    else
-#endif
-        weighted_c(p, heads, values, end, hd, capacity, out);
-    for (int64_t g = 0; g < heads; g++)
-        for (int64_t i = 0; i < hd; i++) out[g * hd + i] *= inv[g];
 }
 
 CLONES static void add_into(float *x, const float *y, int64_t n) {
@@ -519,11 +529,11 @@ static void rope(float *v, const float *cos, const float *sin, int64_t head_dim)
     }
 }
 
-int64_t llama_scratch_bytes(const llama *m, int64_t rows, int64_t capacity, int threads) {
+int64_t llama_scratch_bytes(const llama *m, int64_t rows, int64_t capacity) {
     int64_t qkv = (m->heads + 2 * m->kv_heads) * m->head_dim, widest = m->hidden;
     if (m->intermediate > widest) widest = m->intermediate;
     int64_t floats = rows * (m->hidden + qkv + m->heads * m->head_dim + 2 * m->intermediate + m->intermediate) +
-                     (int64_t)threads * (m->heads / m->kv_heads) * capacity;
+                     BLOCK_ROWS * m->heads * capacity;
     return floats * 4 + q8_scratch_bytes(rows, widest) + 256;
 }
 
@@ -535,11 +545,10 @@ void llama_forward(const llama *m, float *x, int64_t rows, int64_t start, float 
                    int64_t capacity, const float *cos, const float *sin, int64_t keep, float *logits,
                    uint8_t *scratch, int isa, int threads) {
     int64_t H = m->hidden, hd = m->head_dim, nq = m->heads * hd, nkv = m->kv_heads * hd, I = m->intermediate;
-    int64_t wqkv = nq + 2 * nkv, group = m->heads / m->kv_heads;
+    int64_t wqkv = nq + 2 * nkv;
     float *h = (float *)scratch, *qkv = h + rows * H, *attn = qkv + rows * wqkv, *gu = attn + rows * nq;
     float *act = gu + rows * 2 * I, *scores = act + rows * I;
-    uint8_t *q8 = (uint8_t *)(scores + (int64_t)threads * capacity);
-    float scale = 1.0f / sqrtf((float)hd);
+    uint8_t *q8 = (uint8_t *)(scores + BLOCK_ROWS * m->heads * capacity);
     for (int64_t layer = 0; layer < m->layers; layer++) {
         float *kc = kcache + layer * m->kv_heads * capacity * hd, *vc = vcache + layer * m->kv_heads * capacity * hd;
         rms_norm(x, m->attn_norm + layer * H, rows, H, m->eps, h);
@@ -553,18 +562,7 @@ void llama_forward(const llama *m, float *x, int64_t rows, int64_t start, float 
                 memcpy(vc + (kvh * capacity + start + r) * hd, row + nq + nkv + kvh * hd, hd * 4);
             }
         }
-        /* (row, kv head) tasks, each with its `group` query heads; a decoding step's few rows split the heads
-         * too, so both threads have work. Either way each (row, head) is computed by the same operations. */
-        int64_t together = rows * m->kv_heads >= 2 * threads ? group : 1;
-        int64_t tasks = rows * m->heads / together;
-#pragma omp parallel for schedule(static) num_threads(threads)
-        for (int64_t task = 0; task < tasks; task++) {
-            int64_t r = task / (m->heads / together), head = task % (m->heads / together) * together;
-            int64_t kvh = head / group;
-            attend(qkv + r * wqkv + head * hd, together, kc + kvh * capacity * hd, vc + kvh * capacity * hd,
-                   start + r + 1, hd, capacity, scale, scores + (int64_t)omp_get_thread_num() * group * capacity,
-                   attn + r * nq + head * hd, isa);
-        }
+        attention(m, qkv, wqkv, rows, start, kc, vc, capacity, scores, attn, threads);
         q4q8_run(&m->o[layer], attn, rows, h, q8, isa, threads);
         add_into(x, h, rows * H);
         rms_norm(x, m->mlp_norm + layer * H, rows, H, m->eps, h);
