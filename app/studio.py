@@ -6,6 +6,7 @@ With --prompt it drives itself: load the pair, send the prompt, and after the re
 from __future__ import annotations
 
 import argparse
+import gc
 import signal
 import sys
 from collections.abc import Callable
@@ -322,6 +323,34 @@ def quit_on_interrupt(window) -> QTimer:
     return timer
 
 
+class GuiThreadCollector(QObject):
+    """Python's garbage collection, on the GUI thread only. Automatic collection runs in whichever thread happens to
+    allocate, often the decoding worker's; a window's widget caught in a reference cycle (a closed dialog, its
+    menus) would then be destroyed there, and Qt's destructor waiting for Python's lock there deadlocked the app
+    (seen in the tests: the worker in attention, the GUI thread in a collection). While it runs, automatic
+    collection is off and this timer collects as Python's own thresholds say, a few times a second."""
+
+    INTERVAL_MS = 250
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        gc.disable()
+        self.timer = QTimer(self)
+        self.timer.timeout.connect(self.collect_due)
+        self.timer.start(self.INTERVAL_MS)
+
+    def collect_due(self) -> None:
+        """The oldest generation whose count has passed its threshold, as the automatic collector would pick."""
+        due = [generation for generation, (count, threshold) in enumerate(zip(gc.get_count(), gc.get_threshold()))
+               if count > threshold]
+        if due:
+            gc.collect(due[-1])
+
+    def stop(self) -> None:
+        self.timer.stop()
+        gc.enable()
+
+
 class AfterFirstPaint(QObject):
     """Runs `action` once `window` has painted for the first time. Loading the models holds Python's lock for long
     stretches on the worker's thread, and the window's Python side (its event handlers, its slots) waits for that
@@ -404,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         studio.window.on_failed(problem)
     automation = Automation(studio, args) if args.prompt else None
+    collector = GuiThreadCollector(app)
+    app.aboutToQuit.connect(collector.stop)
     app.aboutToQuit.connect(studio.shutdown)
     interrupt = quit_on_interrupt(studio.window)
     studio.start()

@@ -1,0 +1,47 @@
+"""Garbage collection on the GUI thread only: a reference cycle dropped on another thread is freed on the GUI
+thread, where a widget's destructor may run safely."""
+import gc
+import threading
+import weakref
+
+from app.studio import GuiThreadCollector
+
+
+class Marker:
+    pass
+
+
+def drop_a_cycle_and_allocate(freed_on: list[int], kept: list) -> None:
+    """A cycle (it needs the collector) made and dropped, then enough live allocations to pass gen 0's threshold."""
+    marker = Marker()
+    marker.cycle = [marker]
+    weakref.finalize(marker, lambda: freed_on.append(threading.get_ident()))
+    del marker
+    kept.extend([] for _ in range(5 * gc.get_threshold()[0]))
+
+
+def run_on_another_thread(freed_on: list[int], kept: list) -> int:
+    thread = threading.Thread(target=drop_a_cycle_and_allocate, args=(freed_on, kept))
+    thread.start()
+    thread.join()
+    return thread.ident
+
+
+def test_a_cycle_dropped_on_another_thread_is_freed_on_the_gui_thread(qtbot):
+    collector = GuiThreadCollector()
+    try:
+        freed_on, kept = [], []
+        run_on_another_thread(freed_on, kept)
+        assert freed_on == []  # no collection ran on the worker
+        qtbot.waitUntil(lambda: bool(freed_on), timeout=5000)
+        assert freed_on == [threading.get_ident()]
+    finally:
+        collector.stop()
+    assert gc.isenabled()
+
+
+def test_negative_control_automatic_collection_frees_it_on_the_allocating_thread():
+    assert gc.isenabled()
+    freed_on, kept = [], []
+    worker = run_on_another_thread(freed_on, kept)
+    assert freed_on == [worker]
