@@ -18,7 +18,7 @@ from engine.events import RoundEvent
 from engine.stats import ArTime, expected_tokens_per_round, round_alpha
 from ui.timing import estimated_speedup, speedup_of
 
-REFRESH_MS = 100
+REFRESH_MS = 250  # charts redraw at most 4 times a second while a reply streams (why: chat_view.FLUSH_MS)
 X_STEP = 20  # the x axis grows in steps of this many rounds
 MIN_CHART_HEIGHT = 120
 AXIS_END_ROOM = 16  # pixels right of the x axis: half of a four-digit tick label
