@@ -151,9 +151,10 @@ class ChatController(QObject):
 
     @property
     def can_continue(self) -> bool:
-        """The last reply was cut at max new tokens or stopped, with some text to carry on from."""
+        """The last reply was cut at max new tokens, ended repeating itself or stopped, with some text to carry on
+        from."""
         last = self.turns[-1].reply if self.turns else None
-        return bool(last and last.text and (last.stopped or last.finish_reason == "length"))
+        return bool(last and last.text and (last.stopped or last.finish_reason in ("length", "repeating")))
 
     def whole_reply(self, index: int) -> Reply:
         """The reply turn `index` shows: its part, after the parts it continues."""

@@ -37,9 +37,10 @@ from ui.main_window import MainWindow
 from ui.preferences import apply_pair, apply_settings
 
 
-# The window's defaults: sampling at T = 0.7, where the embedded pair writes real words and the README measures
-# (the engine's DecodeSettings keeps T = 1.0, the plain definition, for the CLI and the tests).
-APP_DEFAULTS = DecodeSettings(temperature=0.7)
+# The window's defaults: sampling at T = 0.7, where the embedded pair writes real words and the README measures,
+# and the repetition stop (the engine's DecodeSettings keeps T = 1.0 and no stop, the plain definitions, for the
+# CLI and the tests).
+APP_DEFAULTS = DecodeSettings(temperature=0.7, stop_repeating=True)
 QUIT_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl+C, and `kill` or a session's end: both quit as the window does
 # A window never painted (mapped on another workspace, or minimised) starts loading after this all the same
 FIRST_PAINT_WAIT_MS = 2000
@@ -416,7 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     app.setApplicationName("SpecDec Studio")
     draft = None if args.draft.lower() == "none" else args.draft
     settings = DecodeSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                              greedy=not args.sampling, temperature=args.temperature, **length_rule(args.stop_below))
+                              greedy=not args.sampling, temperature=args.temperature,
+                              stop_repeating=APP_DEFAULTS.stop_repeating, **length_rule(args.stop_below))
     store, preferences, problem = open_data_dir(args.data_dir)
     if is_url(args.target):  # the draft's place names the served model
         draft = args.model_name

@@ -72,6 +72,8 @@ class DecodeSettings:
     # distributed as the target's.
     cost_aware: bool = True
     stop_below: float = 0.3
+    # End the reply once it repeats one span over and over (engine.decoding.repetition); the window turns it on.
+    stop_repeating: bool = False
 
     def __post_init__(self) -> None:
         # NaN passes every comparison below unnoticed, and an infinite temperature samples uniformly at random
@@ -160,7 +162,7 @@ class RoundEvent:
     planned_s: float = 0.0  # what the cost model predicted this round would take (its drafts and block)
     draft_kinds: tuple[str, ...] = ()  # "model" or "copy" for each of the γ drafts: what making each one cost
     positions: int = 0  # cached positions the round's block attended to besides itself (the conversation so far)
-    finish_reason: str | None = None  # "eos", "length" on the last round of a reply; None otherwise
+    finish_reason: str | None = None  # "eos", "length" or "repeating" on the last round of a reply; else None
     # On the last round: a one-line note when the reply ended part-way through a character (its bytes left out)
     text_notice: str | None = None
 

@@ -233,6 +233,11 @@ class DecodingControls(QGroupBox):
         self.lookup.setChecked(defaults.lookup)
         self.lookup.setToolTip("Where the last 3 tokens occurred before, propose what followed them (q = 1) instead "
                                "of the draft model's guess; verification is unchanged, so the output is too")
+        self.stop_repeating = QCheckBox("end a reply that repeats itself")
+        self.stop_repeating.setChecked(defaults.stop_repeating)
+        self.stop_repeating.setToolTip("End the reply once one passage comes back four times in a row (small models loop, "
+                                       "above all in greedy mode); what was written is still exactly the target's, "
+                                       "and Continue carries on")
         self.compare_ar = QCheckBox("compare with AR")
         self.compare_ar.setToolTip("After each reply, decode the same messages with plain AR and measure the speedup")
 
@@ -262,6 +267,7 @@ class DecodingControls(QGroupBox):
         form.addRow("max tokens", self.max_new_tokens)
         form.addRow("seed", self.seed)
         form.addRow(self.lookup)
+        form.addRow(self.stop_repeating)
         form.addRow(self.compare_ar)
         layout.addLayout(form)
 
@@ -284,6 +290,7 @@ class DecodingControls(QGroupBox):
             mode=Mode(self.mode.currentData()), gamma=self.gamma.value(), greedy=self.greedy.isChecked(),
             temperature=self.temperature.value(), top_k=self.top_k.value(), top_p=self.top_p.value(),
             seed=self.seed.value(), max_new_tokens=self.max_new_tokens.value(), lookup=self.lookup.isChecked(),
+            stop_repeating=self.stop_repeating.isChecked(),
             cost_aware=self.draft_length.currentData(), stop_below=self.stop_below.value(),
         )
 

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QSplitter
 from engine.events import DecodeSettings, Mode
 
 DECODING_KEYS = ("mode", "gamma", "greedy", "temperature", "top_p", "top_k", "cost_aware", "stop_below",
-                 "max_new_tokens", "seed", "lookup")
+                 "max_new_tokens", "seed", "lookup", "stop_repeating")
 
 
 EXPORT_FOLDER = "export/folder"
@@ -47,6 +47,7 @@ def apply_settings(controls, settings: DecodeSettings) -> None:
     controls.max_new_tokens.setValue(settings.max_new_tokens)
     controls.seed.setValue(settings.seed)
     controls.lookup.setChecked(settings.lookup)
+    controls.stop_repeating.setChecked(settings.stop_repeating)
 
 
 def apply_pair(picker, target: str, draft: str | None, device: str, dtype: str, weights: str) -> None:

@@ -43,6 +43,7 @@ class Note:
 
 
 CUT_AT_MAX_TOKENS = "✂ cut at max new tokens"
+ENDED_REPEATING = "⟲ ended: the reply was repeating itself (Continue carries on)"
 CONTEXT = "Context: "  # before a ContextNotice's message: the conversation was fitted into the model's window
 
 
@@ -57,6 +58,8 @@ def reply_notes(reply: Reply) -> list[Note]:
         notes.append(Note(source.reply.note, warning=True))
     if reply.finish_reason == "length":
         notes.append(Note(CUT_AT_MAX_TOKENS, warning=True))
+    elif reply.finish_reason == "repeating":
+        notes.append(Note(ENDED_REPEATING, warning=True))
     if source is None and reply.events and reply.events[-1].text_notice:
         notes.append(Note(reply.events[-1].text_notice, warning=True))
     return notes

@@ -18,6 +18,7 @@ from engine.decoding.context import fit, require_text, window_of
 from engine.decoding.costs import (LONG_POSITIONS, MEASURE_REPEATS, MEASURED_ROWS, SCRATCH_POSITIONS, CostModel,
                                    RoundPlanner, fastest)
 from engine.decoding.drafters import ContinuationIndex, Drafter, DraftModelDrafter
+from engine.decoding.repetition import LOOKBACK, repeating
 from engine.decoding.text import TextStream
 from engine.events import (ContextNotice, DecodeSettings, DraftedToken, EmittedToken, Fate, Mode, PairInfo,
                            PrefillProgress, RoundEvent, TokenProb)
@@ -261,7 +262,9 @@ class Decoder:
             # the drafts' text is read in a copy of the reply's text: a rejected draft follows the accepted ones
             drafted = self._drafted(verdict, draft_tokens, draft_probs, target_probs, text.fork())
             emitted, finish = self._emitted(verdict, draft_tokens, target_probs, gamma,
-                                            fitted.max_new_tokens - n_generated, text)
+                                            fitted.max_new_tokens - n_generated, text,
+                                            self._reply_tail(sequence, len(prompt), len(new_tokens))
+                                            if settings.stop_repeating else None)
             n_generated += len(emitted)
             round_s = time.perf_counter() - round_start
             cached = len(sequence) - len(new_tokens) - 1  # what the round's block attended to besides itself
@@ -298,10 +301,17 @@ class Decoder:
                 yield PrefillProgress(min(cached + PREFILL_CHUNK, total), total)
             self.drafter.prefill(prompt)
 
+    @staticmethod
+    def _reply_tail(sequence: list[int], prompt_length: int, new: int) -> list[int]:
+        """The reply's last tokens before this round's `new` ones, as many as the repetition stop looks at."""
+        end = len(sequence) - new
+        return sequence[max(prompt_length, end - LOOKBACK):end]
+
     def _emitted(self, verdict: Verdict, draft_tokens: list[int], target_probs: torch.Tensor, gamma: int,
-                 budget: int, text: TextStream) -> tuple[list[EmittedToken], str | None]:
-        """The tokens this round adds to the reply, cut after EOS or at the token budget, each with the text it
-        completes (the last one also with any text still held back)."""
+                 budget: int, text: TextStream, earlier: list[int] | None) -> tuple[list[EmittedToken], str | None]:
+        """The tokens this round adds to the reply, cut after EOS, at the token budget or, given the reply's
+        `earlier` tokens, where it starts repeating itself; each with the text it completes (the last one also with
+        any text still held back)."""
         fates = [Fate.ACCEPTED] * verdict.n_accepted + [verdict.next_fate if gamma else Fate.TARGET]
         ids = draft_tokens[: verdict.n_accepted] + [verdict.next_token]
         probs = target_probs[torch.arange(len(ids)), torch.tensor(ids)].tolist()
@@ -312,6 +322,8 @@ class Decoder:
                 finish = "eos"
             elif len(emitted) >= budget:
                 finish = "length"
+            elif earlier is not None and repeating(earlier + [t.token_id for t in emitted]):
+                finish = "repeating"
             if finish:
                 last = emitted[-1]
                 emitted[-1] = EmittedToken(last.token_id, last.text + text.flush(), last.fate, last.p)

@@ -10,6 +10,7 @@ from app.chat import ChatController
 from engine.events import DecodeSettings, EmittedToken, Fate, ModelInfo, PairInfo, RoundEvent
 from tests.ui.synthetic import accepted_round, rejected_round
 from ui.session import Comparison, Reply, TurnOptions, TurnState
+from ui.transcript import ENDED_REPEATING, reply_notes
 
 PAIR = PairInfo(ModelInfo("t", "/t", 1, 64), ModelInfo("d", "/d", 1, 64), "cpu", "float32", target_step_s=0.02)
 SPEC = TurnOptions(DecodeSettings(gamma=3, max_new_tokens=8))
@@ -152,6 +153,14 @@ def test_a_continued_reply_counts_once_among_the_replies_after_a_turn(chat):
     assert status.continuations == (2,) and status.n_turns == 4
     assert status.replies_after(0) == 2  # the second reply (in two parts) and the third
     assert status.replies_after(1) == 1 and status.replies_after(3) == 0
+
+
+def test_a_reply_ended_repeating_itself_can_be_continued_and_says_why(chat):
+    worker = FakeWorker(chat)
+    worker.replies.append(two_rounds(finish="repeating"))
+    chat.send("hi", SPEC)
+    assert chat.status.can_continue
+    assert ENDED_REPEATING in [note.text for note in reply_notes(chat.turns[0].reply)]
 
 
 def test_continue_does_nothing_when_the_reply_was_not_cut(chat):

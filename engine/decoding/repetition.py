@@ -1,0 +1,30 @@
+"""The repetition stop: a reply ends once its last tokens are one span said over and over.
+
+Small targets loop in greedy decoding (SmolLM2-135M repeats a haiku's line forty times, or one sentence for four
+hundred tokens). Ending the reply there keeps every token the target's own: the reply is a prefix of what plain
+decoding would write, and speculative and plain AR replies stop at the same token because the rule is checked
+after every token, not every round.
+"""
+from __future__ import annotations
+
+REPEATS = 4  # times the span must occur back to back
+LONGEST_SPAN = 64  # tokens; a longer period is not taken for a loop
+SHORTEST_LOOP = 48  # tokens the repetition must cover in all, so that "ha ha ha" or a table's rule is left alone
+LOOKBACK = LONGEST_SPAN * REPEATS  # the most of a reply's last tokens the rule reads
+
+
+def repeating(tokens: list[int]) -> bool:
+    """Whether `tokens` end with one span of at most LONGEST_SPAN tokens repeated REPEATS times back to back,
+    covering at least SHORTEST_LOOP tokens."""
+    if len(tokens) < SHORTEST_LOOP:
+        return False
+    last = tokens[-1]
+    recent = tokens[-LONGEST_SPAN - 1:-1]
+    # a period p has tokens[-1 - p] == tokens[-1]: only those p are candidates
+    for period in (len(recent) - i for i, token in enumerate(recent) if token == last):
+        covered = max(period * REPEATS, SHORTEST_LOOP)
+        if covered <= len(tokens):
+            tail = tokens[-covered:]
+            if tail[period:] == tail[:-period]:
+                return True
+    return False

@@ -1,0 +1,47 @@
+"""The repetition stop: which token sequences count as a loop, and that a greedy reply stops at the same token
+in speculative and plain AR decoding."""
+from engine.decoding.decoder import Decoder
+from engine.decoding.drafters import DraftModelDrafter
+from engine.decoding.repetition import REPEATS, SHORTEST_LOOP, repeating
+from engine.events import DecodeSettings
+from tests.tiny import tiny_model
+
+LINE = [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22]  # a 12-token line
+
+
+def test_a_line_said_four_times_is_a_loop_and_three_times_is_not():
+    opening = [1, 2, 3, 4, 5]
+    assert repeating(opening + LINE * REPEATS)
+    assert not repeating(opening + LINE * (REPEATS - 1))
+
+
+def test_a_short_span_must_cover_the_shortest_loop():
+    laugh = [7, 8]
+    assert not repeating([1, 2, 3] + laugh * (SHORTEST_LOOP // 2 - 1))
+    assert repeating([1, 2, 3] + laugh * (SHORTEST_LOOP // 2))
+
+
+def test_varied_text_and_a_loop_broken_at_its_end_are_not_loops():
+    assert not repeating(list(range(300)))
+    broken = LINE * REPEATS
+    broken[-1] = 99
+    assert not repeating([1, 2] + broken)
+
+
+def test_a_greedy_reply_that_loops_ends_at_the_same_token_in_both_modes():
+    target = tiny_model(0)  # a tiny random model loops within a few dozen tokens
+    draft = tiny_model(1, layers=1)
+    decoder = Decoder(target, DraftModelDrafter(draft, target.vocab_size), draft)
+    messages = [{"role": "user", "content": "hello"}]
+    replies = {}
+    for mode in ("ar", "spec"):
+        settings = DecodeSettings(mode=mode, gamma=4, greedy=True, max_new_tokens=400, lookup=False,
+                                  cost_aware=False, stop_repeating=True)
+        events = list(decoder.generate(messages, settings))
+        replies[mode] = ([t.token_id for e in events for t in e.emitted], events[-1].finish_reason)
+    tokens, finish = replies["ar"]
+    assert finish == "repeating" and len(tokens) < 400 and repeating(tokens) and not repeating(tokens[:-1])
+    assert replies["spec"] == replies["ar"]
+    # without the rule the same decoding goes on to the budget
+    plain = DecodeSettings(mode="ar", greedy=True, max_new_tokens=400, stop_repeating=False)
+    assert len([t for e in decoder.generate(messages, plain) for t in e.emitted]) == 400
