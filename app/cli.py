@@ -213,6 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="speculative decoding, or plain autoregressive decoding with the target alone")
     gen.add_argument("--no-lookup", dest="lookup", action="store_false",
                      help="draft with the draft model only, never by copying from the conversation")
+    gen.add_argument("--stop-repeating", action="store_true",
+                     help="end the reply once one passage comes back four times in a row, as the window does (small "
+                          "models loop in greedy decoding); the text is still exactly the target's")
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of coloured text")
     remote = gen.add_argument_group("a --target URL (a running engine; its API key, if any, from $SPECDEC_API_KEY)")
     remote.add_argument("--model-name", metavar="NAME", default=None,
@@ -389,7 +392,7 @@ def cmd_generate(args) -> int:
         mode=args.mode if draft else Mode.AR, gamma=args.gamma, greedy=args.temperature is None,
         temperature=args.temperature if args.temperature is not None else 1.0,
         top_k=args.top_k, top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens, lookup=args.lookup,
-        **length_rule(args.stop_below),
+        stop_repeating=args.stop_repeating, **length_rule(args.stop_below),
     )
     from app.labels import with_byte_labels
     from engine.decoding.decoder import Decoder  # torch and transformers: only once the input is known to be good
@@ -425,6 +428,8 @@ def cmd_generate(args) -> int:
         bar.close()
     if events and events[-1].text_notice:
         print(f"\nspecdec: note: {events[-1].text_notice}", file=sys.stderr)
+    if events and events[-1].finish_reason == "repeating":
+        print("\nspecdec: note: ended: the reply was repeating itself", file=sys.stderr)
     stats = reply_stats(events)
     if args.json:
         info = decoder.info()

@@ -191,7 +191,7 @@ def option_helps(text: str) -> dict[str, str]:
     return helps
 
 
-FLAGS = {"--help", "--greedy", "--no-lookup", "--json", "--force"}  # off unless given: nothing to show
+FLAGS = {"--help", "--greedy", "--no-lookup", "--stop-repeating", "--json", "--force"}  # off unless given: nothing to show
 
 
 @pytest.mark.parametrize("command", ["generate", "bench", "train-draft", "prepare"])
@@ -219,7 +219,7 @@ def test_help_shows_defaults_as_one_would_type_them(capsys, monkeypatch):
     assert "`specdec COMMAND --help`" in top
 
 
-def test_no_lookup_and_stop_below_reach_the_decoder(monkeypatch, capsys):
+def test_no_lookup_stop_below_and_stop_repeating_reach_the_decoder(monkeypatch, capsys):
     from engine.decoding.decoder import Decoder
     from tests.tiny import tiny_decoder
 
@@ -232,10 +232,11 @@ def test_no_lookup_and_stop_below_reach_the_decoder(monkeypatch, capsys):
 
     monkeypatch.setattr(decoder, "stream", recording_stream)
     monkeypatch.setattr(Decoder, "load", classmethod(lambda cls, *a, **k: decoder))
-    for flags in ([], ["--no-lookup", "--stop-below", "0"]):
+    for flags in ([], ["--no-lookup", "--stop-below", "0", "--stop-repeating"]):
         assert main(["generate", "w3 w7", "--target", "tiny-0", "--draft", "tiny-1", "--max-new-tokens", "4", "--json",
                      *flags]) == 0
-    assert [(s.lookup, s.stop_below) for s in seen] == [(True, DecodeSettings().stop_below), (False, 0.0)]
+    assert [(s.lookup, s.stop_below, s.stop_repeating) for s in seen] == [(True, DecodeSettings().stop_below, False),
+                                                                         (False, 0.0, True)]
     capsys.readouterr()
 
 
