@@ -112,6 +112,7 @@ class ChatView(QTextBrowser):
         self.view = CLEAN
         self.transcript = Transcript()
         self._code_texts: list[str] = []  # what each code block's Copy link copies, in the document drawn
+        self._user_starts: dict[int, int] = {}  # item index -> where a user message's label begins in the document
         self._actions = dict(ACTIONS)  # the links' (text, tooltip) as drawn now: Continue names how far it goes
         self.following = True  # keep the bottom in view; off once the user scrolls up
         self._live: _Live | None = None
@@ -336,15 +337,21 @@ class ChatView(QTextBrowser):
             self.code_copied.emit(self._code_texts[int(url.path())])
 
     def toggle_fold(self, index: int) -> None:
-        """Show a long user message whole, or fold it back to its opening lines."""
+        """Show a long user message whole, or fold it back to its opening lines, its top staying where it was in
+        the pane; the pane follows the conversation again only if that leaves it at the bottom."""
         item = self.items[index]
         item.folded = not item.folded
-        following, self.following = self.following, False  # stay where the reader is
-        value = self.verticalScrollBar().value()
+        bar = self.verticalScrollBar()
+        offset = self._top_of(index) - bar.value()
+        self.following = False
         self._draw_all()
-        self.following = following
-        if not following:
-            self.verticalScrollBar().setValue(value)
+        bar.setValue(round(self._top_of(index) - offset))
+        self.following = bar.value() >= bar.maximum() - BOTTOM_SLACK
+
+    def _top_of(self, index: int) -> float:
+        """Where user message `index` (an item index) begins in the document's layout, in pixels."""
+        block = self.document().findBlock(self._user_starts[index])
+        return self.document().documentLayout().blockBoundingRect(block).top()
 
     def on_range_changed(self, _minimum: int, maximum: int) -> None:
         if self.following:
@@ -377,6 +384,7 @@ class ChatView(QTextBrowser):
     def _draw_all(self) -> None:
         self._pending = False
         self._code_texts.clear()
+        self._user_starts.clear()
         self.clear()
         live_item = self._live.item if self._live is not None else None
         self._live = None
@@ -492,6 +500,7 @@ class ChatView(QTextBrowser):
 
     def _draw_user(self, item: UserItem, index: int) -> None:
         self._draw_label("You", top_margin=14)
+        self._user_starts[index] = self._end().block().position()
         cursor = self._insert_block(top_margin=2)
         cursor.insertText(item.opening if item.folded else item.text, QTextCharFormat())
         if item.foldable:
