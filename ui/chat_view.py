@@ -115,6 +115,7 @@ class ChatView(QTextBrowser):
         self._user_starts: dict[int, int] = {}  # item index -> where a user message's label begins in the document
         self._actions = dict(ACTIONS)  # the links' (text, tooltip) as drawn now: Continue names how far it goes
         self.following = True  # keep the bottom in view; off once the user scrolls up
+        self._pinned: int | None = None  # the span outlined as pinned, outlined again when its reply is redrawn
         self._live: _Live | None = None
         self._links_at = 0  # where the last reply's links begin: they end the document while it is the last item
         self._pending = False  # tokens arrived since the last flush
@@ -136,6 +137,7 @@ class ChatView(QTextBrowser):
 
     def clear_chat(self) -> None:
         self.transcript.clear()
+        self._pinned = None
         self._live = None
         self._pending = False
         self.following = True
@@ -273,7 +275,9 @@ class ChatView(QTextBrowser):
         self.verticalScrollBar().setValue(self.verticalScrollBar().minimum())
 
     def mark_pinned(self, index: int | None) -> None:
-        """Outline the pinned token (or none), wherever the current view draws it."""
+        """Outline the pinned token (or none), wherever the current view draws it, and again whenever its reply
+        is redrawn (another view, a Continue, a message unfolded)."""
+        self._pinned = index
         selections = []
         cursor = self._token_cursor(index) if index is not None else None
         if cursor is not None:
@@ -412,7 +416,12 @@ class ChatView(QTextBrowser):
     def _draw_body(self, state: _Live, final: bool) -> None:
         if self.view == TRACE:
             self._draw_trace(state)
-            return
+        else:
+            self._draw_clean(state, final)
+        if self._pinned is not None and state.item.first <= self._pinned < state.item.end:
+            self.mark_pinned(self._pinned)  # its old outline went with the fragments redrawn
+
+    def _draw_clean(self, state: _Live, final: bool) -> None:
         source, owners = self.transcript.clean_source(state.item)
         blocks = parse_blocks(source)
         if len(state.marks) > state.stable:

@@ -886,7 +886,6 @@ class MainWindow(QMainWindow):
 
     def on_trace_toggled(self, trace: bool) -> None:
         self.chat.set_view(TRACE if trace else CLEAN)
-        self.chat.mark_pinned(self._pinned_index())  # the redrawn document lost the outline
         if not self.inspector.pinned:  # what was shown may not be drawn in this view
             self.inspector.reset()
             self._inspect_first_rejection()
