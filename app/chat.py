@@ -18,7 +18,7 @@ from engine.events import ContextNotice, Drafting, Mode, PairInfo, PrefillProgre
 from engine.remote import RemoteReply, TextDelta, is_url, public_url
 from ui.export import ExportError, export_session
 from ui.session import (ChatStatus, Comparison, ComparisonShown, DrafterComparison, EngineTarget, RemoteSource, Reply,
-                        ReplyRequest, ReplyShown, RoundShown, Session, TurnOptions, TurnStarted, TurnState)
+                        ReplyRequest, ReplyShown, RoundShown, Runtime, Session, TurnOptions, TurnStarted, TurnState)
 from ui.why import WhyGamma, why_gamma
 
 
@@ -89,6 +89,7 @@ class ChatController(QObject):
         self.turns: list[Turn] = []
         self.state = TurnState.IDLE
         self.pair: PairInfo | None = None
+        self.runtime: Runtime | None = None  # what runs `pair` here
         self.timing = StepReference()  # recent target-step timings: the reference for speedup estimates
         self.editing: int | None = None
         self.gammas: list[int] = []  # every γ the reply in flight ran with
@@ -116,7 +117,8 @@ class ChatController(QObject):
         done = [turn for turn in self.turns if turn.reply is not None]
         return Session(self.pair, [turn.reply for turn in done],
                        {i: turn.comparison for i, turn in enumerate(done) if turn.comparison is not None},
-                       self.title, {i: turn.context_notice for i, turn in enumerate(done) if turn.context_notice})
+                       self.title, {i: turn.context_notice for i, turn in enumerate(done) if turn.context_notice},
+                       self.runtime)
 
     @property
     def title(self) -> str:
@@ -363,11 +365,12 @@ class ChatController(QObject):
 
     # -- slots for the worker's signals --------------------------------------------------------------------
 
-    def on_models_loaded(self, info: PairInfo) -> None:
+    def on_models_loaded(self, info: PairInfo, runtime: Runtime | None = None) -> None:
+        """`runtime`: what runs the pair here (None where the worker did not say)."""
         self.drafter_comparison = None  # another pair's rounds say nothing of this one
         self.timing.clear()  # the last pair's step times are neither this one's median nor its quiet speed
         self.timing.add(info.target_step_s)  # one timing before the first reply's own: a slow one is then caught
-        self.pair = info
+        self.pair, self.runtime = info, runtime
         self._loaded_request = self._load_request
         self.state = TurnState.IDLE
         self.pair_loaded.emit(info)

@@ -1,13 +1,24 @@
-"""What this machine offers the model picker: its devices and dtypes, and which preset pairs are on disk.
+"""What this machine offers the model picker (its devices and dtypes, and which preset pairs are on disk), and
+what runs a loaded pair on it (the export's environment).
 
 Asked here, in app/, because the answers need torch and the hub cache, which the widgets never import.
 Nothing here goes to the network: the hub cache is read with huggingface_hub's own offline lookup.
 """
 from __future__ import annotations
 
+import dataclasses
+
+import torch
 from huggingface_hub import try_to_load_from_cache
 
+from engine.decoding.caches import CachedModel
+from engine.decoding.decoder import Decoder
+from engine.decoding.drafters import DraftModelDrafter
+from engine.events import PairInfo
+from engine.kernels import q4q8
+from engine.models import fast_llama, gguf_native
 from engine.models.pairing import Preset
+from ui.session import Runtime
 
 LOCAL_NAMES = ("embedded", "embedded-draft")  # built from files shipped with the app, never downloaded
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -40,3 +51,60 @@ def on_disk(name: str) -> bool:
 
 def offline_presets(presets: dict[str, Preset]) -> dict[str, bool]:
     return {name: on_disk(preset.target) and on_disk(preset.draft) for name, preset in presets.items()}
+
+
+def described(decoder: Decoder) -> tuple[PairInfo, Runtime]:
+    """The decoder's PairInfo, its draft's weights named "int8" where they run so (Decoder.info names every draft's
+    weights "dtype"), and what runs the pair here. Call it on the thread that decodes: torch's thread count is
+    that thread's."""
+    info = decoder.info()
+    multiply = _draft_multiply(decoder)
+    if info.draft is not None and _is_int8(multiply):
+        info = dataclasses.replace(info, draft=dataclasses.replace(info.draft, weights="int8"))
+    dtype = info.dtype
+    runtime = Runtime(cpu_capability=torch.backends.cpu.get_cpu_capability(), threads=torch.get_num_threads(),
+                      target_kernel=_target_kernel(decoder, dtype),
+                      draft_weights=None if decoder.draft is None else _kernel_name(multiply, dtype))
+    return info, runtime
+
+
+def _target_kernel(decoder: Decoder, dtype: str) -> str:
+    """A native GGUF target's kernels, read from its layers (torch's int4 kernel takes the shapes the Q4 × Q8 one
+    cannot); else what multiplies its weights in the forward."""
+    native = {type(module) for module in decoder.target.model.modules()
+              if isinstance(module, gguf_native.NativeLinear)}
+    names = {gguf_native.Q4Q8Linear: f"Q4×Q8 native kernel ({q4q8.isa_name()})",
+             gguf_native.Int4Linear: "torch's int4 kernel (_weight_int4pack_mm_for_cpu)"}
+    if native:
+        return " and ".join(name for kind, name in names.items() if kind in native)
+    return _kernel_name(_multiply(decoder.runner), dtype)
+
+
+def _multiply(runner: CachedModel):
+    """The callable behind the first layer's MLP down projection on the fast forward (every projection of a
+    model is built alike), or None where the model runs on transformers' forward."""
+    cache = runner.cache
+    return cache.weights.layers[0].down if isinstance(cache, fast_llama.FastLlama) else None
+
+
+def _draft_multiply(decoder: Decoder):
+    drafter = decoder.drafter
+    return _multiply(drafter.runner) if isinstance(drafter, DraftModelDrafter) else None
+
+
+def _is_int8(multiply) -> bool:
+    return (isinstance(multiply, fast_llama.Int8Weight)
+            or isinstance(multiply, q4q8.Q4Q8Weight) and multiply.bits == 8)
+
+
+def _kernel_name(multiply, dtype: str) -> str:
+    if multiply is None:
+        return f"{dtype}, transformers' forward"
+    if isinstance(multiply, q4q8.Q4Q8Weight):
+        blocks = "int8 (Q8_0 blocks)" if multiply.bits == 8 else f"{multiply.bits}-bit blocks"
+        return f"{blocks} on the Q4×Q8 native kernel ({q4q8.isa_name()})"
+    if isinstance(multiply, fast_llama.Int8Weight):
+        return "int8 on torch's weight-only int8 kernel (_weight_int8pack_mm)"
+    if isinstance(multiply, fast_llama.PackedWeight):
+        return f"{dtype}, packed for oneDNN"
+    return f"{dtype}, torch's linear"

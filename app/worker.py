@@ -14,6 +14,7 @@ import traceback
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.labels import with_byte_labels
+from app.machine import described
 from engine.decoding.costs import RoundPlanner
 from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import LookupDrafter
@@ -38,7 +39,7 @@ def user_message(exc: BaseException) -> str:
 
 
 class DecodeWorker(QObject):
-    models_loaded = Signal(object)  # PairInfo
+    models_loaded = Signal(object, object)  # PairInfo, Runtime (app.machine.described)
     context_fitted = Signal(object)  # ContextNotice: turns were left out or the budget cut, before the prefill
     prefill_progressed = Signal(object)  # PrefillProgress, after each chunk of the prompt
     round_finished = Signal(object)  # RoundEvent
@@ -72,7 +73,7 @@ class DecodeWorker(QObject):
     def on_thread_started(self) -> None:
         """Announce an injected decoder as if it had just been loaded."""
         if self.decoder is not None:
-            self.models_loaded.emit(self.decoder.info())
+            self.models_loaded.emit(*described(self.decoder))
 
     @Slot(str, object, str, str, str)
     def on_load_requested(self, target: str, draft: str | None, device: str, dtype: str, weights: str) -> None:
@@ -84,7 +85,7 @@ class DecodeWorker(QObject):
             self.failed.emit(user_message(exc))
             return
         self.decoder = decoder
-        self.models_loaded.emit(decoder.info())
+        self.models_loaded.emit(*described(decoder))
 
     @Slot(object)
     def on_prompt_submitted(self, request: ReplyRequest) -> None:

@@ -63,11 +63,11 @@ ACTIONS = {
 LAST_REPLY_ONLY = ("regenerate", "continue")
 ACTION_ROW = QTextFormat.Property.UserProperty + 1  # block property of a reply's links: never copied with the text
 
-# The guide's examples: one the draft can copy from the prompt, one code answer, one where the small draft
-# guesses badly (free invention), so rejected drafts show up.
+# The guide's examples: one the draft can copy from the prompt (the target writes the list out again whole), one
+# code answer, one where the small draft guesses badly (free invention), so rejected drafts show up.
 EXAMPLES = (
-    ("copying", "Repeat this sentence exactly, then write it once more: The quick brown fox jumps over the "
-                "lazy dog near the river bank."),
+    ("copying", "Write this list again in the same order: apple, banana, cherry, date, elderberry, fig, grape, "
+                "kiwi."),
     ("a code answer", "Write a Python function that checks whether a word is a palindrome."),
     ("many rejections", "Invent a strange name for a dragon and describe its cave in three sentences."),
 )
@@ -115,8 +115,10 @@ class ChatView(QTextBrowser):
         self.view = CLEAN
         self.transcript = Transcript()
         self._code_texts: list[str] = []  # what each code block's Copy link copies, in the document drawn
+        self._user_starts: dict[int, int] = {}  # item index -> where a user message's label begins in the document
         self._actions = dict(ACTIONS)  # the links' (text, tooltip) as drawn now: Continue names how far it goes
         self.following = True  # keep the bottom in view; off once the user scrolls up
+        self._pinned: int | None = None  # the span outlined as pinned, outlined again when its reply is redrawn
         self._live: _Live | None = None
         self._links_at = 0  # where the last reply's links begin: they end the document while it is the last item
         self._pending = False  # tokens arrived since the last flush
@@ -138,6 +140,7 @@ class ChatView(QTextBrowser):
 
     def clear_chat(self) -> None:
         self.transcript.clear()
+        self._pinned = None
         self._live = None
         self._pending = False
         self.following = True
@@ -275,7 +278,9 @@ class ChatView(QTextBrowser):
         self.verticalScrollBar().setValue(self.verticalScrollBar().minimum())
 
     def mark_pinned(self, index: int | None) -> None:
-        """Outline the pinned token (or none), wherever the current view draws it."""
+        """Outline the pinned token (or none), wherever the current view draws it, and again whenever its reply
+        is redrawn (another view, a Continue, a message unfolded)."""
+        self._pinned = index
         selections = []
         cursor = self._token_cursor(index) if index is not None else None
         if cursor is not None:
@@ -339,15 +344,21 @@ class ChatView(QTextBrowser):
             self.code_copied.emit(self._code_texts[int(url.path())])
 
     def toggle_fold(self, index: int) -> None:
-        """Show a long user message whole, or fold it back to its opening lines."""
+        """Show a long user message whole, or fold it back to its opening lines, its top staying where it was in
+        the pane; the pane follows the conversation again only if that leaves it at the bottom."""
         item = self.items[index]
         item.folded = not item.folded
-        following, self.following = self.following, False  # stay where the reader is
-        value = self.verticalScrollBar().value()
+        bar = self.verticalScrollBar()
+        offset = self._top_of(index) - bar.value()
+        self.following = False
         self._draw_all()
-        self.following = following
-        if not following:
-            self.verticalScrollBar().setValue(value)
+        bar.setValue(round(self._top_of(index) - offset))
+        self.following = bar.value() >= bar.maximum() - BOTTOM_SLACK
+
+    def _top_of(self, index: int) -> float:
+        """Where user message `index` (an item index) begins in the document's layout, in pixels."""
+        block = self.document().findBlock(self._user_starts[index])
+        return self.document().documentLayout().blockBoundingRect(block).top()
 
     def on_range_changed(self, _minimum: int, maximum: int) -> None:
         if self.following:
@@ -380,6 +391,7 @@ class ChatView(QTextBrowser):
     def _draw_all(self) -> None:
         self._pending = False
         self._code_texts.clear()
+        self._user_starts.clear()
         self.clear()
         live_item = self._live.item if self._live is not None else None
         self._live = None
@@ -407,7 +419,12 @@ class ChatView(QTextBrowser):
     def _draw_body(self, state: _Live, final: bool) -> None:
         if self.view == TRACE:
             self._draw_trace(state)
-            return
+        else:
+            self._draw_clean(state, final)
+        if self._pinned is not None and state.item.first <= self._pinned < state.item.end:
+            self.mark_pinned(self._pinned)  # its old outline went with the fragments redrawn
+
+    def _draw_clean(self, state: _Live, final: bool) -> None:
         source, owners = self.transcript.clean_source(state.item)
         blocks = parse_blocks(source)
         if len(state.marks) > state.stable:
@@ -495,6 +512,7 @@ class ChatView(QTextBrowser):
 
     def _draw_user(self, item: UserItem, index: int) -> None:
         self._draw_label("You", top_margin=14)
+        self._user_starts[index] = self._end().block().position()
         cursor = self._insert_block(top_margin=2)
         cursor.insertText(item.opening if item.folded else item.text, QTextCharFormat())
         if item.foldable:

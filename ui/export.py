@@ -25,7 +25,7 @@ from pathlib import Path
 from engine.events import Mode, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance, round_alpha
 from ui.compare import explain, greedy_is_exact
-from ui.session import Comparison, RemoteSource, Reply, Session
+from ui.session import Comparison, RemoteSource, Reply, Runtime, Session
 from ui.timing import estimated_speedup
 from ui.tokens import SPECIAL_TOKEN
 from ui.transcript import CONTEXT, reply_notes
@@ -37,16 +37,31 @@ CSV_COLUMNS = ("reply", "part", "round", "mode", "gamma", "n_verified", "n_accep
                "finish_reason", "fates", "text")
 
 
-def environment() -> dict:
-    """Versions that matter for the timings; read from package metadata so the UI never imports torch."""
+def environment(runtime: Runtime | None) -> dict:
+    """The machine, kernels and versions that produced the timings. Versions are read from package metadata and
+    what torch runs on from `runtime` (app.machine asks torch), so the UI never imports torch; what `runtime`
+    would say is None where it is not known."""
     versions = {}
     for package in ("torch", "transformers", "PySide6-Essentials", "pyqtgraph", "numpy"):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             versions[package] = None
+    ran = plain(runtime) if runtime is not None else dict.fromkeys(f.name for f in dataclasses.fields(Runtime))
     return {"python": sys.version.split()[0], "platform": platform.platform(), "machine": platform.machine(),
-            "packages": versions}
+            "cpu": cpu_model(), "cpu_count": os.cpu_count(), **ran, "packages": versions}
+
+
+def cpu_model() -> str | None:
+    """The CPU's name as Linux gives it in /proc/cpuinfo, else platform's (often only the architecture)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model"):  # x86; some Arm boards
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def plain(value):
@@ -108,7 +123,7 @@ def session_json(session: Session) -> dict:
             "remote": None if reply.remote is None else remote_json(reply.remote),
         })
     return {"app": "SpecDec Studio", "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "models": plain(session.pair), "environment": environment(), "replies": replies,
+            "models": plain(session.pair), "environment": environment(session.runtime), "replies": replies,
             # the session's acceptance by draft position and what the pair's cost model recommends under it
             "why_gamma": why_gamma(session).as_dict()}
 

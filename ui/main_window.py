@@ -31,7 +31,8 @@ from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, EngineTa
 from ui.why import WhyGamma, recommendation_text, why_gamma
 from ui.status_bar import ElidedLabel, PartsLabel, StatusBar
 from ui.transcript import CONTEXT, reply_notes
-from ui.wording import comparison_line, measured_summary, remote_header, reply_header, unbreakable
+from ui.wording import (comparison_line, measured_figures, remote_header, remote_line, reply_header, stats_figures,
+                        unbreakable)
 
 # The least client area: a 1000×700 screen holds it with a window manager's title bar and borders.
 MIN_WIDTH, MIN_HEIGHT = 995, 620
@@ -44,6 +45,7 @@ PANE_MIN_WIDTH = {"side": 245, "chat": 315, "right": 200}
 PANE_WIDTH = {"side": 280, "chat": 770, "right": 350}
 SIDE_MAX_WIDTH = 320
 STATUS_RIGHT_MARGIN = 8  # between the status bar's last widget and the window's right edge
+LAST_REPLY = "last reply: "  # the status bar's summary of the last reply begins so
 EXPORT_TITLE_HEIGHT = 20  # the exported chart image's row naming each reply and the why tab
 HISTORY_WIDTH = 140  # the history dock's first width: its titles elide, and a small window's chat needs the room
 SERVING_READY_S = 100  # about how long vLLM takes to answer here (engine.benchmark.vllm_peer.READY_TIMEOUT_S bounds it)
@@ -662,11 +664,12 @@ class MainWindow(QMainWindow):
             return
         self.chat.flush()
         self.charts.refresh()
-        line = self._add_reply_notes(reply)
+        self._add_reply_notes(reply)
         self.chat.set_reply_actions(shown.index, ("copy", "edit", "regenerate")
                                     + (("continue",) if shown.can_continue else ()), text=reply.text)
         self._inspect_first_rejection()
-        self.reply_label.setText("last reply: " + line)
+        first, *rest = stats_figures(reply)
+        self.reply_label.set_parts([first._replace(text=LAST_REPLY + first.text), *rest])
 
     def _remote_reply_finished(self, shown: ReplyShown) -> None:
         """A remote engine's reply: plain text (a reopened one is drawn now), our tokens/s and its counts."""
@@ -675,20 +678,19 @@ class MainWindow(QMainWindow):
             self.chat.add_text(shown.reply.text)
         self.chat.set_reply_header(remote_header(source.model, source.url, reply.request.settings))
         self.chat.flush()
-        line = self._add_reply_notes(reply)
+        self._add_reply_notes(reply)
         self.chat.set_reply_actions(shown.index, ("copy", "edit", "regenerate")
                                     + (("continue",) if shown.can_continue else ()), text=reply.text)
         if source.reply is not None:
             self.engine_report.on_reply_finished(source.reply)
-        self.reply_label.setText("last reply: " + line)
+        self.reply_label.setText(LAST_REPLY + remote_line(reply))
 
-    def _add_reply_notes(self, reply: Reply) -> str:
-        """The lines under a finished reply; returns its figures' line, which the status bar repeats."""
+    def _add_reply_notes(self, reply: Reply) -> None:
+        """The lines under a finished reply: its figures (which the status bar repeats), then its warnings."""
         figures, *warnings = reply_notes(reply)
         self.chat.add_note(unbreakable(figures.text))
         for note in warnings:
             self.chat.add_note(note.text, warning=note.warning)
-        return figures.text
 
     def on_remote_connected(self, target: EngineTarget) -> None:
         """Replies come from `target` now: the Engine tab shows its counts, the legend and inspector say that no
@@ -766,7 +768,7 @@ class MainWindow(QMainWindow):
         if not comparison.stopped:
             if comparison.fair:  # a busy or unequal comparison is no line to read the estimate against
                 self.charts.show_measured_speedup(comparison.speedup)
-            self.reply_label.setText(self.reply_label.text() + " · " + measured_summary(comparison, shown.chat_measured))
+            self.reply_label.set_parts(self.reply_label.parts + measured_figures(comparison, shown.chat_measured))
         self.statusBar().clearMessage()
 
     def on_why_changed(self, why: WhyGamma) -> None:
@@ -884,7 +886,6 @@ class MainWindow(QMainWindow):
 
     def on_trace_toggled(self, trace: bool) -> None:
         self.chat.set_view(TRACE if trace else CLEAN)
-        self.chat.mark_pinned(self._pinned_index())  # the redrawn document lost the outline
         if not self.inspector.pinned:  # what was shown may not be drawn in this view
             self.inspector.reset()
             self._inspect_first_rejection()

@@ -11,6 +11,17 @@ from ui.timing import estimated_speedup
 
 
 @dataclass(frozen=True)
+class Runtime:
+    """What runs a loaded pair on this machine, as plain data (app.machine asks torch and the loaded models): with
+    it the export says which machine and kernels produced its figures."""
+
+    cpu_capability: str  # the vector instructions torch's CPU kernels use (torch.backends.cpu.get_cpu_capability)
+    threads: int  # torch's threads for one operation
+    target_kernel: str  # what multiplies the target's weights
+    draft_weights: str | None  # the draft's linear layers as they run; None without a draft model
+
+
+@dataclass(frozen=True)
 class ReplyRequest:
     """One turn: the whole conversation so far (ending with the user's message) and how to decode it."""
 
@@ -153,6 +164,7 @@ class Session:
     title: str = ""  # the chat's title
     # reply index -> the ContextNotice message shown under it (the conversation was fitted into the model's window)
     context_notices: dict[int, str] = field(default_factory=dict)
+    runtime: Runtime | None = None  # what ran the pair; None where not known (a saved chat exported from the history)
 
     def shown_replies(self) -> list[tuple[Reply, Comparison | None]]:
         """The replies as the chat shows them: a continuation joined to the reply it continues, each with the

@@ -2,6 +2,8 @@
 that take the place of the normal labels instead of being drawn over them."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QLabel, QStatusBar, QStyle, QStyleOption, QWidget
@@ -30,21 +32,46 @@ class ElidedLabel(QLabel):
 
 
 class PartsLabel(ElidedLabel):
-    """A ' · '-separated line of figures that gives up whole parts from its middle, nearest the end first, so that
-    its first part and its last (the reply's size and its measured speedup) stay whole; "…" marks the gap."""
+    """A ' · '-separated line of figures that gives up whole parts, "…" marking each gap, until it fits. Parts set
+    with `set_parts` go in the order of their rank, the highest first; a line set as text gives up parts from its
+    middle, nearest the end first, so that its first part and its last stay whole. The part that goes last is
+    elided at its end once even it alone is too wide."""
 
     SEPARATOR = " · "
 
+    def __init__(self, text: str = "", parent: QWidget | None = None):
+        super().__init__(parent)
+        self.parts: list[tuple[str, int]] = []  # (text, rank) of each part, in the line's order
+        self.setText(text)
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+        texts = text.split(self.SEPARATOR) if text else []
+        last = len(texts) - 1
+        self.set_parts([(part, 0 if i in (0, last) else i) for i, part in enumerate(texts)])
+
+    def set_parts(self, parts: Sequence[tuple[str, int]]) -> None:
+        """(text, rank) of each part in the line's order; where the width is short, the highest rank goes first
+        (of equal ranks, the later part)."""
+        self.parts = list(parts)
+        super().setText(self.SEPARATOR.join(text for text, _ in self.parts))
+
     def shown_text(self) -> str:
-        parts = self.text().split(self.SEPARATOR)
-        if len(parts) == 1:
+        if len(self.parts) < 2:
             return super().shown_text()
         width, metrics = self.contentsRect().width(), self.fontMetrics()
-        for kept in range(len(parts) - 1, 0, -1):  # how many parts are shown before the last one
-            shown = self.SEPARATOR.join(parts[:kept] + (["…"] if kept < len(parts) - 1 else []) + parts[-1:])
-            if metrics.horizontalAdvance(shown) <= width:
-                return shown
-        return metrics.elidedText(shown, Qt.TextElideMode.ElideRight, width)  # even first · … · last is too wide
+        kept = [True] * len(self.parts)
+        giving_up = sorted(range(len(self.parts)), key=lambda i: (self.parts[i][1], i), reverse=True)
+        for index in giving_up:
+            shown = self._joined(kept)
+            if metrics.horizontalAdvance(shown) <= width or kept.count(True) == 1:
+                break
+            kept[index] = False
+        return metrics.elidedText(self._joined(kept), Qt.TextElideMode.ElideRight, width)
+
+    def _joined(self, kept: list[bool]) -> str:
+        """The kept parts, one "…" in place of each run of parts given up."""
+        return self.SEPARATOR.join(text if keep else "…" for (text, _), keep, kept_before
+                                   in zip(self.parts, kept, [True, *kept]) if keep or kept_before)
 
 
 class StatusBar(QStatusBar):

@@ -1,6 +1,9 @@
 """How a reply's figures are worded, in the chat, the status bar and the Markdown export."""
 from __future__ import annotations
 
+from enum import IntEnum
+from typing import NamedTuple
+
 from engine.events import DecodeSettings, Mode
 from engine.stats import ReplyStats
 from ui.session import Comparison, Reply
@@ -33,12 +36,33 @@ def comparison_caveat(comparison: Comparison) -> str:
     return UNFAIR if comparison.machine_busy else UNEQUAL if comparison.unequal_loads else ONE_RUN
 
 
-def measured_summary(comparison: Comparison, chat_measured: tuple[float, ...]) -> str:
+SEPARATOR = " · "  # between the figures of a line
+
+
+class Keep(IntEnum):
+    """How long the status bar keeps a figure when it is short of width: it gives up the highest first (the whole
+    line stays in its tooltip)."""
+
+    MEASURED = 0  # the measured speedup: what a comparison with plain AR was run for
+    ESTIMATE = 1  # the estimated speedup, which the measured one is read against
+    ALPHA = 2
+    SIZE = 3  # how many tokens in how many rounds, and whether the reply was stopped
+    RATE = 4  # tokens per second and per round
+    DETAIL = 5  # how long the prompt took to read, the range of the chat's measurements
+
+
+class Figure(NamedTuple):
+    text: str
+    keep: Keep
+
+
+def measured_figures(comparison: Comparison, chat_measured: tuple[float, ...]) -> list[Figure]:
     """The status bar's measured figure; beside it, once the chat has several fair comparisons, their range."""
-    line = f"measured {comparison.speedup:.2f}× vs AR" + comparison_caveat(comparison)
+    figures = [Figure(f"measured {comparison.speedup:.2f}× vs AR" + comparison_caveat(comparison), Keep.MEASURED)]
     if len(chat_measured) > 1:
-        line += f" · this chat {min(chat_measured):.2f}–{max(chat_measured):.2f}× in {len(chat_measured)} runs"
-    return line
+        figures.append(Figure(f"this chat {min(chat_measured):.2f}–{max(chat_measured):.2f}× in "
+                              f"{len(chat_measured)} runs", Keep.DETAIL))
+    return figures
 
 
 SHOWN_PREFILL_S = 0.1  # reading the prompt is named beside tokens/s (which leaves it out) once it is noticeable
@@ -50,21 +74,29 @@ def alpha_wording(stats: ReplyStats) -> str:
     return f"α {stats.alpha:.2f}" if stats.n_verified else "no drafts"
 
 
-def stats_line(reply: Reply) -> str:
+def stats_figures(reply: Reply) -> list[Figure]:
     """The reply's figures; a busy machine's estimate says so beside it, as a measured speedup may contradict it."""
     s = reply.stats
     if not s.n_tokens:  # stopped before its first round: no figures to give
-        return "stopped while reading the prompt: no tokens yet" if reply.stopped else "no tokens"
+        return [Figure("stopped while reading the prompt: no tokens yet" if reply.stopped else "no tokens", Keep.SIZE)]
     # A busy machine slows the tokens/s; the estimate stays fair where it is priced by the reply's own plain steps
     estimate_fair = not reply.machine_busy or reply.estimate_beside_load
-    line = (f"{s.n_tokens} tokens in {s.n_rounds} rounds · {s.tokens_per_s:.1f} tok/s"
-            + (BUSY if reply.machine_busy and estimate_fair else ""))
+    figures = [Figure(f"{s.n_tokens} tokens in {s.n_rounds} rounds", Keep.SIZE),
+               Figure(f"{s.tokens_per_s:.1f} tok/s" + (BUSY if reply.machine_busy and estimate_fair else ""),
+                      Keep.RATE)]
     if reply.request.settings.mode is Mode.SPEC:
-        line += (f" · {alpha_wording(s)} · {s.tokens_per_round:.2f} tok/round · "
-                 f"est. {reply.estimated_speedup:.2f}× vs AR" + ("" if estimate_fair else UNFAIR))
+        figures += [Figure(alpha_wording(s), Keep.ALPHA), Figure(f"{s.tokens_per_round:.2f} tok/round", Keep.RATE),
+                    Figure(f"est. {reply.estimated_speedup:.2f}× vs AR" + ("" if estimate_fair else UNFAIR),
+                           Keep.ESTIMATE)]
     if s.prefill_s >= SHOWN_PREFILL_S:
-        line += f" · prompt read in {s.prefill_s:.1f} s"
-    return line + (" · stopped" if reply.stopped else "")
+        figures.append(Figure(f"prompt read in {s.prefill_s:.1f} s", Keep.DETAIL))
+    if reply.stopped:
+        figures.append(Figure("stopped", Keep.SIZE))
+    return figures
+
+
+def stats_line(reply: Reply) -> str:
+    return SEPARATOR.join(figure.text for figure in stats_figures(reply))
 
 
 def busy_note(reply: Reply) -> str | None:

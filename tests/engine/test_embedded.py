@@ -110,3 +110,15 @@ def test_stop_during_a_6000_token_read_in_is_heard_within_half_a_second():
     assert all(n * seconds <= PREFILL_CHUNK_S or n == 1 for n, seconds in chunks[1:]), chunks
     assert statistics.median(gaps) < 0.5, gaps
     assert len(list(decoder.generate(MESSAGES, DecodeSettings(max_new_tokens=4)))) >= 1  # the next reply works
+
+
+def test_the_guides_copying_example_is_mostly_drafted_by_copies():
+    from ui.chat_view import EXAMPLES
+
+    [prompt] = [text for what, text in EXAMPLES if what == "copying"]
+    decoder = Decoder.load("embedded", "embedded-draft")  # as the window loads it
+    # γ drafts every round: how many the cost-aware rounds draft depends on this machine's timings
+    settings = DecodeSettings(cost_aware=False, stop_below=0.0)
+    events = list(decoder.generate([{"role": "user", "content": prompt}], settings))
+    copied = sum(kind == "copy" and draft.accepted for e in events for kind, draft in zip(e.draft_kinds, e.drafted))
+    assert copied > sum(len(e.emitted) for e in events) / 2

@@ -7,12 +7,13 @@ import csv
 import dataclasses
 import json
 
+from app.machine import described
 from engine.events import ContextNotice, DecodeSettings, ModelInfo, PairInfo
 from tests.ui.helpers import shown_window
 from tests.ui.synthetic import accepted_round, rejected_round
 from ui.export import export_session
 from ui.gamma_charts import why_panel
-from ui.session import (Comparison, ComparisonShown, Reply, ReplyRequest, ReplyShown, RoundShown, Session,
+from ui.session import (Comparison, ComparisonShown, Reply, ReplyRequest, ReplyShown, RoundShown, Runtime, Session,
                         TurnStarted)
 from ui.transcript import ComparisonView
 from ui.why import why_gamma
@@ -62,6 +63,26 @@ def test_the_json_keeps_a_continued_replys_parts_apart(tmp_path):
     story = data["replies"][1]
     assert [(p["part"], p["stopped"], p["n_rounds"]) for p in story["parts"]] == [(1, True, 2), (2, False, 3)]
     assert [(r["part"], r["index"]) for r in story["rounds"]] == [(1, 0), (1, 1), (2, 0), (2, 1), (2, 2)]
+
+
+def test_the_json_environment_says_what_ran_the_pair(tmp_path):
+    runtime = Runtime(cpu_capability="AVX2", threads=2, target_kernel="Q4×Q8 native kernel (avx2)",
+                      draft_weights="int8 on torch's weight-only int8 kernel (_weight_int8pack_mm)")
+    data, _, _, _ = exported(tmp_path, dataclasses.replace(hash_table_then_a_continued_story(), runtime=runtime))
+    environment = data["environment"]
+    assert {key: environment[key] for key in dataclasses.asdict(runtime)} == dataclasses.asdict(runtime)
+    assert environment["cpu"]  # the CPU's model name
+
+
+def test_the_json_environment_leaves_what_is_not_known_empty(tmp_path):
+    data, _, _, _ = exported(tmp_path, hash_table_then_a_continued_story())  # no runtime: a chat reopened
+    assert data["environment"]["target_kernel"] is None and data["environment"]["threads"] is None
+
+
+def test_the_session_carries_what_runs_the_loaded_pair(make_studio, mixed_decoder):
+    studio = make_studio(mixed_decoder)
+    assert studio.chat.session.runtime == described(mixed_decoder)[1]
+    assert studio.chat.session.pair.draft.weights == described(mixed_decoder)[0].draft.weights
 
 
 def test_the_rounds_csv_numbers_replies_as_the_json_with_the_part_of_each_round(tmp_path):

@@ -11,7 +11,7 @@ from PySide6.QtGui import QTextDocument, QTextFormat
 from PySide6.QtWidgets import QApplication
 
 from engine.events import Fate, TokenProb
-from tests.ui.helpers import send, text_of
+from tests.ui.helpers import REPLY_TIMEOUT_MS, send, text_of
 from tests.ui.synthetic import accepted_round, rejected_round
 from ui.inspector import WORD_JOINER, TokenInspector, span_html
 from ui.main_window import MIN_HEIGHT, MIN_WIDTH, MainWindow
@@ -291,3 +291,20 @@ def test_a_continued_replys_rounds_are_numbered_on_from_its_first_part(qtbot):
     chat.flush()
     assert [span.round_index for span in chat.spans] == [0, 0, 1, 1, 2, 2, 2]
     assert "round 3" in text_of(span_html(chat.spans[-1]))
+
+
+def outlined_text(chat) -> list[str]:
+    """The text the chat pane outlines as the pinned token."""
+    return [selection.cursor.selectedText() for selection in chat.extraSelections()]
+
+
+def test_a_pinned_token_stays_outlined_after_a_continue(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=6, cost_aware=False, stop_below=0.0)
+    window = studio.window
+    send(qtbot, studio)
+    first_clean = next(i for i, s in enumerate(window.chat.spans) if s.clean)
+    window.on_token_clicked(first_clean)
+    with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        window.continue_action.trigger()  # the reply goes on in place: the pane redraws it whole
+    assert window.inspector.pinned and window.inspector.span is window.chat.spans[first_clean]
+    assert outlined_text(window.chat) == [window.chat.spans[first_clean].text]

@@ -14,6 +14,7 @@ from tests.ui.synthetic import accepted_round, markdown_reply, rejected_round
 from ui.chat_view import CLEAN, EXAMPLE_SCHEME, EXAMPLES, TRACE, ChatView, ComparisonView, monospace_family
 from ui.palette import CODE_BACKGROUND, DIFFERENCE_BACKGROUND
 from ui.palette import STYLES
+from ui.transcript import UserItem
 
 
 def shown_reply(qtbot) -> ChatView:
@@ -186,6 +187,47 @@ def test_a_long_prompt_is_shown_folded_and_unfolds_on_click(qtbot):
     assert document not in shown and "Show all (4000 words)" in shown and len(shown) < 400
     chat.on_anchor_clicked(QUrl("fold:0"))
     assert document in chat.toPlainText() and "Fold" in chat.toPlainText()
+
+
+def message_top(chat: ChatView, index: int) -> float:
+    """Where user message `index` (an item index) begins in the pane's viewport, in pixels: its "You" label's top."""
+    labels = [i for i, item in enumerate(chat.items) if isinstance(item, UserItem)].index(index)
+    block = chat.document().begin()
+    while block.text() != "You" or labels:
+        labels -= block.text() == "You"
+        block = block.next()
+    return chat.document().documentLayout().blockBoundingRect(block).top() - chat.verticalScrollBar().value()
+
+
+def test_show_all_keeps_the_message_where_the_reader_was_looking(qtbot):
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    chat.resize(600, 400)
+    chat.show()
+    qtbot.waitExposed(chat)
+    document = "\n".join(" ".join(f"w{i}" for i in range(line, line + 10)) for line in range(200))
+    for n in range(3):
+        chat.add_user_message(f"question {n}")
+        chat.begin_reply("Assistant")
+        for event in markdown_reply():
+            chat.add_round(event)
+        chat.add_note("stats")
+    chat.add_user_message(document)
+    chat.begin_reply("Assistant")
+    for event in markdown_reply():
+        chat.add_round(event)
+    chat.add_note("stats")
+    QApplication.processEvents()
+    folded = len(chat.items) - 2
+    bar = chat.verticalScrollBar()
+    assert chat.following and 0 < bar.value() == bar.maximum()  # at the bottom, the folded message in view
+    before = message_top(chat, folded)
+    link = chat.document().find("Show all")
+    link.setPosition(link.selectionStart() + 1)
+    qtbot.mouseClick(chat.viewport(), Qt.MouseButton.LeftButton, pos=chat.cursorRect(link).center())
+    QApplication.processEvents()
+    assert document in chat.toPlainText()
+    assert bar.value() > 0 and abs(message_top(chat, folded) - before) <= 1
 
 
 def test_a_short_message_is_never_folded(qtbot):

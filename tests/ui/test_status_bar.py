@@ -1,15 +1,19 @@
 """The status bar: a notice takes the labels' place instead of being drawn over them, and says all in its tooltip;
-the last reply's summary keeps its first and last figures whole at the default width."""
+the last reply's summary keeps its first and last figures whole at the default width, and its speedups in a narrow
+window."""
 from __future__ import annotations
 
+import dataclasses
 from itertools import combinations
 
 from PySide6.QtCore import QPoint, QRect
 from PySide6.QtWidgets import QApplication
 
-from engine.events import ModelInfo, PairInfo, PrefillProgress
+from engine.events import DecodeSettings, ModelInfo, PairInfo, PrefillProgress
 from tests.ui.helpers import shown_window
+from tests.ui.synthetic import accepted_round
 from ui.main_window import INT4_NOTE
+from ui.session import Comparison, ComparisonShown, Reply, ReplyRequest, ReplyShown
 from ui.wording import UNFAIR
 
 LONG_SUMMARY = ("last reply: 128 tokens in 120 rounds · 71.9 tok/s · α 0.62 · 1.07 tok/round · est. 1.13× vs AR"
@@ -77,3 +81,23 @@ def test_the_last_reply_summary_keeps_its_first_and_last_figures_at_the_default_
     assert shown.startswith("last reply: 128 tokens in 120 rounds · ") and shown.endswith(" · measured 0.80× vs AR")
     assert " · … · " in shown and label.fontMetrics().horizontalAdvance(shown) <= label.contentsRect().width()
     assert label.toolTip() == LONG_SUMMARY
+
+
+def test_in_a_narrow_window_the_summary_keeps_the_estimate_and_the_measured_speedup(qtbot):
+    window = shown_window(qtbot, 1000, 700)
+    events = tuple(dataclasses.replace(accepted_round(i, ["a"], "b"), prefill_s=0.5 if i == 0 else 0.0)
+                   for i in range(64))
+    reply = Reply(ReplyRequest(({"role": "user", "content": "x"},), DecodeSettings(gamma=2)), events, "ab" * 64,
+                  False, reference_s=0.02, machine_busy=True)  # its estimate carries the long "not a fair" remark
+    comparison = Comparison(ar_events=(), ar_text="", spec_wall_s=2.4, ar_wall_s=3.0, spec_tokens_per_s=66.7,
+                            ar_tokens_per_s=50.0, identical=None)
+    window.on_reply_finished(ReplyShown(0, reply, reply, can_continue=False, live=True))
+    window.on_comparison_finished(ComparisonShown(0, comparison, reply, None, chat_measured=(1.2, 1.33)))
+    QApplication.processEvents()
+    label = window.reply_label
+    shown = label.shown_text()
+    assert label.fontMetrics().horizontalAdvance(label.text()) > label.contentsRect().width()  # it must give way
+    assert f"est. {reply.estimated_speedup:.2f}× vs AR{UNFAIR}" in shown
+    assert f"measured {comparison.speedup:.2f}× vs AR" in shown
+    assert label.fontMetrics().horizontalAdvance(shown) <= label.contentsRect().width()
+    assert label.toolTip() == label.text()  # what was given up is still said there
