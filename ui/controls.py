@@ -233,7 +233,7 @@ class DecodingControls(QGroupBox):
         self.lookup.setChecked(defaults.lookup)
         self.lookup.setToolTip("Where the last 3 tokens occurred before, propose what followed them (q = 1) instead "
                                "of the draft model's guess; verification is unchanged, so the output is too")
-        self.stop_repeating = QCheckBox("end a reply that repeats itself")
+        self.stop_repeating = QCheckBox("end a looping reply")
         self.stop_repeating.setChecked(defaults.stop_repeating)
         self.stop_repeating.setToolTip("End the reply once one passage comes back four times in a row (small models loop, "
                                        "above all in greedy mode); what was written is still exactly the target's, "
