@@ -197,12 +197,18 @@ def test_the_token_the_inspector_opens_on_after_a_reply_says_why_it_is_shown(mak
     assert "first rejected draft" not in window.inspector.label.text()  # a token pointed at needs no reason
 
 
-def test_a_pinned_token_stays_pinned_through_the_next_reply(make_studio, mixed_decoder, qtbot):
-    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=24, cost_aware=False, stop_below=0.0)
-    window = studio.window
+def pin_the_first_clean_token_of_a_reply(make_studio, decoder, qtbot, max_new_tokens: int):
+    """A sampled reply with γ drafts every round, its first clean token clicked; returns the studio and its index."""
+    studio = make_studio(decoder, greedy=False, max_new_tokens=max_new_tokens, cost_aware=False, stop_below=0.0)
     send(qtbot, studio)
-    first_clean = next(i for i, s in enumerate(window.chat.spans) if s.clean)
-    window.on_token_clicked(first_clean)
+    first_clean = next(i for i, s in enumerate(studio.window.chat.spans) if s.clean)
+    studio.window.on_token_clicked(first_clean)
+    return studio, first_clean
+
+
+def test_a_pinned_token_stays_pinned_through_the_next_reply(make_studio, mixed_decoder, qtbot):
+    studio, _ = pin_the_first_clean_token_of_a_reply(make_studio, mixed_decoder, qtbot, 24)
+    window = studio.window
     pinned = window.inspector.span
     at_start = spans_shown_at_each_turn_start(studio)
     send(qtbot, studio, "w9 w2")
@@ -299,11 +305,8 @@ def outlined_text(chat) -> list[str]:
 
 
 def test_a_pinned_token_stays_outlined_after_a_continue(make_studio, mixed_decoder, qtbot):
-    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=6, cost_aware=False, stop_below=0.0)
+    studio, first_clean = pin_the_first_clean_token_of_a_reply(make_studio, mixed_decoder, qtbot, 6)
     window = studio.window
-    send(qtbot, studio)
-    first_clean = next(i for i, s in enumerate(window.chat.spans) if s.clean)
-    window.on_token_clicked(first_clean)
     with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         window.continue_action.trigger()  # the reply goes on in place: the pane redraws it whole
     assert window.inspector.pinned and window.inspector.span is window.chat.spans[first_clean]
