@@ -264,7 +264,7 @@ class WhyGammaPanel(QWidget):
         entries = [(self.cost_curves["block"].opts["pen"], "target block")]
         for name, key, label in (("draft", "draft_step_ms", "draft step"), ("copy", "copy_ms", "copy")):
             if costs.get(key, 0.0) > 0:
-                entries.append((self.cost_curves[name].opts["pen"], f"{label} {costs[key]:.2g} ms"))
+                entries.append((self.cost_curves[name].opts["pen"], f"{label} {costs[key]:.3g} ms"))  # 203, not 2e+02
         cost_header.show_entries(entries)
 
         recommendation = why.recommendation if why is not None else None

@@ -157,6 +157,12 @@ def test_the_cost_chart_draws_the_measured_blocks_and_the_prediction_per_gamma(q
     assert list(x) == [4.0] and len(y) == 1
 
 
+def test_the_cost_chart_names_a_slow_draft_step_in_plain_milliseconds(qtbot):
+    window = window_at(qtbot)
+    window.on_why_changed(why_gamma(synthetic_session(203.0)))
+    assert "draft&nbsp;step&nbsp;203&nbsp;ms" in window.why_charts.headers[window.why_charts.costs_plot].text()
+
+
 def test_compare_drafters_gives_four_rows_on_the_tiny_pair(make_studio, mixed_decoder, qtbot):
     studio = make_studio(mixed_decoder, greedy=True, max_new_tokens=10, gamma=3, cost_aware=False, stop_below=0.0)
     send(qtbot, studio)
