@@ -113,6 +113,13 @@ class CostModel:
         if rows <= len(self.target_block_s) and forward_s > 0:
             self.target_block_s[rows - 1] = min(self.target_block_s[rows - 1], forward_s)
 
+    def observe_draft_step(self, seconds: float, positions: int) -> None:
+        """A timing of one draft-model step after `positions` cached positions: the fastest seen stands, as for the
+        target's blocks (a draft step timed at a busy load would otherwise price every draft out for good)."""
+        scratch_s = seconds - max(0, positions - SCRATCH_POSITIONS) * self.draft_position_s
+        if self.draft_step_s > 0 and scratch_s > 0:
+            self.draft_step_s = min(self.draft_step_s, scratch_s)
+
     def observe_round(self, drafts: Sequence[str], forward_s: float, round_s: float,
                       positions: int = SCRATCH_POSITIONS) -> None:
         """A round's timings after `positions` cached positions: its block, and what it cost beyond its forward and

@@ -100,7 +100,7 @@ class Decoder:
         cache: the single-token step is the reference for AR-speedup estimates, and the cost model keeps the
         fastest of every timing. Cheap enough to repeat before each reply, so one busy moment at load does not
         skew the rounds for good: a long block priced too dear at load would never be drafted, so never be timed
-        by a round."""
+        by a round. A draft-model step is re-timed with them, for the same reason."""
         longer = rows + 1 + self._retimings % (MEASURED_ROWS - rows)
         self._retimings += 1
         sizes = [*range(1, rows + 1), longer]
@@ -109,7 +109,18 @@ class Decoder:
         if self.costs:
             for k, seconds in zip(sizes, times):
                 self.costs.observe_block(k, seconds)
+            if isinstance(self.drafter, DraftModelDrafter):
+                self.costs.observe_draft_step(*self._time_draft_step_in_place())
         return self.target_step_s
+
+    def _time_draft_step_in_place(self) -> tuple[float, int]:
+        """The fastest of 3 draft-model steps after what the draft's cache holds (rolled back after each, so the
+        conversation's cache is kept), and how many positions that was."""
+        runner = self.drafter.runner
+        positions, token = len(runner), self._scratch_ids(1)[0]
+        seconds = fastest(lambda: (runner.forward_rows([token]), runner.rollback(positions)), 3,
+                          synchronize=lambda: synchronize(self.target.device))
+        return seconds, positions
 
     def measure_costs(self) -> CostModel:
         """The pair's cost model (engine.decoding.costs): the target's blocks of 1..MEASURED_ROWS rows, what a

@@ -329,3 +329,15 @@ def test_each_step_measurement_also_retimes_one_longer_block_in_turn():
     assert retimed[0] == [1, 2, 3, 4]
     assert retimed[4] == [1, 2, 3, 4, 5, 6, 7, 8]  # not yet the 9-row block
     assert retimed[5] == list(range(1, 10))
+
+
+def test_each_step_measurement_also_retimes_a_draft_step_and_keeps_the_drafts_cache():
+    """A draft step timed at a busy load would price every draft out for the rest of the session."""
+    decoder = tiny_decoder(draft_seed=0)
+    decoder.warm_up()
+    list(decoder.generate(PROMPT, DecodeSettings(max_new_tokens=6, cost_aware=False, stop_below=0.0)))
+    held = decoder.drafter.cached_length()
+    decoder.costs.draft_step_s = 100.0  # as if the load had met a busy machine
+    decoder.measure_target_step()
+    assert 0 < decoder.costs.draft_step_s < 1.0  # a tiny draft's step takes milliseconds
+    assert decoder.drafter.cached_length() == held
