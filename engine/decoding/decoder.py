@@ -113,12 +113,12 @@ class Decoder:
                 self.costs.observe_draft_step(*self._time_draft_step_in_place())
         return self.target_step_s
 
-    def _time_draft_step_in_place(self) -> tuple[float, int]:
-        """The fastest of 3 draft-model steps after what the draft's cache holds (rolled back after each, so the
-        conversation's cache is kept), and how many positions that was."""
+    def _time_draft_step_in_place(self, repeats: int = 3) -> tuple[float, int]:
+        """The fastest of `repeats` draft-model steps after what the draft's cache holds (rolled back after each, so
+        the conversation's cache is kept), and how many positions that was."""
         runner = self.drafter.runner
         positions, token = len(runner), self._scratch_ids(1)[0]
-        seconds = fastest(lambda: (runner.forward_rows([token]), runner.rollback(positions)), 3,
+        seconds = fastest(lambda: (runner.forward_rows([token]), runner.rollback(positions)), repeats,
                           synchronize=lambda: synchronize(self.target.device))
         return seconds, positions
 
@@ -149,10 +149,8 @@ class Decoder:
 
     def _time_draft_step(self, positions: int) -> float:
         """The fastest of a few draft-model steps after `positions` cached positions, on a scratch cache."""
-        ids = self._scratch_ids(positions + 1)
-        self.drafter.prefill(ids)  # holds ids[:-1]: each step feeds the last id alone, as a draft does
-        seconds = fastest(lambda: (self.drafter.step_logits(ids), self.drafter.runner.rollback(positions)),
-                          synchronize=lambda: synchronize(self.target.device))
+        self.drafter.prefill(self._scratch_ids(positions + 1))  # holds all but the last id
+        seconds, _ = self._time_draft_step_in_place(MEASURE_REPEATS)
         self.drafter.reset()
         return seconds
 

@@ -392,11 +392,12 @@ static inline float exp_approx(float x) {
 /* Attention one kv head at a time for a block of rows: queries[j] (hd floats) is the j-th of `count` query vectors
  * that share the kv head, row j / group of the block; ends[j] is how many positions that query sees. Every score is
  * a dot product over head_dim in order, every output a sum over positions in order, whatever the other queries,
- * the tiles and the threads: a row gets the same bits in a block as in a step of its own. Tiles of LANES positions
- * (or outputs) let each key and value be read once for all the queries while the compiler vectorises the lanes. */
+ * the tiles and the threads: a row gets the same bits in a block as in a step of its own. Tiles of SCORE_TILE
+ * positions (of LANES outputs for the weighted sums) let each key and value be read once for all the queries while
+ * the compiler vectorises the lanes. */
 
-/* Eight floats as one value (GCC's and Clang's vector extension), two to a tile of LANES: each clone keeps them in
- * its registers (one AVX2 register, two SSE ones) and does the same IEEE operation in every lane. */
+/* Eight floats as one value (GCC's and Clang's vector extension): each clone keeps them in its registers (one AVX2
+ * register, two SSE ones) and does the same IEEE operation in every lane. */
 typedef float eight __attribute__((vector_size(32)));
 
 static inline eight load_eight(const float *p) {
@@ -483,8 +484,9 @@ static void attention(const llama *m, const float *qkv, int64_t wqkv, int64_t ro
                 int64_t kv = task / tiles, t0 = task % tiles * SCORE_TILE;
                 for (int64_t j = 0; j < count; j++)
                     queries[j] = qkv + (r0 + j / group) * wqkv + (kv * group + j % group) * hd;
-                score_tile(queries, count, keys_t + kv * hd * capacity, t0, last - t0 < SCORE_TILE ? last - t0 : SCORE_TILE,
-                           hd, capacity, scores + kv * count * capacity);
+                int64_t width = last - t0 < SCORE_TILE ? last - t0 : SCORE_TILE;
+                score_tile(queries, count, keys_t + kv * hd * capacity, t0, width, hd, capacity,
+                           scores + kv * count * capacity);
             }
 #pragma omp for schedule(static)
             for (int64_t task = 0; task < m->kv_heads * count; task++)
