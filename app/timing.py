@@ -6,8 +6,8 @@ many of its rounds ran far slower. Without a cost model (a pair announced withou
 reference is the median of recent single-token target steps (the fresh measurement before each speculative
 reply, and every step of a plain AR run); a machine that stays busy makes that median slow too, so the check
 compares against the fastest step seen since the pair was loaded. The speedup estimate (ui/timing.py) charges
-plain AR the load the reply's own steps met (engine.stats.ArTime); the flag says that the reply's tokens/s, and any comparison run after it, met a machine
-far slower than its quiet speed.
+plain AR the load the reply's own steps met (engine.stats.ArTime); the flag says that the reply's tokens/s, and
+any comparison run after it, met a machine far slower than its quiet speed.
 """
 from __future__ import annotations
 
