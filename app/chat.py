@@ -53,6 +53,7 @@ class ChatController(QObject):
     status_changed = Signal(object)  # ChatStatus
     load_started = Signal(str, object)  # target, draft
     timing_started = Signal()  # the loaded pair's costs are being timed
+    timing_progressed = Signal(int, int)  # (done, total) steps of that timing
     pair_loaded = Signal(object)  # PairInfo
     load_failed = Signal(object, object)  # the PairInfo still answering (or None), the request that loaded it
     conversation_cleared = Signal()

@@ -45,6 +45,7 @@ class DecodeWorker(QObject):
     round_finished = Signal(object)  # RoundEvent
     reply_finished = Signal(object)  # Reply
     timing_started = Signal()  # the pair is loaded; its costs are being timed, which an idle machine times right
+    timing_progressed = Signal(int, int)  # (done, total) steps of that timing
     comparison_finished = Signal(object)  # Comparison
     comparison_progressed = Signal(int)  # tokens the plain AR run behind a comparison has produced so far
     costs_measured = Signal(object)  # the cost model (CostModel.as_dict) as the reply's rounds left it
@@ -80,7 +81,7 @@ class DecodeWorker(QObject):
         try:
             decoder = Decoder.load(target, draft, device=device, dtype=dtype, target_weights=weights)
             self.timing_started.emit()
-            decoder.warm_up()
+            decoder.warm_up(self.timing_progressed.emit)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a dialog, never a traceback
             self.failed.emit(user_message(exc))
             return

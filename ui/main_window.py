@@ -51,6 +51,9 @@ HISTORY_WIDTH = 140  # the history dock's first width: its titles elide, and a s
 SERVING_READY_S = 100  # about how long vLLM takes to answer here (engine.benchmark.vllm_peer.READY_TIMEOUT_S bounds it)
 INT4_NOTE = ("The target keeps its own 4-bit weights (int4): plain AR steps run about twice as fast in bfloat16 and "
              "it needs half the memory; speculation over it can be slower than its own AR (README: Weights)")
+# A few seconds on a quiet machine; many times that beside another busy program, which the timing must not mistake
+# for this machine's speed (every cost is the fastest of several timings).
+TIMING_TEXT = "Timing this machine's speed{} (a few seconds; longer while other programs are busy)…"
 ABOUT = ("<h3>SpecDec Studio {version}</h3><p>A chat app that makes speculative decoding visible: a small draft "
          "model guesses up to γ tokens, the target checks them in one pass, and rejection sampling keeps the output "
          "exactly the target's (Leviathan et al., 2023; Chen et al., 2023). Every token is coloured by its fate; the "
@@ -593,11 +596,17 @@ class MainWindow(QMainWindow):
         self._loading_text = f"Loading {target}" + (f" and {draft}" if draft else "") + "…"
 
     def on_timing_started(self) -> None:
-        """The pair is loaded and its costs are being timed: the busy bar stops moving, as its drawing would take
-        the very cores being timed (on two cores it tripled what a cached position seemed to cost)."""
+        """The pair is loaded and its costs are being timed: the busy bar gives way to one that moves a step at a
+        time, as a busy bar's drawing would take the very cores being timed (on two cores it tripled what a cached
+        position seemed to cost)."""
         self.load_progress.setRange(0, 1)
         self.load_progress.setValue(0)
-        self.pair_label.setText("Timing this machine's speed (a few seconds)…")
+        self.pair_label.setText(TIMING_TEXT.format(""))
+
+    def on_timing_progressed(self, done: int, total: int) -> None:
+        self.load_progress.setRange(0, total)
+        self.load_progress.setValue(done)
+        self.pair_label.setText(TIMING_TEXT.format(f": step {done} of {total}"))
 
     def on_pair_loaded(self, info: PairInfo) -> None:
         self._close_progress()

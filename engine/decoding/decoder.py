@@ -9,7 +9,7 @@ Invariant between rounds: the target's cache holds every token of the sequence b
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
@@ -29,6 +29,7 @@ from engine.decoding.verification import Verdict, verify_greedy, verify_sampling
 
 TOP_N_INSPECT = 5  # leading tokens of p and q kept for each rejected draft
 WARM_UP_STEPS = 8  # plain steps at load that time a round's bookkeeping
+Progress = Callable[[int, int], None]  # (done, total): how far the timing at load has come
 
 
 class Decoder:
@@ -122,24 +123,27 @@ class Decoder:
                           synchronize=lambda: synchronize(self.target.device))
         return seconds, positions
 
-    def measure_costs(self) -> CostModel:
+    def measure_costs(self, progress: Progress | None = None) -> CostModel:
         """The pair's cost model (engine.decoding.costs): the target's blocks of 1..MEASURED_ROWS rows, what a
         cached position adds to them, a draft step and a copied token, each the fastest of a few timings on scratch
-        caches."""
+        caches. `progress(done, total)` is called after each round of timings."""
         ids = self._scratch_ids()
-        sync = lambda: synchronize(self.target.device)  # noqa: E731
-        blocks = self._time_blocks(range(1, MEASURED_ROWS + 1), MEASURE_REPEATS)
         added = min(LONG_POSITIONS, (self.window or 1 << 30) - SCRATCH_POSITIONS - MEASURED_ROWS)
+        drafts = isinstance(self.drafter, DraftModelDrafter)
+        steps = _Steps(progress, MEASURE_REPEATS * (2 if added > 0 else 1) + drafts * (2 if added > 0 else 1))
+        blocks = self._time_blocks(range(1, MEASURED_ROWS + 1), MEASURE_REPEATS, after_each=steps)
         first_row = further_rows = 0.0
         if added > 0:
-            one, most = self._time_blocks((1, MEASURED_ROWS), MEASURE_REPEATS, SCRATCH_POSITIONS + added)
+            one, most = self._time_blocks((1, MEASURED_ROWS), MEASURE_REPEATS, SCRATCH_POSITIONS + added, steps)
             first_row = max(0.0, one - blocks[0]) / added
             further_rows = max(0.0, (most - blocks[-1]) / added - first_row) / (MEASURED_ROWS - 1)
         draft_s = copy_s = draft_position_s = 0.0
-        if isinstance(self.drafter, DraftModelDrafter):
+        if drafts:
             draft_s = self._time_draft_step(SCRATCH_POSITIONS)
+            steps()
             if added > 0:
                 draft_position_s = max(0.0, self._time_draft_step(SCRATCH_POSITIONS + added) - draft_s) / added
+                steps()
         if self.drafter:
             history = ids * 8  # a few hundred tokens of conversation to search
             index = ContinuationIndex()
@@ -154,10 +158,11 @@ class Decoder:
         self.drafter.reset()
         return seconds
 
-    def _time_blocks(self, sizes: Sequence[int], repeats: int, positions: int = SCRATCH_POSITIONS) -> list[float]:
+    def _time_blocks(self, sizes: Sequence[int], repeats: int, positions: int = SCRATCH_POSITIONS,
+                     after_each: Callable[[], None] = lambda: None) -> list[float]:
         """The fastest of `repeats` timings of the target's forward over a block of each of these numbers of rows,
         after `positions` cached positions on a scratch cache; round-robin over the sizes, so that a busy moment
-        slows one timing of each rather than all of one."""
+        slows one timing of each rather than all of one. `after_each` is called after each round of them."""
         ids = self._scratch_ids(positions + max(sizes))
         sync = lambda: synchronize(self.target.device)  # noqa: E731
         runner = CachedModel(self.target.model, self.vocab_size)
@@ -169,6 +174,7 @@ class Decoder:
                 seconds = fastest(lambda: (runner.forward(ids[positions:positions + k], keep=k),
                                            runner.rollback(positions)), 1, sync)
                 times[i] = min(times[i], seconds)
+            after_each()
         return times
 
     def set_costs(self, costs: CostModel) -> CostModel:
@@ -177,12 +183,12 @@ class Decoder:
         self.target_step_s = costs.block_s(1)
         return costs
 
-    def warm_up(self) -> None:
+    def warm_up(self, progress: Progress | None = None) -> None:
         """Run each model (first calls are slow) while measuring the pair's costs: every cost is the fastest of
         several timings, so the slow first ones never count. A few plain steps then time a round's bookkeeping:
         the fastest stands, so a round that met something else later (a draft catching up, a collection of
-        garbage: 4 ms against 0.5) cannot make every AR step look dearer."""
-        self.measure_costs()
+        garbage: 4 ms against 0.5) cannot make every AR step look dearer. `progress`: as measure_costs's."""
+        self.measure_costs(progress)
         for _ in self.generate([{"role": "user", "content": "Hi"}],
                                DecodeSettings(mode=Mode.AR, max_new_tokens=WARM_UP_STEPS)):
             pass
@@ -361,6 +367,18 @@ class Decoder:
         values, ids = probs.topk(min(TOP_N_INSPECT, probs.shape[-1]))
         ids = ids.tolist()
         return tuple(TokenProb(i, label, v) for i, label, v in zip(ids, text.labels(ids), values.tolist()))
+
+
+class _Steps:
+    """Counts a timing's steps and reports each to `progress`."""
+
+    def __init__(self, progress: Progress | None, total: int):
+        self.progress, self.total, self.done = progress, total, 0
+
+    def __call__(self) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total)
 
 
 def _eos_ids(model: LoadedModel) -> set[int]:

@@ -318,6 +318,16 @@ def test_the_warm_up_times_a_plain_steps_bookkeeping_so_a_slow_round_later_canno
     assert decoder.costs.overhead_s == timed
 
 
+@pytest.mark.parametrize("draft_seed", [0, None])
+def test_the_warm_up_reports_each_step_of_its_timing_up_to_its_total(draft_seed):
+    decoder = tiny_decoder(draft_seed=draft_seed)
+    reported = []
+    decoder.warm_up(lambda done, total: reported.append((done, total)))
+    total = reported[0][1]
+    assert reported == [(done, total) for done in range(1, total + 1)]
+    assert total > 5  # more than one step per kind of timing: the bar moves while a long one runs
+
+
 def test_each_step_measurement_also_retimes_one_longer_block_in_turn():
     """Blocks timed far too dear at load (a busy moment) would never be drafted, so never be timed by a round."""
     decoder = tiny_decoder()
