@@ -142,8 +142,10 @@ class ChartsPanel(QWidget):
                                  "the seed's E = (1 − α^(γ+1)) / (1 − α) at the running α and current γ", "tokens")
         self.speedup_plot = _plot("estimated speedup = what plain AR would take for the round's tokens (the pair's "
                                   "cost model; without one, tokens × the median of recent single-token target steps) "
-                                  "/ round time, at most γ + 1; the red dashed line is the measured AR comparison, "
-                                  "the grey line plain AR (1×)", "×")
+                                  "/ round time, at most γ + 1, for each round (thin) and for the whole reply so far "
+                                  "(thick: all its tokens over all its time, so a few slow rounds weigh more than many "
+                                  "quick ones and can hold it below most rounds' points); the red dashed line is the "
+                                  "measured AR comparison, the grey line plain AR (1×)", "×")
         thin = dict(width=1)
         self.curves = {
             "alpha": self.alpha_plot.plot(pen=pg.mkPen("#7cb342", **thin), name="round α", connect="finite"),
@@ -155,7 +157,7 @@ class ChartsPanel(QWidget):
                                               name="E(α, γ)"),
             "speedup": self.speedup_plot.plot(pen=pg.mkPen("#9fa8da", **thin), name="round estimate",
                                               connect="finite"),
-            "speedup_mean": self.speedup_plot.plot(pen=pg.mkPen("#1a237e", width=2), name="running estimate",
+            "speedup_mean": self.speedup_plot.plot(pen=pg.mkPen("#1a237e", width=2), name="whole reply so far",
                                                    connect="finite"),
         }
         self.baseline = pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#9e9e9e", width=1))
