@@ -133,7 +133,8 @@ class WhyGammaPanel(QWidget):
         self.why: WhyGamma | None = None
         self._dirty = False
         self.acceptance_plot = _plot("share of rounds whose i-th draft was kept (the first i drafts all accepted), "
-                                     "for this reply and for every speculative reply of the session; their sum is "
+                                     "for this reply and for every speculative reply of this chat (a new or reopened "
+                                     "chat starts over); their sum is "
                                      "the mean acceptance length, and 1 + it the tokens per round", "share")
         count_axis(self.acceptance_plot, "draft position i")
         self.acceptance_plot.setYRange(0, 1.05, padding=0)
@@ -155,14 +156,14 @@ class WhyGammaPanel(QWidget):
         }
 
         self.speedup_plot = _plot("predicted speedup over plain AR for rounds capped at γ drafts, from the cost "
-                                  "model and the session's acceptance by position with each drafting; the dots "
-                                  "are this session's replies (filled: measured by Compare with AR, hollow: "
-                                  "estimated); grey: plain AR (1×)", "×")
+                                  "model and this chat's acceptance by position with each drafting; the dots "
+                                  "are this chat's replies (filled: measured by a fair Compare with AR, hollow: "
+                                  "estimated, where no Compare ran or it met a busy machine); grey: plain AR (1×)", "×")
         count_axis(self.speedup_plot, "γ (most drafts per round)")
         self.predicted = {d: self.speedup_plot.plot(pen=pg.mkPen(COLOURS[d], width=2), name=f"{DRAFTING_NAMES[d]}")
                           for d in DRAFTING_NAMES}
         self.measured = {d: self.speedup_plot.plot(pen=None, symbol="o", symbolSize=7, symbolPen=COLOURS[d],
-                                                   symbolBrush=COLOURS[d], name=f"{DRAFTING_NAMES[d]} measured")
+                                                   symbolBrush=COLOURS[d], name=f"{DRAFTING_NAMES[d]} replies")
                          for d in DRAFTING_NAMES}
         self.speedup_plot.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#9e9e9e", width=1)))
         self.speedup_plot.setXRange(0.5, MAX_GAMMA + 0.5, padding=0)
@@ -242,7 +243,7 @@ class WhyGammaPanel(QWidget):
             return
         header.note = ""
         header.show_legend(swatch_entry(COLOURS["reply"], "this reply") + ": " + escape(figures(self.reply))
-                           + "<br>" + swatch_entry(COLOURS["session"], "session") + ": "
+                           + "<br>" + swatch_entry(COLOURS["session"], "this chat") + ": "
                            + escape(figures(self.session)))
 
     # -- once per reply: the cost model and the prediction ----------------------------------------------------
@@ -286,8 +287,11 @@ class WhyGammaPanel(QWidget):
         header.note = "" if recommendation is not None else "none yet: needs the cost model and a speculative reply"
         entries = [legend_entry(self.predicted[d].opts["pen"], self.predicted[d].name())
                    for d in DRAFTING_NAMES if d in speedups]
-        entries += [f"<span style='color:{COLOURS[d]}'>●</span>&nbsp;" + self.measured[d].name().replace(" ", "&nbsp;")
-                    for d in DRAFTING_NAMES if any(p.drafting is d for p in points)]
+        for drafting in DRAFTING_NAMES:  # a dot's fill says where its figure comes from: the legend says both ways
+            for measured, dot, said in ((True, "●", "measured"), (False, "○", "estimated")):
+                if any(p.drafting is drafting and p.measured is measured for p in points):
+                    entries.append(f"<span style='color:{COLOURS[drafting]}'>{dot}</span>&nbsp;"
+                                   + f"{DRAFTING_NAMES[drafting]} {said}".replace(" ", "&nbsp;"))
         header.show_legend(escape(header.note) if header.note else " &nbsp; ".join(entries))
         self.explanation.setText(self.explanation_text())
 

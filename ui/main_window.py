@@ -49,8 +49,8 @@ LAST_REPLY = "last reply: "  # the status bar's summary of the last reply begins
 EXPORT_TITLE_HEIGHT = 20  # the exported chart image's row naming each reply and the why tab
 HISTORY_WIDTH = 140  # the history dock's first width: its titles elide, and a small window's chat needs the room
 SERVING_READY_S = 100  # about how long vLLM takes to answer here (engine.benchmark.vllm_peer.READY_TIMEOUT_S bounds it)
-INT4_NOTE = ("The target keeps its own 4-bit weights (int4): plain AR steps run about twice as fast in bfloat16 and "
-             "it needs half the memory; speculation over it can be slower than its own AR (README: Weights)")
+INT4_NOTE = ("The target runs on its own 4-bit weights (int4, as llama.cpp runs them: half the memory), the same "
+             "in every mode. For de-quantised weights instead, set weights to dtype and Load pair (README: Weights)")
 # A few seconds on a quiet machine; many times that beside another busy program, which the timing must not mistake
 # for this machine's speed (every cost is the fastest of several timings).
 TIMING_TEXT = "Timing this machine's speed{} (a few seconds; longer while other programs are busy)…"

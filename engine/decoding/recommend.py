@@ -157,5 +157,6 @@ def recommend(costs: CostModel, profiles: Mapping[Drafting, PositionAcceptance],
             else f"drafts stop at {gamma}: a further draft would not pay even if it were always kept")
     line = f"{stop}: {_costs_said(draft_s, costs, positions)}"
     if not measured_beyond:
-        line += f" (no round drafted more than {gamma}: measure with a larger γ to see further)"
+        # Said as what is known: the rounds' own stop (not the γ cap) may be what kept them short
+        line += f" (no round drafted more than {gamma}, so what a further draft would keep is not measured)"
     return Recommendation(drafting, gamma, rate, rate / ar_rate, threshold, line, speedups)

@@ -14,7 +14,7 @@ from tests.ui.helpers import REPLY_TIMEOUT_MS, send, shown_window
 from tests.ui.synthetic import accepted_round, rejected_round
 from ui.gamma_charts import MIN_WHY_HEIGHT
 from ui.main_window import MIN_HEIGHT, MIN_WIDTH, MainWindow
-from ui.session import Reply, ReplyRequest, RoundShown, Session, TurnStarted
+from ui.session import Comparison, Reply, ReplyRequest, RoundShown, Session, TurnStarted
 from ui.why import why_gamma
 
 MODEL_ONLY = DecodeSettings(gamma=4, lookup=False)
@@ -161,6 +161,19 @@ def test_the_cost_chart_names_a_slow_draft_step_in_plain_milliseconds(qtbot):
     window = window_at(qtbot)
     window.on_why_changed(why_gamma(synthetic_session(203.0)))
     assert "draft&nbsp;step&nbsp;203&nbsp;ms" in window.why_charts.headers[window.why_charts.costs_plot].text()
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_the_speedup_legend_says_which_dots_are_measured_and_which_estimated(qtbot, busy):
+    """A Compare that met a busy machine leaves its reply's dot hollow: the legend must say what hollow means."""
+    session = synthetic_session(2.0)
+    reply = session.replies[0]
+    comparison = Comparison((), "", 1.0, 1.5, 3.0, 2.0, None, machine_busy=busy)
+    window = window_at(qtbot)
+    window.on_why_changed(why_gamma(Session(session.pair, [reply, reply], {1: comparison})))
+    legend = QTextDocumentFragment.fromHtml(window.why_charts.headers[window.why_charts.speedup_plot].text())
+    assert "○ draft model estimated" in legend.toPlainText().replace("\xa0", " ")
+    assert ("● draft model measured" in legend.toPlainText().replace("\xa0", " ")) is not busy
 
 
 def test_compare_drafters_gives_four_rows_on_the_tiny_pair(make_studio, mixed_decoder, qtbot):
