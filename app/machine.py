@@ -6,8 +6,6 @@ Nothing here goes to the network: the hub cache is read with huggingface_hub's o
 """
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 from huggingface_hub import try_to_load_from_cache
 
@@ -54,17 +52,13 @@ def offline_presets(presets: dict[str, Preset]) -> dict[str, bool]:
 
 
 def described(decoder: Decoder) -> tuple[PairInfo, Runtime]:
-    """The decoder's PairInfo, its draft's weights named "int8" where they run so (Decoder.info names every draft's
-    weights "dtype"), and what runs the pair here. Call it on the thread that decodes: torch's thread count is
-    that thread's."""
+    """The decoder's PairInfo and what runs the pair here. Call it on the thread that decodes: torch's thread count
+    is that thread's."""
     info = decoder.info()
-    multiply = _draft_multiply(decoder)
-    if info.draft is not None and _is_int8(multiply):
-        info = dataclasses.replace(info, draft=dataclasses.replace(info.draft, weights="int8"))
-    dtype = info.dtype
     runtime = Runtime(cpu_capability=torch.backends.cpu.get_cpu_capability(), threads=torch.get_num_threads(),
-                      target_kernel=_target_kernel(decoder, dtype),
-                      draft_weights=None if decoder.draft is None else _kernel_name(multiply, dtype))
+                      target_kernel=_target_kernel(decoder, info.dtype),
+                      draft_weights=None if decoder.draft is None else _kernel_name(_draft_multiply(decoder),
+                                                                                     info.dtype))
     return info, runtime
 
 
@@ -90,11 +84,6 @@ def _multiply(runner: CachedModel):
 def _draft_multiply(decoder: Decoder):
     drafter = decoder.drafter
     return _multiply(drafter.runner) if isinstance(drafter, DraftModelDrafter) else None
-
-
-def _is_int8(multiply) -> bool:
-    return (isinstance(multiply, fast_llama.Int8Weight)
-            or isinstance(multiply, q4q8.Q4Q8Weight) and multiply.bits == 8)
 
 
 def _kernel_name(multiply, dtype: str) -> str:

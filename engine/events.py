@@ -213,7 +213,9 @@ class ModelInfo:
     path: str  # what was loaded
     n_params: int
     vocab_size: int
-    weights: str = "dtype"  # "native": a GGUF target's own int4 blocks (engine.models.loading.LoadedModel.weights)
+    # "native": a GGUF target's own int4 blocks (engine.models.loading.LoadedModel.weights); "int8": a draft's
+    # projections run on int8 weights (Decoder.info)
+    weights: str = "dtype"
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,10 @@ class CachedModel:
         return len(self.tokens)
 
     @property
+    def int8_weights(self) -> bool:
+        return isinstance(self.cache, fast_llama.FastLlama) and self.cache.int8_weights
+
+    @property
     def batch_invariant(self) -> bool:
         """Whether a position's logits are the same bits fed alone or in a block (then greedy speculative
         decoding returns exactly greedy AR's tokens)."""

@@ -8,6 +8,7 @@ Invariant between rounds: the target's cache holds every token of the sequence b
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
 
@@ -67,8 +68,11 @@ class Decoder:
         return cls(target_model, draft=load_model(draft, dev, dt, tokenizer=draft_tok), draft_int8=draft_int8)
 
     def info(self) -> PairInfo:
+        draft = self.draft.info() if self.draft else None
+        if draft is not None and isinstance(self.drafter, DraftModelDrafter) and self.drafter.runner.int8_weights:
+            draft = dataclasses.replace(draft, weights="int8")
         return PairInfo(
-            target=self.target.info(), draft=self.draft.info() if self.draft else None,
+            target=self.target.info(), draft=draft,
             device=str(self.target.device), dtype=str(self.target.model.dtype).removeprefix("torch."),
             greedy_exact=self.runner.batch_invariant, target_step_s=self.target_step_s,
             costs=self.costs.as_dict() if self.costs else {},

@@ -271,6 +271,13 @@ class FastLlama:
         self.length = 0
         self.k = self.v = self.cos = self.sin = None
 
+    @property
+    def int8_weights(self) -> bool:
+        """Whether the projections multiply int8 weights (asked for, and a kernel for them here); every projection
+        of a model is built alike, so the first layer's down projection tells."""
+        down = self.weights.layers[0].down
+        return isinstance(down, Int8Weight) or isinstance(down, q4q8.Q4Q8Weight) and down.bits == 8
+
     def _reserve(self, needed: int) -> None:
         """Grow the cache (by doubling, copying what it holds) so that it has room for `needed` positions."""
         capacity = 0 if self.k is None else self.v.shape[2]
