@@ -362,7 +362,8 @@ class ChatController(QObject):
     def export_chat(self, chat_id: int, base: Path) -> list[Path]:
         """A saved chat as the conversation on screen is exported (JSON and CSV; no chart image)."""
         chat = self.store.load_chat(chat_id)
-        return export_session(Session(chat.pair, chat.replies, chat.comparisons, chat.title), base)
+        return export_session(Session(chat.pair, chat.replies, chat.comparisons, chat.title, runtime=chat.runtime),
+                              base)
 
     # -- slots for the worker's signals --------------------------------------------------------------------
 
@@ -536,7 +537,8 @@ class ChatController(QObject):
         self._notice = None
         self.gammas = [settings.gamma]
         self._remote_pieces = []
-        self.recorder.turn_started(len(self.turns), request, None if remote else self.pair)
+        self.recorder.turn_started(len(self.turns), request, None if remote else self.pair,
+                                   None if remote else self.runtime)
         self.turns.append(Turn(request, stored_id=self.recorder.turn_id))
         self.turn_started.emit(TurnStarted(len(self.turns) - 1, request, live=True))
         self.chats_changed.emit(self.chat_id)

@@ -19,11 +19,11 @@ from enum import Enum
 from pathlib import Path
 
 from engine.events import DecodeSettings, PairInfo, RoundEvent
-from ui.session import Comparison, RemoteSource, Reply, ReplyRequest
+from ui.session import Comparison, RemoteSource, Reply, ReplyRequest, Runtime
 
 # `PRAGMA user_version` holds the schema version. Opening an older database runs the steps from its version up;
 # a newer one (written by a later release) is refused untouched rather than misread.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         """CREATE TABLE chats (
@@ -65,6 +65,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # (ui.session.RemoteSource as JSON); NULL for the local pair's replies
         "ALTER TABLE turns ADD COLUMN remote TEXT",
     ),
+    4: (
+        # What ran the local pair (ui.session.Runtime as JSON: CPU capability, threads, kernels), for the export of
+        # a saved chat; NULL where it was not known, and in chats saved before
+        "ALTER TABLE chats ADD COLUMN runtime TEXT",
+    ),
 }
 
 
@@ -95,6 +100,7 @@ class StoredChat:
     system_prompt: str
     replies: list[Reply]
     comparisons: dict[int, Comparison]  # reply index -> AR comparison
+    runtime: Runtime | None = None  # what ran the local pair, as last recorded
 
 
 def now() -> str:
@@ -104,6 +110,10 @@ def now() -> str:
 def to_json(value) -> str:
     """A dataclass (nested dataclasses, tuples and str-enums included) as JSON text."""
     return json.dumps(dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value, ensure_ascii=False)
+
+
+def _json_or_null(value) -> str | None:
+    return None if value is None else to_json(value)
 
 
 def from_plain(kind, data):
@@ -285,16 +295,17 @@ class ChatStore:
 
     # -- writing, as a chat happens ----------------------------------------------------------------------
 
-    def create_chat(self, pair: PairInfo | None = None, system_prompt: str = "") -> int:
+    def create_chat(self, pair: PairInfo | None = None, system_prompt: str = "",
+                    runtime: Runtime | None = None) -> int:
         stamp = now()
         with self.db:
             cursor = self.db.execute(
-                "INSERT INTO chats (created_at, updated_at, pair, system_prompt) VALUES (?, ?, ?, ?)",
-                (stamp, stamp, None if pair is None else to_json(pair), system_prompt))
+                "INSERT INTO chats (created_at, updated_at, pair, system_prompt, runtime) VALUES (?, ?, ?, ?, ?)",
+                (stamp, stamp, _json_or_null(pair), system_prompt, _json_or_null(runtime)))
         return cursor.lastrowid
 
     def begin_turn(self, chat_id: int, position: int, request: ReplyRequest, pair: PairInfo | None = None,
-                   system_prompt: str = "") -> int:
+                   system_prompt: str = "", runtime: Runtime | None = None) -> int:
         """Save a request before its first round. Turns at `position` and later are replaced: that is how a
         regenerated reply or an edited message forgets what followed it."""
         with self.db:
@@ -303,9 +314,10 @@ class ChatStore:
                                      (chat_id, position, request_json(request)))
             # The first turn names the chat, and so does an edit of its first message unless the user renamed it.
             self.db.execute("UPDATE chats SET title = CASE WHEN title = '' OR (? = 0 AND NOT renamed) THEN ? "
-                            "ELSE title END, updated_at = ?, pair = COALESCE(?, pair), system_prompt = ? WHERE id = ?",
-                            (position, title_for(request), now(), None if pair is None else to_json(pair),
-                             system_prompt, chat_id))
+                            "ELSE title END, updated_at = ?, pair = COALESCE(?, pair), system_prompt = ?, "
+                            "runtime = COALESCE(?, runtime) WHERE id = ?",
+                            (position, title_for(request), now(), _json_or_null(pair), system_prompt,
+                             _json_or_null(runtime), chat_id))
         return cursor.lastrowid
 
     def add_round(self, turn_id: int, event: RoundEvent) -> None:
@@ -373,10 +385,11 @@ class ChatStore:
             return self._load_chat(chat_id)
 
     def _load_chat(self, chat_id: int) -> StoredChat:
-        row = self.db.execute("SELECT title, pair, system_prompt FROM chats WHERE id = ?", (chat_id,)).fetchone()
+        row = self.db.execute("SELECT title, pair, system_prompt, runtime FROM chats WHERE id = ?",
+                              (chat_id,)).fetchone()
         if row is None:
             raise KeyError(chat_id)
-        title, pair, system_prompt = row
+        title, pair, system_prompt, runtime = row
         replies, comparisons = [], {}
         turns = self.db.execute("SELECT id, request, text, stopped, comparison, reference_s, machine_busy, remote "
                                 "FROM turns WHERE chat_id = ? ORDER BY position", (chat_id,)).fetchall()
@@ -390,7 +403,7 @@ class ChatStore:
             replies.append(Reply(request_from_json(request), events, text, bool(stopped), reference_s,
                                  bool(machine_busy), from_plain(RemoteSource, json.loads(remote) if remote else None)))
         return StoredChat(chat_id, title, from_plain(PairInfo, json.loads(pair) if pair else None), system_prompt,
-                          replies, comparisons)
+                          replies, comparisons, from_plain(Runtime, json.loads(runtime) if runtime else None))
 
 
 class ChatRecorder:
@@ -416,13 +429,14 @@ class ChatRecorder:
         """Carry on writing to a restored chat."""
         self.chat_id, self.turn_id = chat_id, None
 
-    def turn_started(self, position: int, request: ReplyRequest, pair: PairInfo | None) -> None:
+    def turn_started(self, position: int, request: ReplyRequest, pair: PairInfo | None,
+                     runtime: Runtime | None = None) -> None:
         system = next((m["content"] for m in request.messages if m["role"] == "system"), "")
         self.turn_id = None
         if self.chat_id is None:
-            self.chat_id = self._write(self.store.create_chat, pair, system)
+            self.chat_id = self._write(self.store.create_chat, pair, system, runtime)
         if self.chat_id is not None:
-            self.turn_id = self._write(self.store.begin_turn, self.chat_id, position, request, pair, system)
+            self.turn_id = self._write(self.store.begin_turn, self.chat_id, position, request, pair, system, runtime)
 
     def round_finished(self, event: RoundEvent) -> None:
         if self.turn_id is not None:

@@ -288,6 +288,7 @@ def test_rename_delete_and_export_a_saved_chat(make_window, mixed_decoder, qtbot
     data = json.loads((tmp_path / "again.json").read_text())
     assert [p.name for p in written] == ["again.json", "again.csv", "again-positions.csv", "again.md"]
     assert data["replies"][0]["text"] == reply.text
+    assert data["environment"]["threads"] == studio.chat.runtime.threads  # what ran it, saved with the chat
     (tmp_path / "blocked.csv").mkdir()
     with pytest.raises(ExportError, match="blocked.csv"):
         window.history.export_chat(chat_id, tmp_path / "blocked")
