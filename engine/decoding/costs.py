@@ -28,7 +28,8 @@ PRIOR = 0.6
 PRIOR_WEIGHT = 4.0
 DECAY = 0.98
 # ... and by IDLE_DECAY per round that drafted nothing: a half-life of about 140 rounds, a reply or two, so a drafting
-# given up is tried again every few dozen rounds at most, not every few.
+# given up is tried again every few dozen rounds at most, not every few. A draft's bookkeeping (CostModel.per_draft_s)
+# fades by it too.
 IDLE_DECAY = 0.995
 KINDS = ("model", "copy")
 QUIET_FACTOR = 1.5  # a round whose forward took longer than this times the block's cost was slowed by something else
@@ -142,7 +143,11 @@ class CostModel:
         extra = round_s - forward_s - self.steps_s(drafts, positions)
         if not drafts:
             self.overhead_s = min(self.overhead_s, extra) if self.overhead_s else max(extra, 0.0)
-        elif quiet:
+            # Else a moment that priced every draft out (a draft is never sure enough to pay) would never end: no
+            # round would draft again to measure it. It fades as a given-up drafting's acceptance does.
+            self.per_draft_s *= IDLE_DECAY
+        elif quiet and round_s <= QUIET_FACTOR * self.round_s(drafts, positions):
+            # quiet in full: a round that waited outside its forward (for the window's drawing, say) is left out
             share = max(0.0, (extra - self.overhead_s) / len(drafts))
             self.per_draft_s += PER_DRAFT_RATE * (share - self.per_draft_s)
 

@@ -82,6 +82,24 @@ def test_a_draft_s_bookkeeping_is_learnt_from_quiet_rounds_only():
     assert model.round_s(["model"]) == pytest.approx(0.001 + 0.0003 + 0.011 + 0.0005, rel=0.01)
 
 
+def test_a_drafted_round_that_waited_outside_its_forward_teaches_no_bookkeeping():
+    """Its forward was quiet, but the round stood still beside it (the window's drawing holding Python's lock)."""
+    model = costs(draft_ms=1.0)
+    model.observe_round(["model", "model"], 0.012, 0.012 + 2 * 0.001 + 0.0005 + 0.040)
+    assert model.per_draft_s == 0.0
+
+
+def test_a_draft_priced_out_by_a_dear_moment_is_tried_again_after_rounds_without_drafts():
+    """No round drafts while even a draft that is always kept would not pay, so none would ever measure it again."""
+    model = costs(draft_ms=1.0)
+    model.per_draft_s = 0.050
+    sure_draft_pays = lambda: model.round_s(["model"]) < 2 * model.ar_step_s()  # noqa: E731 - two tokens a round
+    assert not sure_draft_pays()
+    for _ in range(1000):  # a few replies' worth of plain rounds
+        model.observe_round([], 0.010, 0.0105)
+    assert sure_draft_pays()
+
+
 def test_acceptance_counts_each_position_reached_and_kept():
     acceptance = Acceptance()
     acceptance.record(["model", "copy", "model"], [0.5, 0.8, 0.5], n_accepted=1)
