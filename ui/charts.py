@@ -84,6 +84,7 @@ def _plot(tooltip: str, y_label: str) -> pg.PlotWidget:
     plot.getAxis("bottom").setStyle(hideOverlappingLabels=AXIS_END_ROOM)
     plot.getAxis("left").setStyle(hideOverlappingLabels=AXIS_TOP_ROOM)
     plot.setMouseEnabled(x=False, y=False)
+    plot.hideButtons()  # its auto-range button: nothing here pans or zooms
     # Three charts of this height leave the inspector the rest of the right pane at 1000×700 (ten lines or so, its
     # minimum is nine: ui/inspector.py); a plot's curves and legend still read at it, and taller windows give the
     # charts more.
@@ -148,7 +149,9 @@ class ChartsPanel(QWidget):
                                   "measured AR comparison, the grey line plain AR (1×)", "×")
         thin = dict(width=1)
         self.curves = {
-            "alpha": self.alpha_plot.plot(pen=pg.mkPen("#7cb342", **thin), name="round α", connect="finite"),
+            # dotted too: a drafting round between rounds that drafted nothing has no neighbour to draw a line to
+            "alpha": self.alpha_plot.plot(pen=pg.mkPen("#7cb342", **thin), name="round α", connect="finite",
+                                          symbol="o", symbolSize=3, symbolPen=None, symbolBrush="#7cb342"),
             "alpha_mean": self.alpha_plot.plot(pen=pg.mkPen("#1b5e20", width=2), name="running mean",
                                                connect="finite"),
             "tokens": self.tokens_plot.plot(pen=pg.mkPen("#90a4ae", **thin), name="per round"),

@@ -2,6 +2,7 @@
 from a synthetic cost model, Compare drafters on the tiny pair, the export, and the tab's layout at 1000×700."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -95,6 +96,20 @@ def test_the_why_charts_tick_their_count_axes_at_whole_numbers_only(qtbot, width
         ticks = shown_ticks(plot)
         assert ticks and all(value == int(value) for value in ticks), ticks
     assert shown_ticks(charts.acceptance_plot) == [1.0, 2.0]
+
+
+def test_a_drafting_round_between_rounds_that_drafted_nothing_is_drawn_on_the_alpha_chart(qtbot):
+    """Cost-aware rounds often draft alone: a line between neighbours would leave such a round's α undrawn."""
+    from PySide6.QtGui import QColor
+    window = window_at(qtbot)
+    plain = [dataclasses.replace(accepted_round(i, [], "w"), gamma=0) for i in (0, 2, 4)]
+    # round 4's α of 1 stands clear of the running mean (0.5) drawn over the rounds
+    draw_reply(window, 0, [plain[0], rejected_round(1, [], "x", "y"), plain[1], accepted_round(3, ["a"], "b"),
+                           plain[2]])
+    window.charts.refresh()
+    image = window.charts.alpha_plot.grab().toImage()
+    green = QColor("#7cb342").rgb()
+    assert sum(image.pixel(x, y) == green for x in range(image.width()) for y in range(image.height())) > 0
 
 
 def test_plain_ar_replies_stay_out_of_the_acceptance_count(qtbot):
