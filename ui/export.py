@@ -249,7 +249,7 @@ def file_stem(title: str) -> str:
     if len(stem) > STEM_MAX:  # cut at the last whole word that fits
         cut = stem[:STEM_MAX + 1]
         stem = cut[:cut.rfind(" ")] if " " in cut else cut[:STEM_MAX]
-    return stem.rstrip(" .") or "specdec-chat"
+    return stem.rstrip(" .,;:-") or "specdec-chat"  # a word cut off leaves no "apple, banana,.json"
 
 
 def export_paths(base: Path) -> tuple[Path, ...]:

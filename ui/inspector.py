@@ -75,7 +75,8 @@ def explanation(span: TokenSpan) -> str:
     drafter = "copied from the conversation" if span.copied else "drafted by the draft model"
     top = span.drafted.top_p[0].text if span.drafted is not None and span.drafted.top_p else None
     if span.fate is Fate.TARGET:
-        return "Plain autoregressive decoding: one target forward per token."
+        return ("The target's own token, from one forward for it alone: plain AR, or a speculative round that "
+                "drafted nothing (no draft was likely enough to be kept to pay for itself).")
     if span.fate is Fate.BONUS:
         how = "its top choice" if span.greedy else "a draw from p"
         return (f"Bonus token: {drafts_phrase(span.round_drafts)} accepted, so the target's verification pass, "

@@ -49,7 +49,7 @@ LAST_REPLY = "last reply: "  # the status bar's summary of the last reply begins
 EXPORT_TITLE_HEIGHT = 20  # the exported chart image's row naming each reply and the why tab
 HISTORY_WIDTH = 140  # the history dock's first width: its titles elide, and a small window's chat needs the room
 SERVING_READY_S = 100  # about how long vLLM takes to answer here (engine.benchmark.vllm_peer.READY_TIMEOUT_S bounds it)
-INT4_NOTE = ("The target runs on its own 4-bit weights (int4, as llama.cpp runs them: half the memory), the same "
+INT4_NOTE = ("The target runs on its GGUF's own 4-bit blocks (as llama.cpp runs them: half the memory), the same "
              "in every mode. For de-quantised weights instead, set weights to dtype and Load pair (README: Weights)")
 # A few seconds on a quiet machine; many times that beside another busy program, which the timing must not mistake
 # for this machine's speed (every cost is the fastest of several timings).
@@ -612,7 +612,7 @@ class MainWindow(QMainWindow):
         self._close_progress()
         draft = short_name(info.draft.name) if info.draft else "no draft (AR only)"
         native = info.target.weights == "native"
-        int4 = " · int4 target (its own 4-bit weights)" if native else ""
+        int4 = " · 4-bit target (its own GGUF blocks)" if native else ""
         self.pair_label.setText(f"{short_name(info.target.name)} + {draft} · {info.device} · {info.dtype}{int4}")
         if native:  # said where it is seen, not only in a tooltip
             self.statusBar().showMessage(INT4_NOTE, 20000)

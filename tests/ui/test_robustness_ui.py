@@ -350,3 +350,4 @@ def test_a_long_title_makes_a_file_name_of_whole_words():
     stem = file_stem(title)
     assert len(stem) <= STEM_MAX and title.startswith(stem + " ")  # ends on a whole word
     assert file_stem("a" * 100) == "a" * STEM_MAX and file_stem("…") == "specdec-chat"
+    assert file_stem("Name three fruits: apple, banana,…") == "Name three fruits apple, banana"  # a title cut short

@@ -66,7 +66,7 @@ def test_the_labels_come_back_when_the_notice_ends(qtbot):
     window.statusBar().clearMessage()
     QApplication.processEvents()
     assert set(drawn(window)) == {"pair", "reply", "prefill"}
-    assert window.pair_label.text().endswith("int4 target (its own 4-bit weights)")
+    assert window.pair_label.text().endswith("4-bit target (its own GGUF blocks)")
 
 
 def test_the_last_reply_summary_keeps_its_first_and_last_figures_at_the_default_width(qtbot):
