@@ -134,7 +134,8 @@ class Decoder:
         ids = self._scratch_ids()
         added = min(LONG_POSITIONS, (self.window or 1 << 30) - SCRATCH_POSITIONS - MEASURED_ROWS)
         drafts = isinstance(self.drafter, DraftModelDrafter)
-        steps = _Steps(progress, MEASURE_REPEATS * (2 if added > 0 else 1) + drafts * (2 if added > 0 else 1))
+        # each timing (blocks, and a draft step) runs at the scratch length, and again after `added` positions
+        steps = _Steps(progress, (2 if added > 0 else 1) * (MEASURE_REPEATS + drafts))
         blocks = self._time_blocks(range(1, MEASURED_ROWS + 1), MEASURE_REPEATS, after_each=steps)
         first_row = further_rows = 0.0
         if added > 0:
