@@ -75,10 +75,10 @@ def _target_kernel(decoder: Decoder, dtype: str) -> str:
 
 
 def _multiply(runner: CachedModel):
-    """The callable behind the first layer's MLP down projection on the fast forward (every projection of a
-    model is built alike), or None where the model runs on transformers' forward."""
+    """What multiplies the model's weights on the fast forward (FastLlama.projection), or None where the model
+    runs on transformers' forward."""
     cache = runner.cache
-    return cache.weights.layers[0].down if isinstance(cache, fast_llama.FastLlama) else None
+    return cache.projection if isinstance(cache, fast_llama.FastLlama) else None
 
 
 def _draft_multiply(decoder: Decoder):

@@ -272,10 +272,15 @@ class FastLlama:
         self.k = self.v = self.cos = self.sin = None
 
     @property
+    def projection(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The callable behind the first layer's MLP down projection: every projection of a model is built alike,
+        so it tells what multiplies the model's weights."""
+        return self.weights.layers[0].down
+
+    @property
     def int8_weights(self) -> bool:
-        """Whether the projections multiply int8 weights (asked for, and a kernel for them here); every projection
-        of a model is built alike, so the first layer's down projection tells."""
-        down = self.weights.layers[0].down
+        """Whether the projections multiply int8 weights (asked for, and a kernel for them here)."""
+        down = self.projection
         return isinstance(down, Int8Weight) or isinstance(down, q4q8.Q4Q8Weight) and down.bits == 8
 
     def _reserve(self, needed: int) -> None:
