@@ -332,8 +332,7 @@ class ChatStore:
                                 [(turn_id, e.index, to_json(e)) for e in reply.events])
             self.db.execute("UPDATE turns SET text = ?, stopped = ?, reference_s = ?, machine_busy = ?, remote = ? "
                             "WHERE id = ?", (reply.text, int(reply.stopped), reply.reference_s,
-                                             int(reply.machine_busy),
-                                             None if reply.remote is None else to_json(reply.remote), turn_id))
+                                             int(reply.machine_busy), _json_or_null(reply.remote), turn_id))
 
     def add_comparison(self, turn_id: int, comparison: Comparison) -> None:
         with self.db:
