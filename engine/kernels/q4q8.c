@@ -441,15 +441,17 @@ CLONES static float softmax_weights(float *p, int64_t end, float scale) {
     return 1.0f / total;
 }
 
-/* Up to WEIGHTED_QUERIES queries' weighted sums over positions t < shared, side by side: each value read once for all
- * of them, and 2·G running sums in flight instead of a query's 2, whose adds would wait on each other. Each sum still
- * adds its positions one by one in order of t, so every query gets the bits it would get alone. */
+/* Up to WEIGHTED_QUERIES queries' weighted sums go on over positions from <= t < to, side by side: each value read
+ * once for all of them, and 2·G running sums in flight instead of a query's 2, whose adds would wait on each other.
+ * Each sum still adds its positions one by one in order of t, so every query gets the bits it would get alone. */
 #define WEIGHTED_QUERIES 4
 #define WEIGHTED_GROUP(G)                                                                                          \
-    CLONES static void weighted_##G(const float *const *w, int64_t shared, const float *restrict values,          \
+    CLONES static void weighted_##G(const float *const *w, int64_t from, int64_t to, const float *restrict values, \
                                     int64_t hd, eight *low, eight *high) {                                       \
-        eight l[G] = {{0}}, h[G] = {{0}};                                                                          \
-        for (int64_t t = 0; t < shared; t++) {                                                                     \
+        eight l[G], h[G];                                                                                          \
+        memcpy(l, low, sizeof l);                                                                                  \
+        memcpy(h, high, sizeof h);                                                                                 \
+        for (int64_t t = from; t < to; t++) {                                                                      \
             eight v0 = load_eight(values + t * hd), v1 = load_eight(values + t * hd + 8);                          \
             _Pragma("GCC unroll 4") for (int k = 0; k < G; k++) {                                                  \
                 l[k] += w[k][t] * v0;                                                                              \
@@ -463,7 +465,7 @@ WEIGHTED_GROUP(1)
 WEIGHTED_GROUP(2)
 WEIGHTED_GROUP(3)
 WEIGHTED_GROUP(4)
-typedef void (*weighted_fn)(const float *const *, int64_t, const float *, int64_t, eight *, eight *);
+typedef void (*weighted_fn)(const float *const *, int64_t, int64_t, const float *, int64_t, eight *, eight *);
 static const weighted_fn WEIGHTED[WEIGHTED_QUERIES + 1] = {0, weighted_1, weighted_2, weighted_3, weighted_4};
 
 /* out[j][d0 + l] = inv[j] · Σ_{t < ends[j]} p[j·capacity + t] · values[t·hd + d0 + l] for l < LANES (values:
@@ -474,18 +476,14 @@ CLONES static void weighted_tile(const float *restrict p, int64_t count, const i
     for (int64_t j0 = 0; j0 < count; j0 += WEIGHTED_QUERIES) {
         int64_t g = count - j0 < WEIGHTED_QUERIES ? count - j0 : WEIGHTED_QUERIES, shared = ends[j0];
         const float *w[WEIGHTED_QUERIES];
-        eight low[WEIGHTED_QUERIES], high[WEIGHTED_QUERIES];
+        eight low[WEIGHTED_QUERIES] = {{0}}, high[WEIGHTED_QUERIES] = {{0}};
         for (int64_t k = 0; k < g; k++) {
             w[k] = p + (j0 + k) * capacity;
             shared = ends[j0 + k] < shared ? ends[j0 + k] : shared;
         }
-        WEIGHTED[g](w, shared, values + d0, hd, low, high);
+        WEIGHTED[g](w, 0, shared, values + d0, hd, low, high);
         for (int64_t k = 0; k < g; k++) {
-            for (int64_t t = shared; t < ends[j0 + k]; t++) {
-                const float *v = values + t * hd + d0;
-                low[k] += w[k][t] * load_eight(v);
-                high[k] += w[k][t] * load_eight(v + 8);
-            }
+            weighted_1(w + k, shared, ends[j0 + k], values + d0, hd, low + k, high + k);
             low[k] *= inv[j0 + k];
             high[k] *= inv[j0 + k];
             memcpy(out[j0 + k] + d0, &low[k], sizeof low[k]);
