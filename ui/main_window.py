@@ -132,6 +132,9 @@ class MainWindow(QMainWindow):
         self.chat = ChatView()
         self.message_box = MessageBox()
         self.send_button = QPushButton("Send")
+        self.cancel_edit_button = QPushButton("Cancel edit")  # shown while a message is back in the box for editing
+        self.cancel_edit_button.setToolTip("Leave the message as it was, and its replies (Esc)")
+        self.cancel_edit_button.hide()
         self.stop_button = QPushButton("Stop")
         self.new_chat_button = QPushButton("New chat")
         self.inspector = TokenInspector()
@@ -221,6 +224,7 @@ class MainWindow(QMainWindow):
         buttons.addStretch(1)
         buttons.addWidget(self.continue_button)
         buttons.addWidget(self.stop_button)
+        buttons.addWidget(self.cancel_edit_button)
         buttons.addWidget(self.send_button)
         chat_layout.addLayout(buttons)
         chat_layout.setContentsMargins(4, 4, 4, 4)
@@ -358,6 +362,7 @@ class MainWindow(QMainWindow):
         self.message_box.submitted.connect(self.send)
         self.send_button.clicked.connect(self.message_box.submit)
         self.stop_button.clicked.connect(self.stop)
+        self.cancel_edit_button.clicked.connect(self.stop)  # the controller's stop leaves an edit when idle
         self.new_chat_button.clicked.connect(self.new_chat)
         self.continue_button.clicked.connect(self.continue_reply)
         self.chat.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
@@ -569,6 +574,9 @@ class MainWindow(QMainWindow):
         self.status = status
         busy, ready = status.busy, status.ready
         self.send_button.setEnabled(ready and not busy)
+        editing = status.editing is not None and not busy
+        self.send_button.setText("Resend" if editing else "Send")
+        self.cancel_edit_button.setVisible(editing)
         stopping = status.state is TurnState.STOPPING
         self.stop_button.setEnabled(busy and not stopping)
         self.stop_button.setText("Stopping…" if stopping else "Stop")

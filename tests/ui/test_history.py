@@ -138,7 +138,12 @@ def test_edit_and_resend_replaces_that_turn(make_window, mixed_decoder, qtbot):
     send(qtbot, studio, "w5 w6")
     window.edit_action.trigger()
     assert window.message_box.toPlainText() == "w5 w6"
+    assert window.cancel_edit_button.isVisible() and window.send_button.text() == "Resend"
     qtbot.keyClick(window.message_box, Qt.Key.Key_Escape)  # Esc leaves the edit
+    assert studio.chat.editing is None and window.message_box.toPlainText() == ""
+    assert not window.cancel_edit_button.isVisible() and window.send_button.text() == "Send"
+    window.edit_action.trigger()
+    qtbot.mouseClick(window.cancel_edit_button, Qt.MouseButton.LeftButton)  # and so does its button
     assert studio.chat.editing is None and window.message_box.toPlainText() == ""
     window.edit_action.trigger()
     window.message_box.setPlainText("w7 w8")
