@@ -25,6 +25,7 @@ from pathlib import Path
 from engine.events import Mode, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance, round_alpha
 from ui.compare import explain, greedy_is_exact
+from ui.markdown import FENCE
 from ui.session import Comparison, RemoteSource, Reply, Runtime, Session
 from ui.timing import estimated_speedup
 from ui.tokens import SPECIAL_TOKEN
@@ -205,6 +206,19 @@ def remote_json(source: RemoteSource) -> dict:
                 "spec": None if engine.spec is None else engine.spec.as_dict(), "note": engine.note}}
 
 
+def hard_line_breaks(text: str) -> str:
+    """`text` with each single newline outside code fences made a Markdown hard break (two trailing spaces), so a
+    poem's lines stay lines in a Markdown viewer as they do in the chat."""
+    lines = text.split("\n")
+    fenced = False
+    for i, line in enumerate(lines[:-1]):
+        if FENCE.fullmatch(line):
+            fenced = not fenced
+        elif not fenced and line.strip() and lines[i + 1].strip():
+            lines[i] = line.rstrip() + "  "
+    return "\n".join(lines)
+
+
 def markdown(session: Session) -> str:
     """The chat as it reads: each message, each reply (a continued one whole) under its header, and the lines the
     chat shows under it (its figures, its warnings, the AR comparison and why the texts part, a context notice)."""
@@ -216,10 +230,10 @@ def markdown(session: Session) -> str:
     system = next((m["content"] for m in (session.replies[0].request.messages if session.replies else ())
                    if m["role"] == "system"), "")
     if system:
-        lines += ["**System prompt**", "", system, ""]
+        lines += ["**System prompt**", "", hard_line_breaks(system), ""]
     for numbered in numbered_replies(session):
         reply, comparison = numbered.whole, numbered.comparison
-        lines += ["**You**", "", reply.request.messages[-1]["content"], ""]
+        lines += ["**You**", "", hard_line_breaks(reply.request.messages[-1]["content"]), ""]
         header = (reply_header(reply.request.settings) if reply.remote is None
                   else remote_header(reply.remote.model, reply.remote.url, reply.request.settings))
         notes = [note.text for note in reply_notes(reply)]
@@ -227,7 +241,8 @@ def markdown(session: Session) -> str:
             notes += [comparison_line(comparison, reply), explain(comparison, reply, greedy_is_exact(session.pair))]
         if numbered.context_notice:
             notes.append(CONTEXT + numbered.context_notice)
-        lines += [f"**Reply {numbered.number} · {header}**", "", SPECIAL_TOKEN.sub("", reply.text).strip(), ""]
+        lines += [f"**Reply {numbered.number} · {header}**", "", hard_line_breaks(SPECIAL_TOKEN.sub("", reply.text).strip()),
+                  ""]
         for note in notes:
             lines += [f"*{note}*", ""]
     return "\n".join(lines)

@@ -11,7 +11,7 @@ from app.machine import described
 from engine.events import ContextNotice, DecodeSettings, ModelInfo, PairInfo
 from tests.ui.helpers import shown_window
 from tests.ui.synthetic import accepted_round, rejected_round
-from ui.export import export_session
+from ui.export import export_session, hard_line_breaks
 from ui.gamma_charts import why_panel
 from ui.session import (Comparison, ComparisonShown, Reply, ReplyRequest, ReplyShown, RoundShown, Runtime, Session,
                         TurnStarted)
@@ -150,3 +150,10 @@ def test_a_continued_replys_markdown_has_the_notes_of_its_last_part(tmp_path):
     _, _, _, markdown = exported(tmp_path, session)
     story = markdown.split("**Reply 2 ·")[1]
     assert "*Context: left out the oldest 2 messages*" in story and "oldest message*" not in story
+
+
+def test_the_markdown_keeps_a_poems_lines_and_leaves_code_as_it_is():
+    poem = "Roses are red,\nviolets are blue.\n\n```\nx = 1\ny = 2\n```\n- one\n- two"
+    assert hard_line_breaks(poem) == ("Roses are red,  \nviolets are blue.\n\n```\nx = 1\ny = 2\n```\n- one  \n"
+                                      "- two")
+    assert hard_line_breaks("one line") == "one line"
