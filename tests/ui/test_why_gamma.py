@@ -9,6 +9,7 @@ import pytest
 from PySide6.QtGui import QFont, QTextDocumentFragment
 from PySide6.QtWidgets import QApplication
 
+from engine.decoding.recommend import MAX_GAMMA
 from engine.events import DecodeSettings, Drafting, ModelInfo, PairInfo
 from engine.stats import expected_tokens_per_round, position_acceptance
 from tests.ui.helpers import REPLY_TIMEOUT_MS, send, shown_window
@@ -189,6 +190,7 @@ def test_the_speedup_legend_says_which_dots_are_measured_and_which_estimated(qtb
     legend = QTextDocumentFragment.fromHtml(window.why_charts.headers[window.why_charts.speedup_plot].text())
     assert "○ draft model estimated" in legend.toPlainText().replace("\xa0", " ")
     assert ("● draft model measured" in legend.toPlainText().replace("\xa0", " ")) is not busy
+    assert f"lines end at γ = {MAX_GAMMA}: longer blocks not timed" in legend.toPlainText().replace("\xa0", " ")
 
 
 def test_compare_drafters_gives_four_rows_on_the_tiny_pair(make_studio, mixed_decoder, qtbot):
