@@ -64,12 +64,12 @@ LAST_REPLY_ONLY = ("regenerate", "continue")
 ACTION_ROW = QTextFormat.Property.UserProperty + 1  # block property of a reply's links: never copied with the text
 
 # The guide's examples: one the draft can copy from the prompt (the target writes the list out again whole), one
-# code answer, one where the small draft guesses badly (free invention), so rejected drafts show up.
+# code answer, one where the small draft guesses badly (free invention): rejected drafts, in rounds that draft.
 EXAMPLES = (
     ("copying", "Write this list again in the same order: apple, banana, cherry, date, elderberry, fig, grape, "
                 "kiwi."),
     ("a code answer", "Write a Python function that checks whether a word is a palindrome."),
-    ("many rejections", "Invent a strange name for a dragon and describe its cave in three sentences."),
+    ("hard for the draft to guess", "Invent a strange name for a dragon and describe its cave in three sentences."),
 )
 
 
