@@ -111,14 +111,19 @@ class Legend(QWidget):
         self.remote_note.hide()
         row.addWidget(self.remote_note, 1)
         self.trace_action = QAction("Speculative &trace", self)
-        self.trace_action.setIconText("Trace")  # the button's text; the View menu shows the full name
         self.trace_action.setCheckable(True)
+        # The button says its state in words: a checked tool button's sunken frame is barely seen in most styles
+        self.trace_action.toggled.connect(self._name_trace_state)
+        self._name_trace_state(False)
         self.trace_action.setShortcut(QKeySequence("Ctrl+T"))
         self.trace_action.setToolTip("Show every draft, rejected ones struck through (Ctrl+T); off: the clean "
                                      "answer, tokens in their colour")
         self.trace_button = QToolButton()
         self.trace_button.setDefaultAction(self.trace_action)
         row.addWidget(self.trace_button)
+
+    def _name_trace_state(self, on: bool) -> None:
+        self.trace_action.setIconText("Trace: on" if on else "Trace: off")  # the View menu shows the full name
 
     def set_remote(self, remote: bool) -> None:
         """A remote engine reports counts, not fates: the chips give way to a line saying so, and the trace, which

@@ -20,7 +20,9 @@ def test_reply_shows_a_colour_for_each_fate_that_occurred(make_studio, mixed_dec
     reply = send(qtbot, studio)
     fates = {t.fate for t in reply.tokens}
     assert {Fate.ACCEPTED, Fate.BONUS, Fate.RESAMPLED} <= fates  # the fixture's pair is built to show all three
+    assert studio.window.legend.trace_button.text() == "Trace: off"
     studio.window.legend.trace_action.trigger()  # the speculative trace: every draft on its tint
+    assert studio.window.legend.trace_button.text() == "Trace: on"  # its state in words, not only a sunken frame
     shown = {(colour, strike) for _, colour, strike in token_fragments(studio.window.chat)}
     assert shown == expected_colours(list(reply.events))
     assert (STYLES[Fate.REJECTED].background, True) in shown
