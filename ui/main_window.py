@@ -182,6 +182,9 @@ class MainWindow(QMainWindow):
         self.prefill_progress.setMinimumWidth(self.prefill_progress.fontMetrics().horizontalAdvance(widest) + 24)
         self.prefill_progress.hide()
         holder_layout.addWidget(self.prefill_progress)
+        # A bar's height whether one is shown or not: a bar appearing would otherwise push the panes up a few pixels
+        holder.setMinimumHeight(max(bar.sizeHint().height() for bar in (self.comparison_progress, self.load_progress,
+                                                                          self.prefill_progress)))
         self.statusBar().addPermanentWidget(holder)
         self._menus()
         self._connect()

@@ -101,3 +101,12 @@ def test_in_a_narrow_window_the_summary_keeps_the_estimate_and_the_measured_spee
     assert f"measured {comparison.speedup:.2f}× vs AR" in shown
     assert label.fontMetrics().horizontalAdvance(shown) <= label.contentsRect().width()
     assert label.toolTip() == label.text()  # what was given up is still said there
+
+
+def test_a_progress_bar_appearing_leaves_the_panes_where_they_are(qtbot):
+    window = shown_window(qtbot, 1600, 1000)
+    before = window.chat.geometry(), window.statusBar().height()
+    window.on_prefill_progressed(PrefillProgress(100, 4404))
+    QApplication.processEvents()
+    assert window.prefill_progress.isVisible()
+    assert (window.chat.geometry(), window.statusBar().height()) == before
