@@ -117,7 +117,8 @@ class ChartHeader(QLabel):
         self.setWordWrap(True)
         self.setTextFormat(Qt.TextFormat.RichText)
         self.setAlignment(Qt.AlignmentFlag.AlignHCenter)
-        self.setStyleSheet(f"background: white; color: {CHART_INK};")
+        # Room at the sides: a legend line that ended at the pane's very edge lost its last glyph in some windows
+        self.setStyleSheet(f"background: white; color: {CHART_INK}; padding: 0px 4px;")
 
     def show_entries(self, entries: list[tuple[QPen, str]], extra: str = "") -> None:
         """The legend's entries, and `extra` (HTML) on a line of its own under them."""
