@@ -129,6 +129,7 @@ class WhyGammaPanel(QWidget):
         super().__init__(parent)
         pg.setConfigOptions(background="w", foreground="#333", antialias=False)  # as ui.charts, drawn alone too
         self.reply = PositionCounts()
+        self.reply_speculative = True
         self.session = PositionCounts()
         self.why: WhyGamma | None = None
         self._dirty = False
@@ -210,6 +211,7 @@ class WhyGammaPanel(QWidget):
 
     def start_reply(self, speculative: bool = True) -> None:
         self.reply.clear()
+        self.reply_speculative = speculative  # a plain AR reply has no acceptance: its line says so
         self._dirty = True
 
     def add_round(self, event: RoundEvent, speculative: bool = True) -> None:
@@ -242,7 +244,9 @@ class WhyGammaPanel(QWidget):
             header.show_entries([])
             return
         header.note = ""
-        header.show_legend(swatch_entry(COLOURS["reply"], "this reply") + ": " + escape(figures(self.reply))
+        mine = (figures(self.reply) if self.reply.rounds else "no rounds yet" if self.reply_speculative
+                else "plain AR, no drafts (the chat's figures leave it out)")
+        header.show_legend(swatch_entry(COLOURS["reply"], "this reply") + ": " + escape(mine)
                            + "<br>" + swatch_entry(COLOURS["session"], "this chat") + ": "
                            + escape(figures(self.session)))
 
@@ -288,7 +292,7 @@ class WhyGammaPanel(QWidget):
         entries = [legend_entry(self.predicted[d].opts["pen"], self.predicted[d].name())
                    for d in DRAFTING_NAMES if d in speedups]
         if speedups:  # the slider goes further than the timing at load
-            entries.append(f"lines&nbsp;end&nbsp;at&nbsp;γ&nbsp;=&nbsp;{MAX_GAMMA}:&nbsp;longer&nbsp;blocks&nbsp;not&nbsp;timed")
+            entries.append(f"lines end at γ = {MAX_GAMMA}: longer blocks not timed".replace(" ", "&nbsp;"))
         for drafting in DRAFTING_NAMES:  # a dot's fill says where its figure comes from: the legend says both ways
             for measured, dot, said in ((True, "●", "measured"), (False, "○", "estimated")):
                 if any(p.drafting is drafting and p.measured is measured for p in points):
@@ -315,9 +319,10 @@ def why_panel(session: Session, why: WhyGamma, size: QSize) -> WhyGammaPanel:
     panel = WhyGammaPanel()
     panel.timer.stop()  # drawn once, here
     for reply, _ in session.shown_replies():
-        panel.start_reply()
+        speculative = reply.request.settings.mode is Mode.SPEC
+        panel.start_reply(speculative)
         for event in reply.events:
-            panel.add_round(event, reply.request.settings.mode is Mode.SPEC)
+            panel.add_round(event, speculative)
     panel.show_why(why)
     panel.refresh()
     width = max(size.width(), EXPORT_WHY_SIZE.width())

@@ -663,7 +663,7 @@ class MainWindow(QMainWindow):
         if settings.mode is Mode.SPEC:  # the legend names what this reply shows; a plain AR one corrects nothing
             self.legend.set_greedy(settings.greedy)
         self.charts.start_reply(settings.gamma, speculative=settings.mode is Mode.SPEC)
-        self.why_charts.start_reply()
+        self.why_charts.start_reply(speculative=settings.mode is Mode.SPEC)
 
     def on_gammas_changed(self, settings: DecodeSettings, gammas: tuple[int, ...]) -> None:
         """γ moved mid-reply: the reply's header shows every γ it ran with."""

@@ -118,6 +118,8 @@ def test_plain_ar_replies_stay_out_of_the_acceptance_count(qtbot):
     draw_reply(window, 0, first_reply())
     draw_reply(window, 1, second_reply(), DecodeSettings(mode="ar"))
     assert window.why_charts.session.rounds == 4
+    legend = QTextDocumentFragment.fromHtml(window.why_charts.headers[window.why_charts.acceptance_plot].text())
+    assert "this reply: plain AR, no drafts" in legend.toPlainText().replace("\xa0", " ")  # not "0.00 tokens/round"
 
 
 # Costs with a flat verification block: a round of γ drafts costs 10 ms + γ drafts, so the analytic optimum is
