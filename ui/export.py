@@ -241,8 +241,8 @@ def markdown(session: Session) -> str:
             notes += [comparison_line(comparison, reply), explain(comparison, reply, greedy_is_exact(session.pair))]
         if numbered.context_notice:
             notes.append(CONTEXT + numbered.context_notice)
-        lines += [f"**Reply {numbered.number} · {header}**", "", hard_line_breaks(SPECIAL_TOKEN.sub("", reply.text).strip()),
-                  ""]
+        text = hard_line_breaks(SPECIAL_TOKEN.sub("", reply.text).strip())
+        lines += [f"**Reply {numbered.number} · {header}**", "", text, ""]
         for note in notes:
             lines += [f"*{note}*", ""]
     return "\n".join(lines)
