@@ -9,11 +9,16 @@ the target's block of k rows, o a round's bookkeeping. With γ drafts in every r
 E / (γ·T_q + T_p). One more draft raises E/C exactly when K_{d+1} / D_{d+1}, the chance that a round which makes
 it keeps it, exceeds (E(d)/C(d))·(c_{d+1} + T(d+2) − T(d+1)): that product is the threshold the explanation names.
 Positions past the longest measured draft are never drafted here, so γ is never recommended beyond it.
+
+Where a drafting's speedup was measured against plain AR on this machine (the app's Compare runs), its predicted
+rates are scaled by the median of measured / predicted at the γ each ran with: a measurement is what the machine
+did, so the prediction must not contradict it.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from statistics import median
 
 from engine.decoding.costs import SCRATCH_POSITIONS, CostModel
 from engine.events import Drafting
@@ -36,12 +41,15 @@ class Recommendation:
     explanation: str
     # Predicted speedup over AR for γ = 1 .. MAX_GAMMA, per drafting choice that was measured
     speedups: dict[Drafting, list[float]] = field(default_factory=dict)
+    # The factor each drafting's prediction was scaled by to agree with its measured speedups (absent: none)
+    calibration: dict[Drafting, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {"drafting": self.drafting.value, "draft_model": self.drafting.draft_model,
                 "lookup": self.drafting.lookup, "gamma": self.gamma, "tokens_per_s": self.tokens_per_s,
                 "speedup": self.speedup, "stop_below": self.stop_below, "explanation": self.explanation,
-                "speedups": {d.value: s for d, s in self.speedups.items()}}
+                "speedups": {d.value: s for d, s in self.speedups.items()},
+                "calibration": {d.value: f for d, f in self.calibration.items()}}
 
 
 def cost_model_from_dict(costs: dict) -> CostModel:
@@ -113,20 +121,33 @@ def _costs_said(draft_s: float, costs: CostModel, positions: int) -> str:
             f"{costs.ar_step_s(positions) * 1e3:.3g} ms")
 
 
+def calibration(predicted: Sequence[float], measured: Sequence[tuple[int, float]]) -> float | None:
+    """The median of measured / predicted speedup over (γ, measured speedup) pairs, each at its γ (the last
+    predicted one beyond them); None without a measurement."""
+    ratios = [speedup / predicted[min(gamma, len(predicted)) - 1] for gamma, speedup in measured
+              if gamma > 0 and speedup > 0]
+    return median(ratios) if ratios else None
+
+
 def recommend(costs: CostModel, profiles: Mapping[Drafting, PositionAcceptance],
-              max_gamma: int = MAX_GAMMA, positions: int = SCRATCH_POSITIONS) -> Recommendation:
+              max_gamma: int = MAX_GAMMA, positions: int = SCRATCH_POSITIONS,
+              measured: Mapping[Drafting, Sequence[tuple[int, float]]] | None = None) -> Recommendation:
     """The drafting and γ (1..max_gamma) with the most predicted tokens per second after `positions` cached
     positions (a chat's length: each cached position makes a step and each draft's row dearer), or plain AR where
     no drafting beats it by MARGIN; the smallest γ among equals. `profiles`: the acceptance measured with each
-    drafting."""
+    drafting; `measured`: (γ, speedup over plain AR) of runs measured with it, which scale its prediction."""
     ar_rate = 1.0 / costs.ar_step_s(positions)
     best = (ar_rate, Drafting.NONE, 0)
     best_within_margin = (ar_rate, Drafting.NONE, 0)  # the best drafting, where it beats AR by less than MARGIN
-    speedups = {}
+    speedups, scaled = {}, {}
     for drafting, profile in profiles.items():
         if drafting is Drafting.NONE:
             continue
         rates = [predicted_rate(costs, profile, g, drafting, positions) for g in range(1, max_gamma + 1)]
+        factor = calibration([rate / ar_rate for rate in rates], (measured or {}).get(drafting, ()))
+        if factor is not None:
+            scaled[drafting] = factor
+            rates = [rate * factor for rate in rates]
         speedups[drafting] = [rate / ar_rate for rate in rates]
         gamma = max(range(1, max_gamma + 1), key=lambda g: (rates[g - 1], -g))
         if rates[gamma - 1] > best[0] and rates[gamma - 1] >= MARGIN * ar_rate:
@@ -149,7 +170,8 @@ def recommend(costs: CostModel, profiles: Mapping[Drafting, PositionAcceptance],
                     f"{_costs_said(draft_s, costs, positions)}")
         else:
             line = f"no draft pays: {need}; {_costs_said(draft_s, costs, positions)}"
-        return Recommendation(Drafting.NONE, 0, rate, 1.0, threshold, line, speedups)
+        return Recommendation(Drafting.NONE, 0, rate, 1.0, threshold, line + _scaled_said(scaled), speedups,
+                              scaled)
     threshold = stop_threshold(costs, chosen, gamma, drafting, positions)
     draft_s = extra_draft_s(costs, chosen, gamma, drafting, positions)
     measured_beyond = gamma < len(chosen.drafted) and chosen.drafted[gamma] > 0
@@ -159,4 +181,11 @@ def recommend(costs: CostModel, profiles: Mapping[Drafting, PositionAcceptance],
     if not measured_beyond:
         # Said as what is known: the rounds' own stop (not the γ cap) may be what kept them short
         line += f" (no round drafted more than {gamma}, so what a further draft would keep is not measured)"
-    return Recommendation(drafting, gamma, rate, rate / ar_rate, threshold, line, speedups)
+    return Recommendation(drafting, gamma, rate, rate / ar_rate, threshold, line + _scaled_said(scaled), speedups,
+                          scaled)
+
+
+def _scaled_said(scaled: Mapping[Drafting, float]) -> str:
+    """Which predictions were scaled to this machine's measurements, and by how much."""
+    said = ", ".join(f"{drafting.label} ×{factor:.2f}" for drafting, factor in scaled.items())
+    return f"; predictions scaled to the speedups measured here ({said})" if said else ""

@@ -145,3 +145,28 @@ def test_a_long_chat_is_recommended_what_pays_at_its_length():
     # the same rounds priced by hand: E(1) / (draft + the 2-row block with its positions + bookkeeping)
     by_hand = (1 + 0.6) / (0.5e-3 + 4.5e-3 + 5000 * (5e-6 + 5e-6) + 0.5e-3) * (4e-3 + 0.5e-3 + 5000 * 5e-6)
     assert long.speedups[Drafting.MODEL][0] == pytest.approx(by_hand)
+
+
+def test_a_measured_speedup_scales_its_draftings_prediction_to_agree_with_it():
+    """A drafting predicted well above AR but measured below it at the γ it ran with is not recommended, and its
+    predicted curve passes through the measurement; without the measurement it is recommended (the negative
+    control), and a measurement of another drafting leaves it as it was."""
+    model, profile = costs(0.3), fixed_rounds([0.9] * 8)
+    alone = recommend(model, {Drafting.MODEL: profile})
+    assert alone.drafting is Drafting.MODEL and alone.speedup > 1.3 and not alone.calibration
+    measured = recommend(model, {Drafting.MODEL: profile}, measured={Drafting.MODEL: [(3, 0.7)]})
+    assert measured.drafting is Drafting.NONE
+    assert measured.speedups[Drafting.MODEL][2] == pytest.approx(0.7)
+    factor = measured.calibration[Drafting.MODEL]
+    assert factor == pytest.approx(0.7 / alone.speedups[Drafting.MODEL][2])
+    assert measured.speedups[Drafting.MODEL] == pytest.approx([s * factor for s in alone.speedups[Drafting.MODEL]])
+    assert f"draft model ×{factor:.2f}" in measured.explanation
+    other = recommend(model, {Drafting.MODEL: profile}, measured={Drafting.LOOKUP: [(3, 0.7)]})
+    assert other.drafting is Drafting.MODEL and other.speedups == alone.speedups
+
+
+def test_a_measurement_past_the_predicted_gammas_is_taken_at_the_last_one():
+    model, profile = costs(0.3), fixed_rounds([0.9] * 8)
+    alone = recommend(model, {Drafting.MODEL: profile})
+    far = recommend(model, {Drafting.MODEL: profile}, measured={Drafting.MODEL: [(16, 1.0)]})
+    assert far.calibration[Drafting.MODEL] == pytest.approx(1.0 / alone.speedups[Drafting.MODEL][-1])
