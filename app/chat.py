@@ -14,7 +14,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.chat_store import ChatRecorder, ChatStore, ChatStoreError, ChatSummary, title_for
 from app.timing import StepReference, machine_was_busy, unequal_loads
-from engine.events import ContextNotice, Drafting, Mode, PairInfo, PrefillProgress, RoundEvent
+from engine.events import ContextNotice, Mode, PairInfo, PrefillProgress, RoundEvent
 from engine.remote import RemoteReply, TextDelta, is_url, public_url
 from ui.export import ExportError, export_session
 from ui.session import (ChatStatus, Comparison, ComparisonShown, DrafterComparison, EngineTarget, RemoteSource, Reply,
@@ -119,7 +119,7 @@ class ChatController(QObject):
         return Session(self.pair, [turn.reply for turn in done],
                        {i: turn.comparison for i, turn in enumerate(done) if turn.comparison is not None},
                        self.title, {i: turn.context_notice for i, turn in enumerate(done) if turn.context_notice},
-                       self.runtime)
+                       self.runtime, self.drafter_comparison)
 
     @property
     def title(self) -> str:
@@ -550,9 +550,7 @@ class ChatController(QObject):
 
     def _emit_why(self) -> None:
         """Recompute what the "why this γ" charts show: after every turn, and for a conversation replayed."""
-        runs = self.drafter_comparison.runs if self.drafter_comparison is not None else ()
-        extra = {run.drafting: list(run.events) for run in runs if run.drafting is not Drafting.NONE}
-        self.why = why_gamma(self.session, extra)
+        self.why = why_gamma(self.session)
         self.why_changed.emit(self.why)
 
     def _finish_turn(self) -> None:

@@ -26,7 +26,7 @@ from engine.events import Mode, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance, round_alpha
 from ui.compare import explain, greedy_is_exact
 from ui.markdown import FENCE
-from ui.session import Comparison, RemoteSource, Reply, Runtime, Session
+from ui.session import Comparison, DrafterComparison, RemoteSource, Reply, Runtime, Session
 from ui.timing import estimated_speedup
 from ui.tokens import SPECIAL_TOKEN
 from ui.transcript import CONTEXT, reply_notes
@@ -126,7 +126,13 @@ def session_json(session: Session) -> dict:
     return {"app": "SpecDec Studio", "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "models": plain(session.pair), "environment": environment(session.runtime), "replies": replies,
             # the session's acceptance by draft position and what the pair's cost model recommends under it
-            "why_gamma": why_gamma(session).as_dict()}
+            "why_gamma": why_gamma(session).as_dict(), "drafters": drafters_json(session.drafters)}
+
+
+def drafters_json(comparison: DrafterComparison | None) -> dict | None:
+    """The chat's last Compare drafters: its settings and each drafting's row, as its table shows them."""
+    return None if comparison is None else {"settings": plain(comparison.request.settings),
+                                            "rows": comparison.rows()}
 
 
 def round_row(number: int, part_number: int, part: Reply, event: RoundEvent) -> dict:

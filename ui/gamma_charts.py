@@ -157,9 +157,11 @@ class WhyGammaPanel(QWidget):
         }
 
         self.speedup_plot = _plot("predicted speedup over plain AR for rounds capped at γ drafts, from the cost "
-                                  "model and this chat's acceptance by position with each drafting; the dots "
-                                  "are this chat's replies (filled: measured by a fair Compare with AR, hollow: "
-                                  "estimated, where no Compare ran or it met a busy machine); grey: plain AR (1×)", "×")
+                                  "model and this chat's acceptance by position with each drafting, scaled to pass "
+                                  "through what was measured with that drafting; the dots are this chat's replies "
+                                  "and Compare drafters runs (filled: measured by a fair Compare with AR or by "
+                                  "Compare drafters, hollow: estimated, where no Compare ran or it met a busy "
+                                  "machine); grey: plain AR (1×)", "×")
         count_axis(self.speedup_plot, "γ (most drafts per round)")
         self.predicted = {d: self.speedup_plot.plot(pen=pg.mkPen(COLOURS[d], width=2), name=f"{DRAFTING_NAMES[d]}")
                           for d in DRAFTING_NAMES}

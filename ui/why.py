@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from engine.decoding.recommend import MAX_GAMMA, Recommendation, cost_model_from_dict, recommend
 from engine.events import DecodeSettings, Drafting, Mode
 from engine.stats import PositionAcceptance, position_acceptance
-from ui.session import Reply, Session
+from ui.session import DrafterComparison, Reply, Session
 
 
 def drafting_of(settings: DecodeSettings) -> Drafting:
@@ -21,13 +21,13 @@ def drafting_of(settings: DecodeSettings) -> Drafting:
 
 @dataclass(frozen=True)
 class MeasuredPoint:
-    """A reply of this session on the predicted-speedup chart: its γ cap and its speedup vs AR (the measured AR
-    comparison where it has one, else the estimate)."""
+    """A reply or a Compare drafters run of this session on the predicted-speedup chart: its γ cap and its speedup
+    vs AR (the measured comparison where it has one, else the reply's estimate)."""
 
     drafting: Drafting
     gamma: int
     speedup: float
-    measured: bool  # True: from a fair Compare with AR run (not busy, not at unequal loads)
+    measured: bool  # True: from a fair Compare with AR run (not busy, not at unequal loads) or Compare drafters
 
 
 @dataclass(frozen=True)
@@ -58,17 +58,26 @@ def chat_length(session: Session) -> int:
     return last.positions + len(last.emitted) if last is not None and last.positions else 0
 
 
-def why_gamma(session: Session, extra: dict[Drafting, list] | None = None) -> WhyGamma:
-    """The session's acceptance (every speculative round), each drafting's own, and the recommendation.
-    `extra`: more rounds per drafting (a Compare drafters run), counted in the profiles, not in the session's
-    chart."""
+def drafter_points(comparison: DrafterComparison | None) -> list[MeasuredPoint]:
+    """The Compare drafters runs that drafted, each measured against its plain AR run."""
+    if comparison is None:
+        return []
+    gamma = comparison.request.settings.gamma
+    return [MeasuredPoint(Drafting(row["drafting"]), gamma, row["vs_ar"], True) for row in comparison.rows()
+            if row["drafting"] != Drafting.NONE.value and row["drafted"] and row["vs_ar"] and not row["stopped"]]
+
+
+def why_gamma(session: Session) -> WhyGamma:
+    """The session's acceptance (every speculative round), each drafting's own (a Compare drafters run's rounds
+    counted in them, not in the session's chart), its replies and measured runs as points, and the
+    recommendation, its predictions scaled to agree with the measured points."""
     shown = speculative_replies(session)
     events = {}
     for reply, _ in shown:
         events.setdefault(drafting_of(reply.request.settings), []).extend(reply.events)
-    for drafting, rounds in (extra or {}).items():
-        if drafting is not Drafting.NONE and rounds:
-            events.setdefault(drafting, []).extend(rounds)
+    for run in session.drafters.runs if session.drafters is not None else ():
+        if run.drafting is not Drafting.NONE and run.events:
+            events.setdefault(run.drafting, []).extend(run.events)
     profiles = {drafting: position_acceptance(rounds) for drafting, rounds in events.items()}
     points = []
     for reply, comparison in shown:
@@ -76,12 +85,17 @@ def why_gamma(session: Session, extra: dict[Drafting, list] | None = None) -> Wh
         speedup = comparison.speedup if measured else reply.estimated_speedup
         if speedup > 0:
             points.append(MeasuredPoint(drafting_of(reply.request.settings), reply.gamma, speedup, measured))
+    points += drafter_points(session.drafters)
+    measured_points = {}
+    for point in points:
+        if point.measured:
+            measured_points.setdefault(point.drafting, []).append((point.gamma, point.speedup))
     costs = dict(session.pair.costs) if session.pair is not None and session.pair.costs else {}
     model = cost_model_from_dict(costs) if costs else None
     # a model with no time for an AR step (an injected one, in tests) has no rate to compare drafts with
     timed = model is not None and model.ar_token_s > 0
-    recommendation = (recommend(model, profiles, MAX_GAMMA, chat_length(session)) if timed and profiles
-                      else None)
+    recommendation = (recommend(model, profiles, MAX_GAMMA, chat_length(session), measured_points)
+                      if timed and profiles else None)
     session_profile = position_acceptance(e for reply, _ in shown for e in reply.events)
     return WhyGamma(costs, session_profile, tuple(points), recommendation, profiles)
 

@@ -16,8 +16,10 @@ from tests.ui.helpers import REPLY_TIMEOUT_MS, send, shown_window
 from tests.ui.synthetic import accepted_round, rejected_round
 from ui.gamma_charts import MIN_WHY_HEIGHT
 from ui.main_window import MIN_HEIGHT, MIN_WIDTH, MainWindow
-from ui.session import Comparison, Reply, ReplyRequest, RoundShown, Session, TurnStarted
-from ui.why import why_gamma
+from ui.export import session_json
+from ui.session import (Comparison, DrafterComparison, DrafterRun, Reply, ReplyRequest, RoundShown, Session,
+                        TurnStarted)
+from ui.why import MeasuredPoint, why_gamma
 
 MODEL_ONLY = DecodeSettings(gamma=4, lookup=False)
 
@@ -216,9 +218,40 @@ def test_compare_drafters_gives_four_rows_on_the_tiny_pair(make_studio, mixed_de
     table = dialog.table
     assert table.rowCount() == 4 and table.item(3, 0).text() == "none (plain AR)"
     assert studio.chat.status.state.value == "idle"
+    assert studio.chat.session.drafters is comparison  # the export and the why tab see the runs
     qtbot.waitExposed(dialog)
     last = table.columnCount() - 1
     assert table.columnViewportPosition(last) + table.columnWidth(last) <= table.viewport().width()  # all in view
+
+
+def timed_rounds(events, tokens_per_s: float):
+    """The rounds with round times that make them run at `tokens_per_s`."""
+    return tuple(dataclasses.replace(e, round_s=len(e.emitted) / tokens_per_s) for e in events)
+
+
+def copying_measured_at(speedup: float) -> DrafterComparison:
+    """Compare drafters where copying only kept every copy and ran at `speedup` × its plain AR run."""
+    copies = [accepted_round(i, ["a", "b", "c"], "d", q=1.0) for i in range(4)]
+    plain = [dataclasses.replace(accepted_round(i, [], "x"), gamma=0) for i in range(8)]
+    request = ReplyRequest(({"role": "user", "content": "hi"},), MODEL_ONLY)
+    return DrafterComparison(request, (DrafterRun(Drafting.LOOKUP, timed_rounds(copies, 100.0 * speedup)),
+                                       DrafterRun(Drafting.NONE, timed_rounds(plain, 100.0))))
+
+
+@pytest.mark.parametrize("speedup", [0.7, 3.0])
+def test_a_compare_drafters_measurement_is_a_point_and_the_recommendation_agrees_with_it(speedup):
+    """Copying measured at 0.7× is not recommended, its predicted line through its dot; measured at 3× (the
+    negative control: the same runs, a faster copy run) it is."""
+    session = synthetic_session(2.0)
+    session.drafters = copying_measured_at(speedup)
+    why = why_gamma(session)
+    assert MeasuredPoint(Drafting.LOOKUP, MODEL_ONLY.gamma, pytest.approx(speedup), True) in why.points
+    recommendation = why.recommendation
+    assert recommendation.speedups[Drafting.LOOKUP][MODEL_ONLY.gamma - 1] == pytest.approx(speedup)
+    assert (recommendation.drafting is Drafting.LOOKUP) is (speedup > 1)
+    data = session_json(session)  # the export says what the window says, and keeps the runs
+    assert data["why_gamma"]["recommendation"] == json.loads(json.dumps(recommendation.as_dict()))
+    assert [row["drafting"] for row in data["drafters"]["rows"]] == ["lookup", "none"]
 
 
 def test_after_compare_drafters_the_chat_decodes_as_before(make_studio, mixed_decoder, qtbot):
