@@ -19,7 +19,7 @@ from ui.chat_view import CLEAN, TRACE, ChatView, continue_reach
 from ui.compare import comparison_view
 from ui.controls import DecodingControls, ModelPicker
 from ui.engine_report import FATES_NOTE, EngineReport
-from ui.export import file_stem
+from ui.export import file_stem, written_said
 from ui.gamma_charts import WhyGammaPanel, why_image
 from ui.history import HistoryPanel
 from ui.inspector import TokenInspector, first_rejection_note
@@ -440,8 +440,8 @@ class MainWindow(QMainWindow):
         later = self.status.replies_after(turn)
         if later > 0:
             answer = QMessageBox.question(
-                self, "Edit and resend", f"Resending this message replaces the {later} "
-                f"{'reply' if later == 1 else 'replies'} after it in this chat. Edit it?",
+                self, "Edit and resend", f"Resending this message replaces its reply and the {later} "
+                f"{'turn' if later == 1 else 'turns'} after it in this chat. Edit it?",
                 QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, QMessageBox.StandardButton.Yes)
             if answer != QMessageBox.StandardButton.Yes:
                 return
@@ -506,6 +506,7 @@ class MainWindow(QMainWindow):
                 if not act.shortcut().isEmpty():
                     keys = act.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
                     rows.append((keys, act.text().replace("&", "").removesuffix("…")))
+        rows.append(("Esc", "While a message is back in the box for editing: leave the edit (Cancel edit)"))
         rows.append(("Click a token", "Pin it in the inspector (click again to release)"))
         return rows
 
@@ -593,8 +594,9 @@ class MainWindow(QMainWindow):
         self.compare_drafters_action.setEnabled(idle_with_reply and not status.remote)
         self.serve_action.setEnabled(self.vllm_missing is None and not busy and not self.serving_timer.isActive())
         self.local_action.setEnabled(status.remote and not busy)
-        self.continue_action.setEnabled(idle_with_reply and status.can_continue)
-        self.continue_button.setVisible(idle_with_reply and status.can_continue)
+        continuable = idle_with_reply and status.can_continue and not editing  # a resend replaces the reply
+        self.continue_action.setEnabled(continuable)
+        self.continue_button.setVisible(continuable)
         if status.state is TurnState.LOADING:
             self._open_progress()
         else:
@@ -845,7 +847,7 @@ class MainWindow(QMainWindow):
 
     def on_exported(self, written: list) -> None:
         remember_export_folder(self.preferences, written[0])
-        self.statusBar().showMessage("Wrote " + ", ".join(p.name for p in written), 6000)
+        self.statusBar().showMessage(written_said(written), 8000)
 
     def on_export_failed(self, message: str) -> None:
         self.statusBar().showMessage(f"Export failed, nothing written: {message}", 10000)

@@ -161,6 +161,10 @@ def test_continue_carries_on_a_reply_cut_at_max_tokens(make_window, mixed_decode
     cut = send(qtbot, studio, "w3 w4")
     assert cut.events[-1].finish_reason == "length"
     assert window.continue_button.isVisible() and window.continue_action.isEnabled()
+    window.edit_action.trigger()  # while its message is being edited, the reply is about to be replaced
+    assert not window.continue_button.isVisible() and not window.continue_action.isEnabled()
+    window.cancel_edit_button.click()
+    assert window.continue_button.isVisible() and window.continue_action.isEnabled()
     with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         qtbot.mouseClick(window.continue_button, Qt.MouseButton.LeftButton)
     more = studio.chat.replies[-1]
@@ -381,7 +385,7 @@ def test_the_chat_menu_acts_on_the_reply_under_the_mouse(make_window, mixed_deco
     window.copy_turn(0)
     assert QApplication.clipboard().text() == first.text
     window.edit_turn(0)  # cancelled: nothing to edit
-    assert window.message_box.toPlainText() == "" and "replaces the 1 reply after it" in asked[0]
+    assert window.message_box.toPlainText() == "" and "replaces its reply and the 1 turn after it" in asked[0]
     window.edit_turn(0)
     assert window.message_box.toPlainText() == "w3 w4" and len(asked) == 2
     window.message_box.setPlainText("w9")
