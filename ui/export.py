@@ -273,6 +273,11 @@ def file_stem(title: str) -> str:
     return stem.rstrip(" .,;:-") or "specdec-chat"  # a word cut off leaves no "apple, banana,.json"
 
 
+def written_said(written: list[Path]) -> str:
+    """The status line after an export: the files, and the folder they are in."""
+    return f"Wrote {', '.join(path.name for path in written)} in {written[0].parent}"
+
+
 def export_paths(base: Path) -> tuple[Path, ...]:
     """base.json, base.csv, base-positions.csv, base.md and base.png (a base already ending in one of those
     suffixes loses it)."""

@@ -10,7 +10,7 @@ from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import (QFileDialog, QInputDialog, QLabel, QListWidget, QListWidgetItem, QMenu, QMessageBox,
                                QStyle, QStyledItemDelegate, QStyleOptionViewItem, QVBoxLayout, QWidget)
 
-from ui.export import ExportError, file_stem
+from ui.export import ExportError, file_stem, written_said
 from ui.preferences import export_folder, remember_export_folder
 
 CHAT_ID = Qt.ItemDataRole.UserRole
@@ -190,7 +190,7 @@ class HistoryPanel(QWidget):
             QMessageBox.warning(self, "Export failed", f"Nothing was written: {exc}")
             return
         remember_export_folder(self.preferences, written[0])
-        self.status_posted.emit("Wrote " + ", ".join(p.name for p in written))
+        self.status_posted.emit(written_said(written))
 
     def _ask_delete(self, chat_id: int, title: str) -> None:
         answer = QMessageBox.question(self, "Delete chat", f"Delete “{title}” and all its replies?")

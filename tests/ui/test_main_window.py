@@ -304,6 +304,8 @@ def test_the_help_menu_lists_every_shortcut(make_studio, mixed_decoder, qtbot):
     for keys in ("Ctrl+N", "Ctrl+R", "Ctrl+T", "Ctrl+H", "Ctrl+E", "Ctrl+1", "Ctrl+2", "Esc", "Enter", "F1"):
         assert keys in shortcuts, keys
     assert shortcuts["Ctrl+N"] == "New chat"
+    assert [what for keys, what in window.shortcuts() if keys == "Esc"] == [
+        "Stop", "While a message is back in the box for editing: leave the edit (Cancel edit)"]
     qtbot.keyClick(window, Qt.Key.Key_F1)
     assert window.help_box.isVisible() and "Ctrl+Shift+E" in window.help_box.text()
     window.help_box.close()

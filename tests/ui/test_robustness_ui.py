@@ -51,6 +51,7 @@ def test_a_failed_export_writes_nothing_says_why_and_the_next_export_works(make_
     window.export_dialog()
     assert sorted(p.name for p in tmp_path.glob("ok*")) == ["ok-positions.csv", "ok.csv", "ok.json", "ok.md", "ok.png"]
     assert json.loads((tmp_path / "ok.json").read_text())["replies"]
+    assert window.statusBar().currentMessage().endswith(f" in {tmp_path}")  # where the files went
 
 
 def test_export_during_a_reply_says_it_is_running_and_later_opens_in_documents_then_the_last_folder(
