@@ -294,7 +294,10 @@ class MainWindow(QMainWindow):
                            frame.bottom() - client.bottom())
         fitted = fitted_frame(frame, margins, screen.availableGeometry(), self.minimumSize())
         self.resize(fitted.size().shrunkBy(margins))
-        self.move(fitted.topLeft())  # a top-level window's position is its frame's
+        # A top-level window's position is its frame's; before the window manager frames it, the frame Qt reports
+        # is the client area, so moving it there anyway would shift a restored window down by its title bar.
+        if fitted.topLeft() != frame.topLeft():
+            self.move(fitted.topLeft())
 
     def moveEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         """The window manager frames the window after it is first shown, moving its client area: only then do the

@@ -341,3 +341,16 @@ def test_a_window_saved_off_the_screen_comes_back_onto_it():
     fitted = fitted_frame(framed, OPENBOX_FRAME, SMALL_SCREEN, QSize(MIN_WIDTH, MIN_HEIGHT))
     assert fitted.topLeft() == SMALL_SCREEN.topLeft()
     assert fitted.size().shrunkBy(OPENBOX_FRAME) == QSize(MIN_WIDTH, MIN_HEIGHT)  # never below the smallest size
+
+
+def test_fitting_a_window_that_fits_does_not_move_it(qtbot, monkeypatch):
+    """Before the window manager frames a restored window, its frame is its client area: moving the frame there
+    shifted it down by its title bar at every start."""
+    window = MainWindow(PRESETS)
+    qtbot.addWidget(window)
+    window.resize(MIN_WIDTH, MIN_HEIGHT)
+    window.move(QPoint(1, 25))
+    moves = []
+    monkeypatch.setattr(window, "move", lambda *where: moves.append(where))
+    window._fit_to_screen()
+    assert moves == []
