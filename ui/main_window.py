@@ -988,10 +988,10 @@ def drafters_table(comparison: DrafterComparison) -> QTableWidget:
         if row["skipped"] or (row["stopped"] and not row["tokens"]):
             cells = [row["skipped"] or "stopped", "", "", ""]
         else:
-            # a drafting that drafted nothing ran plain target steps: its difference from plain AR is noise
+            # a drafting that drafted nothing ran plain target steps (with its drafter's own reading of the prompt):
+            # its figure stands, said beside what made it
             idle = row["drafting"] != Drafting.NONE.value and not row["drafted"]
-            vs_ar = ("" if row["vs_ar"] is None else "— (drafted nothing: plain target steps)" if idle
-                     else f"{row['vs_ar']:.2f}×")
+            vs_ar = ("" if row["vs_ar"] is None else f"{row['vs_ar']:.2f}×" + (" (drafted nothing)" if idle else ""))
             cells = [f"{row['tokens_per_s']:.1f}", "—" if row["alpha"] is None else f"{row['alpha']:.2f}",
                      f"{row['tokens_per_round']:.2f}", vs_ar]
         name = Drafting(row["drafting"]).label + (" (stopped)" if row["stopped"] and row["tokens"] else "")

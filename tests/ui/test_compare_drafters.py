@@ -41,5 +41,5 @@ def test_a_drafting_that_drafted_nothing_says_so_beside_its_speed(qapp):
                                                        DrafterRun(Drafting.LOOKUP, steps),
                                                        DrafterRun(Drafting.NONE, steps))))
     assert [table.item(r, 0).text() for r in range(3)] == ["draft model", "copying only", "none (plain AR)"]
-    assert table.item(1, 4).text() == "— (drafted nothing: plain target steps)"  # no noise passed off as a speedup
+    assert table.item(1, 4).text() == "1.00× (drafted nothing)"  # its figure, and why it did what AR does
     assert table.item(0, 4).text().endswith("×") and table.item(2, 4).text() == "1.00×"
