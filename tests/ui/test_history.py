@@ -131,6 +131,19 @@ def test_regenerate_replaces_the_last_reply_here_and_on_disk(make_window, mixed_
     assert [r.text for r in saved.replies] == [r.text for r in studio.chat.replies]
 
 
+@pytest.mark.parametrize("greedy", [False, True])
+def test_regenerate_draws_a_new_sample_with_the_next_seed_unless_greedy(make_window, mixed_decoder, qtbot, greedy):
+    studio = make_window(mixed_decoder, greedy=greedy, max_new_tokens=12)
+    window = studio.window
+    old = send(qtbot, studio, "w3 w4")
+    with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        window.regenerate_action.trigger()
+    new = studio.chat.replies[-1]
+    seed = old.request.settings.seed
+    assert new.request.settings.seed == (seed if greedy else seed + 1) == window.controls.seed.value()
+    assert (new.text == old.text) is greedy
+
+
 def test_edit_and_resend_replaces_that_turn(make_window, mixed_decoder, qtbot):
     studio = make_window(mixed_decoder, greedy=True, max_new_tokens=8)
     window = studio.window
