@@ -707,6 +707,8 @@ class MainWindow(QMainWindow):
         self._inspect_first_rejection()
         first, *rest = stats_figures(reply)
         self.reply_label.set_parts([first._replace(text=LAST_REPLY + first.text), *rest])
+        if self.statusBar().currentMessage() == INT4_NOTE:  # the load's notice gives way to the reply's figures
+            self.statusBar().clearMessage()
 
     def _remote_reply_finished(self, shown: ReplyShown) -> None:
         """A remote engine's reply: plain text (a reopened one is drawn now), our tokens/s and its counts."""

@@ -110,3 +110,15 @@ def test_a_progress_bar_appearing_leaves_the_panes_where_they_are(qtbot):
     QApplication.processEvents()
     assert window.prefill_progress.isVisible()
     assert (window.chat.geometry(), window.statusBar().height()) == before
+
+
+def test_a_reply_drawn_while_the_load_notice_shows_brings_its_figures_into_view(qtbot):
+    window = shown_window(qtbot, 1400, 900)
+    window.on_pair_loaded(int4_pair())
+    assert window.statusBar().currentMessage() == INT4_NOTE
+    events = tuple(accepted_round(i, ["a"], "b") for i in range(4))
+    reply = Reply(ReplyRequest(({"role": "user", "content": "x"},), DecodeSettings(gamma=2)), events, "ab" * 4,
+                  False, reference_s=0.02)
+    window.on_reply_finished(ReplyShown(0, reply, reply, can_continue=False, live=False))  # a reopened chat's
+    assert window.statusBar().currentMessage() == "" and window.reply_label.isVisible()
+    assert window.reply_label.text().startswith("last reply: 8 tokens in 4 rounds")
