@@ -293,8 +293,8 @@ class WhyGammaPanel(QWidget):
         header.note = "" if recommendation is not None else "none yet: needs the cost model and a speculative reply"
         entries = [legend_entry(self.predicted[d].opts["pen"], self.predicted[d].name())
                    for d in DRAFTING_NAMES if d in speedups]
-        if speedups:  # the slider goes further than the timing at load
-            entries.append(f"lines end at γ = {MAX_GAMMA}: longer blocks not timed".replace(" ", "&nbsp;"))
+        if speedups:  # the slider goes further than the timing at load; breakable: it is wider than a narrow pane
+            entries.append(f"lines end at γ = {MAX_GAMMA}: longer blocks not timed")
         for drafting in DRAFTING_NAMES:  # a dot's fill says where its figure comes from: the legend says both ways
             for measured, dot, said in ((True, "●", "measured"), (False, "○", "estimated")):
                 if any(p.drafting is drafting and p.measured is measured for p in points):

@@ -302,6 +302,8 @@ def test_at_1000_by_700_the_why_tab_charts_are_tall_and_whole(qtbot):
     stacked = [w for pair in charts.headers.items() for w in (pair[1], pair[0])] + [charts.explanation]
     for upper, lower in zip(stacked, stacked[1:]):  # the tab scrolls rather than laying them over each other
         assert upper.geometry().bottom() < lower.geometry().top(), (upper, lower)
+    viewport = charts.parentWidget()  # the tab's scroll area shows no horizontal bar: wider would be cut off
+    assert charts.width() <= viewport.width(), "the tab is wider than its pane"
     label = charts.explanation
     assert label.isVisible() and label.geometry().bottom() <= charts.height()
     assert label.height() >= label.heightForWidth(label.width()), "the explanation is cut"
