@@ -251,6 +251,9 @@ def markdown(session: Session) -> str:
         lines += [f"**Reply {numbered.number} · {header}**", "", text, ""]
         for note in notes:
             lines += [f"*{note}*", ""]
+        ar_text = SPECIAL_TOKEN.sub("", comparison.ar_text).strip() if comparison is not None else ""
+        if ar_text and ar_text != SPECIAL_TOKEN.sub("", reply.text).strip():  # the chat shows both texts side by side
+            lines += ["**Plain AR's text (the comparison)**", "", hard_line_breaks(ar_text), ""]
     return "\n".join(lines)
 
 

@@ -141,7 +141,9 @@ def test_the_markdown_has_the_lines_the_chat_shows_under_a_reply(qtbot, tmp_path
     assert len(shown) == 7  # figures, busy machine, cut, bytes left out, comparison and why, context
     _, _, _, markdown = exported(tmp_path, Session(PAIR, [cut], {0: comparison}, "a story", {0: notice.message}))
     reply_lines = markdown.split("**Reply 1 ·")[1].splitlines()
-    assert [line[1:-1] for line in reply_lines if line.startswith("*")] == shown
+    assert [line[1:-1] for line in reply_lines if line.startswith("*") and not line.startswith("**")] == shown
+    ar = reply_lines.index("**Plain AR's text (the comparison)**")  # a sampled comparison's other text, as shown
+    assert reply_lines[ar + 2] == comparison.ar_text
 
 
 def test_a_continued_replys_markdown_has_the_notes_of_its_last_part(tmp_path):
