@@ -55,7 +55,10 @@ def blocks_that_differ(model, vocab_size: int, prefix: list[int] = PREFIX,
 def test_every_position_of_a_block_scores_exactly_as_an_ar_step(kind, dtype):
     model = build(kind, dtype)
     assert blocks_that_differ(model, SHAPE["vocab_size"]) == []
-    assert CachedModel(model, SHAPE["vocab_size"]).batch_invariant  # what PairInfo.greedy_exact reports
+    if dtype is torch.float32:  # what PairInfo.greedy_exact reports: our promise in float32
+        assert CachedModel(model, SHAPE["vocab_size"]).batch_invariant
+    # In half precision it is the CPU's kernels': on AVX-512 without bf16 the packed bfloat16 linear gives a 65-row
+    # block (a round of 64 drafts) other bits than single rows, and the probe says so; typical rounds' blocks agree.
 
 
 def test_transformers_forward_does_not_claim_batch_invariance():
