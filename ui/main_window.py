@@ -261,7 +261,7 @@ class MainWindow(QMainWindow):
         right.setChildrenCollapsible(False)
         right.setStretchFactor(0, 1)
         right.setStretchFactor(1, 2)
-        right.setSizes([280, 600])
+        right.setSizes([290, 600])
         right.setMinimumWidth(PANE_MIN_WIDTH["right"])
 
         # Minimum widths sum to less than MIN_WIDTH with the history dock open, so the handles always move.
