@@ -283,6 +283,7 @@ class ChatController(QObject):
         if self._after_stop(self.new_chat):
             return
         self.recorder.new_chat()
+        self.drafter_comparison = None
         self._replay([])
         self.chats_changed.emit(None)
         self.reset_requested.emit()
@@ -298,6 +299,7 @@ class ChatController(QObject):
             return
         self.recorder.resume(chat_id)
         self.system_prompt_restored.emit(chat.system_prompt)
+        self.drafter_comparison = chat.drafters
         self._replay([Turn(reply.request, reply, chat.comparisons.get(i)) for i, reply in enumerate(chat.replies)])
         self.chats_changed.emit(chat_id)
 
@@ -362,14 +364,15 @@ class ChatController(QObject):
     def export_chat(self, chat_id: int, base: Path) -> list[Path]:
         """A saved chat as the conversation on screen is exported (JSON and CSV; no chart image)."""
         chat = self.store.load_chat(chat_id)
-        return export_session(Session(chat.pair, chat.replies, chat.comparisons, chat.title, runtime=chat.runtime),
-                              base)
+        return export_session(Session(chat.pair, chat.replies, chat.comparisons, chat.title, runtime=chat.runtime,
+                                      drafters=chat.drafters), base)
 
     # -- slots for the worker's signals --------------------------------------------------------------------
 
     def on_models_loaded(self, info: PairInfo, runtime: Runtime | None = None) -> None:
         """`runtime`: what runs the pair here (None where the worker did not say)."""
         self.drafter_comparison = None  # another pair's rounds say nothing of this one
+        self.recorder.drafters_compared(None)
         self.timing.clear()  # the last pair's step times are neither this one's median nor its quiet speed
         self.timing.add(info.target_step_s)  # one timing before the first reply's own: a slow one is then caught
         self.pair, self.runtime = info, runtime
@@ -389,6 +392,7 @@ class ChatController(QObject):
 
     def on_drafters_compared(self, comparison: DrafterComparison) -> None:
         self.drafter_comparison = comparison
+        self.recorder.drafters_compared(comparison)
         self.drafters_compared.emit(comparison)
         self._finish_turn()
 
@@ -582,7 +586,6 @@ class ChatController(QObject):
         each round charted against the reference step its reply was measured with."""
         self.turns = list(turns)
         self.editing = None
-        self.drafter_comparison = None
         self.conversation_cleared.emit()
         for index, turn in enumerate(self.turns):
             reply = turn.reply

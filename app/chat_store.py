@@ -19,11 +19,11 @@ from enum import Enum
 from pathlib import Path
 
 from engine.events import DecodeSettings, PairInfo, RoundEvent
-from ui.session import Comparison, RemoteSource, Reply, ReplyRequest, Runtime
+from ui.session import Comparison, DrafterComparison, RemoteSource, Reply, ReplyRequest, Runtime
 
 # `PRAGMA user_version` holds the schema version. Opening an older database runs the steps from its version up;
 # a newer one (written by a later release) is refused untouched rather than misread.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         """CREATE TABLE chats (
@@ -70,6 +70,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # a saved chat; NULL where it was not known, and in chats saved before
         "ALTER TABLE chats ADD COLUMN runtime TEXT",
     ),
+    5: (
+        # The chat's last Compare drafters (ui.session.DrafterComparison as JSON): its runs are measured points of
+        # the why-γ tab and scale its predictions, so a reopened chat shows what the live one did
+        "ALTER TABLE chats ADD COLUMN drafters TEXT",
+    ),
 }
 
 
@@ -101,6 +106,7 @@ class StoredChat:
     replies: list[Reply]
     comparisons: dict[int, Comparison]  # reply index -> AR comparison
     runtime: Runtime | None = None  # what ran the local pair, as last recorded
+    drafters: DrafterComparison | None = None  # the chat's last Compare drafters
 
 
 def now() -> str:
@@ -338,6 +344,10 @@ class ChatStore:
         with self.db:
             self.db.execute("UPDATE turns SET comparison = ? WHERE id = ?", (to_json(comparison), turn_id))
 
+    def set_drafters(self, chat_id: int, comparison: DrafterComparison | None) -> None:
+        with self.db:
+            self.db.execute("UPDATE chats SET drafters = ? WHERE id = ?", (_json_or_null(comparison), chat_id))
+
     def delete_turn(self, turn_id: int) -> None:
         with self.db:
             self.db.execute("DELETE FROM turns WHERE id = ?", (turn_id,))
@@ -384,11 +394,11 @@ class ChatStore:
             return self._load_chat(chat_id)
 
     def _load_chat(self, chat_id: int) -> StoredChat:
-        row = self.db.execute("SELECT title, pair, system_prompt, runtime FROM chats WHERE id = ?",
+        row = self.db.execute("SELECT title, pair, system_prompt, runtime, drafters FROM chats WHERE id = ?",
                               (chat_id,)).fetchone()
         if row is None:
             raise KeyError(chat_id)
-        title, pair, system_prompt, runtime = row
+        title, pair, system_prompt, runtime, drafters = row
         replies, comparisons = [], {}
         turns = self.db.execute("SELECT id, request, text, stopped, comparison, reference_s, machine_busy, remote "
                                 "FROM turns WHERE chat_id = ? ORDER BY position", (chat_id,)).fetchall()
@@ -402,7 +412,8 @@ class ChatStore:
             replies.append(Reply(request_from_json(request), events, text, bool(stopped), reference_s,
                                  bool(machine_busy), from_plain(RemoteSource, json.loads(remote) if remote else None)))
         return StoredChat(chat_id, title, from_plain(PairInfo, json.loads(pair) if pair else None), system_prompt,
-                          replies, comparisons, from_plain(Runtime, json.loads(runtime) if runtime else None))
+                          replies, comparisons, from_plain(Runtime, json.loads(runtime) if runtime else None),
+                          from_plain(DrafterComparison, json.loads(drafters) if drafters else None))
 
 
 class ChatRecorder:
@@ -448,6 +459,11 @@ class ChatRecorder:
     def comparison_finished(self, comparison: Comparison) -> None:
         if self.turn_id is not None:
             self._write(self.store.add_comparison, self.turn_id, comparison)
+
+    def drafters_compared(self, comparison: DrafterComparison | None) -> None:
+        """The chat's last Compare drafters (None: forget it, as a truncated conversation does)."""
+        if self.chat_id is not None:
+            self._write(self.store.set_drafters, self.chat_id, comparison)
 
     def turn_failed(self) -> None:
         """The worker failed before finishing the reply: the window drops the turn, so the store does too."""

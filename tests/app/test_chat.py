@@ -3,13 +3,14 @@ that answers each request from hand-made round events, and the records it emits 
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
 from app.chat import ChatController
-from engine.events import DecodeSettings, EmittedToken, Fate, ModelInfo, PairInfo, RoundEvent
+from engine.events import DecodeSettings, Drafting, EmittedToken, Fate, ModelInfo, PairInfo, RoundEvent
 from tests.ui.synthetic import accepted_round, rejected_round
-from ui.session import Comparison, Reply, TurnOptions, TurnState
+from ui.session import Comparison, DrafterComparison, DrafterRun, Reply, TurnOptions, TurnState
 from ui.transcript import ENDED_REPEATING, reply_notes
 
 PAIR = PairInfo(ModelInfo("t", "/t", 1, 64), ModelInfo("d", "/d", 1, 64), "cpu", "float32", target_step_s=0.02)
@@ -295,3 +296,25 @@ def test_a_whole_conversation_reopens_as_it_was_left(chat):
     assert (chat.messages, [t.reply for t in chat.turns], [t.comparison for t in chat.turns]) == live
     assert [shown.whole.text for shown in seen.of("reply_finished")] == ["Hello world", "Hi,", "Hi, there!"]
     assert seen.names().count("turn_completed") == 0  # a reopened chat is drawn, not decoded
+
+
+def test_a_compare_drafters_stays_with_its_chat_through_a_reopen_and_the_export(chat, tmp_path):
+    worker = FakeWorker(chat)
+    worker.replies.append(two_rounds())
+    chat.send("hi", SPEC)
+    request = chat.turns[-1].request
+    runs = (DrafterRun(Drafting.LOOKUP, (accepted_round(0, ["a", "b"], "c", q=1.0),)),
+            DrafterRun(Drafting.NONE, tuple(ar_step(i, "x") for i in range(3))))
+    chat._set_state(TurnState.COMPARING)
+    chat.on_drafters_compared(DrafterComparison(request, runs))
+    live = chat.why
+    assert any(p.drafting is Drafting.LOOKUP and p.measured for p in live.points)
+    chat_id = chat.chat_id
+    chat.new_chat()
+    assert chat.session.drafters is None and not any(p.drafting is Drafting.LOOKUP for p in chat.why.points)
+    chat.open_chat(chat_id)
+    assert chat.session.drafters == DrafterComparison(request, runs)
+    assert chat.why.points == live.points and chat.why.recommendation == live.recommendation
+    chat.export_chat(chat_id, tmp_path / "saved")  # the history's export of the saved chat carries it too
+    assert [row["drafting"] for row in json.loads((tmp_path / "saved.json").read_text())["drafters"]["rows"]] == [
+        "lookup", "none"]
