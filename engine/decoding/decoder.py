@@ -285,6 +285,9 @@ class Decoder:
                                             fitted.max_new_tokens - n_generated, text,
                                             self._reply_tail(sequence, len(prompt), len(new_tokens))
                                             if settings.stop_repeating else None)
+            # a reply that ends inside the accepted prefix (EOS, the budget, a loop) keeps the drafts it emitted: the
+            # rest never joined it, and counted as kept they would raise α above what its tokens per round show
+            drafted = drafted[: len(emitted)]
             n_generated += len(emitted)
             round_s = time.perf_counter() - round_start
             cached = len(sequence) - len(new_tokens) - 1  # what the round's block attended to besides itself

@@ -10,6 +10,7 @@ from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import ContinuationIndex, DraftModelDrafter
 from engine.events import DecodeSettings, Fate, Mode
 from engine.models.pairing import PairingError, check_vocabularies
+from engine.stats import reply_stats
 from tests.tiny import PROMPT, cheap_draft_costs, tiny_decoder, tiny_model, tiny_tokenizer
 
 
@@ -197,6 +198,21 @@ def test_eos_inside_an_accepted_block_stops_generation_there():
     assert len(events) == 1  # the EOS was drafted and accepted inside the first block of 8
     assert tokens(events) == reference[: reference.index(reference[5]) + 1]
     assert events[-1].finish_reason == "eos"
+
+
+@pytest.mark.parametrize("budget", [5, 6, 7])
+def test_a_reply_cut_inside_a_round_counts_as_kept_only_the_drafts_it_emitted(budget):
+    """γ 4 with a draft the target always keeps: every round but a cut last one emits 5 tokens, so the reply's
+    tokens are its rounds plus its kept drafts, and α stays what its tokens per round say."""
+    target = tiny_model(0)
+    decoder = Decoder(target, DraftModelDrafter(target, target.vocab_size), target)
+    events = list(decoder.generate(PROMPT, DecodeSettings(gamma=4, max_new_tokens=budget, cost_aware=False,
+                                                          stop_below=0.0)))
+    assert events[-1].finish_reason == "length" and len(events[-1].emitted) == budget - 5 * (len(events) - 1)
+    stats = reply_stats(events)
+    assert stats.n_tokens == budget and stats.n_accepted == sum(
+        1 for e in events for t in e.emitted if t.fate is Fate.ACCEPTED)
+    assert all(len(e.drafted) <= len(e.emitted) for e in events)
 
 
 def test_stopping_between_rounds_ends_within_one_round_and_leaves_caches_consistent():
