@@ -97,6 +97,7 @@ class ChatController(QObject):
         # Session -> an image of its replies' charts, for exports (the window draws it; None: no PNG)
         self.chart_image: Callable[[Session], object] | None = None
         self.drafter_comparison: DrafterComparison | None = None  # the last Compare drafters of this conversation
+        self.given_title: str | None = None  # the open chat's name, where the user renamed it
         self.why: WhyGamma = why_gamma(Session())
         self._notice: ContextNotice | None = None
         self._after_turn: Callable[[], None] | None = None  # asked for mid-reply: run once the turn has ended
@@ -123,7 +124,8 @@ class ChatController(QObject):
 
     @property
     def title(self) -> str:
-        return title_for(self.turns[0].request) if self.turns else ""
+        """The name the user gave the chat, else its first message's."""
+        return self.given_title or (title_for(self.turns[0].request) if self.turns else "")
 
     @property
     def messages(self) -> list[dict]:
@@ -283,7 +285,7 @@ class ChatController(QObject):
         if self._after_stop(self.new_chat):
             return
         self.recorder.new_chat()
-        self.drafter_comparison = None
+        self.drafter_comparison = self.given_title = None
         self._replay([])
         self.chats_changed.emit(None)
         self.reset_requested.emit()
@@ -294,12 +296,13 @@ class ChatController(QObject):
             return
         try:
             chat = self.store.load_chat(chat_id)
+            given_title = self.store.given_title(chat_id)
         except ChatStoreError as exc:
             self.notice_posted.emit(f"Could not open that chat: {exc}")
             return
         self.recorder.resume(chat_id)
         self.system_prompt_restored.emit(chat.system_prompt)
-        self.drafter_comparison = chat.drafters
+        self.drafter_comparison, self.given_title = chat.drafters, given_title
         self._replay([Turn(reply.request, reply, chat.comparisons.get(i)) for i, reply in enumerate(chat.replies)])
         self.chats_changed.emit(chat_id)
 
@@ -348,6 +351,9 @@ class ChatController(QObject):
             except ChatStoreError as exc:  # a read-only database: the notice says where to fix it
                 self.notice_posted.emit(str(exc))
                 return
+            if chat_id == self.chat_id:
+                self.given_title = title.strip()
+                self._emit_status()
             self.chats_changed.emit(self.chat_id)
 
     def delete_chat(self, chat_id: int) -> None:

@@ -352,6 +352,12 @@ class ChatStore:
         with self.db:
             self.db.execute("DELETE FROM turns WHERE id = ?", (turn_id,))
 
+    def given_title(self, chat_id: int) -> str | None:
+        """The title the user gave the chat, or None where its title follows its first message."""
+        with self._reading():
+            row = self.db.execute("SELECT title FROM chats WHERE id = ? AND renamed", (chat_id,)).fetchone()
+        return row[0] if row else None
+
     def rename_chat(self, chat_id: int, title: str) -> None:
         with self._writing(), self.db:
             self.db.execute("UPDATE chats SET title = ?, renamed = 1 WHERE id = ?", (title.strip(), chat_id))

@@ -318,3 +318,17 @@ def test_a_compare_drafters_stays_with_its_chat_through_a_reopen_and_the_export(
     chat.export_chat(chat_id, tmp_path / "saved")  # the history's export of the saved chat carries it too
     assert [row["drafting"] for row in json.loads((tmp_path / "saved.json").read_text())["drafters"]["rows"]] == [
         "lookup", "none"]
+
+
+def test_a_renamed_chat_is_exported_and_named_by_its_new_title_also_when_reopened(chat):
+    worker = FakeWorker(chat)
+    worker.replies.append(two_rounds())
+    chat.send("hi", SPEC)
+    assert chat.session.title == chat.status.title == "hi"
+    chat.rename_chat(chat.chat_id, "  greetings ")
+    assert chat.session.title == chat.status.title == "greetings"
+    chat_id = chat.chat_id
+    chat.new_chat()
+    assert chat.status.title == ""
+    chat.open_chat(chat_id)
+    assert chat.session.title == chat.status.title == "greetings"
