@@ -49,6 +49,7 @@ LAST_REPLY = "last reply: "  # the status bar's summary of the last reply begins
 EXPORT_TITLE_HEIGHT = 20  # the exported chart image's row naming each reply and the why tab
 HISTORY_WIDTH = 140  # the history dock's first width: its titles elide, and a small window's chat needs the room
 SERVING_READY_S = 100  # about how long vLLM takes to answer here (engine.benchmark.vllm_peer.READY_TIMEOUT_S bounds it)
+EDITING = "Editing a message: Enter resends it in place of its turn and what followed"
 INT4_NOTE = ("The target runs on its GGUF's own 4-bit blocks (as llama.cpp runs them: half the memory), the same "
              "in every mode. For de-quantised weights instead, set weights to dtype and Load pair (README: Weights)")
 # A few seconds on a quiet machine; many times that beside another busy program, which the timing must not mistake
@@ -670,6 +671,10 @@ class MainWindow(QMainWindow):
                   else reply_header(settings, (settings.gamma,)))
         if not self.inspector.pinned:  # the last reply's token would pass for one of this reply
             self.inspector.reset()
+        if started.live:  # the figures and the edit's hint were of the reply this one follows or replaces
+            self.reply_label.clear()
+            if self.statusBar().currentMessage() == EDITING:
+                self.statusBar().clearMessage()
         self._speculative = settings.mode is Mode.SPEC
         if request.messages[-1]["role"] == "assistant":
             self.chat.continue_reply(header, lookup=settings.lookup)
@@ -846,8 +851,7 @@ class MainWindow(QMainWindow):
     def on_edit_started(self, _turn: int, text: str) -> None:
         self.message_box.setPlainText(text)
         self.message_box.setFocus()
-        self.statusBar().showMessage("Editing a message: Enter resends it in place of its turn and what followed",
-                                     6000)
+        self.statusBar().showMessage(EDITING, 6000)
 
     def on_edit_cancelled(self) -> None:
         self.message_box.clear()

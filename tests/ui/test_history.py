@@ -160,8 +160,12 @@ def test_edit_and_resend_replaces_that_turn(make_window, mixed_decoder, qtbot):
     assert studio.chat.editing is None and window.message_box.toPlainText() == ""
     window.edit_action.trigger()
     window.message_box.setPlainText("w7 w8")
+    hints = []  # what the status bar says once the resent reply has begun
+    studio.chat.turn_started.connect(lambda _started: hints.append((window.statusBar().currentMessage(),
+                                                                     window.reply_label.text())))
     with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         qtbot.keyClick(window.message_box, Qt.Key.Key_Return)
+    assert hints[-1] == ("", "")  # the resent reply: neither the edit's hint nor the replaced reply's figures stay up
     assert [r.request.messages[-1]["content"] for r in studio.chat.replies] == ["w3 w4", "w7 w8"]
     assert window.chat.toPlainText().count("w5 w6") == 0
     saved = studio.chat.store.load_chat(studio.chat.chat_id)
@@ -286,8 +290,12 @@ def test_the_title_follows_an_edited_first_message_and_a_right_click_keeps_the_o
     dialog.accept()
     window.edit_action.trigger()
     window.message_box.setPlainText("w7 w8")
+    hints = []  # what the status bar says once the resent reply has begun
+    studio.chat.turn_started.connect(lambda _started: hints.append((window.statusBar().currentMessage(),
+                                                                     window.reply_label.text())))
     with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         qtbot.keyClick(window.message_box, Qt.Key.Key_Return)
+    assert hints[-1] == ("", "")  # the resent reply: neither the edit's hint nor the replaced reply's figures stay up
     assert history.item(0).text() == "Words"  # the user's name stays
 
 
