@@ -72,8 +72,15 @@ class RoundBuffers:
         return self.x[: self.n], self.y[name][: self.n]
 
 
+class Chart(pg.PlotWidget):
+    """A chart that neither pans nor zooms: the mouse wheel over it scrolls what holds it (the why tab)."""
+
+    def wheelEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        event.ignore()
+
+
 def _plot(tooltip: str, y_label: str) -> pg.PlotWidget:
-    plot = pg.PlotWidget()
+    plot = Chart()
     plot.setToolTip(tooltip)
     # The chart is a white page (its legend's too): its titles keep dark ink under a dark theme's light text colour
     plot.setLabel("bottom", "round", **{"font-size": "8pt", "color": CHART_INK})
