@@ -467,7 +467,7 @@ class ChatRecorder:
             self._write(self.store.add_comparison, self.turn_id, comparison)
 
     def drafters_compared(self, comparison: DrafterComparison | None) -> None:
-        """The chat's last Compare drafters (None: forget it, as a truncated conversation does)."""
+        """The chat's last Compare drafters (None: forget it, as loading another pair does)."""
         if self.chat_id is not None:
             self._write(self.store.set_drafters, self.chat_id, comparison)
 

@@ -247,12 +247,12 @@ def markdown(session: Session) -> str:
             notes += [comparison_line(comparison, reply), explain(comparison, reply, greedy_is_exact(session.pair))]
         if numbered.context_notice:
             notes.append(CONTEXT + numbered.context_notice)
-        text = hard_line_breaks(SPECIAL_TOKEN.sub("", reply.text).strip())
-        lines += [f"**Reply {numbered.number} · {header}**", "", text, ""]
+        text = SPECIAL_TOKEN.sub("", reply.text).strip()
+        lines += [f"**Reply {numbered.number} · {header}**", "", hard_line_breaks(text), ""]
         for note in notes:
             lines += [f"*{note}*", ""]
         ar_text = SPECIAL_TOKEN.sub("", comparison.ar_text).strip() if comparison is not None else ""
-        if ar_text and ar_text != SPECIAL_TOKEN.sub("", reply.text).strip():  # the chat shows both texts side by side
+        if ar_text and ar_text != text:  # the chat shows both texts side by side
             lines += ["**Plain AR's text (the comparison)**", "", hard_line_breaks(ar_text), ""]
     return "\n".join(lines)
 
