@@ -17,8 +17,9 @@ from app.timing import StepReference, machine_was_busy, unequal_loads
 from engine.events import ContextNotice, Mode, PairInfo, PrefillProgress, RoundEvent
 from engine.remote import RemoteReply, TextDelta, is_url, public_url
 from ui.export import ExportError, export_session
-from ui.session import (ChatStatus, Comparison, ComparisonShown, DrafterComparison, EngineTarget, RemoteSource, Reply,
-                        ReplyRequest, ReplyShown, RoundShown, Runtime, Session, TurnOptions, TurnStarted, TurnState)
+from ui.session import (SEED_LIMIT, ChatStatus, Comparison, ComparisonShown, DrafterComparison, EngineTarget,
+                        RemoteSource, Reply, ReplyRequest, ReplyShown, RoundShown, Runtime, Session, TurnOptions,
+                        TurnStarted, TurnState)
 from ui.why import WhyGamma, why_gamma
 
 
@@ -71,6 +72,7 @@ class ChatController(QObject):
     gammas_changed = Signal(object, object)  # the reply in flight's DecodeSettings, every γ it ran with (a tuple)
     edit_started = Signal(int, str)  # turn, the message put back for editing
     edit_cancelled = Signal()
+    seed_advanced = Signal(int, int)  # Regenerate's seed: the one the last sample had, the next one it draws with
     system_prompt_restored = Signal(str)  # a reopened chat's own system prompt
     chats_changed = Signal(object)  # the saved chat on screen (id or None): the history list is out of date
     notice_posted = Signal(str)  # a one-line message for the status bar
@@ -244,9 +246,16 @@ class ChatController(QObject):
 
     def regenerate(self, options: TurnOptions) -> None:
         """Decode the last reply again (all of it, if it was continued) with these settings; it replaces the old one
-        here and on disk."""
+        here and on disk. A sampled reply regenerated with the seed it had takes the next seed, so that Regenerate
+        draws a new sample (the old seed still reproduces the old one)."""
         if self.busy or not self.replies or not self.ready:
             return
+        last = self.turns[-1].request.settings
+        settings = options.settings
+        if not settings.greedy and not last.greedy and settings.seed == last.seed:
+            options = dataclasses.replace(options, settings=dataclasses.replace(
+                settings, seed=(last.seed + 1) % SEED_LIMIT))
+            self.seed_advanced.emit(last.seed, options.settings.seed)
         first = len(self.turns) - 1
         while first > 0 and self.turns[first].continues:
             first -= 1

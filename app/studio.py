@@ -32,9 +32,9 @@ from engine.events import DecodeSettings
 from engine.models.pairing import PRESETS
 from engine.remote import API_KEY_ENV, DEFAULT_TIMEOUT_S, is_url, public_url
 from app.chat_store import ChatStore, ChatStoreError
-from ui.controls import SEED_LIMIT
 from ui.main_window import MainWindow
 from ui.preferences import apply_pair, apply_settings
+from ui.session import SEED_LIMIT
 
 
 # The window's defaults: sampling at T = 0.7, where the embedded pair writes real words and the README measures,
@@ -106,6 +106,7 @@ def build(decoder: Decoder | None = None, target: str = "embedded", draft: str |
     window.send_requested.connect(chat.send)
     window.stop_requested.connect(chat.stop)
     window.regenerate_requested.connect(chat.regenerate)
+    chat.seed_advanced.connect(window.on_seed_advanced)
     window.continue_requested.connect(chat.continue_reply)
     window.edit_requested.connect(chat.edit)
     window.gamma_requested.connect(chat.set_gamma)

@@ -13,10 +13,10 @@ from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QDoubleSpinBo
 from engine.choices import DEVICES, DTYPES, TARGET_WEIGHTS
 from engine.events import DecodeSettings, Mode
 from engine.remote import URL_EXAMPLE, is_url
+from ui.session import SEED_LIMIT
 
 CUSTOM = "custom"
 GAMMA_MAX = 16
-SEED_LIMIT = 2 ** 31  # seeds the seed box can hold: a QSpinBox is a signed 32-bit int
 MODE_NAMES = {Mode.SPEC: "speculative", Mode.AR: "plain AR"}
 
 

@@ -17,7 +17,7 @@ from engine.remote import TextDelta, is_url
 from ui.charts import ChartsPanel
 from ui.chat_view import CLEAN, TRACE, ChatView, continue_reach
 from ui.compare import comparison_view
-from ui.controls import SEED_LIMIT, DecodingControls, ModelPicker
+from ui.controls import DecodingControls, ModelPicker
 from ui.engine_report import FATES_NOTE, EngineReport
 from ui.export import file_stem, written_said
 from ui.gamma_charts import WhyGammaPanel, why_image
@@ -149,7 +149,6 @@ class MainWindow(QMainWindow):
         self.serving_timer.setInterval(1000)
         self.serving_timer.timeout.connect(self._show_serving_progress)
         self.drafters_dialog: QDialog | None = None
-        self.last_settings: DecodeSettings | None = None  # the last turn's, as it started (Regenerate's next seed)
         self._speculative = True  # the reply being drawn is speculative (its rounds count in the acceptance)
         self.pair_label = ElidedLabel("no model loaded")
         self.reply_label = PartsLabel("")
@@ -427,17 +426,12 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage("Copied the code", 3000)
 
     def regenerate(self) -> None:
-        """Decode the last reply again; a sampled one with the next seed unless the seed was changed since, so that
-        Regenerate draws a new sample (the seed it had still reproduces the old one)."""
-        options = self.options()
-        last = self.last_settings
-        if (last is not None and not options.settings.greedy and not last.greedy
-                and options.settings.seed == last.seed):
-            self.controls.seed.setValue((last.seed + 1) % SEED_LIMIT)
-            self.statusBar().showMessage(f"Regenerating with seed {self.controls.seed.value()}, a new sample "
-                                         f"(seed {last.seed} gives the last one again)", 6000)
-            options = self.options()
-        self.regenerate_requested.emit(options)
+        self.regenerate_requested.emit(self.options())
+
+    def on_seed_advanced(self, old: int, new: int) -> None:
+        self.controls.seed.setValue(new)
+        self.statusBar().showMessage(f"Regenerating with seed {new}, a new sample (seed {old} gives the last one again)",
+                                     6000)
 
     def compare_drafters(self) -> None:
         if self.status.busy:
@@ -666,7 +660,6 @@ class MainWindow(QMainWindow):
         it continues, on the same chart."""
         request = started.request
         settings = request.settings
-        self.last_settings = settings
         header = (remote_header(self.remote.model, self.remote.url, settings) if self.remote is not None
                   else reply_header(settings, (settings.gamma,)))
         if not self.inspector.pinned:  # the last reply's token would pass for one of this reply

@@ -131,6 +131,18 @@ def test_regenerate_replaces_the_last_turn_and_resends_its_messages(chat):
     assert [r.text for r in chat.store.load_chat(chat.chat_id).replies] == ["Hello world", "Hey!"]
 
 
+@pytest.mark.parametrize("greedy, seed_again, seed_sent", [(False, 5, 6), (True, 5, 5), (False, 9, 9)])
+def test_regenerate_of_a_sample_with_its_own_seed_draws_with_the_next(chat, greedy, seed_again, seed_sent):
+    worker, advanced = FakeWorker(chat), []
+    chat.seed_advanced.connect(lambda old, new: advanced.append((old, new)))
+    worker.replies += [two_rounds(), two_rounds()]
+    sampled = TurnOptions(DecodeSettings(gamma=3, max_new_tokens=8, greedy=greedy, seed=5))
+    chat.send("hi", sampled)
+    chat.regenerate(dataclasses.replace(sampled, settings=dataclasses.replace(sampled.settings, seed=seed_again)))
+    assert worker.requests[1].settings.seed == seed_sent
+    assert advanced == ([(5, 6)] if seed_sent != seed_again else [])
+
+
 def test_continue_extends_the_last_assistant_message(chat):
     worker = FakeWorker(chat)
     worker.replies += [two_rounds(finish="length"), [accepted_round(0, ["!"], "!", finish="eos")]]
