@@ -45,3 +45,23 @@ def test_negative_control_automatic_collection_frees_it_on_the_allocating_thread
     freed_on, kept = [], []
     worker = run_on_another_thread(freed_on, kept)
     assert freed_on == [worker]
+
+
+def test_survivors_of_a_load_are_frozen_out_of_collections_until_another_pair_is_requested():
+    collector = GuiThreadCollector()
+    try:
+        freed, marker = [], Marker()
+        marker.cycle = [marker]  # alive while the pair loads, dropped later: frozen, it waits for the thaw
+        weakref.finalize(marker, lambda: freed.append(True))
+        collector.freeze_survivors()
+        assert gc.get_freeze_count() > 0
+        del marker
+        gc.collect()
+        assert freed == []
+        collector.thaw()
+        assert gc.get_freeze_count() == 0
+        gc.collect()
+        assert freed == [True]
+    finally:
+        gc.unfreeze()
+        collector.stop()
