@@ -439,9 +439,11 @@ class ChatController(QObject):
         self._finish_turn()
 
     def on_comparison_progressed(self, tokens: int) -> None:
-        """The plain AR run behind Compare with AR has produced `tokens`; it aims at the reply's length."""
+        """Compare with AR's runs have produced `tokens`: plain AR's, then a speculative reply's decoded again,
+        each aiming at the reply's length."""
         last = self.turns[-1].reply if self.turns else None
-        self.comparison_progressed.emit(tokens, last.stats.n_tokens if last is not None else 1)
+        runs = 2 if last is not None and last.request.settings.mode is Mode.SPEC else 1
+        self.comparison_progressed.emit(tokens, runs * last.stats.n_tokens if last is not None else 1)
 
     def on_comparison_finished(self, comparison: Comparison) -> None:
         for event in comparison.ar_events:
@@ -450,7 +452,8 @@ class ChatController(QObject):
         reply = self.turns[index].reply
         reply_events = reply.events if reply else ()
         comparison = dataclasses.replace(comparison, machine_busy=machine_was_busy(comparison.ar_events, self.timing),
-                                         unequal_loads=unequal_loads(reply_events, comparison.ar_events))
+                                         unequal_loads=unequal_loads(comparison.spec_events or reply_events,
+                                                                     comparison.ar_events))
         self.turns[index] = dataclasses.replace(self.turns[index], comparison=comparison)
         self.recorder.comparison_finished(comparison)
         self.comparison_finished.emit(ComparisonShown(index, comparison, self.turns[index].reply, self.pair,

@@ -131,6 +131,9 @@ class Comparison:
     # kept apart, whose tokens/s counted it in.
     spec_prefill_s: float = 0.0
     ar_prefill_s: float = 0.0
+    # The reply decoded again undrawn, as the AR run is, whose speed the spec_ figures are: empty where the reply's
+    # own (streamed) speed stands, as in chats saved before the rerun, or where the rerun was stopped.
+    spec_events: tuple[RoundEvent, ...] = ()
 
     @property
     def spec_decode_s(self) -> float:

@@ -11,6 +11,7 @@ import pytest
 
 from engine.decoding.costs import CostModel, RoundPlanner
 from engine.events import DecodeSettings, EmittedToken, Fate, ModelInfo, PairInfo, RoundEvent
+from engine.stats import reply_stats
 from tests.ui.helpers import send
 from tests.ui.synthetic import accepted_round
 from ui.charts import RoundBuffers
@@ -147,16 +148,18 @@ def test_compare_with_ar_shows_progress_then_the_ar_text_beside_the_reply(make_s
     progressed = []
     studio.worker.comparison_progressed.connect(progressed.append)
     send(qtbot, studio)
-    assert progressed[-1] == 10 and progressed == sorted(progressed)
+    assert progressed[-1] == 20 and progressed == sorted(progressed)  # plain AR's 10 tokens, then the reply's again
     assert not window.comparison_progress.isVisible()
     shown = window.chat.toPlainText()
-    assert "plain AR, run undrawn: 10 tokens" in shown and "greedy outputs identical" in shown
+    assert "both decoded again, undrawn: plain AR 10 tokens" in shown and "vs speculative 10 in" in shown
+    assert "greedy outputs identical" in shown
     assert "Plain AR produced the same 10 tokens" in shown
     assert window.chat.document().lastBlock().blockFormat().hasProperty(ACTION_ROW)  # the links stay under it all
     turn = studio.chat.turns[-1]
-    comparison, stats = turn.comparison, turn.reply.stats
-    assert comparison.spec_prefill_s == stats.prefill_s > 0 and comparison.ar_prefill_s > 0
-    assert comparison.spec_tokens_per_s == pytest.approx(10 / stats.decode_s)
+    comparison, rerun = turn.comparison, reply_stats(turn.comparison.spec_events)
+    assert [t.token_id for e in comparison.spec_events for t in e.emitted] == [t.token_id for t in turn.reply.tokens]
+    assert comparison.spec_prefill_s == rerun.prefill_s > 0 and comparison.ar_prefill_s > 0
+    assert comparison.spec_tokens_per_s == pytest.approx(10 / rerun.decode_s)
     assert comparison.ar_tokens_per_s == pytest.approx(10 / comparison.ar_decode_s)
 
 
