@@ -4,10 +4,12 @@ controller, the export and the tests read the same figures the window draws.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from engine.decoding.recommend import MAX_GAMMA, Recommendation, cost_model_from_dict, recommend
-from engine.events import DecodeSettings, Drafting, Mode
+from engine.decoding.costs import SCRATCH_POSITIONS
+from engine.decoding.recommend import MAX_GAMMA, Measured, Recommendation, cost_model_from_dict, recommend
+from engine.events import DecodeSettings, Drafting, Mode, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance
 from ui.session import DrafterComparison, Reply, Session
 
@@ -58,13 +60,20 @@ def chat_length(session: Session) -> int:
     return last.positions + len(last.emitted) if last is not None and last.positions else 0
 
 
-def drafter_points(comparison: DrafterComparison | None) -> list[MeasuredPoint]:
-    """The Compare drafters runs that drafted, each measured against its plain AR run."""
+def drafter_points(comparison: DrafterComparison | None) -> list[tuple[MeasuredPoint, Sequence[RoundEvent]]]:
+    """The Compare drafters runs that drafted, each measured against its plain AR run, with the rounds it ran."""
     if comparison is None:
         return []
     gamma = comparison.request.settings.gamma
-    return [MeasuredPoint(Drafting(row["drafting"]), gamma, row["vs_ar"], True) for row in comparison.rows()
-            if row["drafting"] != Drafting.NONE.value and row["drafted"] and row["vs_ar"] and not row["stopped"]]
+    return [(MeasuredPoint(run.drafting, gamma, row["vs_ar"], True), run.events)
+            for run, row in zip(comparison.runs, comparison.rows())
+            if run.drafting is not Drafting.NONE and row["drafted"] and row["vs_ar"] and not row["stopped"]]
+
+
+def measured_run(point: MeasuredPoint, events: Sequence[RoundEvent]) -> Measured:
+    """A measured point with the acceptance its own rounds met, by which the cost model predicts that very run."""
+    positions = events[0].positions if events and events[0].positions else SCRATCH_POSITIONS
+    return Measured(point.gamma, point.speedup, position_acceptance(events), positions)
 
 
 def why_gamma(session: Session) -> WhyGamma:
@@ -79,17 +88,18 @@ def why_gamma(session: Session) -> WhyGamma:
         if run.drafting is not Drafting.NONE and run.events:
             events.setdefault(run.drafting, []).extend(run.events)
     profiles = {drafting: position_acceptance(rounds) for drafting, rounds in events.items()}
-    points = []
+    points = []  # each with the rounds whose speed it is
     for reply, comparison in shown:
         measured = comparison is not None and comparison.fair  # else the estimate stands, drawn hollow
         speedup = comparison.speedup if measured else reply.estimated_speedup
         if speedup > 0:
-            points.append(MeasuredPoint(drafting_of(reply.request.settings), reply.gamma, speedup, measured))
+            points.append((MeasuredPoint(drafting_of(reply.request.settings), reply.gamma, speedup, measured),
+                           comparison.spec_events or reply.events if measured else reply.events))
     points += drafter_points(session.drafters)
     measured_points = {}
-    for point in points:
+    for point, rounds in points:
         if point.measured:
-            measured_points.setdefault(point.drafting, []).append((point.gamma, point.speedup))
+            measured_points.setdefault(point.drafting, []).append(measured_run(point, rounds))
     costs = dict(session.pair.costs) if session.pair is not None and session.pair.costs else {}
     model = cost_model_from_dict(costs) if costs else None
     # a model with no time for an AR step (an injected one, in tests) has no rate to compare drafts with
@@ -97,7 +107,7 @@ def why_gamma(session: Session) -> WhyGamma:
     recommendation = (recommend(model, profiles, MAX_GAMMA, chat_length(session), measured_points)
                       if timed and profiles else None)
     session_profile = position_acceptance(e for reply, _ in shown for e in reply.events)
-    return WhyGamma(costs, session_profile, tuple(points), recommendation, profiles)
+    return WhyGamma(costs, session_profile, tuple(point for point, _ in points), recommendation, profiles)
 
 
 def recommendation_text(recommendation: Recommendation | None) -> str:

@@ -4,7 +4,7 @@ import re
 import pytest
 
 from engine.decoding.costs import CostModel, expected_tokens
-from engine.decoding.recommend import cost_model_from_dict, predicted_rate, recommend, round_s
+from engine.decoding.recommend import SPREAD, Measured, cost_model_from_dict, predicted_rate, recommend, round_s
 from engine.events import Drafting
 from engine.stats import PositionAcceptance
 
@@ -82,7 +82,7 @@ def test_a_drafting_predicted_only_a_little_faster_than_plain_ar_is_not_recommen
     assert slight.drafting is Drafting.NONE and slight.speedup == 1.0
     assert slight.speedups[Drafting.MODEL][0] == pytest.approx(1.15 * 10.5 / 12)
     assert slight.explanation.startswith("no drafting is predicted 5% faster than plain AR")
-    assert "draft model at γ ≤ 1, 1.01×" in slight.explanation
+    assert "draft model at γ ≤ 1, 1.00×" in slight.explanation  # 1.006, rounded down beside "not 5% faster"
     assert clear.drafting is Drafting.MODEL and clear.gamma == 1
 
 
@@ -147,26 +147,50 @@ def test_a_long_chat_is_recommended_what_pays_at_its_length():
     assert long.speedups[Drafting.MODEL][0] == pytest.approx(by_hand)
 
 
-def test_a_measured_speedup_scales_its_draftings_prediction_to_agree_with_it():
+def test_a_measured_speedup_scales_its_draftings_prediction_to_within_one_runs_spread_of_it():
     """A drafting predicted well above AR but measured below it at the γ it ran with is not recommended, and its
-    predicted curve passes through the measurement; without the measurement it is recommended (the negative
+    predicted curve passes within SPREAD of the measurement; without the measurement it is recommended (the negative
     control), and a measurement of another drafting leaves it as it was."""
     model, profile = costs(0.3), fixed_rounds([0.9] * 8)
     alone = recommend(model, {Drafting.MODEL: profile})
     assert alone.drafting is Drafting.MODEL and alone.speedup > 1.3 and not alone.calibration
-    measured = recommend(model, {Drafting.MODEL: profile}, measured={Drafting.MODEL: [(3, 0.7)]})
+    measured = recommend(model, {Drafting.MODEL: profile}, measured={Drafting.MODEL: [Measured(3, 0.7, profile)]})
     assert measured.drafting is Drafting.NONE
-    assert measured.speedups[Drafting.MODEL][2] == pytest.approx(0.7)
+    assert measured.speedups[Drafting.MODEL][2] == pytest.approx(0.7 * SPREAD)
     factor = measured.calibration[Drafting.MODEL]
-    assert factor == pytest.approx(0.7 / alone.speedups[Drafting.MODEL][2])
+    assert factor == pytest.approx(0.7 * SPREAD / alone.speedups[Drafting.MODEL][2])
     assert measured.speedups[Drafting.MODEL] == pytest.approx([s * factor for s in alone.speedups[Drafting.MODEL]])
     assert f"draft model ×{factor:.2f}" in measured.explanation
-    other = recommend(model, {Drafting.MODEL: profile}, measured={Drafting.LOOKUP: [(3, 0.7)]})
+    other = recommend(model, {Drafting.MODEL: profile}, measured={Drafting.LOOKUP: [Measured(3, 0.7, profile)]})
     assert other.drafting is Drafting.MODEL and other.speedups == alone.speedups
+
+
+def test_a_measurement_within_one_runs_spread_of_its_prediction_scales_nothing():
+    model, profile = costs(0.3), fixed_rounds([0.9] * 8)
+    predicted = recommend(model, {Drafting.MODEL: profile}).speedups[Drafting.MODEL][2]
+    near = recommend(model, {Drafting.MODEL: profile},
+                     measured={Drafting.MODEL: [Measured(3, predicted * 1.08, profile)]})
+    assert not near.calibration and "scaled" not in near.explanation
+    far = recommend(model, {Drafting.MODEL: profile}, measured={Drafting.MODEL: [Measured(3, predicted * 1.3, profile)]})
+    assert far.calibration[Drafting.MODEL] == pytest.approx(1.3 / SPREAD)
+
+
+def test_a_run_is_held_against_its_own_acceptance_not_the_chats():
+    """A run that met low acceptance and measured what its own rounds predict leaves the prediction for the chat's
+    (high) acceptance alone; judged against the chat's acceptance instead (the negative control) it would pull the
+    chat's prediction down to its own speedup."""
+    model, chat, low = costs(0.3), fixed_rounds([0.95] * 8), fixed_rounds([0.3] * 8)
+    own = recommend(model, {Drafting.MODEL: low}).speedups[Drafting.MODEL][2]
+    held = recommend(model, {Drafting.MODEL: chat}, measured={Drafting.MODEL: [Measured(3, own, low)]})
+    assert not held.calibration and held.drafting is Drafting.MODEL and held.speedup > 1.3
+    misjudged = recommend(model, {Drafting.MODEL: chat}, measured={Drafting.MODEL: [Measured(3, own, chat)]})
+    assert misjudged.calibration[Drafting.MODEL] < 0.8
 
 
 def test_a_measurement_past_the_predicted_gammas_is_taken_at_the_last_one():
     model, profile = costs(0.3), fixed_rounds([0.9] * 8)
     alone = recommend(model, {Drafting.MODEL: profile})
-    far = recommend(model, {Drafting.MODEL: profile}, measured={Drafting.MODEL: [(16, 1.0)]})
-    assert far.calibration[Drafting.MODEL] == pytest.approx(1.0 / alone.speedups[Drafting.MODEL][-1])
+    far = recommend(model, {Drafting.MODEL: profile}, measured={Drafting.MODEL: [Measured(16, 2.0, profile)]})
+    assert far.calibration[Drafting.MODEL] == pytest.approx(2.0 / alone.speedups[Drafting.MODEL][-1] * SPREAD)
+
+
