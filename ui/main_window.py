@@ -999,10 +999,11 @@ def drafters_table(comparison: DrafterComparison) -> QTableWidget:
         if row["skipped"] or (row["stopped"] and not row["tokens"]):
             cells = [row["skipped"] or "stopped", "", "", ""]
         else:
-            # a drafting that drafted nothing ran plain target steps (with its drafter's own reading of the prompt):
-            # its figure stands, said beside what made it
+            # a drafting that drafted nothing ran plain target steps, plain AR's work: its ratio to the AR row is
+            # one run's spread (0.72-1.14× seen), no speedup; its tokens/s stands
             idle = row["drafting"] != Drafting.NONE.value and not row["drafted"]
-            vs_ar = ("" if row["vs_ar"] is None else f"{row['vs_ar']:.2f}×" + (" (drafted nothing)" if idle else ""))
+            vs_ar = ("plain AR's work (drafted nothing)" if idle else "" if row["vs_ar"] is None
+                     else f"{row['vs_ar']:.2f}×")
             cells = [f"{row['tokens_per_s']:.1f}", "—" if row["alpha"] is None else f"{row['alpha']:.2f}",
                      f"{row['tokens_per_round']:.2f}", vs_ar]
         name = Drafting(row["drafting"]).label + (" (stopped)" if row["stopped"] and row["tokens"] else "")
@@ -1023,8 +1024,8 @@ def drafters_dialog(comparison: DrafterComparison, parent) -> QDialog:
     note = QLabel(f"The last prompt on this target, {'greedy' if settings.greedy else 'sampling'}, "
                   f"γ ≤ {settings.gamma}, {settings.max_new_tokens} tokens at most; each drafting starts from the "
                   "acceptance this chat's rounds measured, with no cached prompt. One run each: on a machine with "
-                  "few cores runs of the same work differ by tens of per cent (a row that drafted nothing did what "
-                  "plain AR does).")
+                  "few cores runs of the same work differ by tens of per cent. A row that drafted nothing did plain "
+                  "AR's work: its rounds judged that no draft would pay for itself at the costs timed for it.")
     note.setWordWrap(True)
     layout.addWidget(note)
     dialog.table = table = drafters_table(comparison)

@@ -1,8 +1,10 @@
 """Compare drafters: each drafting starts from what the conversation taught the live planner and leaves it as it
-was, and a drafting that drafted nothing says so beside its speed."""
+was, and a drafting that drafted nothing is said to have done plain AR's work, not given a speedup."""
 from __future__ import annotations
 
 import dataclasses
+
+import pytest
 
 import app.worker as app_worker
 from engine.events import DecodeSettings, Drafting
@@ -33,13 +35,15 @@ def test_compare_drafters_starts_each_planner_from_what_the_chat_taught_and_leav
     assert (live.kept, live.reached, live.calibration) == learnt
 
 
-def test_a_drafting_that_drafted_nothing_says_so_beside_its_speed(qapp):
+def test_a_drafting_that_drafted_nothing_is_plain_ars_work_not_a_speedup(qapp):
     steps = tuple(dataclasses.replace(accepted_round(i, [], "w"), gamma=0) for i in range(4))
+    slower = tuple(dataclasses.replace(step, round_s=2 * step.round_s) for step in steps)  # one run's spread
     drafted = tuple(accepted_round(i, ["a"], "b") for i in range(2))
     request = ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings())
     table = drafters_table(DrafterComparison(request, (DrafterRun(Drafting.MODEL, drafted),
-                                                       DrafterRun(Drafting.LOOKUP, steps),
+                                                       DrafterRun(Drafting.LOOKUP, slower),
                                                        DrafterRun(Drafting.NONE, steps))))
     assert [table.item(r, 0).text() for r in range(3)] == ["draft model", "copying only", "none (plain AR)"]
-    assert table.item(1, 4).text() == "1.00× (drafted nothing)"  # its figure, and why it did what AR does
+    assert table.item(1, 4).text() == "plain AR's work (drafted nothing)"  # no 0.50× for the same work
+    assert float(table.item(1, 1).text()) == pytest.approx(float(table.item(2, 1).text()) / 2, rel=0.01)  # it stands
     assert table.item(0, 4).text().endswith("×") and table.item(2, 4).text() == "1.00×"
