@@ -25,11 +25,20 @@ def greedy_is_exact(pair: PairInfo | None) -> bool:
     return pair is not None and pair.greedy_exact
 
 
+def parting(comparison: Comparison, reply: Reply) -> int | None:
+    """Where the reply and its plain AR run part; where a stopped run ends is where it stopped, no parting."""
+    ours, theirs = [t.token_id for t in reply.tokens], [t.token_id for t in comparison.ar_tokens]
+    at = first_difference(ours, theirs)
+    return None if comparison.stopped and at == min(len(ours), len(theirs)) else at
+
+
 def explain(comparison: Comparison, reply: Reply, exact: bool) -> str:
     ours, theirs = reply.tokens, comparison.ar_tokens
-    at = first_difference([t.token_id for t in ours], [t.token_id for t in theirs])
+    at = parting(comparison, reply)
     if comparison.stopped:
-        return "The plain AR run was stopped early, so only the speed of what it produced is compared."
+        return ("The comparison was stopped early, so no speed is measured; "
+                + (f"plain AR's {len(theirs)} tokens are the reply's first {len(theirs)}." if at is None
+                   else f"the texts part at token {at + 1}."))
     if not reply.request.settings.greedy:
         if at is None:
             return "Sampling: both runs drew the same tokens."
@@ -54,7 +63,7 @@ def _token(tokens: tuple[EmittedToken, ...], at: int) -> str:
 
 def comparison_view(comparison: Comparison, reply: Reply, summary: str, pair: PairInfo | None) -> ComparisonView:
     ours, theirs = reply.tokens, comparison.ar_tokens
-    at = first_difference([t.token_id for t in ours], [t.token_id for t in theirs])
+    at = parting(comparison, reply)
     return ComparisonView(summary=summary, explanation=explain(comparison, reply, greedy_is_exact(pair)),
                           reply_tokens=tuple(t.text for t in ours), ar_tokens=tuple(t.text for t in theirs),
                           first_difference=at)

@@ -121,7 +121,7 @@ def unbreakable(line: str) -> str:
 def comparison_line(comparison: Comparison, reply: Reply) -> str:
     ar_tokens = len(comparison.ar_tokens)
     if comparison.stopped:  # a few AR tokens against a whole reply would claim a speedup nobody measured
-        return f"plain AR stopped after {ar_tokens} tokens: no measured speedup"
+        return f"comparison stopped (plain AR made {ar_tokens} tokens): no measured speedup"
     # Both runs are undrawn, the reply decoded again beside plain AR: a reply shown as it streams met the window's
     # drawing, which on few cores slows it (155 tok/s against 114 for the same prompt on 2 cores). A chat saved
     # before the rerun measured its streamed reply: the line says so.

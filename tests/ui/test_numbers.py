@@ -133,6 +133,18 @@ def test_a_greedy_difference_is_located_and_explained_with_its_p_values():
     assert view.first_difference == 2 and view.ar_tokens == ("The", " cat", " lay")
 
 
+def test_a_stopped_comparison_marks_no_parting_where_it_stopped_and_claims_no_speed():
+    reply, finished = greedy_pair([(100, "The", 0.9), (101, " cat", 0.9)])  # plain AR's end, one token short
+    assert comparison_view(finished, reply, "summary", pair=None).first_difference == 2  # the control: a difference
+    stopped = dataclasses.replace(finished, stopped=True)
+    view = comparison_view(stopped, reply, "summary", pair=None)
+    assert view.first_difference is None
+    assert view.explanation == ("The comparison was stopped early, so no speed is measured; plain AR's 2 tokens are "
+                                "the reply's first 2.")
+    reply, parted = greedy_pair([(100, "The", 0.9), (7, " dog", 0.4)])
+    assert comparison_view(dataclasses.replace(parted, stopped=True), reply, "s", pair=None).first_difference == 1
+
+
 def test_identical_greedy_outputs_simply_say_so_where_greedy_is_exact():
     reply, comparison = greedy_pair([(100, "The", 0.9), (101, " cat", 0.9), (99, " sat", 0.7)])
     exact = comparison_view(comparison, reply, "summary", pair=SimpleNamespace(greedy_exact=True))
@@ -195,7 +207,7 @@ def test_a_stopped_ar_comparison_claims_no_speedup():
                           ar_tokens_per_s=33.0, identical=None)
     assert "measured 3.03×" in comparison_line(finished, reply)
     stopped = dataclasses.replace(finished, stopped=True)
-    assert comparison_line(stopped, reply) == "plain AR stopped after 2 tokens: no measured speedup"
+    assert comparison_line(stopped, reply) == "comparison stopped (plain AR made 2 tokens): no measured speedup"
 
 
 def costed(event: RoundEvent, ar_step_s: float) -> RoundEvent:
