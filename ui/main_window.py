@@ -469,9 +469,16 @@ class MainWindow(QMainWindow):
         self.chat.set_continue_reach(max_new_tokens)
 
     def on_chat_menu_requested(self, pos) -> None:
+        self.chat_menu(pos).exec(self.chat.viewport().mapToGlobal(pos))
+
+    def chat_menu(self, pos) -> QMenu:
         """The chat pane's context menu: the usual copy entries, then actions on the reply under the mouse (a
-        click beside the replies means the last one)."""
+        click beside the replies means the last one). A token is a link inside the view, whose address
+        ("token:50") is nothing to copy: Qt's Copy Link Location goes."""
         menu = self.chat.createStandardContextMenu(pos)
+        for action in menu.actions():
+            if action.objectName() == "link-copy":
+                menu.removeAction(action)
         turn = self.chat.turn_at(pos)
         if turn is not None and not self.status.busy:
             menu.addSeparator()
@@ -481,7 +488,7 @@ class MainWindow(QMainWindow):
                 menu.addAction(self.regenerate_action)
                 if self.status.can_continue:
                     menu.addAction(self.continue_action)
-        menu.exec(self.chat.viewport().mapToGlobal(pos))
+        return menu
 
     def on_reply_action_chosen(self, action: str, turn: int) -> None:
         """A link under a reply (Regenerate and Continue are only under the last one). Copying works at any time;

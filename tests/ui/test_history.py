@@ -403,6 +403,11 @@ def test_the_chat_menu_acts_on_the_reply_under_the_mouse(make_window, mixed_deco
     cursor.movePosition(QTextCursor.MoveOperation.Right)  # inside the token, not on its left edge
     on_first_reply = window.chat.cursorRect(cursor).center()
     assert window.chat.turn_at(on_first_reply) == 0
+    standard = [a.objectName() for a in window.chat.createStandardContextMenu(on_first_reply).actions()]
+    menu = window.chat_menu(on_first_reply).actions()
+    offered = [a.objectName() for a in menu]
+    assert "link-copy" in standard and "link-copy" not in offered  # a token's address is nothing to copy
+    assert "edit-copy" in offered and "Copy this reply" in [a.text() for a in menu]
     window.copy_turn(0)
     assert QApplication.clipboard().text() == first.text
     window.edit_turn(0)  # cancelled: nothing to edit
