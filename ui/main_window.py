@@ -707,8 +707,7 @@ class MainWindow(QMainWindow):
         self.chat.flush()
         self.charts.refresh()
         self._add_reply_notes(reply)
-        self.chat.set_reply_actions(shown.index, ("copy", "edit", "regenerate")
-                                    + (("continue",) if shown.can_continue else ()), text=reply.text)
+        self.chat.set_reply_actions(shown.index, reply_actions(reply.text, shown.can_continue), text=reply.text)
         self._inspect_first_rejection()
         first, *rest = stats_figures(reply)
         self.reply_label.set_parts([first._replace(text=LAST_REPLY + first.text), *rest])
@@ -723,8 +722,7 @@ class MainWindow(QMainWindow):
         self.chat.set_reply_header(remote_header(source.model, source.url, reply.request.settings))
         self.chat.flush()
         self._add_reply_notes(reply)
-        self.chat.set_reply_actions(shown.index, ("copy", "edit", "regenerate")
-                                    + (("continue",) if shown.can_continue else ()), text=reply.text)
+        self.chat.set_reply_actions(shown.index, reply_actions(reply.text, shown.can_continue), text=reply.text)
         if source.reply is not None:
             self.engine_report.on_reply_finished(source.reply)
         self.reply_label.setText(LAST_REPLY + remote_line(reply))
@@ -991,6 +989,12 @@ class MainWindow(QMainWindow):
         if self.preferences is not None:
             save_preferences(self.preferences, self)
         super().closeEvent(event)
+
+
+def reply_actions(text: str, can_continue: bool) -> tuple[str, ...]:
+    """The links under a finished reply: Copy only where it has text (one stopped while the prompt was read has
+    none), Continue only where it can go on."""
+    return ((("copy",) if text else ()) + ("edit", "regenerate") + (("continue",) if can_continue else ()))
 
 
 DRAFTER_COLUMNS = ("drafters", "tokens/s", "α", "tokens/round", "vs plain AR")

@@ -155,6 +155,8 @@ def test_stop_during_a_long_prefill_takes_effect_within_one_chunk(make_studio, m
     assert shown == [(True, 256, 899)]  # the read-in progress is a bar, while it lasts
     assert not bar.isVisible()
     assert "stopped while reading the prompt: no tokens yet" in studio.window.chat.toPlainText()
+    assert "Copy" not in studio.window.chat.toPlainText().rsplit("no tokens yet", 1)[1]  # nothing to copy; Edit stays
+    assert "Edit" in studio.window.chat.toPlainText().rsplit("no tokens yet", 1)[1]
     studio.worker.prefill_progressed.disconnect(stop_at_the_first_chunk)
     assert send(qtbot, studio).events
 
