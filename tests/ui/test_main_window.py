@@ -134,8 +134,8 @@ def test_compare_with_ar_reports_identical_greedy_output_and_keeps_history(make_
     comparison = studio.chat.session.comparisons[0]
     assert comparison.identical is True and comparison.speedup > 0
     assert comparison.ar_text == reply.text and all(e.gamma == 0 for e in comparison.ar_events)
-    # plain AR read the prompt in as the reply did, rather than finding it cached by the reply
-    assert len(read) == 2 and read[0] == read[1] > 0
+    # plain AR and the reply's undrawn rerun read the prompt in as the reply did, rather than finding it cached
+    assert len(read) == 3 and read[0] == read[1] == read[2] > 0
     assert [m["role"] for m in studio.chat.messages] == ["user", "assistant"]
     assert re.search(r"measured \d+\.\d\d× vs AR", studio.window.reply_label.text())
     assert studio.window.charts.measured.isVisible()
