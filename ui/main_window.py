@@ -430,8 +430,8 @@ class MainWindow(QMainWindow):
 
     def on_seed_advanced(self, old: int, new: int) -> None:
         self.controls.seed.setValue(new)
-        self.statusBar().showMessage(f"Regenerating with seed {new}, a new sample (seed {old} gives the last one again)",
-                                     6000)
+        self.statusBar().showMessage(
+            f"Regenerating with seed {new}, a new sample (seed {old} gives the last one again)", 6000)
 
     def compare_drafters(self) -> None:
         if self.status.busy:

@@ -9,7 +9,8 @@ from engine.remote import RemoteReply
 from engine.stats import ArTime, ReplyStats, reply_stats
 from ui.timing import estimated_speedup
 
-SEED_LIMIT = 2 ** 31  # seeds the window's seed box can hold (a QSpinBox is a signed 32-bit int); Regenerate wraps below it
+# Seeds the window's seed box can hold (a QSpinBox is a signed 32-bit int); Regenerate's next seed wraps below it
+SEED_LIMIT = 2 ** 31
 
 
 @dataclass(frozen=True)

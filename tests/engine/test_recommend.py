@@ -171,7 +171,8 @@ def test_a_measurement_within_one_runs_spread_of_its_prediction_scales_nothing()
     near = recommend(model, {Drafting.MODEL: profile},
                      measured={Drafting.MODEL: [Measured(3, predicted * 1.08, profile)]})
     assert not near.calibration and "scaled" not in near.explanation
-    far = recommend(model, {Drafting.MODEL: profile}, measured={Drafting.MODEL: [Measured(3, predicted * 1.3, profile)]})
+    far = recommend(model, {Drafting.MODEL: profile},
+                    measured={Drafting.MODEL: [Measured(3, predicted * 1.3, profile)]})
     assert far.calibration[Drafting.MODEL] == pytest.approx(1.3 / SPREAD)
 
 
