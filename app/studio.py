@@ -66,10 +66,11 @@ class Studio:
             thread.start()
 
     def shutdown(self) -> None:
-        """Stop any reply, let the workers' current round or streamed piece finish, stop a vLLM server started
-        here, and join the threads. What the workers sent on their way out (the stopped reply) is then delivered,
-        so the window shows and saves it as a stopped reply before the app's event loop is gone."""
-        self.worker.request_stop()
+        """Stop any reply or timing at load, let the workers' current round, timing step or streamed piece finish,
+        stop a vLLM server started here, and join the threads. What the workers sent on their way out (the stopped
+        reply) is then delivered, so the window shows and saves it as a stopped reply before the app's event loop
+        is gone."""
+        self.worker.request_quit()
         self.remote_worker.request_stop()
         self.peer.request_stop(wait=True)
         for thread in self._threads:

@@ -2,7 +2,8 @@
 
 It never touches a widget. Each slot runs on the worker thread (queued from the window); `request_stop` and
 `request_gamma` are called directly from the GUI thread and only set values the round loop reads between rounds
-(and between the chunks of a long prompt's prefill, so Stop and closing the window are heard within one chunk).
+(and between the chunks of a long prompt's prefill, so Stop and closing the window are heard within one chunk);
+`request_quit`, from the app's shutdown, is heard between the steps of the timing at load as well.
 """
 from __future__ import annotations
 
@@ -38,6 +39,10 @@ def user_message(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+class _Quitting(Exception):
+    """The app is closing: the pair being timed at load is dropped."""
+
+
 class DecodeWorker(QObject):
     models_loaded = Signal(object, object)  # PairInfo, Runtime (app.machine.described)
     context_fitted = Signal(object)  # ContextNotice: turns were left out or the budget cut, before the prefill
@@ -58,10 +63,17 @@ class DecodeWorker(QObject):
         self.decoder = decoder
         self.rounds_emitted = 0  # over the worker's lifetime; tests read it to check stop/γ latency
         self._stop = threading.Event()
+        self._quit = threading.Event()
 
     # -- called directly from the GUI thread ---------------------------------------------------------------
 
     def request_stop(self) -> None:
+        self._stop.set()
+
+    def request_quit(self) -> None:
+        """Stop what runs and load nothing more: under load a pair's timing takes minutes, and the app's exit
+        waits for this thread."""
+        self._quit.set()
         self._stop.set()
 
     def request_gamma(self, gamma: int) -> None:
@@ -78,15 +90,24 @@ class DecodeWorker(QObject):
 
     @Slot(str, object, str, str, str)
     def on_load_requested(self, target: str, draft: str | None, device: str, dtype: str, weights: str) -> None:
+        if self._quit.is_set():
+            return
         try:
             decoder = Decoder.load(target, draft, device=device, dtype=dtype, target_weights=weights)
             self.timing_started.emit()
-            decoder.warm_up(self.timing_progressed.emit)
+            decoder.warm_up(self._timing_step)
+        except _Quitting:
+            return
         except Exception as exc:  # noqa: BLE001 - every failure becomes a dialog, never a traceback
             self.failed.emit(user_message(exc))
             return
         self.decoder = decoder
         self.models_loaded.emit(*described(decoder))
+
+    def _timing_step(self, done: int, total: int) -> None:
+        self.timing_progressed.emit(done, total)
+        if self._quit.is_set():
+            raise _Quitting
 
     @Slot(object)
     def on_prompt_submitted(self, request: ReplyRequest) -> None:

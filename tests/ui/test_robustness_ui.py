@@ -191,6 +191,31 @@ def test_ctrl_c_closes_the_window(make_studio, mixed_decoder, qtbot):
         signal.signal(signal.SIGINT, previous)
 
 
+def test_quitting_while_a_loaded_pair_is_timed_ends_the_timing_at_its_next_step(make_studio, mixed_decoder, qtbot,
+                                                                                  monkeypatch):
+    from engine.decoding.decoder import Decoder
+    from tests.tiny import tiny_decoder
+
+    studio = make_studio(mixed_decoder, max_new_tokens=4)
+    monkeypatch.setattr(Decoder, "load", classmethod(lambda cls, *a, **k: tiny_decoder()))
+    steps = []
+
+    def first_step_waits_for_the_quit(done: int, total: int) -> None:  # on the worker's thread, mid-timing
+        steps.append((done, total))
+        if done == 1:
+            studio.worker._quit.wait(10)  # set by the shutdown below; without it the timing goes on after 10 s
+
+    studio.worker.timing_progressed.connect(first_step_waits_for_the_quit, Qt.ConnectionType.DirectConnection)
+    loaded = []
+    studio.worker.models_loaded.connect(lambda *info: loaded.append(info), Qt.ConnectionType.DirectConnection)
+    studio.chat.load_pair("tiny", None, "cpu", "float32", "auto")
+    qtbot.waitUntil(lambda: bool(steps), timeout=10_000)
+    studio.shutdown()
+    assert studio.thread.isFinished()
+    assert [done for done, _ in steps] == [1] and steps[0][1] > 1  # the timing's other steps never ran
+    assert loaded == [] and studio.worker.decoder is mixed_decoder  # the half-timed pair was dropped
+
+
 def test_shutting_down_mid_reply_saves_it_as_stopped_before_returning(make_studio, mixed_decoder, qtbot):
     from app.chat_store import ChatStore
 
