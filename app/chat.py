@@ -8,12 +8,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
 from app.chat_store import ChatRecorder, ChatStore, ChatStoreError, ChatSummary, title_for
-from app.timing import StepReference, machine_was_busy, unequal_loads
+from app.timing import QuietTimings, StepReference, TimingAtLoad, machine_was_busy, unequal_loads
 from engine.events import ContextNotice, Mode, PairInfo, PrefillProgress, RoundEvent
 from engine.remote import RemoteReply, TextDelta, is_url, public_url
 from ui.export import ExportError, export_session
@@ -46,6 +47,7 @@ class ChatController(QObject):
     gamma_requested = Signal(int)
     reset_requested = Signal()  # a new conversation: the decoder forgets the last one's caches
     drafters_requested = Signal(object)  # ReplyRequest: decode it with each drafting choice (Compare drafters)
+    costs_replaced = Signal(object)  # CostModel.as_dict: plan on these, not on a timing the machine's load slowed
     # commands for the remote worker (a running engine as the target)
     remote_connect_requested = Signal(str, object)  # URL, served model name or None (the only one served)
     remote_prompt_requested = Signal(object, object)  # messages (list of dicts), DecodeSettings
@@ -85,9 +87,11 @@ class ChatController(QObject):
     remote_failed = Signal(str)  # one line: the engine could not be reached or failed a reply
     remote_text_received = Signal(object)  # TextDelta of the reply in flight
 
-    def __init__(self, store: ChatStore | None = None, parent=None):
+    def __init__(self, store: ChatStore | None = None, quiet_timings: QuietTimings | None = None, parent=None):
         super().__init__(parent)
         self.store = store or ChatStore(":memory:")
+        self.quiet_timings = quiet_timings or QuietTimings(None)
+        self.timing_at_load = TimingAtLoad({})  # how the loaded pair's timing compared with its last quiet one
         self.recorder = ChatRecorder(self.store, on_failure=self.store_failed.emit)
         self.turns: list[Turn] = []
         self.state = TurnState.IDLE
@@ -388,12 +392,20 @@ class ChatController(QObject):
         """`runtime`: what runs the pair here (None where the worker did not say)."""
         self.drafter_comparison = None  # another pair's rounds say nothing of this one
         self.recorder.drafters_compared(None)
+        if runtime is not None:
+            self.timing_at_load = self.quiet_timings.judge(QuietTimings.key(info, runtime), info.costs, datetime.now())
+            if self.timing_at_load.busy:
+                info = dataclasses.replace(info, costs=self.timing_at_load.costs,
+                                           target_step_s=self.timing_at_load.quiet_step_ms / 1e3)
+                self.costs_replaced.emit(info.costs)
         self.timing.clear()  # the last pair's step times are neither this one's median nor its quiet speed
         self.timing.add(info.target_step_s)  # one timing before the first reply's own: a slow one is then caught
         self.pair, self.runtime = info, runtime
         self._loaded_request = self._load_request
         self.state = TurnState.IDLE
         self.pair_loaded.emit(info)
+        if self.timing_at_load.busy:
+            self.notice_posted.emit(self.timing_at_load.note)
         self._emit_status()
         self._emit_why()
 
@@ -572,7 +584,7 @@ class ChatController(QObject):
 
     def _emit_why(self) -> None:
         """Recompute what the "why this γ" charts show: after every turn, and for a conversation replayed."""
-        self.why = why_gamma(self.session)
+        self.why = why_gamma(self.session, self.timing_at_load.note)
         self.why_changed.emit(self.why)
 
     def _finish_turn(self) -> None:

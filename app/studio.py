@@ -21,6 +21,7 @@ from transformers.utils import logging as transformers_logging
 from app import machine
 from app.chat import ChatController
 from app.remote_worker import RemoteWorker
+from app.timing import QuietTimings
 from app.serving_peer import ServingPeer, tuned_choice
 from app.cli import (DEVICE_HELP, DTYPE_HELP, STOP_BELOW_HELP, TARGET_WEIGHTS_HELP, HelpFormatter,
                      finite_float, length_rule, seed_below, setting, whole_number)
@@ -94,7 +95,7 @@ def build(decoder: Decoder | None = None, target: str = "embedded", draft: str |
     window = MainWindow(PRESETS, target, draft, device, dtype, defaults, preferences, devices=available,
                         dtypes=machine.dtypes(available), offline=machine.offline_presets(PRESETS),
                         vllm_missing=vllm_missing)
-    chat = ChatController(store)
+    chat = ChatController(store, QuietTimings(preferences))
     chat.chart_image = window.chart_image
     worker = DecodeWorker(decoder)
     thread = QThread()
@@ -151,6 +152,7 @@ def build(decoder: Decoder | None = None, target: str = "embedded", draft: str |
     chat.prompt_requested.connect(worker.on_prompt_submitted)
     chat.reset_requested.connect(worker.on_new_chat_requested)
     chat.drafters_requested.connect(worker.on_drafters_requested)
+    chat.costs_replaced.connect(worker.on_costs_replaced)
     chat.stop_requested.connect(worker.request_stop, direct)
     chat.gamma_requested.connect(worker.request_gamma, direct)
     worker.models_loaded.connect(chat.on_models_loaded)

@@ -11,12 +11,19 @@ any comparison run after it, met a machine far slower than its quiet speed.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from statistics import median
 
-from engine.events import RoundEvent
+from PySide6.QtCore import QSettings
+
+from engine.events import PairInfo, RoundEvent
 from engine.stats import ArTime
+from ui.session import Runtime
 
 RECENT = 32  # samples kept: enough for a stable median, few enough to follow a change of machine load
 BUSY_FACTOR = 2.0  # a timing this many times the reference is a stall, not the model's speed
@@ -87,3 +94,63 @@ def machine_was_busy(events: Sequence[RoundEvent], reference: StepReference) -> 
     if events[0].gamma and events[0].target_step_s > BUSY_FACTOR * floor:
         return True
     return sum(stalled(e, floor) for e in events) > BUSY_SHARE * len(events)
+
+
+@dataclass(frozen=True)
+class TimingAtLoad:
+    """How a pair's timing at load compares with its last quiet one on this machine."""
+
+    costs: dict  # the cost model to plan and judge on: this timing's, or the quiet one it was far slower than
+    busy_step_ms: float = 0.0  # this timing's single-row block, where it was far slower (0: it was not)
+    quiet_step_ms: float = 0.0  # ... and the quiet one's
+    quiet_at: str = ""  # when the quiet one was timed (ISO date and time)
+
+    @property
+    def busy(self) -> bool:
+        return self.busy_step_ms > 0
+
+    @property
+    def note(self) -> str:
+        """Why the pair's costs are the earlier, quiet timing's ("" where they are this one's)."""
+        if not self.busy:
+            return ""
+        return (f"The machine was busy while the pair was timed (a target step took {self.busy_step_ms:.1f} ms, "
+                f"{self.quiet_step_ms:.1f} ms when timed here on {self.quiet_at.replace('T', ' ')}): rounds, "
+                f"predictions and busy flags use that quiet timing")
+
+
+class QuietTimings:
+    """The last quiet timing at load of each pair on this machine, kept between sessions in `settings` (nothing
+    is kept without). Every cost of a timing is the fastest of several, yet a machine busy with other programs all
+    through the timing makes even the fastest slow, and the cost model, the predictions and the judgement of busy
+    replies would all rest on it: a timing whose single-row block is BUSY_FACTOR times the quiet one's is set aside
+    for the quiet one. A second such timing in a row is taken as the machine's speed now (a slower power mode)."""
+
+    GROUP = "quiet_timings"
+
+    def __init__(self, settings: QSettings | None):
+        self.settings = settings
+
+    @staticmethod
+    def key(info: PairInfo, runtime: Runtime) -> str:
+        """What the pair's speed depends on: its weights as they run, and the machine's kernels and threads."""
+        parts = [info.target.path, info.target.weights, info.draft and info.draft.path,
+                 info.draft and info.draft.weights, info.device, info.dtype, runtime.cpu_capability, runtime.threads,
+                 runtime.target_kernel, runtime.draft_weights]
+        return hashlib.sha1(json.dumps(parts).encode()).hexdigest()[:16]
+
+    def judge(self, key: str, costs: dict, now: datetime) -> TimingAtLoad:
+        if self.settings is None or not costs.get("target_block_ms"):
+            return TimingAtLoad(costs)
+        name = f"{self.GROUP}/{key}"
+        try:
+            kept = json.loads(str(self.settings.value(name, "")))
+            quiet, step_ms = kept["costs"], kept["costs"]["target_block_ms"][0]
+        except (ValueError, KeyError, IndexError, TypeError):
+            kept, step_ms = None, 0.0
+        measured_ms = costs["target_block_ms"][0]
+        if kept is not None and measured_ms > BUSY_FACTOR * step_ms > 0 and not kept.get("busy_since"):
+            self.settings.setValue(name, json.dumps({**kept, "busy_since": now.isoformat(timespec="minutes")}))
+            return TimingAtLoad(quiet, measured_ms, step_ms, kept.get("at", ""))
+        self.settings.setValue(name, json.dumps({"costs": costs, "at": now.isoformat(timespec="minutes")}))
+        return TimingAtLoad(costs)

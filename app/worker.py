@@ -19,6 +19,7 @@ from app.machine import described
 from engine.decoding.costs import RoundPlanner
 from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import LookupDrafter
+from engine.decoding.recommend import cost_model_from_dict
 from engine.events import ContextNotice, Drafting, Mode, PrefillProgress
 from engine.models.loading import ModelLoadError
 from engine.models.pairing import PairingError
@@ -108,6 +109,11 @@ class DecodeWorker(QObject):
         self.timing_progressed.emit(done, total)
         if self._quit.is_set():
             raise _Quitting
+
+    @Slot(object)
+    def on_costs_replaced(self, costs: dict) -> None:
+        """Plan on `costs` (CostModel.as_dict) instead of the timing at load: the machine's load slowed that."""
+        self.decoder.set_costs(cost_model_from_dict(costs))
 
     @Slot(object)
     def on_prompt_submitted(self, request: ReplyRequest) -> None:

@@ -272,7 +272,7 @@ class WhyGammaPanel(QWidget):
         for name, key, label in (("draft", "draft_step_ms", "draft step"), ("copy", "copy_ms", "copy")):
             if costs.get(key, 0.0) > 0:
                 entries.append((self.cost_curves[name].opts["pen"], f"{label} {costs[key]:.3g} ms"))  # 203, not 2e+02
-        cost_header.show_entries(entries)
+        cost_header.show_entries(entries, escape(why.costs_note) if why is not None else "")
 
         recommendation = why.recommendation if why is not None else None
         speedups = recommendation.speedups if recommendation is not None else {}

@@ -41,9 +41,10 @@ class WhyGamma:
     points: tuple[MeasuredPoint, ...] = ()
     recommendation: Recommendation | None = None  # None: no cost model, or no speculative reply yet
     profiles: dict[Drafting, PositionAcceptance] = field(default_factory=dict)
+    costs_note: str = ""  # where the costs come from, when not from this load's timing
 
     def as_dict(self) -> dict:
-        return {"costs": self.costs, "session_acceptance": self.session.as_dict(),
+        return {"costs": self.costs, "costs_note": self.costs_note, "session_acceptance": self.session.as_dict(),
                 "acceptance_by_drafting": {d.value: p.as_dict() for d, p in self.profiles.items()},
                 "recommendation": None if self.recommendation is None else self.recommendation.as_dict()}
 
@@ -76,10 +77,11 @@ def measured_run(point: MeasuredPoint, events: Sequence[RoundEvent]) -> Measured
     return Measured(point.gamma, point.speedup, position_acceptance(events), positions)
 
 
-def why_gamma(session: Session) -> WhyGamma:
+def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
     """The session's acceptance (every speculative round), each drafting's own (a Compare drafters run's rounds
     counted in them, not in the session's chart), its replies and measured runs as points, and the
-    recommendation, its predictions scaled to agree with the measured points."""
+    recommendation, its predictions scaled to agree with the measured points; `costs_note` says where the pair's
+    costs come from, when not from its timing at load."""
     shown = speculative_replies(session)
     events = {}
     for reply, _ in shown:
@@ -107,7 +109,7 @@ def why_gamma(session: Session) -> WhyGamma:
     recommendation = (recommend(model, profiles, MAX_GAMMA, chat_length(session), measured_points)
                       if timed and profiles else None)
     session_profile = position_acceptance(e for reply, _ in shown for e in reply.events)
-    return WhyGamma(costs, session_profile, tuple(point for point, _ in points), recommendation, profiles)
+    return WhyGamma(costs, session_profile, tuple(point for point, _ in points), recommendation, profiles, costs_note)
 
 
 def recommendation_text(recommendation: Recommendation | None) -> str:

@@ -5,7 +5,7 @@ import csv
 import json
 import re
 
-from PySide6.QtCore import QPoint, Qt
+from PySide6.QtCore import QPoint, QSettings, Qt
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QApplication, QMenu
 
@@ -342,6 +342,29 @@ def test_while_a_loaded_pair_is_timed_the_bar_moves_by_its_steps_not_busily(make
     assert "step 3 of 12" in window.pair_label.text()
     window._open_progress()  # the next load is busy again
     assert window.load_progress.maximum() == 0
+
+
+def test_a_pair_timed_far_slower_than_its_last_quiet_timing_plans_on_that_and_the_why_tab_says_so(make_studio,
+                                                                                                   qtbot, tmp_path):
+    import json
+
+    from app.machine import described
+    from app.timing import QuietTimings
+    from engine.decoding.costs import CostModel
+    from tests.tiny import tiny_decoder
+
+    decoder = tiny_decoder()
+    decoder.set_costs(CostModel([0.006 + 0.001 * k for k in range(9)], draft_step_s=0.002, copy_s=1e-5,
+                                overhead_s=5e-4))
+    quiet = decoder.costs.as_dict() | {"target_block_ms": [1.0 + 0.1 * k for k in range(9)]}
+    preferences = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    preferences.setValue(f"{QuietTimings.GROUP}/{QuietTimings.key(*described(decoder))}",
+                         json.dumps({"costs": quiet, "at": "2026-12-01T09:30"}))
+    studio = make_studio(decoder, preferences=preferences, max_new_tokens=4)
+    qtbot.waitUntil(lambda: decoder.costs.block_s(1) == 0.001, timeout=5000)  # the worker plans on the quiet one
+    assert studio.chat.pair.costs == quiet
+    cost_header = studio.window.why_charts.headers[studio.window.why_charts.costs_plot].text()
+    assert "busy while the pair was timed" in cost_header and "6.0 ms, 1.0 ms when timed here" in cost_header
 
 
 def test_compare_with_ar_on_a_native_gguf_target_decodes_one_target_identically(make_studio, qtbot, tmp_path):
