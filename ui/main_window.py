@@ -45,6 +45,9 @@ PANE_MIN_WIDTH = {"side": 245, "chat": 315, "right": 200}
 PANE_WIDTH = {"side": 280, "chat": 770, "right": 350}
 SIDE_MAX_WIDTH = 320
 STATUS_RIGHT_MARGIN = 8  # between the status bar's last widget and the window's right edge
+# The most of the window's width the pair's name takes in the status bar (elided, whole in its tooltip): the last
+# reply's figures beside it are what changes.
+PAIR_SHARE = 0.25
 LAST_REPLY = "last reply: "  # the status bar's summary of the last reply begins so
 EXPORT_TITLE_HEIGHT = 20  # the exported chart image's row naming each reply and the why tab
 HISTORY_WIDTH = 140  # the history dock's first width: its titles elide, and a small window's chat needs the room
@@ -641,11 +644,12 @@ class MainWindow(QMainWindow):
         self._close_progress()
         draft = short_name(info.draft.name) if info.draft else "no draft (AR only)"
         native = info.target.weights == "native"
-        int4 = " · 4-bit target (its own GGUF blocks)" if native else ""
+        int4 = " · 4-bit GGUF target" if native else ""
         self.pair_label.setText(f"{short_name(info.target.name)} + {draft} · {info.device} · {info.dtype}{int4}")
         if native:  # said where it is seen, not only in a tooltip
             self.statusBar().showMessage(INT4_NOTE, 20000)
-        self.pair_label.setToolTip(f"target: {info.target.path}\ndraft: {info.draft.path if info.draft else '—'}")
+        self.pair_label.setToolTip(f"{self.pair_label.text()}\ntarget: {info.target.path}\n"
+                                   f"draft: {info.draft.path if info.draft else '—'}")
         self.controls.set_draft_available(info.draft is not None)
         self.models_shown.emit(info)
 
@@ -983,6 +987,10 @@ class MainWindow(QMainWindow):
         sizes["chat"] = total - others - sizes[name]
         pane.show()
         self.splitter.setSizes(list(sizes.values()))
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self.pair_label.setMaximumWidth(int(PAIR_SHARE * self.width()))
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self.stop()

@@ -187,7 +187,7 @@ def test_the_model_panel_asks_for_a_gguf_targets_weights(qtbot):
     assert asked.args == [picker.target.text(), picker.draft.text(), "auto", "auto", "native"]
     target = ModelInfo("embedded", "/m/t.gguf", 135, 49152, weights="native")
     window.on_pair_loaded(PairInfo(target, None, "cpu", "bfloat16"))
-    assert window.pair_label.text().endswith("bfloat16 · 4-bit target (its own GGUF blocks)")
+    assert window.pair_label.text().endswith("bfloat16 · 4-bit GGUF target")
     assert "set weights to dtype" in window.statusBar().currentMessage()  # how to change it, where it is seen
 
 

@@ -1,6 +1,6 @@
 """The status bar: a notice takes the labels' place instead of being drawn over them, and says all in its tooltip;
-the last reply's summary keeps its first and last figures whole at the default width, and its speedups in a narrow
-window."""
+the pair's name leaves the last reply's figures room for all of them at the default size; short of width they keep
+their first and last figures whole, and in a narrow window their speedups."""
 from __future__ import annotations
 
 import dataclasses
@@ -66,11 +66,11 @@ def test_the_labels_come_back_when_the_notice_ends(qtbot):
     window.statusBar().clearMessage()
     QApplication.processEvents()
     assert set(drawn(window)) == {"pair", "reply", "prefill"}
-    assert window.pair_label.text().endswith("4-bit target (its own GGUF blocks)")
+    assert window.pair_label.text().endswith("4-bit GGUF target")
 
 
-def test_the_last_reply_summary_keeps_its_first_and_last_figures_at_the_default_width(qtbot):
-    window = shown_window(qtbot, 1400, 900)
+def test_the_last_reply_summary_short_of_width_keeps_its_first_and_last_figures(qtbot):
+    window = shown_window(qtbot, 1100, 800)
     window.on_pair_loaded(int4_pair())
     window.statusBar().clearMessage()
     window.reply_label.setText(LONG_SUMMARY)
@@ -122,3 +122,22 @@ def test_a_reply_drawn_while_the_load_notice_shows_brings_its_figures_into_view(
     window.on_reply_finished(ReplyShown(0, reply, reply, can_continue=False, live=False))  # a reopened chat's
     assert window.statusBar().currentMessage() == "" and window.reply_label.isVisible()
     assert window.reply_label.text().startswith("last reply: 8 tokens in 4 rounds")
+
+
+def test_at_the_default_size_a_compared_reply_shows_every_figure_beside_the_pairs_name(qtbot):
+    window = shown_window(qtbot, 1600, 1000)
+    window.on_pair_loaded(int4_pair())
+    window.statusBar().clearMessage()
+    events = tuple(dataclasses.replace(accepted_round(i, ["a"], "b"), prefill_s=0.5 if i == 0 else 0.0)
+                   for i in range(64))
+    reply = Reply(ReplyRequest(({"role": "user", "content": "x"},), DecodeSettings(gamma=2)), events, "ab" * 64,
+                  False, reference_s=0.02)
+    comparison = Comparison(ar_events=(), ar_text="", spec_wall_s=2.4, ar_wall_s=3.0, spec_tokens_per_s=66.7,
+                            ar_tokens_per_s=50.0, identical=None)
+    window.on_reply_finished(ReplyShown(0, reply, reply, can_continue=False, live=True))
+    window.on_comparison_finished(ComparisonShown(0, comparison, reply, None, chat_measured=(1.2, 1.33)))
+    QApplication.processEvents()
+    pair = window.pair_label
+    assert pair.width() <= window.width() // 4 and pair.text() in pair.toolTip()  # elided if need be, whole there
+    assert window.reply_label.shown_text() == window.reply_label.text()
+    assert "66.7 tok/s" in window.reply_label.text() and "this chat 1.20–1.33× in 2 runs" in window.reply_label.text()
