@@ -1032,6 +1032,10 @@ def drafters_table(comparison: DrafterComparison) -> QTableWidget:
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             table.setItem(r, c, item)
     table.resizeColumnsToContents()
+    table.resizeRowsToContents()
+    # every row in view: the table is as tall as its rows (four at most), the dialog as tall as it and the note
+    table.setMinimumHeight(table.horizontalHeader().sizeHint().height() + 2 * table.frameWidth()
+                           + sum(table.rowHeight(r) for r in range(table.rowCount())))
     return table
 
 
@@ -1056,5 +1060,6 @@ def drafters_dialog(comparison: DrafterComparison, parent) -> QDialog:
     margins = layout.contentsMargins()
     wide = (table.verticalHeader().sizeHint().width() + columns + 2 * table.frameWidth() + margins.left()
             + margins.right() + table.verticalScrollBar().sizeHint().width())
-    dialog.resize(max(520, wide), 260)  # every column in view, "vs plain AR" the last
+    width = max(520, wide)  # every column in view, "vs plain AR" the last
+    dialog.resize(width, max(dialog.heightForWidth(width), dialog.minimumSizeHint().height()))
     return dialog

@@ -222,6 +222,7 @@ def test_compare_drafters_gives_four_rows_on_the_tiny_pair(make_studio, mixed_de
     qtbot.waitExposed(dialog)
     last = table.columnCount() - 1
     assert table.columnViewportPosition(last) + table.columnWidth(last) <= table.viewport().width()  # all in view
+    assert table.rowViewportPosition(3) + table.rowHeight(3) <= table.viewport().height()  # every row too
 
 
 def timed_rounds(events, tokens_per_s: float):
