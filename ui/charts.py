@@ -6,6 +6,7 @@ above its plot: a legend inside the plot ran through the curves and had to hide 
 """
 from __future__ import annotations
 
+from collections import Counter
 from html import escape
 
 import numpy as np
@@ -36,6 +37,7 @@ class RoundBuffers:
         self.x = np.arange(1, capacity + 1, dtype=float)
         self.y = {name: np.full(capacity, np.nan) for name in COLUMNS}
         self.accepted = self.verified = self.tokens = 0
+        self.drafts_made: Counter[int] = Counter()  # rounds by their number of drafts, for the seed's E
         self.rounds_s = 0.0
         self.ar = ArTime()  # what plain AR would have taken for the tokens so far
 
@@ -60,8 +62,11 @@ class RoundBuffers:
         self.y["alpha_mean"][i] = np.nan if running_alpha is None else running_alpha
         self.y["tokens"][i] = n_tokens
         self.y["tokens_mean"][i] = self.tokens / (i + 1)
-        self.y["expected"][i] = (expected_tokens_per_round(running_alpha, event.gamma)
-                                 if running_alpha is not None and event.gamma else 1.0)
+        # the why tab's "seed's E" of the rounds so far: E at their α, averaged over each round's own drafts
+        self.drafts_made[event.gamma] += 1
+        self.y["expected"][i] = (sum(n * expected_tokens_per_round(running_alpha, g)
+                                     for g, n in self.drafts_made.items()) / (i + 1)
+                                 if running_alpha is not None else 1.0)
         gamma = most_per_round - 1
         self.y["speedup"][i] = estimated_speedup([event], reference_s, gamma) or np.nan if self.speculative else np.nan
         self.y["speedup_mean"][i] = (speedup_of(self.ar, self.rounds_s, reference_s, gamma) or np.nan
@@ -148,7 +153,8 @@ class ChartsPanel(QWidget):
                                 "first rejection), per round and running mean", "α")
         self.alpha_plot.setYRange(0, 1.05, padding=0)
         self.tokens_plot = _plot("tokens emitted per round (accepted drafts + the correction or bonus token) beside "
-                                 "the seed's E = (1 − α^(γ+1)) / (1 − α) at the running α and current γ", "tokens")
+                                 "the seed's E = (1 − α^(γ+1)) / (1 − α) at the running α, averaged over the rounds' own γ (the why "
+                                 "tab's seed's E)", "tokens")
         self.speedup_plot = _plot("estimated speedup = what plain AR would take for the round's tokens (the pair's "
                                   "cost model; without one, tokens × the median of recent single-token target steps) "
                                   "/ round time, at most γ + 1, for each round (thin) and for the whole reply so far "
@@ -165,7 +171,7 @@ class ChartsPanel(QWidget):
             "tokens": self.tokens_plot.plot(pen=pg.mkPen("#90a4ae", **thin), name="per round"),
             "tokens_mean": self.tokens_plot.plot(pen=pg.mkPen("#263238", width=2), name="running mean"),
             "expected": self.tokens_plot.plot(pen=pg.mkPen("#ef6c00", width=2, style=Qt.PenStyle.DashLine),
-                                              name="E(α, γ)"),
+                                              name="seed's E"),
             "speedup": self.speedup_plot.plot(pen=pg.mkPen("#9fa8da", **thin), name="round estimate",
                                               connect="finite"),
             "speedup_mean": self.speedup_plot.plot(pen=pg.mkPen("#1a237e", width=2), name="whole reply so far",

@@ -669,7 +669,7 @@ class ChatView(QTextBrowser):
             "draft, rejected ones struck through. Hover a token to inspect p, q and the acceptance test; click to "
             "pin it.</p>"
             "<p>The charts on the right follow the last reply: α (the share of drafts kept), tokens per round against "
-            "the formula E(α, γ), and the estimated speedup over plain autoregressive decoding.</p>"
+            "the seed's E, and the estimated speedup over plain autoregressive decoding.</p>"
             f"<p>Try one:</p><ul>{examples}</ul>")
 
     # -- document helpers --------------------------------------------------------------------------------------

@@ -197,6 +197,21 @@ def test_the_speedup_legend_says_which_dots_are_measured_and_which_estimated(qtb
     assert f"lines end at γ = {MAX_GAMMA}: longer blocks not timed" in legend.toPlainText().replace("\xa0", " ")
 
 
+def test_the_tokens_chart_ends_on_the_seeds_e_the_why_tab_gives_the_reply():
+    from ui.charts import RoundBuffers
+    from ui.gamma_charts import PositionCounts
+
+    rounds = [accepted_round(0, ["a", "b", "c"], "d"), rejected_round(1, ["a"], "b", "c"),
+              accepted_round(2, [], "x"), rejected_round(3, [], "b", "c"), accepted_round(4, ["a"], "b")]
+    chart, counts = RoundBuffers(), PositionCounts()
+    for event in rounds:
+        chart.append(event, reference_s=0.02, most_per_round=4.0)
+        counts.add(event)
+    assert chart.y["expected"][len(rounds) - 1] == pytest.approx(counts.seed_tokens_per_round)
+    # the control: E at the last round's γ alone, as the line once drew, is another number
+    assert expected_tokens_per_round(counts.alpha, rounds[-1].gamma) != pytest.approx(counts.seed_tokens_per_round)
+
+
 def test_compare_drafters_gives_four_rows_on_the_tiny_pair(make_studio, mixed_decoder, qtbot):
     studio = make_studio(mixed_decoder, greedy=True, max_new_tokens=10, gamma=3, cost_aware=False, stop_below=0.0)
     send(qtbot, studio)
