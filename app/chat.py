@@ -63,7 +63,7 @@ class ChatController(QObject):
     turn_started = Signal(object)  # TurnStarted
     round_received = Signal(object)  # RoundShown
     reply_finished = Signal(object)  # ReplyShown
-    comparison_progressed = Signal(int, int)  # AR tokens so far, tokens expected (the reply's length)
+    comparison_progressed = Signal(int, int)  # tokens the comparison's runs have made so far, tokens they aim at
     comparison_finished = Signal(object)  # ComparisonShown
     context_fitted = Signal(object)  # ContextNotice of the turn just completed
     why_changed = Signal(object)  # WhyGamma: the session's acceptance by position and the recommendation
@@ -446,16 +446,12 @@ class ChatController(QObject):
         if reply.request.compare_ar and not reply.stopped:
             if self.state is TurnState.REPLYING:
                 self._set_state(TurnState.COMPARING)
-            self.on_comparison_progressed(0)
             return
         self._finish_turn()
 
-    def on_comparison_progressed(self, tokens: int) -> None:
-        """Compare with AR's runs have produced `tokens`: plain AR's, then a speculative reply's decoded again,
-        each aiming at the reply's length."""
-        last = self.turns[-1].reply if self.turns else None
-        runs = 2 if last is not None and last.request.settings.mode is Mode.SPEC else 1
-        self.comparison_progressed.emit(tokens, runs * last.stats.n_tokens if last is not None else 1)
+    def on_comparison_progressed(self, tokens: int, aim: int) -> None:
+        """Compare with AR's runs have produced `tokens` of the `aim` (the worker's count of them)."""
+        self.comparison_progressed.emit(tokens, aim)
 
     def on_comparison_finished(self, comparison: Comparison) -> None:
         for event in comparison.ar_events:

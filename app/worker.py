@@ -11,6 +11,7 @@ import copy
 import dataclasses
 import threading
 import traceback
+from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal, Slot
 
@@ -53,7 +54,8 @@ class DecodeWorker(QObject):
     timing_started = Signal()  # the pair is loaded; its costs are being timed, which an idle machine times right
     timing_progressed = Signal(int, int)  # (done, total) steps of that timing
     comparison_finished = Signal(object)  # Comparison
-    comparison_progressed = Signal(int)  # tokens a comparison's runs (plain AR, then the reply again) have made so far
+    # tokens a comparison's runs (plain AR, then a speculative reply again) have made so far, and all they aim at
+    comparison_progressed = Signal(int, int)
     costs_measured = Signal(object)  # the cost model (CostModel.as_dict) as the reply's rounds left it
     drafters_progressed = Signal(str, int)  # Compare drafters: the drafting running, its tokens so far
     drafters_compared = Signal(object)  # DrafterComparison
@@ -151,11 +153,10 @@ class DecodeWorker(QObject):
 
     # -- helpers ---------------------------------------------------------------------------------------
 
-    def _decode(self, request: ReplyRequest, emit: bool, progress=None) -> tuple[list, str, bool]:
+    def _decode(self, request: ReplyRequest, emit: bool,
+                progress: Callable[[int], None] = lambda _tokens: None) -> tuple[list, str, bool]:
         """Run the engine's stream to its end or to a stop request (checked between rounds and prefill chunks).
-        Unless `emit`, the tokens so far are reported to `progress` after each round (default: the AR comparison's
-        progress)."""
-        progress = progress or self.comparison_progressed.emit
+        Unless `emit`, the tokens so far are reported to `progress` after each round."""
         events, pieces, n_tokens = [], [], 0
         if emit and request.settings.mode is Mode.SPEC:
             self.decoder.measure_target_step()  # fresh, so the live AR-speedup estimate tracks machine load
@@ -196,21 +197,25 @@ class DecodeWorker(QObject):
         the reply's verdicts are not counted twice. The chat history is not touched."""
         decoder = self.decoder
         decoder.runner.rollback(min(cached, len(decoder.runner)))
+        rerun_wanted = request.settings.mode is Mode.SPEC
+        aim = (2 if rerun_wanted else 1) * len(reply.tokens)  # each run aims at the reply's length
+        self.comparison_progressed.emit(0, aim)
         ar_request = dataclasses.replace(request, settings=dataclasses.replace(request.settings, mode=Mode.AR))
-        ar_events, ar_text, ar_stopped = self._decode(ar_request, emit=False)
+        ar_events, ar_text, ar_stopped = self._decode(ar_request, emit=False,
+                                                      progress=lambda n: self.comparison_progressed.emit(n, aim))
+        ar = reply_stats(ar_events)
         rerun, stopped = [], ar_stopped
-        if not stopped and request.settings.mode is Mode.SPEC:
+        if not stopped and rerun_wanted:
             kept = decoder.planner
             decoder.planner = dataclasses.replace(kept, acceptance=copy.deepcopy(kept.acceptance),
                                                   resting=copy.deepcopy(kept.resting))
             try:
                 decoder.runner.rollback(min(cached, len(decoder.runner)))
-                done = sum(len(e.emitted) for e in ar_events)
-                rerun, _, stopped = self._decode(request, emit=False,
-                                                 progress=lambda n: self.comparison_progressed.emit(done + n))
+                rerun, _, stopped = self._decode(
+                    request, emit=False, progress=lambda n: self.comparison_progressed.emit(ar.n_tokens + n, aim))
             finally:
                 decoder.planner = kept
-        spec, ar = (reply_stats(rerun) if rerun and not stopped else reply.stats), reply_stats(ar_events)
+        spec = reply_stats(rerun) if rerun and not stopped else reply.stats
         same = [t.token_id for t in reply.tokens] == [t.token_id for e in ar_events for t in e.emitted]
         return Comparison(ar_events=tuple(ar_events), ar_text=ar_text, spec_wall_s=spec.wall_s, ar_wall_s=ar.wall_s,
                           spec_tokens_per_s=spec.tokens_per_s, ar_tokens_per_s=ar.tokens_per_s,

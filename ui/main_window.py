@@ -162,9 +162,9 @@ class MainWindow(QMainWindow):
         self.statusBar().addWidget(self.pair_label)
         self.statusBar().addWidget(self.reply_label, 1)
         self.comparison_progress = QProgressBar()
-        self.comparison_progress.setFormat("plain AR (not drawn while it runs): %v of ~%m tokens")
-        self.comparison_progress.setToolTip("Compare with AR: the same messages decoded with plain AR, to measure "
-                                            "the speedup")
+        self.comparison_progress.setFormat("Compare with AR, undrawn: %v of ~%m tokens")
+        self.comparison_progress.setToolTip("Compare with AR: the same messages decoded again, undrawn, with plain "
+                                            "AR and then as the reply was, to measure the speedup")
         # The text is drawn over the bar, so the bar is never narrower than it (the labels beside it elide).
         widest = self.comparison_progress.format().replace("%v", "0000").replace("%m", "0000")
         self.comparison_progress.setMinimumWidth(self.comparison_progress.fontMetrics().horizontalAdvance(widest) + 24)
@@ -802,7 +802,8 @@ class MainWindow(QMainWindow):
                                      f"{SERVING_READY_S} s here)")
 
     def on_comparison_progressed(self, tokens: int, expected: int) -> None:
-        """The plain AR run behind Compare with AR has produced `tokens`; it aims at the reply's length."""
+        """The runs behind Compare with AR (plain AR, then a speculative reply again) have produced `tokens` of the
+        `expected`."""
         self.comparison_progress.setRange(0, max(expected, tokens, 1))
         self.comparison_progress.setValue(tokens)
         self.comparison_progress.show()

@@ -149,6 +149,11 @@ class Comparison:
         return tuple(t for e in self.ar_events for t in e.emitted)
 
     @property
+    def spec_tokens(self) -> tuple[EmittedToken, ...]:
+        """The undrawn rerun's tokens (none where the reply's own speed stands)."""
+        return tuple(t for e in self.spec_events for t in e.emitted)
+
+    @property
     def fair(self) -> bool:
         """Ran to its end on a machine that met both runs alike."""
         return not (self.stopped or self.machine_busy or self.unequal_loads) and self.speedup > 0

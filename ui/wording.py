@@ -125,7 +125,7 @@ def comparison_line(comparison: Comparison, reply: Reply) -> str:
     # Both runs are undrawn, the reply decoded again beside plain AR: a reply shown as it streams met the window's
     # drawing, which on few cores slows it (155 tok/s against 114 for the same prompt on 2 cores). A chat saved
     # before the rerun measured its streamed reply: the line says so.
-    rerun = sum(len(e.emitted) for e in comparison.spec_events)
+    rerun = len(comparison.spec_tokens)
     line = ((f"both decoded again, undrawn: plain AR {ar_tokens} tokens" if rerun
              else f"plain AR, run undrawn: {ar_tokens} tokens")
             + f" in {comparison.ar_decode_s:.2f} s ({comparison.ar_tokens_per_s:.1f} tok/s) "

@@ -60,7 +60,7 @@ class FakeWorker:
         self.chat.on_reply_finished(reply)
         if request.compare_ar:
             ar = tuple(ar_step(i, t.text) for i, t in enumerate(reply.tokens))
-            self.chat.on_comparison_progressed(len(ar))
+            self.chat.on_comparison_progressed(len(ar), len(ar))
             self.chat.on_comparison_finished(Comparison(ar, reply.text, 0.1, 0.2, 50.0, 25.0, identical=True))
 
 

@@ -158,9 +158,10 @@ def test_compare_with_ar_shows_progress_then_the_ar_text_beside_the_reply(make_s
     window = studio.window
     window.controls.compare_ar.setChecked(True)
     progressed = []
-    studio.worker.comparison_progressed.connect(progressed.append)
+    studio.worker.comparison_progressed.connect(lambda tokens, aim: progressed.append((tokens, aim)))
     send(qtbot, studio)
-    assert progressed[-1] == 20 and progressed == sorted(progressed)  # plain AR's 10 tokens, then the reply's again
+    # plain AR's 10 tokens, then the reply's again, out of the 20 both aim at
+    assert progressed[-1] == (20, 20) and progressed == sorted(progressed)
     assert not window.comparison_progress.isVisible()
     shown = window.chat.toPlainText()
     assert "both decoded again, undrawn: plain AR 10 tokens" in shown and "vs speculative 10 in" in shown
