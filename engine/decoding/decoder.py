@@ -30,7 +30,9 @@ from engine.decoding.verification import Verdict, verify_greedy, verify_sampling
 
 TOP_N_INSPECT = 5  # leading tokens of p and q kept for each rejected draft
 WARM_UP_STEPS = 8  # plain steps at load that time a round's bookkeeping
-Progress = Callable[[int, int], None]  # (done, total): how far the timing at load has come
+# (done, total): how far the timing at load has come, reported after each step and during a long one; it may raise
+# to stop the timing
+Progress = Callable[[int, int], None]
 
 
 class Decoder:
@@ -136,7 +138,7 @@ class Decoder:
         drafts = isinstance(self.drafter, DraftModelDrafter)
         # each timing (blocks, and a draft step) runs at the scratch length, and again after `added` positions
         steps = _Steps(progress, (2 if added > 0 else 1) * (MEASURE_REPEATS + drafts))
-        blocks = self._time_blocks(range(1, MEASURED_ROWS + 1), MEASURE_REPEATS, after_each=steps)
+        blocks = self._time_blocks(range(1, MEASURED_ROWS + 1), MEASURE_REPEATS, steps=steps)
         first_row = further_rows = 0.0
         if added > 0:
             one, most = self._time_blocks((1, MEASURED_ROWS), MEASURE_REPEATS, SCRATCH_POSITIONS + added, steps)
@@ -164,22 +166,24 @@ class Decoder:
         return seconds
 
     def _time_blocks(self, sizes: Sequence[int], repeats: int, positions: int = SCRATCH_POSITIONS,
-                     after_each: Callable[[], None] = lambda: None) -> list[float]:
+                     steps: _Steps | None = None) -> list[float]:
         """The fastest of `repeats` timings of the target's forward over a block of each of these numbers of rows,
         after `positions` cached positions on a scratch cache; round-robin over the sizes, so that a busy moment
-        slows one timing of each rather than all of one. `after_each` is called after each round of them."""
+        slows one timing of each rather than all of one. Each round of them is one of `steps`, and each chunk of
+        the scratch cache's prefill is reported as work on the next (a thousand positions take seconds)."""
+        steps = steps or _Steps(None, 0)
         ids = self._scratch_ids(positions + max(sizes))
         sync = lambda: synchronize(self.target.device)  # noqa: E731
         runner = CachedModel(self.target.model, self.vocab_size)
         for _ in runner.prefill_chunks(ids[:positions + 1]):
-            pass
+            steps.still()
         times = [float("inf")] * len(sizes)
         for _ in range(repeats):
             for i, k in enumerate(sizes):
                 seconds = fastest(lambda: (runner.forward(ids[positions:positions + k], keep=k),
                                            runner.rollback(positions)), 1, sync)
                 times[i] = min(times[i], seconds)
-            after_each()
+            steps()
         return times
 
     def set_costs(self, costs: CostModel) -> CostModel:
@@ -378,13 +382,17 @@ class Decoder:
 
 
 class _Steps:
-    """Counts a timing's steps and reports each to `progress`."""
+    """Counts a timing's steps and reports each to `progress`; a long piece of work within a step reports the count
+    again (the caller may stop the timing there: it can raise)."""
 
     def __init__(self, progress: Progress | None, total: int):
         self.progress, self.total, self.done = progress, total, 0
 
     def __call__(self) -> None:
         self.done += 1
+        self.still()
+
+    def still(self) -> None:
         if self.progress is not None:
             self.progress(self.done, self.total)
 

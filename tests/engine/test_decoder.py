@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from engine.decoding.caches import CachedModel
-from engine.decoding.costs import CostModel
+from engine.decoding.costs import MEASURE_REPEATS, CostModel
 from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import ContinuationIndex, DraftModelDrafter
 from engine.events import DecodeSettings, Fate, Mode
@@ -340,8 +340,29 @@ def test_the_warm_up_reports_each_step_of_its_timing_up_to_its_total(draft_seed)
     reported = []
     decoder.warm_up(lambda done, total: reported.append((done, total)))
     total = reported[0][1]
-    assert reported == [(done, total) for done in range(1, total + 1)]
+    done = [d for d, _ in reported]
+    # each step once it is done, in order, and again while a scratch cache is read in (the step after it goes on)
+    assert sorted(set(done) - {0}) == list(range(1, total + 1)) and done == sorted(done)
+    assert all(t == total for _, t in reported) and done.count(MEASURE_REPEATS) > 1
     assert total > 5  # more than one step per kind of timing: the bar moves while a long one runs
+
+
+def test_the_timing_stops_where_its_progress_raises_even_while_a_long_cache_is_read_in():
+    decoder = tiny_decoder()
+
+    class Stopped(Exception):
+        pass
+
+    reported = []
+
+    def progress(done: int, _total: int) -> None:
+        reported.append(done)
+        if reported.count(MEASURE_REPEATS) == 2:  # the short blocks are timed; the long scratch cache is being read
+            raise Stopped
+
+    with pytest.raises(Stopped):
+        decoder.warm_up(progress)
+    assert max(reported) == MEASURE_REPEATS  # no block after the long cache was timed
 
 
 def test_each_step_measurement_also_retimes_one_longer_block_in_turn():
