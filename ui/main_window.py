@@ -45,9 +45,10 @@ PANE_MIN_WIDTH = {"side": 245, "chat": 315, "right": 200}
 PANE_WIDTH = {"side": 280, "chat": 770, "right": 350}
 SIDE_MAX_WIDTH = 320
 STATUS_RIGHT_MARGIN = 8  # between the status bar's last widget and the window's right edge
-# The most of the window's width the pair's name takes in the status bar (elided, whole in its tooltip): the last
-# reply's figures beside it are what changes.
+# The most of the window's width the pair's name takes in the status bar (elided, whole in its tooltip) beside the
+# last reply's figures, which are what changes; with none beside it (loading, timing), all it needs.
 PAIR_SHARE = 0.25
+UNLIMITED_WIDTH = 16777215  # Qt's QWIDGETSIZE_MAX, which PySide6 does not export
 LAST_REPLY = "last reply: "  # the status bar's summary of the last reply begins so
 EXPORT_TITLE_HEIGHT = 20  # the exported chart image's row naming each reply and the why tab
 HISTORY_WIDTH = 140  # the history dock's first width: its titles elide, and a small window's chat needs the room
@@ -155,6 +156,7 @@ class MainWindow(QMainWindow):
         self._speculative = True  # the reply being drawn is speculative (its rounds count in the acceptance)
         self.pair_label = ElidedLabel("no model loaded")
         self.reply_label = PartsLabel("")
+        self.reply_label.text_set.connect(self._fit_pair_label)
         self.setCentralWidget(self._layout())
         self.history_dock = self._history_dock()
         self.status_bar = StatusBar()
@@ -991,7 +993,11 @@ class MainWindow(QMainWindow):
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
-        self.pair_label.setMaximumWidth(int(PAIR_SHARE * self.width()))
+        self._fit_pair_label()
+
+    def _fit_pair_label(self) -> None:
+        beside_figures = bool(self.reply_label.text())
+        self.pair_label.setMaximumWidth(int(PAIR_SHARE * self.width()) if beside_figures else UNLIMITED_WIDTH)
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self.stop()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QLabel, QStatusBar, QStyle, QStyleOption, QWidget
 
@@ -13,9 +13,12 @@ class ElidedLabel(QLabel):
     """Plain text that shrinks to any width, ending in … where it is cut; the whole text is its tooltip. A QLabel
     is never narrower than its text, so a long one pushed the AR comparison's progress bar under its own text."""
 
+    text_set = Signal(str)
+
     def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
         super().setText(text)
         self.setToolTip(text)
+        self.text_set.emit(text)
 
     def clear(self) -> None:
         self.setText("")

@@ -141,3 +141,14 @@ def test_at_the_default_size_a_compared_reply_shows_every_figure_beside_the_pair
     assert pair.width() <= window.width() // 4 and pair.text() in pair.toolTip()  # elided if need be, whole there
     assert window.reply_label.shown_text() == window.reply_label.text()
     assert "66.7 tok/s" in window.reply_label.text() and "this chat 1.20–1.33× in 2 runs" in window.reply_label.text()
+
+
+def test_while_the_pair_is_timed_its_progress_has_the_whole_line(qtbot):
+    window = shown_window(qtbot, 1000, 700)
+    window.on_timing_started()
+    window.on_timing_progressed(5, 12)
+    QApplication.processEvents()
+    assert window.pair_label.shown_text() == window.pair_label.text() and "step 5 of 12" in window.pair_label.text()
+    window.reply_label.setText(LONG_SUMMARY)  # a reply's figures beside it: the pair's name gives way
+    QApplication.processEvents()
+    assert window.pair_label.width() <= window.width() // 4
