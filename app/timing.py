@@ -7,7 +7,8 @@ reference is the median of recent single-token target steps (the fresh measureme
 reply, and every step of a plain AR run); a machine that stays busy makes that median slow too, so the check
 compares against the fastest step seen since the pair was loaded. The speedup estimate (ui/timing.py) charges
 plain AR the load the reply's own steps met (engine.stats.ArTime); the flag says that the reply's tokens/s, and
-any comparison run after it, met a machine far slower than its quiet speed.
+any comparison run after it, met a machine far slower than its quiet speed. The cost model itself is judged when
+the pair loads, against the pair's last quiet timing on this machine (`QuietTimings`).
 """
 from __future__ import annotations
 
