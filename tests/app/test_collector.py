@@ -4,6 +4,8 @@ import gc
 import threading
 import weakref
 
+from PySide6.QtCore import QCoreApplication, QEvent
+
 from app.studio import GuiThreadCollector
 
 
@@ -28,6 +30,10 @@ def run_on_another_thread(freed_on: list[int], kept: list) -> int:
 
 
 def test_a_cycle_dropped_on_another_thread_is_freed_on_the_gui_thread(qtbot):
+    # Earlier tests' widgets, deleted later, would be freed in the wait below: each object freed lowers gen 0's
+    # count, and thousands of them take it back under its threshold, so no collection would be due
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete.value)
+    gc.collect()
     collector = GuiThreadCollector()
     try:
         freed_on, kept = [], []
