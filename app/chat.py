@@ -36,7 +36,7 @@ class Turn:
 
     @property
     def continues(self) -> bool:
-        return self.request.messages[-1]["role"] == "assistant"
+        return self.request.continues
 
 
 class ChatController(QObject):

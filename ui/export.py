@@ -93,7 +93,7 @@ def numbered_replies(session: Session) -> list[NumberedReply]:
     """The session's replies as `Session.shown_replies` joins them, each with its number and its parts."""
     groups: list[list[int]] = []  # indices into session.replies, one list per reply shown
     for index, reply in enumerate(session.replies):
-        if groups and reply.request.messages[-1]["role"] == "assistant":  # a continuation extends the last one
+        if groups and reply.request.continues:  # a continuation extends the last one
             groups[-1].append(index)
         else:
             groups.append([index])
@@ -114,7 +114,9 @@ def session_json(session: Session) -> dict:
             # the window's estimate (its robust reference step), not the engine's from the reply's one step
             "stats": {**reply.stats.as_dict(), "estimated_speedup": reply.estimated_speedup,
                       "machine_busy": reply.machine_busy},
-            "comparison": None if comparison is None else {**plain(comparison), "speedup": comparison.speedup},
+            # of the last part, decoded again on its own
+            "comparison": None if comparison is None else {**plain(comparison), "speedup": comparison.speedup,
+                                                           "part": len(numbered.parts)},
             "position_acceptance": position_acceptance(reply.events).as_dict(),
             # a continued reply was decoded in parts, each with its own settings, rounds and end
             "parts": [{"part": p, "settings": plain(part.request.settings), "stopped": part.stopped,
@@ -243,8 +245,10 @@ def markdown(session: Session) -> str:
         header = (reply_header(reply.request.settings) if reply.remote is None
                   else remote_header(reply.remote.model, reply.remote.url, reply.request.settings))
         notes = [note.text for note in reply_notes(reply)]
+        compared = numbered.parts[-1]  # a comparison decodes the last part again: a continuation's, on its own
         if comparison is not None:
-            notes += [comparison_line(comparison, reply), explain(comparison, reply, greedy_is_exact(session.pair))]
+            notes += [comparison_line(comparison, compared),
+                      explain(comparison, compared, greedy_is_exact(session.pair))]
         if numbered.context_notice:
             notes.append(CONTEXT + numbered.context_notice)
         text = SPECIAL_TOKEN.sub("", reply.text).strip()
@@ -252,8 +256,9 @@ def markdown(session: Session) -> str:
         for note in notes:
             lines += [f"*{note}*", ""]
         ar_text = SPECIAL_TOKEN.sub("", comparison.ar_text).strip() if comparison is not None else ""
-        if ar_text and ar_text != text:  # the chat shows both texts side by side
-            lines += ["**Plain AR's text (the comparison)**", "", hard_line_breaks(ar_text), ""]
+        if ar_text and ar_text != SPECIAL_TOKEN.sub("", compared.text).strip():  # the chat shows both side by side
+            of = " of the continued part" if compared.request.continues else ""
+            lines += [f"**Plain AR's text (the comparison{of})**", "", hard_line_breaks(ar_text), ""]
     return "\n".join(lines)
 
 

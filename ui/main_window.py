@@ -682,7 +682,7 @@ class MainWindow(QMainWindow):
             if self.statusBar().currentMessage() == EDITING:
                 self.statusBar().clearMessage()
         self._speculative = settings.mode is Mode.SPEC
-        if request.messages[-1]["role"] == "assistant":
+        if request.continues:
             self.chat.continue_reply(header, lookup=settings.lookup)
             self.charts.most_per_round = max(self.charts.most_per_round, settings.gamma + 1.0)
             return

@@ -32,6 +32,11 @@ class ReplyRequest:
     settings: DecodeSettings
     compare_ar: bool = False
 
+    @property
+    def continues(self) -> bool:
+        """It goes on with the reply it ends with (Continue), instead of answering a message."""
+        return self.messages[-1]["role"] == "assistant"
+
 
 @dataclass(frozen=True)
 class TurnOptions:
@@ -184,7 +189,7 @@ class Session:
         shown: list[tuple[Reply, Comparison | None]] = []
         for index, reply in enumerate(self.replies):
             comparison = self.comparisons.get(index)
-            if shown and reply.request.messages[-1]["role"] == "assistant":
+            if shown and reply.request.continues:
                 shown[-1] = (shown[-1][0].extended_by(reply), comparison)
             else:
                 shown.append((reply, comparison))

@@ -119,6 +119,7 @@ def unbreakable(line: str) -> str:
 
 
 def comparison_line(comparison: Comparison, reply: Reply) -> str:
+    """`reply`: the part of the reply the comparison decoded again (a continuation's own, where it continues)."""
     ar_tokens = len(comparison.ar_tokens)
     if comparison.stopped:  # a few AR tokens against a whole reply would claim a speedup nobody measured
         return f"comparison stopped (plain AR made {ar_tokens} tokens): no measured speedup"
@@ -126,8 +127,9 @@ def comparison_line(comparison: Comparison, reply: Reply) -> str:
     # drawing, which on few cores slows it (155 tok/s against 114 for the same prompt on 2 cores). A chat saved
     # before the rerun measured its streamed reply: the line says so.
     rerun = len(comparison.spec_tokens)
-    line = ((f"both decoded again, undrawn: plain AR {ar_tokens} tokens" if rerun
-             else f"plain AR, run undrawn: {ar_tokens} tokens")
+    line = (("the continued part: " if reply.request.continues else "")
+            + (f"both decoded again, undrawn: plain AR {ar_tokens} tokens" if rerun
+               else f"plain AR, run undrawn: {ar_tokens} tokens")
             + f" in {comparison.ar_decode_s:.2f} s ({comparison.ar_tokens_per_s:.1f} tok/s) "
             f"vs speculative {rerun or reply.stats.n_tokens} in {comparison.spec_decode_s:.2f} s "
             f"({comparison.spec_tokens_per_s:.1f} tok/s) → measured {comparison.speedup:.2f}×"

@@ -17,6 +17,7 @@ from ui.session import (Comparison, ComparisonShown, Reply, ReplyRequest, ReplyS
                         TurnStarted)
 from ui.transcript import ComparisonView
 from ui.why import why_gamma
+from ui.wording import comparison_line
 
 SPEC = DecodeSettings(gamma=4, lookup=False)
 PAIR = PairInfo(ModelInfo("t", "/t", 1, 64), ModelInfo("d", "/d", 1, 64), "cpu", "float32")
@@ -152,6 +153,20 @@ def test_a_continued_replys_markdown_has_the_notes_of_its_last_part(tmp_path):
     _, _, _, markdown = exported(tmp_path, session)
     story = markdown.split("**Reply 2 ·")[1]
     assert "*Context: left out the oldest 2 messages*" in story and "oldest message*" not in story
+
+
+def test_a_continued_replys_comparison_is_written_of_the_continued_part_as_the_chat_shows_it(tmp_path):
+    session = hash_table_then_a_continued_story()
+    more = session.replies[2]
+    ar_steps = tuple(dataclasses.replace(e, gamma=0, drafted=()) for e in more.events)  # the same 5 tokens
+    comparison = Comparison(ar_steps, more.text, 0.1, 0.2, 30.0, 15.0, identical=True)
+    session.comparisons = {2: comparison}
+    _, _, _, markdown = exported(tmp_path, session)
+    story = markdown.split("**Reply 2 ·")[1]
+    assert f"*{comparison_line(comparison, more)}*" in story  # the line the window shows under the part it measured
+    assert "the continued part: plain AR, run undrawn: 5 tokens" in story.replace("\u00a0", " ")
+    assert "Plain AR produced the same 5 tokens" in story and "part at token" not in story
+    assert "Plain AR's text" not in story  # the same text as the part it decoded again
 
 
 def test_the_markdown_keeps_a_poems_lines_and_leaves_code_as_it_is():
