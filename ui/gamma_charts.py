@@ -28,6 +28,9 @@ EXPORT_WHY_SIZE = QSize(420, 200)  # in the export's image: the tab's least widt
 CHART_GAP = 6  # between one chart and the next chart's header
 MAX_POSITIONS = 64  # DecodeSettings' largest γ
 BAR_WIDTH = 0.36
+# Runs drafted by the confidence stop: drawn apart from the cost-aware rounds the lines predict, and said so
+CONFIDENCE_SYMBOL = "t1"  # a triangle pointing up
+CONFIDENCE_SAID = "drafted by the confidence stop, not the cost-aware rounds the lines predict"
 COLOURS = {"reply": "#1e88e5", "session": "#90a4ae", Drafting.MODEL: "#1565c0", Drafting.LOOKUP: "#2e7d32",
            Drafting.BOTH: "#6a1b9a"}
 DRAFTING_NAMES = {Drafting.MODEL: "draft model", Drafting.LOOKUP: "copying", Drafting.BOTH: "both"}
@@ -285,6 +288,7 @@ class WhyGammaPanel(QWidget):
         for drafting, curve in self.measured.items():
             mine = [p for p in points if p.drafting is drafting]
             curve.setData([float(p.gamma) for p in mine], [p.speedup for p in mine],
+                          symbol=[CONFIDENCE_SYMBOL if not p.cost_aware else "o" for p in mine],
                           symbolBrush=[COLOURS[drafting] if p.measured else "w" for p in mine])
             top = max([top] + [p.speedup for p in mine])
         widest = max([MAX_GAMMA] + [p.gamma for p in points])
@@ -295,11 +299,14 @@ class WhyGammaPanel(QWidget):
                    for d in DRAFTING_NAMES if d in speedups]
         if speedups:  # the slider goes further than the timing at load; breakable: it is wider than a narrow pane
             entries.append(f"lines end at γ = {MAX_GAMMA}: longer blocks not timed")
-        for drafting in DRAFTING_NAMES:  # a dot's fill says where its figure comes from: the legend says both ways
+        # a dot's fill says where its figure comes from, its shape which rule drafted: the legend says each way
+        for drafting in DRAFTING_NAMES:
             for measured, dot, said in ((True, "●", "measured"), (False, "○", "estimated")):
-                if any(p.drafting is drafting and p.measured is measured for p in points):
+                if any(p.drafting is drafting and p.measured is measured and p.cost_aware for p in points):
                     entries.append(f"<span style='color:{COLOURS[drafting]}'>{dot}</span>&nbsp;"
                                    + f"{DRAFTING_NAMES[drafting]} {said}".replace(" ", "&nbsp;"))
+        if any(not p.cost_aware for p in points):
+            entries.append(f"▲&nbsp;{escape(CONFIDENCE_SAID)}")
         header.show_legend(escape(header.note) if header.note else " &nbsp; ".join(entries))
         self.explanation.setText(self.explanation_text())
 

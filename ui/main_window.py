@@ -1051,13 +1051,16 @@ def drafters_dialog(comparison: DrafterComparison, parent) -> QDialog:
     dialog.setWindowTitle("Compare drafters")
     layout = QVBoxLayout(dialog)
     settings = comparison.request.settings
+    rule = ("cost-aware draft length" if settings.cost_aware else "γ drafts every round" if not settings.stop_below
+            else f"draft length by the confidence stop (below {settings.stop_below:.2f})")
     note = QLabel(f"The last prompt on this target, {'greedy' if settings.greedy else 'sampling'}, "
-                  f"γ ≤ {settings.gamma}, {settings.max_new_tokens} tokens at most; each drafting starts from the "
-                  "acceptance this chat's rounds measured, with no cached prompt. One run each: on a machine with "
-                  "few cores runs of the same work differ by tens of per cent. A row that drafted nothing did plain "
-                  "AR's work: its rounds judged that no draft would pay for itself at the costs timed for it.")
+                  f"γ ≤ {settings.gamma}, {rule}, {settings.max_new_tokens} tokens at most; each drafting starts "
+                  "from the acceptance this chat's rounds measured, with no cached prompt. One run each: on a machine "
+                  "with few cores runs of the same work differ by tens of per cent. A row that drafted nothing did "
+                  "plain AR's work: its rounds judged that no draft would pay for itself at the costs timed for it.")
     note.setWordWrap(True)
     layout.addWidget(note)
+    dialog.note = note
     dialog.table = table = drafters_table(comparison)
     layout.addWidget(table)
     buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)

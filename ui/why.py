@@ -30,6 +30,9 @@ class MeasuredPoint:
     gamma: int
     speedup: float
     measured: bool  # True: from a fair Compare with AR run (not busy, not at unequal loads) or Compare drafters
+    # Drafted by cost-aware rounds, as the predicted lines are; False: by the confidence stop, a rule whose runs
+    # say nothing of those lines (they draft where cost-aware rounds would not), so they do not scale them
+    cost_aware: bool = True
 
 
 @dataclass(frozen=True)
@@ -65,8 +68,8 @@ def drafter_points(comparison: DrafterComparison | None) -> list[tuple[MeasuredP
     """The Compare drafters runs that drafted, each measured against its plain AR run, with the rounds it ran."""
     if comparison is None:
         return []
-    gamma = comparison.request.settings.gamma
-    return [(MeasuredPoint(run.drafting, gamma, row["vs_ar"], True), run.events)
+    settings = comparison.request.settings
+    return [(MeasuredPoint(run.drafting, settings.gamma, row["vs_ar"], True, settings.cost_aware), run.events)
             for run, row in zip(comparison.runs, comparison.rows())
             if run.drafting is not Drafting.NONE and row["drafted"] and row["vs_ar"] and not row["stopped"]]
 
@@ -95,12 +98,13 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
         measured = comparison is not None and comparison.fair  # else the estimate stands, drawn hollow
         speedup = comparison.speedup if measured else reply.estimated_speedup
         if speedup > 0:
-            points.append((MeasuredPoint(drafting_of(reply.request.settings), reply.gamma, speedup, measured),
+            settings = reply.request.settings
+            points.append((MeasuredPoint(drafting_of(settings), reply.gamma, speedup, measured, settings.cost_aware),
                            comparison.spec_events or reply.events if measured else reply.events))
     points += drafter_points(session.drafters)
     measured_points = {}
     for point, rounds in points:
-        if point.measured:
+        if point.measured and point.cost_aware:
             measured_points.setdefault(point.drafting, []).append(measured_run(point, rounds))
     costs = dict(session.pair.costs) if session.pair is not None and session.pair.costs else {}
     model = cost_model_from_dict(costs) if costs else None

@@ -232,6 +232,7 @@ def test_compare_drafters_gives_four_rows_on_the_tiny_pair(make_studio, mixed_de
     dialog = studio.window.drafters_dialog
     table = dialog.table
     assert table.rowCount() == 4 and table.item(3, 0).text() == "none (plain AR)"
+    assert "γ ≤ 3, γ drafts every round, 10 tokens at most" in dialog.note.text()  # the rule its runs drafted by
     assert studio.chat.status.state.value == "idle"
     assert studio.chat.session.drafters is comparison  # the export and the why tab see the runs
     qtbot.waitExposed(dialog)
@@ -245,11 +246,11 @@ def timed_rounds(events, tokens_per_s: float):
     return tuple(dataclasses.replace(e, round_s=len(e.emitted) / tokens_per_s) for e in events)
 
 
-def copying_measured_at(speedup: float) -> DrafterComparison:
+def copying_measured_at(speedup: float, settings: DecodeSettings = MODEL_ONLY) -> DrafterComparison:
     """Compare drafters where copying only kept every copy and ran at `speedup` × its plain AR run."""
     copies = [accepted_round(i, ["a", "b", "c"], "d", q=1.0) for i in range(4)]
     plain = [dataclasses.replace(accepted_round(i, [], "x"), gamma=0) for i in range(8)]
-    request = ReplyRequest(({"role": "user", "content": "hi"},), MODEL_ONLY)
+    request = ReplyRequest(({"role": "user", "content": "hi"},), settings)
     return DrafterComparison(request, (DrafterRun(Drafting.LOOKUP, timed_rounds(copies, 100.0 * speedup)),
                                        DrafterRun(Drafting.NONE, timed_rounds(plain, 100.0))))
 
@@ -269,6 +270,27 @@ def test_a_compare_drafters_measurement_is_a_point_and_the_recommendation_agrees
     data = session_json(session)  # the export says what the window says, and keeps the runs
     assert data["why_gamma"]["recommendation"] == json.loads(json.dumps(recommendation.as_dict()))
     assert [row["drafting"] for row in data["drafters"]["rows"]] == ["lookup", "none"]
+
+
+def test_a_run_drafted_by_the_confidence_stop_is_drawn_apart_and_scales_no_cost_aware_line(qtbot):
+    from ui.gamma_charts import CONFIDENCE_SAID, CONFIDENCE_SYMBOL, WhyGammaPanel
+
+    predictions = {}
+    for cost_aware in (True, False):  # the same run measured at 0.7×; cost-aware, the control, scales the line
+        session = synthetic_session(2.0)
+        settings = dataclasses.replace(MODEL_ONLY, cost_aware=cost_aware)
+        session.drafters = copying_measured_at(0.7, settings)
+        why = why_gamma(session)
+        assert MeasuredPoint(Drafting.LOOKUP, MODEL_ONLY.gamma, pytest.approx(0.7), True, cost_aware) in why.points
+        predictions[cost_aware] = why.recommendation.speedups[Drafting.LOOKUP][MODEL_ONLY.gamma - 1]
+    assert predictions[True] == pytest.approx(0.7 * SPREAD) and predictions[False] > 0.7 * SPREAD * 1.2
+    panel = WhyGammaPanel()
+    qtbot.addWidget(panel)
+    panel.show_why(why)  # the confidence stop's
+    spots = panel.measured[Drafting.LOOKUP].scatter.data["symbol"]
+    assert list(spots) == [CONFIDENCE_SYMBOL]
+    legend = QTextDocumentFragment.fromHtml(panel.headers[panel.speedup_plot].text()).toPlainText()
+    assert CONFIDENCE_SAID in legend.replace("\xa0", " ") and "copying measured" not in legend.replace("\xa0", " ")
 
 
 def test_after_compare_drafters_the_chat_decodes_as_before(make_studio, mixed_decoder, qtbot):
