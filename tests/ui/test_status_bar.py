@@ -33,6 +33,20 @@ def drawn(window) -> dict[str, QRect]:
     return {name: QRect(w.mapTo(status, QPoint(0, 0)), w.size()) for name, w in widgets.items() if w.isVisible()}
 
 
+def show_a_compared_reply(window, machine_busy: bool = False) -> tuple[Reply, Comparison]:
+    """A 128-token reply read in after 0.5 s, then its comparison, the chat's second fair one."""
+    events = tuple(dataclasses.replace(accepted_round(i, ["a"], "b"), prefill_s=0.5 if i == 0 else 0.0)
+                   for i in range(64))
+    reply = Reply(ReplyRequest(({"role": "user", "content": "x"},), DecodeSettings(gamma=2)), events, "ab" * 64,
+                  False, reference_s=0.02, machine_busy=machine_busy)
+    comparison = Comparison(ar_events=(), ar_text="", spec_wall_s=2.4, ar_wall_s=3.0, spec_tokens_per_s=66.7,
+                            ar_tokens_per_s=50.0, identical=None)
+    window.on_reply_finished(ReplyShown(0, reply, reply, can_continue=False, live=True))
+    window.on_comparison_finished(ComparisonShown(0, comparison, reply, None, chat_measured=(1.2, 1.33)))
+    QApplication.processEvents()
+    return reply, comparison
+
+
 def reading_a_long_prompt_after_the_int4_notice(qtbot, width: int = 1600, height: int = 1000):
     window = shown_window(qtbot, width, height)
     window.reply_label.setText(LONG_SUMMARY)
@@ -85,15 +99,7 @@ def test_the_last_reply_summary_short_of_width_keeps_its_first_and_last_figures(
 
 def test_in_a_narrow_window_the_summary_keeps_the_estimate_and_the_measured_speedup(qtbot):
     window = shown_window(qtbot, 1000, 700)
-    events = tuple(dataclasses.replace(accepted_round(i, ["a"], "b"), prefill_s=0.5 if i == 0 else 0.0)
-                   for i in range(64))
-    reply = Reply(ReplyRequest(({"role": "user", "content": "x"},), DecodeSettings(gamma=2)), events, "ab" * 64,
-                  False, reference_s=0.02, machine_busy=True)  # its estimate carries the long "not a fair" remark
-    comparison = Comparison(ar_events=(), ar_text="", spec_wall_s=2.4, ar_wall_s=3.0, spec_tokens_per_s=66.7,
-                            ar_tokens_per_s=50.0, identical=None)
-    window.on_reply_finished(ReplyShown(0, reply, reply, can_continue=False, live=True))
-    window.on_comparison_finished(ComparisonShown(0, comparison, reply, None, chat_measured=(1.2, 1.33)))
-    QApplication.processEvents()
+    reply, comparison = show_a_compared_reply(window, machine_busy=True)  # the estimate says "not a fair number"
     label = window.reply_label
     shown = label.shown_text()
     assert label.fontMetrics().horizontalAdvance(label.text()) > label.contentsRect().width()  # it must give way
@@ -128,15 +134,7 @@ def test_at_the_default_size_a_compared_reply_shows_every_figure_beside_the_pair
     window = shown_window(qtbot, 1600, 1000)
     window.on_pair_loaded(int4_pair())
     window.statusBar().clearMessage()
-    events = tuple(dataclasses.replace(accepted_round(i, ["a"], "b"), prefill_s=0.5 if i == 0 else 0.0)
-                   for i in range(64))
-    reply = Reply(ReplyRequest(({"role": "user", "content": "x"},), DecodeSettings(gamma=2)), events, "ab" * 64,
-                  False, reference_s=0.02)
-    comparison = Comparison(ar_events=(), ar_text="", spec_wall_s=2.4, ar_wall_s=3.0, spec_tokens_per_s=66.7,
-                            ar_tokens_per_s=50.0, identical=None)
-    window.on_reply_finished(ReplyShown(0, reply, reply, can_continue=False, live=True))
-    window.on_comparison_finished(ComparisonShown(0, comparison, reply, None, chat_measured=(1.2, 1.33)))
-    QApplication.processEvents()
+    show_a_compared_reply(window)
     pair = window.pair_label
     assert pair.width() <= window.width() // 4 and pair.text() in pair.toolTip()  # elided if need be, whole there
     assert window.reply_label.shown_text() == window.reply_label.text()
