@@ -33,6 +33,10 @@ class Turn:
     comparison: Comparison | None = None
     stored_id: int | None = None  # its row in the chats database (None: not saved, or reopened from it)
     context_notice: str = ""  # the ContextNotice message shown under its reply, when the conversation was fitted
+    # The local pair that decoded it and what ran it (None: a remote engine's, or not known); a reopened chat's
+    # turns have the pair its last turn was saved with
+    pair: PairInfo | None = None
+    runtime: Runtime | None = None
 
     @property
     def continues(self) -> bool:
@@ -316,7 +320,8 @@ class ChatController(QObject):
         self.recorder.resume(chat_id)
         self.system_prompt_restored.emit(chat.system_prompt)
         self.drafter_comparison, self.given_title = chat.drafters, given_title
-        self._replay([Turn(reply.request, reply, chat.comparisons.get(i)) for i, reply in enumerate(chat.replies)])
+        self._replay([Turn(reply.request, reply, chat.comparisons.get(i), pair=None if reply.remote else chat.pair,
+                           runtime=None if reply.remote else chat.runtime) for i, reply in enumerate(chat.replies)])
         self.chats_changed.emit(chat_id)
 
     def compare_drafters(self, options: TurnOptions) -> None:
@@ -335,8 +340,16 @@ class ChatController(QObject):
         self.drafters_requested.emit(ReplyRequest(messages, dataclasses.replace(options.settings, mode=Mode.SPEC)))
 
     def export(self, base: Path) -> list[Path]:
-        """The conversation's JSON, CSV and (given the window's charts) PNG; raises ExportError, writing nothing."""
-        return export_session(self.session, base, self.chart_image)
+        """The conversation's JSON, CSV and (given the window's charts) PNG; raises ExportError, writing nothing.
+        Its pair is the one that decoded the last local reply (another may have been loaded since), and each reply
+        names its own."""
+        done = [turn for turn in self.turns if turn.reply is not None]
+        last = next((turn for turn in reversed(done) if turn.pair is not None), None)
+        session = self.session
+        if last is not None:
+            session = dataclasses.replace(session, pair=last.pair, runtime=last.runtime or session.runtime,
+                                          reply_pairs={i: turn.pair for i, turn in enumerate(done) if turn.pair})
+        return export_session(session, base, self.chart_image)
 
     def export_to(self, base: Path) -> None:
         """File ▸ Export: `export`, reported as `exported` or `export_failed`."""
@@ -567,9 +580,9 @@ class ChatController(QObject):
         self._notice = None
         self.gammas = [settings.gamma]
         self._remote_pieces = []
-        self.recorder.turn_started(len(self.turns), request, None if remote else self.pair,
-                                   None if remote else self.runtime)
-        self.turns.append(Turn(request, stored_id=self.recorder.turn_id))
+        pair, runtime = (None, None) if remote else (self.pair, self.runtime)
+        self.recorder.turn_started(len(self.turns), request, pair, runtime)
+        self.turns.append(Turn(request, stored_id=self.recorder.turn_id, pair=pair, runtime=runtime))
         self.turn_started.emit(TurnStarted(len(self.turns) - 1, request, live=True))
         self.chats_changed.emit(self.chat_id)
         self._set_state(TurnState.REPLYING)

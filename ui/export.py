@@ -22,7 +22,7 @@ from enum import Enum
 from importlib import metadata
 from pathlib import Path
 
-from engine.events import Mode, RoundEvent
+from engine.events import Mode, PairInfo, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance, round_alpha
 from ui.compare import explain, greedy_is_exact
 from ui.markdown import FENCE
@@ -87,6 +87,7 @@ class NumberedReply:
     parts: tuple[Reply, ...]  # the reply first sent, then each continuation of it (part 1, 2, ...)
     comparison: Comparison | None  # its last part's
     context_notice: str  # its last part's (Session.context_notices), "" if none
+    pair: PairInfo | None = None  # the local pair that decoded its last part, where known (Session.reply_pairs)
 
 
 def numbered_replies(session: Session) -> list[NumberedReply]:
@@ -98,7 +99,7 @@ def numbered_replies(session: Session) -> list[NumberedReply]:
         else:
             groups.append([index])
     return [NumberedReply(number, whole, tuple(session.replies[i] for i in group), comparison,
-                          session.context_notices.get(group[-1], ""))
+                          session.context_notices.get(group[-1], ""), session.reply_pairs.get(group[-1]))
             for number, (group, (whole, comparison)) in enumerate(zip(groups, session.shown_replies(), strict=True),
                                                                    start=1)]
 
@@ -111,6 +112,11 @@ def session_json(session: Session) -> dict:
             "reply": numbered.number,
             "messages": list(reply.request.messages), "settings": plain(reply.request.settings),
             "text": reply.text, "stopped": reply.stopped,
+            # the local pair that decoded it (the file's `models` is the last reply's)
+            "pair": None if numbered.pair is None else {"target": numbered.pair.target.name,
+                                                        "draft": numbered.pair.draft and numbered.pair.draft.name,
+                                                        "device": numbered.pair.device, "dtype": numbered.pair.dtype,
+                                                        "target_weights": numbered.pair.target.weights},
             # the window's estimate (its robust reference step), not the engine's from the reply's one step
             "stats": {**reply.stats.as_dict(), "estimated_speedup": reply.estimated_speedup,
                       "machine_busy": reply.machine_busy},
@@ -227,14 +233,19 @@ def hard_line_breaks(text: str) -> str:
     return "\n".join(lines)
 
 
+def pair_said(pair: PairInfo) -> str:
+    """Which models, where and in which dtype: what the Markdown export names a chat's or a reply's pair by."""
+    draft = pair.draft.name if pair.draft else "no draft"
+    native = " · 4-bit GGUF target" if pair.target.weights == "native" else ""
+    return f"{pair.target.name} + {draft} · {pair.device} · {pair.dtype}{native}"
+
+
 def markdown(session: Session) -> str:
     """The chat as it reads: each message, each reply (a continued one whole) under its header, and the lines the
     chat shows under it (its figures, its warnings, the AR comparison and why the texts part, a context notice)."""
-    pair = session.pair
     lines = [f"# {session.title or 'SpecDec Studio chat'}", ""]
-    if pair is not None:
-        draft = pair.draft.name if pair.draft else "no draft"
-        lines += [f"*{pair.target.name} + {draft} · {pair.device} · {pair.dtype}*", ""]
+    if session.pair is not None:
+        lines += [f"*{pair_said(session.pair)}*", ""]
     system = next((m["content"] for m in (session.replies[0].request.messages if session.replies else ())
                    if m["role"] == "system"), "")
     if system:
@@ -251,6 +262,9 @@ def markdown(session: Session) -> str:
                       explain(comparison, compared, greedy_is_exact(session.pair))]
         if numbered.context_notice:
             notes.append(CONTEXT + numbered.context_notice)
+        said = pair_said(numbered.pair) if numbered.pair is not None else ""
+        if said and session.pair is not None and said != pair_said(session.pair):  # another pair than the header's
+            notes.append(f"decoded by {said}")
         text = SPECIAL_TOKEN.sub("", reply.text).strip()
         lines += [f"**Reply {numbered.number} · {header}**", "", hard_line_breaks(text), ""]
         for note in notes:

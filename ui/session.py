@@ -182,6 +182,7 @@ class Session:
     context_notices: dict[int, str] = field(default_factory=dict)
     runtime: Runtime | None = None  # what ran the pair; None where not known (chats saved before it was recorded)
     drafters: DrafterComparison | None = None  # the chat's last Compare drafters, where one ran
+    reply_pairs: dict[int, PairInfo] = field(default_factory=dict)  # reply index -> the local pair that decoded it
 
     def shown_replies(self) -> list[tuple[Reply, Comparison | None]]:
         """The replies as the chat shows them: a continuation joined to the reply it continues, each with the

@@ -344,3 +344,22 @@ def test_a_renamed_chat_is_exported_and_named_by_its_new_title_also_when_reopene
     assert chat.status.title == ""
     chat.open_chat(chat_id)
     assert chat.session.title == chat.status.title == "greetings"
+
+
+def test_the_export_names_the_pair_that_decoded_each_reply_not_one_loaded_since(chat, tmp_path):
+    worker = FakeWorker(chat)
+    worker.replies += [two_rounds(), two_rounds()]
+    chat.send("hi", SPEC)  # float32
+    bfloat16 = dataclasses.replace(PAIR, dtype="bfloat16")
+    chat.on_models_loaded(bfloat16)
+    chat.export(tmp_path / "one")
+    data, text = json.loads((tmp_path / "one.json").read_text()), (tmp_path / "one.md").read_text()
+    assert data["models"]["dtype"] == "float32" and data["replies"][0]["pair"]["dtype"] == "float32"
+    assert "*t + d · cpu · float32*" in text and "bfloat16" not in text
+    chat.send("and?", SPEC)  # bfloat16: the file's pair is the last reply's, and the first reply says its own
+    chat.export(tmp_path / "two")
+    data, text = json.loads((tmp_path / "two.json").read_text()), (tmp_path / "two.md").read_text()
+    assert data["models"]["dtype"] == "bfloat16"
+    assert [reply["pair"]["dtype"] for reply in data["replies"]] == ["float32", "bfloat16"]
+    assert "*t + d · cpu · bfloat16*" in text and text.count("*decoded by t + d · cpu · float32*") == 1
+    assert text.index("decoded by") < text.index("**Reply 2")
