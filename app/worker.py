@@ -11,12 +11,17 @@ import copy
 import dataclasses
 import threading
 import traceback
+from collections import deque
 from collections.abc import Callable
+from statistics import median
+
+import torch
 
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.labels import with_byte_labels
 from app.machine import described
+from app.timing import BUSY_FACTOR
 from engine.decoding.costs import RoundPlanner
 from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import LookupDrafter
@@ -29,6 +34,12 @@ from ui.session import Comparison, DrafterComparison, DrafterRun, Reply, ReplyRe
 
 # Compare drafters runs these in this order; none is plain AR, the baseline of the others
 COMPARED_DRAFTINGS = (Drafting.MODEL, Drafting.LOOKUP, Drafting.BOTH, Drafting.NONE)
+# A decode whose last LOADED_ROUNDS rounds ran, by their median, BUSY_FACTOR times slower than the cost model's quiet
+# machine goes on with one thread. Another program on one of the cores stalls torch's and our kernel's threads at
+# every parallel loop, each waiting for the one that lost its core: on 2 cores with one busy loop a plain step ran
+# at 36-44 tok/s on two threads and at 103-105 on one (167 quiet on two, 107-109 quiet on one). Every decode starts
+# again on all of the machine's threads; the output is the same bits on any number of them.
+LOADED_ROUNDS = 8
 
 
 def user_message(exc: BaseException) -> str:
@@ -65,6 +76,7 @@ class DecodeWorker(QObject):
         super().__init__()
         self.decoder = decoder
         self.rounds_emitted = 0  # over the worker's lifetime; tests read it to check stop/γ latency
+        self.threads: int | None = None  # torch's threads for this thread as the machine has them (first decode's)
         self._stop = threading.Event()
         self._quit = threading.Event()
 
@@ -155,9 +167,13 @@ class DecodeWorker(QObject):
 
     def _decode(self, request: ReplyRequest, emit: bool,
                 progress: Callable[[int], None] = lambda _tokens: None) -> tuple[list, str, bool]:
-        """Run the engine's stream to its end or to a stop request (checked between rounds and prefill chunks).
-        Unless `emit`, the tokens so far are reported to `progress` after each round."""
+        """Run the engine's stream to its end or to a stop request (checked between rounds and prefill chunks),
+        on one thread from where the machine's load stalls its threads (LOADED_ROUNDS). Unless `emit`, the tokens so
+        far are reported to `progress` after each round."""
         events, pieces, n_tokens = [], [], 0
+        self.threads = self.threads or torch.get_num_threads()  # read on the thread that decodes: it is that thread's
+        torch.set_num_threads(self.threads)
+        loads = deque(maxlen=LOADED_ROUNDS)  # of the last rounds
         if emit and request.settings.mode is Mode.SPEC:
             self.decoder.measure_target_step()  # fresh, so the live AR-speedup estimate tracks machine load
         stream = self.decoder.stream([dict(m) for m in request.messages], request.settings)
@@ -173,6 +189,9 @@ class DecodeWorker(QObject):
                         self.prefill_progressed.emit(item)
                 else:
                     item = with_byte_labels(item, self.decoder.tokenizer)
+                    loads.append(item.load)
+                    if len(loads) == LOADED_ROUNDS and median(loads) > BUSY_FACTOR and torch.get_num_threads() > 1:
+                        torch.set_num_threads(1)
                     events.append(item)
                     pieces.append(item.text_delta)
                     finished = item.finish_reason is not None

@@ -384,3 +384,31 @@ def test_a_long_title_makes_a_file_name_of_whole_words():
     assert len(stem) <= STEM_MAX and title.startswith(stem + " ")  # ends on a whole word
     assert file_stem("a" * 100) == "a" * STEM_MAX and file_stem("…") == "specdec-chat"
     assert file_stem("Name three fruits: apple, banana,…") == "Name three fruits apple, banana"  # a title cut short
+
+
+def test_a_decode_the_machines_load_stalls_goes_on_with_one_thread_and_the_same_tokens(make_studio, qtbot):
+    import torch
+
+    from app.worker import LOADED_ROUNDS
+    from engine.decoding.costs import CostModel
+    from tests.tiny import tiny_decoder
+
+    replies, threads = {}, {}
+    # priced at 0.1 µs a block, every round reads as stalled; at 10 s (the control) none does. Drafting γ every round
+    # (stop below 0), both decode the same rounds
+    for block_s in (1e-7, 10.0):
+        decoder = tiny_decoder()
+        decoder.set_costs(CostModel([block_s * (1 + k / 10) for k in range(9)], draft_step_s=block_s / 10,
+                                    copy_s=1e-9, overhead_s=1e-8))
+        studio = make_studio(decoder, greedy=True, max_new_tokens=60, stop_below=0.0)
+        studio.worker.threads = 2
+        seen = threads[block_s] = []
+        studio.worker.round_finished.connect(lambda _event, seen=seen: seen.append(torch.get_num_threads()),
+                                             Qt.ConnectionType.DirectConnection)
+        replies[block_s] = send(qtbot, studio)
+        studio.shutdown()
+    stalled, quiet = threads[1e-7], threads[10.0]
+    assert len(stalled) > LOADED_ROUNDS
+    assert stalled == [2] * (LOADED_ROUNDS - 1) + [1] * (len(stalled) - LOADED_ROUNDS + 1)
+    assert quiet == [2] * len(quiet)
+    assert [t.token_id for t in replies[1e-7].tokens] == [t.token_id for t in replies[10.0].tokens]
