@@ -43,6 +43,12 @@ class Turn:
         return self.request.continues
 
 
+def same_models(one: PairInfo | None, other: PairInfo | None) -> bool:
+    """The same models, weights, device and dtype, whatever their costs were timed at."""
+    untimed = lambda pair: pair and dataclasses.replace(pair, costs={}, target_step_s=0.0)  # noqa: E731
+    return untimed(one) == untimed(other)
+
+
 class ChatController(QObject):
     # commands for the worker (studio.build connects them)
     load_requested = Signal(str, object, str, str, str)  # target, draft or None, device, dtype, GGUF weights
@@ -341,14 +347,14 @@ class ChatController(QObject):
 
     def export(self, base: Path) -> list[Path]:
         """The conversation's JSON, CSV and (given the window's charts) PNG; raises ExportError, writing nothing.
-        Its pair is the one that decoded the last local reply (another may have been loaded since), and each reply
-        names its own."""
+        Its pair is the one that decoded the last local reply (another may have been loaded since; the one still
+        loaded has its costs as its rounds refined them, as the window shows), and each reply names its own."""
         done = [turn for turn in self.turns if turn.reply is not None]
         last = next((turn for turn in reversed(done) if turn.pair is not None), None)
-        session = self.session
-        if last is not None:
-            session = dataclasses.replace(session, pair=last.pair, runtime=last.runtime or session.runtime,
-                                          reply_pairs={i: turn.pair for i, turn in enumerate(done) if turn.pair})
+        session = dataclasses.replace(self.session,
+                                      reply_pairs={i: turn.pair for i, turn in enumerate(done) if turn.pair})
+        if last is not None and not same_models(last.pair, self.pair):
+            session = dataclasses.replace(session, pair=last.pair, runtime=last.runtime or session.runtime)
         return export_session(session, base, self.chart_image)
 
     def export_to(self, base: Path) -> None:
