@@ -138,7 +138,8 @@ def test_at_the_default_size_a_compared_reply_shows_every_figure_beside_the_pair
     pair = window.pair_label
     assert pair.width() <= window.width() // 4 and pair.text() in pair.toolTip()  # elided if need be, whole there
     assert window.reply_label.shown_text() == window.reply_label.text()
-    assert "66.7 tok/s" in window.reply_label.text() and "this chat 1.20–1.33× in 2 runs" in window.reply_label.text()
+    line = window.reply_label.text()
+    assert "66.7 tok/s" in line and "this chat 1.20–1.33× in 2 runs" in line
 
 
 def test_while_the_pair_is_timed_its_progress_has_the_whole_line(qtbot):
