@@ -817,7 +817,8 @@ class MainWindow(QMainWindow):
         if not comparison.stopped:
             if comparison.fair:  # a busy or unequal comparison is no line to read the estimate against
                 self.charts.show_measured_speedup(comparison.speedup)
-            self.reply_label.set_parts(self.reply_label.parts + measured_figures(comparison, shown.chat_measured))
+            self.reply_label.set_parts(self.reply_label.parts + measured_figures(
+                comparison, shown.chat_measured, continued=reply.request.continues))
         self.statusBar().clearMessage()
 
     def on_why_changed(self, why: WhyGamma) -> None:

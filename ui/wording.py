@@ -56,9 +56,11 @@ class Figure(NamedTuple):
     keep: Keep
 
 
-def measured_figures(comparison: Comparison, chat_measured: tuple[float, ...]) -> list[Figure]:
-    """The status bar's measured figure; beside it, once the chat has several fair comparisons, their range."""
-    figures = [Figure(f"measured {comparison.speedup:.2f}× vs AR" + comparison_caveat(comparison), Keep.MEASURED)]
+def measured_figures(comparison: Comparison, chat_measured: tuple[float, ...], continued: bool = False) -> list[Figure]:
+    """The status bar's measured figure (`continued`: of a continuation's own part, not of the whole reply beside
+    it); beside it, once the chat has several fair comparisons, their range."""
+    of = " (continued part)" if continued else ""
+    figures = [Figure(f"measured {comparison.speedup:.2f}× vs AR{of}" + comparison_caveat(comparison), Keep.MEASURED)]
     if len(chat_measured) > 1:
         figures.append(Figure(f"this chat {min(chat_measured):.2f}–{max(chat_measured):.2f}× in "
                               f"{len(chat_measured)} runs", Keep.DETAIL))

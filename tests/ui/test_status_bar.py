@@ -151,3 +151,17 @@ def test_while_the_pair_is_timed_its_progress_has_the_whole_line(qtbot):
     window.reply_label.setText(LONG_SUMMARY)  # a reply's figures beside it: the pair's name gives way
     QApplication.processEvents()
     assert window.pair_label.width() <= window.width() // 4
+
+
+def test_a_continued_parts_measured_speedup_says_it_is_the_parts_not_the_whole_replys(qtbot):
+    window = shown_window(qtbot, 1600, 1000)
+    events = tuple(accepted_round(i, ["a"], "b") for i in range(8))
+    messages = ({"role": "user", "content": "x"}, {"role": "assistant", "content": "ab"})
+    part = Reply(ReplyRequest(messages, DecodeSettings(gamma=2)), events, "ab" * 8, False, reference_s=0.02)
+    comparison = Comparison(ar_events=(), ar_text="", spec_wall_s=2.4, ar_wall_s=3.0, spec_tokens_per_s=66.7,
+                            ar_tokens_per_s=50.0, identical=None)
+    window.on_reply_finished(ReplyShown(1, part, part, can_continue=False, live=True))
+    window.on_comparison_finished(ComparisonShown(1, comparison, part, None))
+    assert "measured 1.33× vs AR (continued part)" in window.reply_label.text()
+    show_a_compared_reply(window)  # the control: a reply answering a message
+    assert "measured 1.33× vs AR (one run each)" in window.reply_label.text()
