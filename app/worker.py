@@ -16,7 +16,6 @@ from collections.abc import Callable
 from statistics import median
 
 import torch
-
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.labels import with_byte_labels
