@@ -346,20 +346,18 @@ def test_while_a_loaded_pair_is_timed_the_bar_moves_by_its_steps_not_busily(make
 
 def test_a_pair_timed_far_slower_than_its_last_quiet_timing_plans_on_that_and_the_why_tab_says_so(make_studio,
                                                                                                    qtbot, tmp_path):
-    import json
-
-    from app.machine import described
-    from app.timing import QuietTimings
     from engine.decoding.costs import CostModel
     from tests.tiny import tiny_decoder
 
+    def timed_at(step_s: float) -> CostModel:
+        return CostModel([step_s * (1 + k / 10) for k in range(9)], draft_step_s=0.002, copy_s=1e-5, overhead_s=5e-4)
+
     decoder = tiny_decoder()
-    decoder.set_costs(CostModel([0.006 + 0.001 * k for k in range(9)], draft_step_s=0.002, copy_s=1e-5,
-                                overhead_s=5e-4))
-    quiet = decoder.costs.as_dict() | {"target_block_ms": [1.0 + 0.1 * k for k in range(9)]}
     preferences = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    preferences.setValue(f"{QuietTimings.GROUP}/{QuietTimings.key(*described(decoder))}",
-                         json.dumps({"costs": quiet, "at": "2026-12-01T09:30"}))
+    decoder.set_costs(timed_at(0.001))  # a quiet timing: the studio keeps it, as the app does at each load
+    quiet = decoder.costs.as_dict()
+    make_studio(decoder, preferences=preferences, max_new_tokens=4).shutdown()
+    decoder.set_costs(timed_at(0.006))  # the next load's timing, six times slower
     studio = make_studio(decoder, preferences=preferences, max_new_tokens=4)
     qtbot.waitUntil(lambda: decoder.costs.block_s(1) == 0.001, timeout=5000)  # the worker plans on the quiet one
     assert studio.chat.pair.costs == quiet
