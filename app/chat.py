@@ -20,7 +20,7 @@ from engine.remote import RemoteReply, TextDelta, is_url, public_url
 from ui.export import ExportError, export_session
 from ui.session import (SEED_LIMIT, ChatStatus, Comparison, ComparisonShown, DrafterComparison, EngineTarget,
                         RemoteSource, Reply, ReplyRequest, ReplyShown, RoundShown, Runtime, Session, TurnOptions,
-                        TurnStarted, TurnState)
+                        TurnStarted, TurnState, kept_drafters)
 from ui.why import WhyGamma, why_gamma
 
 
@@ -112,7 +112,8 @@ class ChatController(QObject):
         self.gammas: list[int] = []  # every γ the reply in flight ran with
         # Session -> an image of its replies' charts, for exports (the window draws it; None: no PNG)
         self.chart_image: Callable[[Session], object] | None = None
-        self.drafter_comparison: DrafterComparison | None = None  # the last Compare drafters of this conversation
+        # this conversation's last Compare drafters of each draft-length rule
+        self.drafter_comparisons: tuple[DrafterComparison, ...] = ()
         self.given_title: str | None = None  # the open chat's name, where the user renamed it
         self.why: WhyGamma = why_gamma(Session())
         self._notice: ContextNotice | None = None
@@ -136,7 +137,7 @@ class ChatController(QObject):
         return Session(self.pair, [turn.reply for turn in done],
                        {i: turn.comparison for i, turn in enumerate(done) if turn.comparison is not None},
                        self.title, {i: turn.context_notice for i, turn in enumerate(done) if turn.context_notice},
-                       self.runtime, self.drafter_comparison)
+                       self.runtime, self.drafter_comparisons)
 
     @property
     def title(self) -> str:
@@ -308,7 +309,7 @@ class ChatController(QObject):
         if self._after_stop(self.new_chat):
             return
         self.recorder.new_chat()
-        self.drafter_comparison = self.given_title = None
+        self.drafter_comparisons, self.given_title = (), None
         self._replay([])
         self.chats_changed.emit(None)
         self.reset_requested.emit()
@@ -325,7 +326,7 @@ class ChatController(QObject):
             return
         self.recorder.resume(chat_id)
         self.system_prompt_restored.emit(chat.system_prompt)
-        self.drafter_comparison, self.given_title = chat.drafters, given_title
+        self.drafter_comparisons, self.given_title = chat.drafters, given_title
         self._replay([Turn(reply.request, reply, chat.comparisons.get(i), pair=None if reply.remote else chat.pair,
                            runtime=None if reply.remote else chat.runtime) for i, reply in enumerate(chat.replies)])
         self.chats_changed.emit(chat_id)
@@ -409,8 +410,8 @@ class ChatController(QObject):
 
     def on_models_loaded(self, info: PairInfo, runtime: Runtime | None = None) -> None:
         """`runtime`: what runs the pair here (None where the worker did not say)."""
-        self.drafter_comparison = None  # another pair's rounds say nothing of this one
-        self.recorder.drafters_compared(None)
+        self.drafter_comparisons = ()  # another pair's rounds say nothing of this one
+        self.recorder.drafters_compared(())
         if runtime is not None:
             self.timing_at_load = self.quiet_timings.judge(QuietTimings.key(info, runtime), info.costs, datetime.now())
             if self.timing_at_load.busy:
@@ -437,8 +438,8 @@ class ChatController(QObject):
         self.drafters_progressed.emit(drafting, tokens)
 
     def on_drafters_compared(self, comparison: DrafterComparison) -> None:
-        self.drafter_comparison = comparison
-        self.recorder.drafters_compared(comparison)
+        self.drafter_comparisons = kept_drafters(self.drafter_comparisons, comparison)
+        self.recorder.drafters_compared(self.drafter_comparisons)
         self.drafters_compared.emit(comparison)
         self._finish_turn()
 

@@ -71,8 +71,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE chats ADD COLUMN runtime TEXT",
     ),
     5: (
-        # The chat's last Compare drafters (ui.session.DrafterComparison as JSON): its runs are measured points of
-        # the why-γ tab and scale its predictions, so a reopened chat shows what the live one did
+        # The chat's last Compare drafters of each draft-length rule (a JSON list of ui.session.DrafterComparison;
+        # one object, not in a list, in chats saved before): their runs are measured points of the why-γ tab and
+        # scale its predictions, so a reopened chat shows what the live one did
         "ALTER TABLE chats ADD COLUMN drafters TEXT",
     ),
 }
@@ -106,7 +107,7 @@ class StoredChat:
     replies: list[Reply]
     comparisons: dict[int, Comparison]  # reply index -> AR comparison
     runtime: Runtime | None = None  # what ran the local pair, as last recorded
-    drafters: DrafterComparison | None = None  # the chat's last Compare drafters
+    drafters: tuple[DrafterComparison, ...] = ()  # the chat's last Compare drafters of each draft-length rule
 
 
 def now() -> str:
@@ -144,6 +145,12 @@ def from_plain(kind, data):
     if isinstance(kind, type) and issubclass(kind, Enum):
         return kind(data)
     return data
+
+
+def stored_drafters(data: list | dict) -> tuple[DrafterComparison, ...]:
+    """The `drafters` column's comparisons: a list, or the single one of a chat saved before chats kept one of
+    each draft-length rule."""
+    return tuple(from_plain(DrafterComparison, c) for c in (data if isinstance(data, list) else [data]))
 
 
 def request_json(request: ReplyRequest) -> str:
@@ -344,9 +351,10 @@ class ChatStore:
         with self.db:
             self.db.execute("UPDATE turns SET comparison = ? WHERE id = ?", (to_json(comparison), turn_id))
 
-    def set_drafters(self, chat_id: int, comparison: DrafterComparison | None) -> None:
+    def set_drafters(self, chat_id: int, comparisons: tuple[DrafterComparison, ...]) -> None:
         with self.db:
-            self.db.execute("UPDATE chats SET drafters = ? WHERE id = ?", (_json_or_null(comparison), chat_id))
+            self.db.execute("UPDATE chats SET drafters = ? WHERE id = ?",
+                            (to_json([dataclasses.asdict(c) for c in comparisons]) if comparisons else None, chat_id))
 
     def delete_turn(self, turn_id: int) -> None:
         with self.db:
@@ -419,7 +427,7 @@ class ChatStore:
                                  bool(machine_busy), from_plain(RemoteSource, json.loads(remote) if remote else None)))
         return StoredChat(chat_id, title, from_plain(PairInfo, json.loads(pair) if pair else None), system_prompt,
                           replies, comparisons, from_plain(Runtime, json.loads(runtime) if runtime else None),
-                          from_plain(DrafterComparison, json.loads(drafters) if drafters else None))
+                          stored_drafters(json.loads(drafters) if drafters else []))
 
 
 class ChatRecorder:
@@ -466,10 +474,10 @@ class ChatRecorder:
         if self.turn_id is not None:
             self._write(self.store.add_comparison, self.turn_id, comparison)
 
-    def drafters_compared(self, comparison: DrafterComparison | None) -> None:
-        """The chat's last Compare drafters (None: forget it, as loading another pair does)."""
+    def drafters_compared(self, comparisons: tuple[DrafterComparison, ...]) -> None:
+        """The Compare drafters runs the chat keeps (none: forget them, as loading another pair does)."""
         if self.chat_id is not None:
-            self._write(self.store.set_drafters, self.chat_id, comparison)
+            self._write(self.store.set_drafters, self.chat_id, comparisons)
 
     def turn_failed(self) -> None:
         """The worker failed before finishing the reply: the window drops the turn, so the store does too."""

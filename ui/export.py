@@ -134,13 +134,12 @@ def session_json(session: Session) -> dict:
     return {"app": "SpecDec Studio", "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "models": plain(session.pair), "environment": environment(session.runtime), "replies": replies,
             # the session's acceptance by draft position and what the pair's cost model recommends under it
-            "why_gamma": why_gamma(session).as_dict(), "drafters": drafters_json(session.drafters)}
+            "why_gamma": why_gamma(session).as_dict(), "drafters": [drafters_json(c) for c in session.drafters]}
 
 
-def drafters_json(comparison: DrafterComparison | None) -> dict | None:
-    """The chat's last Compare drafters: its settings and each drafting's row, as its table shows them."""
-    return None if comparison is None else {"settings": plain(comparison.request.settings),
-                                            "rows": comparison.rows()}
+def drafters_json(comparison: DrafterComparison) -> dict:
+    """A Compare drafters the chat keeps: its settings and each drafting's row, as its table shows them."""
+    return {"settings": plain(comparison.request.settings), "rows": comparison.rows()}
 
 
 def round_row(number: int, part_number: int, part: Reply, event: RoundEvent) -> dict:

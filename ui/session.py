@@ -181,7 +181,7 @@ class Session:
     # reply index -> the ContextNotice message shown under it (the conversation was fitted into the model's window)
     context_notices: dict[int, str] = field(default_factory=dict)
     runtime: Runtime | None = None  # what ran the pair; None where not known (chats saved before it was recorded)
-    drafters: DrafterComparison | None = None  # the chat's last Compare drafters, where one ran
+    drafters: tuple[DrafterComparison, ...] = ()  # the chat's last Compare drafters of each draft-length rule
     reply_pairs: dict[int, PairInfo] = field(default_factory=dict)  # reply index -> the local pair that decoded it
 
     def shown_replies(self) -> list[tuple[Reply, Comparison | None]]:
@@ -286,6 +286,11 @@ class DrafterComparison:
     def stopped(self) -> bool:
         return any(run.stopped for run in self.runs)
 
+    @property
+    def cost_aware(self) -> bool:
+        """Its draft-length rule: cost-aware rounds, else the confidence stop."""
+        return self.request.settings.cost_aware
+
     def rows(self) -> list[dict]:
         """The table: tokens/s, α and tokens per round for each drafting, and its speed over plain AR's."""
         ar = next((r.stats.tokens_per_s for r in self.runs if r.drafting is Drafting.NONE and not r.skipped), 0.0)
@@ -299,3 +304,9 @@ class DrafterComparison:
                          "vs_ar": stats.tokens_per_s / ar if ar > 0 and not run.skipped else None,
                          "stopped": run.stopped, "skipped": run.skipped})
         return rows
+
+
+def kept_drafters(kept: tuple[DrafterComparison, ...], comparison: DrafterComparison) -> tuple[DrafterComparison, ...]:
+    """The chat's last Compare drafters of each draft-length rule once `comparison` has run: it replaces the last
+    run of its own rule only, since a confidence-stop run says nothing of the cost-aware lines its other keeps."""
+    return tuple(k for k in kept if k.cost_aware != comparison.cost_aware) + (comparison,)

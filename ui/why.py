@@ -64,10 +64,8 @@ def chat_length(session: Session) -> int:
     return last.positions + len(last.emitted) if last is not None and last.positions else 0
 
 
-def drafter_points(comparison: DrafterComparison | None) -> list[tuple[MeasuredPoint, Sequence[RoundEvent]]]:
+def drafter_points(comparison: DrafterComparison) -> list[tuple[MeasuredPoint, Sequence[RoundEvent]]]:
     """The Compare drafters runs that drafted, each measured against its plain AR run, with the rounds it ran."""
-    if comparison is None:
-        return []
     settings = comparison.request.settings
     return [(MeasuredPoint(run.drafting, settings.gamma, row["vs_ar"], True, settings.cost_aware), run.events)
             for run, row in zip(comparison.runs, comparison.rows())
@@ -89,7 +87,7 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
     events = {}
     for reply, _ in shown:
         events.setdefault(drafting_of(reply.request.settings), []).extend(reply.events)
-    for run in session.drafters.runs if session.drafters is not None else ():
+    for run in (run for comparison in session.drafters for run in comparison.runs):
         if run.drafting is not Drafting.NONE and run.events:
             events.setdefault(run.drafting, []).extend(run.events)
     profiles = {drafting: position_acceptance(rounds) for drafting, rounds in events.items()}
@@ -101,7 +99,8 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
             settings = reply.request.settings
             points.append((MeasuredPoint(drafting_of(settings), reply.gamma, speedup, measured, settings.cost_aware),
                            comparison.spec_events or reply.events if measured else reply.events))
-    points += drafter_points(session.drafters)
+    for comparison in session.drafters:
+        points += drafter_points(comparison)
     measured_points = {}
     for point, rounds in points:
         if point.measured and point.cost_aware:

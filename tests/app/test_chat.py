@@ -8,6 +8,7 @@ import json
 import pytest
 
 from app.chat import ChatController
+from app.chat_store import to_json
 from engine.events import DecodeSettings, Drafting, EmittedToken, Fate, ModelInfo, PairInfo, RoundEvent
 from tests.ui.synthetic import accepted_round, rejected_round
 from ui.session import Comparison, DrafterComparison, DrafterRun, Reply, TurnOptions, TurnState
@@ -323,13 +324,54 @@ def test_a_compare_drafters_stays_with_its_chat_through_a_reopen_and_the_export(
     assert any(p.drafting is Drafting.LOOKUP and p.measured for p in live.points)
     chat_id = chat.chat_id
     chat.new_chat()
-    assert chat.session.drafters is None and not any(p.drafting is Drafting.LOOKUP for p in chat.why.points)
+    assert chat.session.drafters == () and not any(p.drafting is Drafting.LOOKUP for p in chat.why.points)
     chat.open_chat(chat_id)
-    assert chat.session.drafters == DrafterComparison(request, runs)
+    assert chat.session.drafters == (DrafterComparison(request, runs),)
     assert chat.why.points == live.points and chat.why.recommendation == live.recommendation
     chat.export_chat(chat_id, tmp_path / "saved")  # the history's export of the saved chat carries it too
-    assert [row["drafting"] for row in json.loads((tmp_path / "saved.json").read_text())["drafters"]["rows"]] == [
+    assert [row["drafting"] for row in json.loads((tmp_path / "saved.json").read_text())["drafters"][0]["rows"]] == [
         "lookup", "none"]
+
+
+def test_a_confidence_stop_compare_drafters_keeps_the_cost_aware_one_and_replaces_only_its_own_rule(chat):
+    """The cost-aware run's measured dots stay beside a confidence-stop run's, through a reopen; a second run of
+    one rule replaces that rule's last. The control: two cost-aware runs keep only the last."""
+    worker = FakeWorker(chat)
+    worker.replies.append(two_rounds())
+    chat.send("hi", SPEC)
+    request = chat.turns[-1].request
+
+    def compared(cost_aware: bool, speed: str) -> DrafterComparison:
+        settings = dataclasses.replace(request.settings, cost_aware=cost_aware)
+        runs = (DrafterRun(Drafting.LOOKUP, (accepted_round(0, ["a", speed], "c", q=1.0),)),
+                DrafterRun(Drafting.NONE, tuple(ar_step(i, "x") for i in range(3))))
+        comparison = DrafterComparison(dataclasses.replace(request, settings=settings), runs)
+        chat._set_state(TurnState.COMPARING)
+        chat.on_drafters_compared(comparison)
+        return comparison
+
+    cost_aware = compared(True, "b")
+    confidence = compared(False, "b")
+    assert chat.session.drafters == (cost_aware, confidence)
+    assert sorted(p.cost_aware for p in chat.why.points if p.drafting is Drafting.LOOKUP) == [False, True]
+    chat_id = chat.chat_id
+    chat.new_chat()
+    chat.open_chat(chat_id)
+    assert chat.session.drafters == (cost_aware, confidence)
+    later = compared(True, "z")
+    assert chat.session.drafters == (confidence, later)
+
+
+def test_a_chat_saved_with_one_compare_drafters_object_reopens_with_it(chat):
+    worker = FakeWorker(chat)
+    worker.replies.append(two_rounds())
+    chat.send("hi", SPEC)
+    comparison = DrafterComparison(chat.turns[-1].request,
+                                   (DrafterRun(Drafting.NONE, tuple(ar_step(i, "x") for i in range(3))),))
+    with chat.store.db:  # as chats saved before a chat kept one of each draft-length rule
+        chat.store.db.execute("UPDATE chats SET drafters = ? WHERE id = ?", (to_json(comparison), chat.chat_id))
+    chat.open_chat(chat.chat_id)
+    assert chat.session.drafters == (comparison,)
 
 
 def test_a_renamed_chat_is_exported_and_named_by_its_new_title_also_when_reopened(chat):

@@ -234,7 +234,7 @@ def test_compare_drafters_gives_four_rows_on_the_tiny_pair(make_studio, mixed_de
     assert table.rowCount() == 4 and table.item(3, 0).text() == "none (plain AR)"
     assert "γ ≤ 3, γ drafts every round, 10 tokens at most" in dialog.note.text()  # the rule its runs drafted by
     assert studio.chat.status.state.value == "idle"
-    assert studio.chat.session.drafters is comparison  # the export and the why tab see the runs
+    assert studio.chat.session.drafters == (comparison,)  # the export and the why tab see the runs
     qtbot.waitExposed(dialog)
     last = table.columnCount() - 1
     assert table.columnViewportPosition(last) + table.columnWidth(last) <= table.viewport().width()  # all in view
@@ -260,7 +260,7 @@ def test_a_compare_drafters_measurement_is_a_point_and_the_recommendation_agrees
     """Copying measured at 0.7× is not recommended, its predicted line within one run's spread of its dot; measured
     at 3× (the negative control: the same runs, a faster copy run) it is."""
     session = synthetic_session(2.0)
-    session.drafters = copying_measured_at(speedup)
+    session.drafters = (copying_measured_at(speedup),)
     why = why_gamma(session)
     assert MeasuredPoint(Drafting.LOOKUP, MODEL_ONLY.gamma, pytest.approx(speedup), True) in why.points
     recommendation = why.recommendation
@@ -269,7 +269,7 @@ def test_a_compare_drafters_measurement_is_a_point_and_the_recommendation_agrees
     assert (recommendation.drafting is Drafting.LOOKUP) is (speedup > 1)
     data = session_json(session)  # the export says what the window says, and keeps the runs
     assert data["why_gamma"]["recommendation"] == json.loads(json.dumps(recommendation.as_dict()))
-    assert [row["drafting"] for row in data["drafters"]["rows"]] == ["lookup", "none"]
+    assert [row["drafting"] for row in data["drafters"][0]["rows"]] == ["lookup", "none"]
 
 
 def test_a_run_drafted_by_the_confidence_stop_is_drawn_apart_and_scales_no_cost_aware_line(qtbot):
@@ -279,7 +279,7 @@ def test_a_run_drafted_by_the_confidence_stop_is_drawn_apart_and_scales_no_cost_
     for cost_aware in (True, False):  # the same run measured at 0.7×; cost-aware, the control, scales the line
         session = synthetic_session(2.0)
         settings = dataclasses.replace(MODEL_ONLY, cost_aware=cost_aware)
-        session.drafters = copying_measured_at(0.7, settings)
+        session.drafters = (copying_measured_at(0.7, settings),)
         why = why_gamma(session)
         assert MeasuredPoint(Drafting.LOOKUP, MODEL_ONLY.gamma, pytest.approx(0.7), True, cost_aware) in why.points
         predictions[cost_aware] = why.recommendation.speedups[Drafting.LOOKUP][MODEL_ONLY.gamma - 1]
