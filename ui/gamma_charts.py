@@ -31,6 +31,8 @@ BAR_WIDTH = 0.36
 # Runs drafted by the confidence stop: drawn apart from the cost-aware rounds the lines predict, and said so
 CONFIDENCE_SYMBOL = "t1"  # a triangle pointing up
 CONFIDENCE_SAID = "drafted by the confidence stop, not the cost-aware rounds the lines predict"
+DOTS_SPREAD = 0.6  # the most of a γ step that dots at one γ are spread over, side by side instead of on each other
+DOT_STEP = 0.15  # between dots at one γ, where they have room
 COLOURS = {"reply": "#1e88e5", "session": "#90a4ae", Drafting.MODEL: "#1565c0", Drafting.LOOKUP: "#2e7d32",
            Drafting.BOTH: "#6a1b9a"}
 DRAFTING_NAMES = {Drafting.MODEL: "draft model", Drafting.LOOKUP: "copying", Drafting.BOTH: "both"}
@@ -88,6 +90,25 @@ class PositionCounts:
             return 0.0
         alpha = self.alpha
         return sum(n * expected_tokens_per_round(alpha, g) for g, n in enumerate(self.gammas) if n) / self.rounds
+
+
+# (cost-aware, measured, the legend's dot, what it says after the drafting's name)
+DOT_KINDS = ((True, True, "●", "measured"), (True, False, "○", "estimated"),
+             (False, True, "▲", "by the confidence stop, measured"),
+             (False, False, "△", "by the confidence stop, estimated"))
+
+
+def dot_positions(points) -> list[float]:
+    """Each point's x: its γ, or, where several share a γ, side by side around it in the order they ran."""
+    at: dict[int, list[int]] = {}
+    for index, point in enumerate(points):
+        at.setdefault(point.gamma, []).append(index)
+    xs = [float(point.gamma) for point in points]
+    for gamma, indices in at.items():
+        step = min(DOT_STEP, DOTS_SPREAD / (len(indices) - 1)) if len(indices) > 1 else 0.0
+        for k, index in enumerate(indices):
+            xs[index] = gamma + (k - (len(indices) - 1) / 2) * step
+    return xs
 
 
 def swatch_entry(colour: str, name: str) -> str:
@@ -168,9 +189,12 @@ class WhyGammaPanel(QWidget):
         count_axis(self.speedup_plot, "γ (most drafts per round)")
         self.predicted = {d: self.speedup_plot.plot(pen=pg.mkPen(COLOURS[d], width=2), name=f"{DRAFTING_NAMES[d]}")
                           for d in DRAFTING_NAMES}
-        self.measured = {d: self.speedup_plot.plot(pen=None, symbol="o", symbolSize=7, symbolPen=COLOURS[d],
-                                                   symbolBrush=COLOURS[d], name=f"{DRAFTING_NAMES[d]} replies")
+        # hovering a dot says what ran it (pyqtgraph's tooltip on the view, from each spot's MeasuredPoint)
+        self.measured = {d: pg.ScatterPlotItem(size=7, pen=COLOURS[d], brush=COLOURS[d], hoverable=True,
+                                               tip=lambda x, y, data: data.said(), name=f"{DRAFTING_NAMES[d]} replies")
                          for d in DRAFTING_NAMES}
+        for dots in self.measured.values():
+            self.speedup_plot.addItem(dots)
         self.speedup_plot.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#9e9e9e", width=1)))
         self.speedup_plot.setXRange(0.5, MAX_GAMMA + 0.5, padding=0)
 
@@ -285,12 +309,13 @@ class WhyGammaPanel(QWidget):
             curve.setData(np.arange(1, len(values) + 1, dtype=float), np.array(values, dtype=float))
             top = max(top, *values) if values else top
         points = why.points if why is not None else ()
-        for drafting, curve in self.measured.items():
-            mine = [p for p in points if p.drafting is drafting]
-            curve.setData([float(p.gamma) for p in mine], [p.speedup for p in mine],
-                          symbol=[CONFIDENCE_SYMBOL if not p.cost_aware else "o" for p in mine],
-                          symbolBrush=[COLOURS[drafting] if p.measured else "w" for p in mine])
-            top = max([top] + [p.speedup for p in mine])
+        xs = dot_positions(points)
+        for drafting, dots in self.measured.items():
+            mine = [(x, p) for x, p in zip(xs, points) if p.drafting is drafting]
+            dots.setData(x=[x for x, _ in mine], y=[p.speedup for _, p in mine], data=[p for _, p in mine],
+                         symbol=[CONFIDENCE_SYMBOL if not p.cost_aware else "o" for _, p in mine],
+                         brush=[COLOURS[drafting] if p.measured else "w" for _, p in mine])
+            top = max([top] + [p.speedup for _, p in mine])
         widest = max([MAX_GAMMA] + [p.gamma for p in points])
         self.speedup_plot.setRange(xRange=(0.5, widest + 0.5), yRange=(0, np.ceil(top * 2) / 2 + 0.25), padding=0)
         header = self.headers[self.speedup_plot]
@@ -301,12 +326,13 @@ class WhyGammaPanel(QWidget):
             entries.append(f"lines end at γ = {MAX_GAMMA}: longer blocks not timed")
         # a dot's fill says where its figure comes from, its shape which rule drafted: the legend says each way
         for drafting in DRAFTING_NAMES:
-            for measured, dot, said in ((True, "●", "measured"), (False, "○", "estimated")):
-                if any(p.drafting is drafting and p.measured is measured and p.cost_aware for p in points):
+            for cost_aware, measured, dot, said in DOT_KINDS:
+                if any(p.drafting is drafting and p.measured is measured and p.cost_aware is cost_aware
+                       for p in points):
                     entries.append(f"<span style='color:{COLOURS[drafting]}'>{dot}</span>&nbsp;"
                                    + f"{DRAFTING_NAMES[drafting]} {said}".replace(" ", "&nbsp;"))
         if any(not p.cost_aware for p in points):
-            entries.append(f"▲&nbsp;{escape(CONFIDENCE_SAID)}")
+            entries.append(f"▲&nbsp;△&nbsp;{escape(CONFIDENCE_SAID)}")
         header.show_legend(escape(header.note) if header.note else " &nbsp; ".join(entries))
         self.explanation.setText(self.explanation_text())
 

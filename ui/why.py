@@ -33,6 +33,15 @@ class MeasuredPoint:
     # Drafted by cost-aware rounds, as the predicted lines are; False: by the confidence stop, a rule whose runs
     # say nothing of those lines (they draft where cost-aware rounds would not), so they do not scale them
     cost_aware: bool = True
+    origin: str = ""  # what ran it: "reply 2", "Compare drafters"
+
+    def said(self) -> str:
+        """The point's tooltip: what ran it, with which drafting and rule, and where its figure comes from."""
+        source = ("a fair Compare with AR" if self.origin.startswith("reply") else "its plain AR run"
+                  if self.measured else "no fair Compare with AR: the reply's own estimate")
+        rule = "cost-aware rounds" if self.cost_aware else "the confidence stop (the lines do not predict it)"
+        return (f"{self.origin}: {self.drafting.label}, γ ≤ {self.gamma}, drafted by {rule}\n"
+                f"{'measured' if self.measured else 'estimated'} {self.speedup:.2f}× vs plain AR ({source})")
 
 
 @dataclass(frozen=True)
@@ -52,8 +61,10 @@ class WhyGamma:
                 "recommendation": None if self.recommendation is None else self.recommendation.as_dict()}
 
 
-def speculative_replies(session: Session) -> list[tuple[Reply, object]]:
-    return [(reply, comparison) for reply, comparison in session.shown_replies()
+def speculative_replies(session: Session) -> list[tuple[int, Reply, object]]:
+    """The replies that drafted, each with its number (as the chat and the export number replies, plain AR ones
+    too) and its comparison."""
+    return [(number, reply, comparison) for number, (reply, comparison) in enumerate(session.shown_replies(), start=1)
             if reply.request.settings.mode is Mode.SPEC and reply.events]
 
 
@@ -67,7 +78,8 @@ def chat_length(session: Session) -> int:
 def drafter_points(comparison: DrafterComparison) -> list[tuple[MeasuredPoint, Sequence[RoundEvent]]]:
     """The Compare drafters runs that drafted, each measured against its plain AR run, with the rounds it ran."""
     settings = comparison.request.settings
-    return [(MeasuredPoint(run.drafting, settings.gamma, row["vs_ar"], True, settings.cost_aware), run.events)
+    return [(MeasuredPoint(run.drafting, settings.gamma, row["vs_ar"], True, settings.cost_aware, "Compare drafters"),
+             run.events)
             for run, row in zip(comparison.runs, comparison.rows())
             if run.drafting is not Drafting.NONE and row["drafted"] and row["vs_ar"] and not row["stopped"]]
 
@@ -85,19 +97,20 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
     costs come from, when not from its timing at load."""
     shown = speculative_replies(session)
     events = {}
-    for reply, _ in shown:
+    for _, reply, _ in shown:
         events.setdefault(drafting_of(reply.request.settings), []).extend(reply.events)
     for run in (run for comparison in session.drafters for run in comparison.runs):
         if run.drafting is not Drafting.NONE and run.events:
             events.setdefault(run.drafting, []).extend(run.events)
     profiles = {drafting: position_acceptance(rounds) for drafting, rounds in events.items()}
     points = []  # each with the rounds whose speed it is
-    for reply, comparison in shown:
+    for number, reply, comparison in shown:
         measured = comparison is not None and comparison.fair  # else the estimate stands, drawn hollow
         speedup = comparison.speedup if measured else reply.estimated_speedup
         if speedup > 0:
             settings = reply.request.settings
-            points.append((MeasuredPoint(drafting_of(settings), reply.gamma, speedup, measured, settings.cost_aware),
+            points.append((MeasuredPoint(drafting_of(settings), reply.gamma, speedup, measured, settings.cost_aware,
+                                         f"reply {number}"),
                            comparison.spec_events or reply.events if measured else reply.events))
     for comparison in session.drafters:
         points += drafter_points(comparison)
@@ -111,7 +124,7 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
     timed = model is not None and model.ar_token_s > 0
     recommendation = (recommend(model, profiles, MAX_GAMMA, chat_length(session), measured_points)
                       if timed and profiles else None)
-    session_profile = position_acceptance(e for reply, _ in shown for e in reply.events)
+    session_profile = position_acceptance(e for _, reply, _ in shown for e in reply.events)
     return WhyGamma(costs, session_profile, tuple(point for point, _ in points), recommendation, profiles, costs_note)
 
 

@@ -14,7 +14,7 @@ from engine.events import DecodeSettings, Drafting, ModelInfo, PairInfo
 from engine.stats import expected_tokens_per_round, position_acceptance
 from tests.ui.helpers import REPLY_TIMEOUT_MS, send, shown_window
 from tests.ui.synthetic import accepted_round, rejected_round
-from ui.gamma_charts import MIN_WHY_HEIGHT
+from ui.gamma_charts import COLOURS, MIN_WHY_HEIGHT
 from ui.main_window import MIN_HEIGHT, MIN_WIDTH, MainWindow
 from ui.export import session_json
 from ui.session import (Comparison, DrafterComparison, DrafterRun, Reply, ReplyRequest, RoundShown, Session,
@@ -262,7 +262,8 @@ def test_a_compare_drafters_measurement_is_a_point_and_the_recommendation_agrees
     session = synthetic_session(2.0)
     session.drafters = (copying_measured_at(speedup),)
     why = why_gamma(session)
-    assert MeasuredPoint(Drafting.LOOKUP, MODEL_ONLY.gamma, pytest.approx(speedup), True) in why.points
+    assert (MeasuredPoint(Drafting.LOOKUP, MODEL_ONLY.gamma, pytest.approx(speedup), True, True, "Compare drafters")
+            in why.points)
     recommendation = why.recommendation
     predicted = recommendation.speedups[Drafting.LOOKUP][MODEL_ONLY.gamma - 1]
     assert predicted == pytest.approx(speedup * SPREAD if speedup < 1 else speedup / SPREAD)
@@ -281,16 +282,44 @@ def test_a_run_drafted_by_the_confidence_stop_is_drawn_apart_and_scales_no_cost_
         settings = dataclasses.replace(MODEL_ONLY, cost_aware=cost_aware)
         session.drafters = (copying_measured_at(0.7, settings),)
         why = why_gamma(session)
-        assert MeasuredPoint(Drafting.LOOKUP, MODEL_ONLY.gamma, pytest.approx(0.7), True, cost_aware) in why.points
+        assert (MeasuredPoint(Drafting.LOOKUP, MODEL_ONLY.gamma, pytest.approx(0.7), True, cost_aware,
+                              "Compare drafters") in why.points)
         predictions[cost_aware] = why.recommendation.speedups[Drafting.LOOKUP][MODEL_ONLY.gamma - 1]
     assert predictions[True] == pytest.approx(0.7 * SPREAD) and predictions[False] > 0.7 * SPREAD * 1.2
     panel = WhyGammaPanel()
     qtbot.addWidget(panel)
     panel.show_why(why)  # the confidence stop's
-    spots = panel.measured[Drafting.LOOKUP].scatter.data["symbol"]
+    spots = panel.measured[Drafting.LOOKUP].data["symbol"]
     assert list(spots) == [CONFIDENCE_SYMBOL]
-    legend = QTextDocumentFragment.fromHtml(panel.headers[panel.speedup_plot].text()).toPlainText()
-    assert CONFIDENCE_SAID in legend.replace("\xa0", " ") and "copying measured" not in legend.replace("\xa0", " ")
+    legend = QTextDocumentFragment.fromHtml(panel.headers[panel.speedup_plot].text()).toPlainText().replace("\xa0", " ")
+    assert CONFIDENCE_SAID in legend and "copying measured" not in legend
+    assert "▲ copying by the confidence stop, measured" in legend  # in copying's colour, as its dot
+    assert f"color:{COLOURS[Drafting.LOOKUP]}'>▲" in panel.headers[panel.speedup_plot].text()
+
+
+def test_dots_at_one_gamma_stand_side_by_side_and_each_says_what_ran_it(qtbot):
+    """A reply and a Compare drafters run at the same γ: two dots apart, each with its own tooltip. The control: a
+    lone dot stays at its γ."""
+    from ui.gamma_charts import WhyGammaPanel
+
+    session = synthetic_session(2.0)
+    lone = why_gamma(session)
+    settings = dataclasses.replace(MODEL_ONLY, gamma=session.replies[0].gamma)
+    session.drafters = (copying_measured_at(0.7, settings),)
+    why = why_gamma(session)
+    panel = WhyGammaPanel()
+    qtbot.addWidget(panel)
+    panel.show_why(lone)
+    assert list(panel.measured[Drafting.MODEL].getData()[0]) == [float(settings.gamma)]
+    panel.show_why(why)
+    reply_x = panel.measured[Drafting.MODEL].getData()[0]
+    run_x = panel.measured[Drafting.LOOKUP].getData()[0]
+    assert len(reply_x) == len(run_x) == 1 and abs(reply_x[0] - run_x[0]) >= 0.1
+    assert abs((reply_x[0] + run_x[0]) / 2 - settings.gamma) < 1e-9  # around their γ
+    tips = [dots.opts["tip"](x=0, y=0, data=spot.data()) for dots in panel.measured.values() for spot in dots.points()]
+    assert sorted(tip.split(":")[0] for tip in tips) == ["Compare drafters", "reply 1"]
+    assert (f"Compare drafters: copying only, γ ≤ {settings.gamma}, drafted by cost-aware rounds\n"
+            "measured 0.70× vs plain AR (its plain AR run)") in tips
 
 
 def test_after_compare_drafters_the_chat_decodes_as_before(make_studio, mixed_decoder, qtbot):
