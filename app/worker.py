@@ -204,6 +204,7 @@ class DecodeWorker(QObject):
                     return events, "".join(pieces), not finished
         finally:
             stream.close()
+            torch.set_num_threads(self.threads)  # a load or timing after a stalled reply runs on all threads again
         return events, "".join(pieces), False
 
     def _compare(self, request: ReplyRequest, reply: Reply, cached: int) -> Comparison:

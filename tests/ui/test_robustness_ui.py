@@ -393,7 +393,7 @@ def test_a_decode_the_machines_load_stalls_goes_on_with_one_thread_and_the_same_
     from engine.decoding.costs import CostModel
     from tests.tiny import tiny_decoder
 
-    replies, threads = {}, {}
+    replies, threads, after = {}, {}, {}
     # priced at 0.1 µs a block, every round reads as stalled; at 10 s (the control) none does. Drafting γ every round
     # (stop below 0), both decode the same rounds
     for block_s in (1e-7, 10.0):
@@ -405,10 +405,13 @@ def test_a_decode_the_machines_load_stalls_goes_on_with_one_thread_and_the_same_
         seen = threads[block_s] = []
         studio.worker.round_finished.connect(lambda _event, seen=seen: seen.append(torch.get_num_threads()),
                                              Qt.ConnectionType.DirectConnection)
+        studio.worker.reply_finished.connect(lambda _reply, b=block_s: after.setdefault(b, torch.get_num_threads()),
+                                             Qt.ConnectionType.DirectConnection)
         replies[block_s] = send(qtbot, studio)
         studio.shutdown()
     stalled, quiet = threads[1e-7], threads[10.0]
     assert len(stalled) > LOADED_ROUNDS
     assert stalled == [2] * (LOADED_ROUNDS - 1) + [1] * (len(stalled) - LOADED_ROUNDS + 1)
     assert quiet == [2] * len(quiet)
+    assert after == {1e-7: 2, 10.0: 2}  # once the reply ends, a load or a timing has every thread again
     assert [t.token_id for t in replies[1e-7].tokens] == [t.token_id for t in replies[10.0].tokens]
