@@ -108,7 +108,7 @@ def _plot(tooltip: str, y_label: str) -> pg.PlotWidget:
 
 
 def curve_entries(plot: pg.PlotWidget) -> list[tuple[QPen, str]]:
-    return [(item.opts["pen"], item.name()) for item in plot.plotItem.listDataItems()]
+    return [(item.opts["pen"], item.name()) for item in plot.plotItem.listDataItems() if item.name()]
 
 
 def legend_entry(pen: QPen, name: str) -> str:
@@ -178,11 +178,12 @@ class ChartsPanel(QWidget):
                                                    connect="finite"),
         }
         self.baseline = pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#9e9e9e", width=1))
-        # Named in the legend, not by a label on the line: the estimate curves ran through that label.
-        self.measured = pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#c62828", width=2, style=Qt.PenStyle.DashLine))
-        self.measured.setVisible(False)
+        # Named in the legend, not by a label on the line: the estimate curves ran through that label. Over the
+        # rounds the comparison decoded again: the whole reply's, or a continued part's only.
+        self.measured = self.speedup_plot.plot(pen=pg.mkPen("#c62828", width=2, style=Qt.PenStyle.DashLine))
+        self.measured_speedup: float | None = None
+        self.measured_from = 0.0  # where the measured line starts
         self.speedup_plot.addItem(self.baseline)
-        self.speedup_plot.addItem(self.measured)
         titles = {self.alpha_plot: "α per round", self.tokens_plot: "tokens per round",
                   self.speedup_plot: "speedup vs plain AR"}
         self.headers = {plot: ChartHeader(title) for plot, title in titles.items()}
@@ -206,23 +207,28 @@ class ChartsPanel(QWidget):
         self.most_per_round = gamma + 1.0
         self.buffers.clear(speculative)
         self.headers[self.speedup_plot].note = "" if speculative else "none: this reply is plain AR"
-        self._show_measured_entry(None)
-        self._dirty = True
+        self._show_measured(None)
 
     def add_round(self, event: RoundEvent, reference_s: float) -> None:
         """`reference_s`: the single-token target step the round's speedup estimate uses."""
         self.buffers.append(event, reference_s, self.most_per_round)
         self._dirty = True
 
-    def show_measured_speedup(self, speedup: float) -> None:
-        self.measured.setValue(speedup)
-        self._show_measured_entry(f"measured {speedup:.2f}×")
+    def show_measured_speedup(self, speedup: float, part_rounds: int | None = None) -> None:
+        """`part_rounds`: how many of the last rounds drawn a continued part's comparison decoded again (None: the
+        whole reply's); the line runs over those rounds only."""
+        first = self.buffers.n - part_rounds + 1 if part_rounds is not None else 1
+        self.measured_from = first - 0.5 if first > 1 else 0.0
+        self._show_measured(speedup, f"measured {speedup:.2f}×" + (f" (continued part, from round {first})"
+                                                                    if first > 1 else ""))
 
-    def _show_measured_entry(self, name: str | None) -> None:
+    def _show_measured(self, speedup: float | None, name: str = "") -> None:
         """The measured line and its legend entry come and go together."""
-        self.measured.setVisible(name is not None)
+        self.measured_speedup = speedup
         self.headers[self.speedup_plot].show_entries(curve_entries(self.speedup_plot)
-                                                     + ([(self.measured.pen, name)] if name is not None else []))
+                                                     + ([(self.measured.opts["pen"], name)] if speedup is not None
+                                                        else []))
+        self._dirty = True
 
     def refresh(self) -> None:
         if not self._dirty:
@@ -234,6 +240,10 @@ class ChartsPanel(QWidget):
                 x, y = x[:0], y[:0]
             curve.setData(x, y)
         self._fit_ranges()
+        end = self.speedup_plot.viewRange()[0][1]
+        speedup = self.measured_speedup
+        self.measured.setData([self.measured_from, end] if speedup is not None else [],
+                              [speedup, speedup] if speedup is not None else [])
 
     def _fit_ranges(self) -> None:
         """Widen (never shrink mid-reply) the x range in steps and the y ranges to whole units."""
@@ -247,6 +257,11 @@ class ChartsPanel(QWidget):
         for plot, (x_max, y_max) in wanted.items():
             if plot.viewRange()[0][1] != x_max or plot.viewRange()[1][1] != y_max:
                 plot.setRange(xRange=(0, x_max), yRange=(0, y_max), padding=0)
+
+    def measured_span(self) -> tuple[float, float] | None:
+        """The rounds the measured line runs over, as drawn (from, to); None: no line."""
+        x, _ = self.measured.getData()
+        return None if x is None or not len(x) else (float(x[0]), float(x[-1]))
 
     def point_count(self, name: str) -> int:
         """How many points the plot item of a series holds (what is drawn, not what is buffered)."""

@@ -19,7 +19,7 @@ from ui.chat_view import CLEAN, TRACE, ChatView, continue_reach
 from ui.compare import comparison_view
 from ui.controls import DecodingControls, ModelPicker
 from ui.engine_report import FATES_NOTE, EngineReport
-from ui.export import file_stem, written_said
+from ui.export import file_stem, numbered_replies, written_said
 from ui.gamma_charts import WhyGammaPanel, why_image
 from ui.history import HistoryPanel
 from ui.inspector import TokenInspector, first_rejection_note
@@ -564,7 +564,7 @@ class MainWindow(QMainWindow):
         """Every reply's charts side by side, each drawn as the live charts draw it, at the charts pane's size, and
         after them the why this γ tab as it reads now (drawn afresh: the tab may never have been shown)."""
         size = self.charts.size() if self.charts.width() > 50 else QSize(350, 600)
-        shown = session.shown_replies()
+        shown = numbered_replies(session)
         why = why_image(session, self.why_charts.why or why_gamma(session), size)
         why_size = why.deviceIndependentSize().toSize()  # the charts' columns are in the same logical pixels
         replies_width = size.width() * max(1, len(shown))
@@ -572,7 +572,8 @@ class MainWindow(QMainWindow):
                        QImage.Format.Format_RGB32)
         image.fill(Qt.GlobalColor.white)
         painter = QPainter(image)
-        for column, (reply, comparison) in enumerate(shown):
+        for column, numbered in enumerate(shown):
+            reply, comparison, parts = numbered.whole, numbered.comparison, numbered.parts
             charts = ChartsPanel()
             charts.resize(size)
             settings = reply.request.settings
@@ -580,7 +581,7 @@ class MainWindow(QMainWindow):
             for event in reply.events:
                 charts.add_round(event, reply.reference)
             if comparison is not None and comparison.fair:
-                charts.show_measured_speedup(comparison.speedup)
+                charts.show_measured_speedup(comparison.speedup, len(parts[-1].events) if len(parts) > 1 else None)
             charts.refresh()
             x = column * size.width()
             painter.drawText(QRect(x, 0, size.width(), EXPORT_TITLE_HEIGHT), Qt.AlignmentFlag.AlignCenter,
@@ -816,7 +817,8 @@ class MainWindow(QMainWindow):
         self.chat.add_comparison(comparison_view(comparison, reply, comparison_line(comparison, reply), shown.pair))
         if not comparison.stopped:
             if comparison.fair:  # a busy or unequal comparison is no line to read the estimate against
-                self.charts.show_measured_speedup(comparison.speedup)
+                self.charts.show_measured_speedup(comparison.speedup,
+                                                  len(reply.events) if reply.request.continues else None)
             self.reply_label.set_parts(self.reply_label.parts + measured_figures(
                 comparison, shown.chat_measured, continued=reply.request.continues))
         self.statusBar().clearMessage()

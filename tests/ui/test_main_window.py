@@ -138,7 +138,8 @@ def test_compare_with_ar_reports_identical_greedy_output_and_keeps_history(make_
     assert len(read) == 3 and read[0] == read[1] == read[2] > 0
     assert [m["role"] for m in studio.chat.messages] == ["user", "assistant"]
     assert re.search(r"measured \d+\.\d\d× vs AR", studio.window.reply_label.text())
-    assert studio.window.charts.measured.isVisible()
+    studio.window.charts.refresh()
+    assert studio.window.charts.measured_span()[0] == 0.0  # over the whole reply
     assert studio.window.why_charts.why.points[-1].measured
 
 
@@ -149,7 +150,8 @@ def test_an_unfair_comparison_is_not_drawn_as_measured(make_studio, greedy_mixed
     send(qtbot, studio)
     assert not studio.chat.session.comparisons[0].fair
     assert "measured" in studio.window.reply_label.text()  # said, with its caveat, but drawn as no line or dot
-    assert not studio.window.charts.measured.isVisible()
+    studio.window.charts.refresh()
+    assert studio.window.charts.measured_span() is None
     assert not studio.window.why_charts.why.points[-1].measured
 
 

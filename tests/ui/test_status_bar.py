@@ -165,3 +165,28 @@ def test_a_continued_parts_measured_speedup_says_it_is_the_parts_not_the_whole_r
     assert "measured 1.33× vs AR (continued part)" in window.reply_label.text()
     show_a_compared_reply(window)  # the control: a reply answering a message
     assert "measured 1.33× vs AR (one run each)" in window.reply_label.text()
+
+
+def test_a_continued_parts_measured_line_runs_over_the_parts_rounds_only(qtbot):
+    """Three rounds answered the message, eight continued it: the red line starts at round 4. The control: a
+    comparison of the whole reply draws it from the chart's start."""
+    window = shown_window(qtbot, 1600, 1000)
+    charts = window.charts
+    comparison = Comparison(ar_events=(), ar_text="", spec_wall_s=2.4, ar_wall_s=3.0, spec_tokens_per_s=66.7,
+                            ar_tokens_per_s=50.0, identical=None)
+    charts.start_reply(2)
+    for i in range(3):
+        charts.add_round(accepted_round(i, ["a"], "b"), 0.02)
+    events = tuple(accepted_round(i, ["a"], "b") for i in range(8))
+    for event in events:
+        charts.add_round(event, 0.02)
+    messages = ({"role": "user", "content": "x"}, {"role": "assistant", "content": "ab"})
+    part = Reply(ReplyRequest(messages, DecodeSettings(gamma=2)), events, "ab" * 8, False, reference_s=0.02)
+    window.on_comparison_finished(ComparisonShown(1, comparison, part, None))
+    charts.refresh()
+    assert charts.measured_span()[0] == 3.5
+    assert "continued&nbsp;part,&nbsp;from&nbsp;round&nbsp;4" in charts.headers[charts.speedup_plot].text()
+    whole = Reply(ReplyRequest(messages[:1], DecodeSettings(gamma=2)), events, "ab" * 8, False, reference_s=0.02)
+    window.on_comparison_finished(ComparisonShown(0, comparison, whole, None))
+    charts.refresh()
+    assert charts.measured_span()[0] == 0.0 and "continued" not in charts.headers[charts.speedup_plot].text()
