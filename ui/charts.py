@@ -219,7 +219,7 @@ class ChartsPanel(QWidget):
         whole reply's); the line runs over those rounds only."""
         first = self.buffers.n - part_rounds + 1 if part_rounds is not None else 1
         self.measured_from = first - 0.5 if first > 1 else 0.0
-        self._show_measured(speedup, f"measured {speedup:.2f}×" + (f" (continued part, from round {first})"
+        self._show_measured(speedup, f"measured {speedup:.2f}× undrawn" + (f" (continued part, from round {first})"
                                                                     if first > 1 else ""))
 
     def _show_measured(self, speedup: float | None, name: str = "") -> None:

@@ -47,7 +47,7 @@ SIDE_MAX_WIDTH = 320
 STATUS_RIGHT_MARGIN = 8  # between the status bar's last widget and the window's right edge
 # The most of the window's width the pair's name takes in the status bar (elided, whole in its tooltip) beside the
 # last reply's figures, which are what changes; with none beside it (loading, timing), all it needs.
-PAIR_SHARE = 0.25
+PAIR_SHARE = 0.23
 UNLIMITED_WIDTH = 16777215  # Qt's QWIDGETSIZE_MAX, which PySide6 does not export
 LAST_REPLY = "last reply: "  # the status bar's summary of the last reply begins so
 EXPORT_TITLE_HEIGHT = 20  # the exported chart image's row naming each reply and the why tab

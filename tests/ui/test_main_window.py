@@ -137,7 +137,7 @@ def test_compare_with_ar_reports_identical_greedy_output_and_keeps_history(make_
     # plain AR and the reply's undrawn rerun read the prompt in as the reply did, rather than finding it cached
     assert len(read) == 3 and read[0] == read[1] == read[2] > 0
     assert [m["role"] for m in studio.chat.messages] == ["user", "assistant"]
-    assert re.search(r"measured \d+\.\d\d× vs AR", studio.window.reply_label.text())
+    assert re.search(r"measured \d+\.\d\d× undrawn", studio.window.reply_label.text())
     studio.window.charts.refresh()
     assert studio.window.charts.measured_span()[0] == 0.0  # over the whole reply
     assert studio.window.why_charts.why.points[-1].measured

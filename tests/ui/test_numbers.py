@@ -86,7 +86,7 @@ def test_a_busy_estimate_says_it_is_unfair_in_its_own_line():
     events = tuple(dataclasses.replace(accepted_round(i, ["a"], "b"), round_s=0.1) for i in range(4))
     reply = Reply(ReplyRequest(({"role": "user", "content": "x"},), DecodeSettings(gamma=2)), events, "ab", False,
                   reference_s=0.04, machine_busy=True)
-    assert "est. 0.80× vs AR (machine busy — not a fair number)" in stats_line(reply)
+    assert "est. 0.80× vs AR, drawn (machine busy — not a fair number)" in stats_line(reply)
 
 
 def test_on_a_busy_machine_window_and_export_show_one_estimate_marked_unfair(make_studio, greedy_mixed_decoder,
@@ -101,12 +101,12 @@ def test_on_a_busy_machine_window_and_export_show_one_estimate_marked_unfair(mak
     studio.chat.timing.add(1e-6)
     send(qtbot, studio)
     reply = studio.chat.replies[-1]
-    estimate = f"est. {reply.estimated_speedup:.2f}× vs AR (machine busy — not a fair number)"
+    estimate = f"est. {reply.estimated_speedup:.2f}× vs AR, drawn (machine busy — not a fair number)"
     shown = window.reply_label.text()
     assert reply.machine_busy and f"{estimate} · measured" in shown
-    assert shown.endswith("× vs AR (machine busy — not a fair number)")  # the AR run was as slow
+    assert shown.endswith("× undrawn (machine busy — not a fair number)")  # the AR run was as slow
     assert "The machine was busy during this reply" in window.chat.toPlainText()
-    figure = f"est.\u00a0{reply.estimated_speedup:.2f}×\u00a0vs\u00a0AR (machine busy"  # it never wraps inside
+    figure = f"est.\u00a0{reply.estimated_speedup:.2f}×\u00a0vs\u00a0AR,\u00a0drawn (machine busy"  # it never wraps inside
     assert figure in window.chat.document().toRawText()
     studio.chat.export(tmp_path / "s")
     stats = json.loads((tmp_path / "s.json").read_text())["replies"][0]["stats"]
@@ -252,7 +252,7 @@ def test_a_busy_machine_leaves_an_estimate_priced_by_the_reply_s_own_plain_steps
     unpriced = Reply(request, tuple(plain[:7] + drafted), "w5" * 7 + "abc" * 4, False, machine_busy=True)
     assert priced.estimate_beside_load and not unpriced.estimate_beside_load
     assert "tok/s (machine busy)" in stats_line(priced) and UNFAIR not in stats_line(priced)
-    assert stats_line(unpriced).endswith("vs AR" + UNFAIR)
+    assert stats_line(unpriced).endswith("vs AR, drawn" + UNFAIR)
     assert busy_note(priced) is None and "not a fair number" in busy_note(unpriced)  # no note where it allowed
 
 

@@ -17,7 +17,7 @@ from ui.session import Comparison, ComparisonShown, Reply, ReplyRequest, ReplySh
 from ui.wording import UNFAIR
 
 LONG_SUMMARY = ("last reply: 128 tokens in 120 rounds · 71.9 tok/s · α 0.62 · 1.07 tok/round · est. 1.13× vs AR"
-                + UNFAIR + " · measured 0.80× vs AR")
+                + UNFAIR + " · measured 0.80× undrawn")
 
 
 def int4_pair() -> PairInfo:
@@ -92,7 +92,7 @@ def test_the_last_reply_summary_short_of_width_keeps_its_first_and_last_figures(
     label = window.reply_label
     shown = label.shown_text()
     assert label.fontMetrics().horizontalAdvance(LONG_SUMMARY) > label.contentsRect().width()  # it must give way
-    assert shown.startswith("last reply: 128 tokens in 120 rounds · ") and shown.endswith(" · measured 0.80× vs AR")
+    assert shown.startswith("last reply: 128 tokens in 120 rounds · ") and shown.endswith(" · measured 0.80× undrawn")
     assert " · … · " in shown and label.fontMetrics().horizontalAdvance(shown) <= label.contentsRect().width()
     assert label.toolTip() == LONG_SUMMARY
 
@@ -103,8 +103,8 @@ def test_in_a_narrow_window_the_summary_keeps_the_estimate_and_the_measured_spee
     label = window.reply_label
     shown = label.shown_text()
     assert label.fontMetrics().horizontalAdvance(label.text()) > label.contentsRect().width()  # it must give way
-    assert f"est. {reply.estimated_speedup:.2f}× vs AR{UNFAIR}" in shown
-    assert f"measured {comparison.speedup:.2f}× vs AR" in shown
+    assert f"est. {reply.estimated_speedup:.2f}× vs AR, drawn{UNFAIR}" in shown
+    assert f"measured {comparison.speedup:.2f}× undrawn" in shown
     assert label.fontMetrics().horizontalAdvance(shown) <= label.contentsRect().width()
     assert label.toolTip() == label.text()  # what was given up is still said there
 
@@ -162,9 +162,9 @@ def test_a_continued_parts_measured_speedup_says_it_is_the_parts_not_the_whole_r
                             ar_tokens_per_s=50.0, identical=None)
     window.on_reply_finished(ReplyShown(1, part, part, can_continue=False, live=True))
     window.on_comparison_finished(ComparisonShown(1, comparison, part, None))
-    assert "measured 1.33× vs AR (continued part)" in window.reply_label.text()
+    assert "measured 1.33× undrawn (continued part)" in window.reply_label.text()
     show_a_compared_reply(window)  # the control: a reply answering a message
-    assert "measured 1.33× vs AR (one run each)" in window.reply_label.text()
+    assert "measured 1.33× undrawn (one run each)" in window.reply_label.text()
 
 
 def test_a_continued_parts_measured_line_runs_over_the_parts_rounds_only(qtbot):
