@@ -36,6 +36,8 @@ def explain(comparison: Comparison, reply: Reply, exact: bool) -> str:
     ours, theirs = reply.tokens, comparison.ar_tokens
     at = parting(comparison, reply)
     if comparison.stopped:
+        if not theirs:
+            return "The comparison was stopped before plain AR made a token, so nothing is measured."
         return ("The comparison was stopped early, so no speed is measured; "
                 + (f"plain AR's {len(theirs)} tokens are the reply's first {len(theirs)}." if at is None
                    else f"the texts part at token {at + 1}."))

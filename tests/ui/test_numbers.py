@@ -143,6 +143,9 @@ def test_a_stopped_comparison_marks_no_parting_where_it_stopped_and_claims_no_sp
                                 "the reply's first 2.")
     reply, parted = greedy_pair([(100, "The", 0.9), (7, " dog", 0.4)])
     assert comparison_view(dataclasses.replace(parted, stopped=True), reply, "s", pair=None).first_difference == 1
+    before_any = dataclasses.replace(finished, stopped=True, ar_events=())  # stopped before plain AR's first token
+    assert comparison_view(before_any, reply, "s", pair=None).explanation == (
+        "The comparison was stopped before plain AR made a token, so nothing is measured.")
 
 
 def test_identical_greedy_outputs_simply_say_so_where_greedy_is_exact():
