@@ -341,7 +341,10 @@ class MainWindow(QMainWindow):
                                                 "plain AR on this target and settings; a table of tokens/s, α and "
                                                 "tokens per round")
         model_menu = self.menuBar().addMenu("&Model")
-        self.serve_action = action(model_menu, "Serve the embedded pair on &vLLM…", "", self.serve_requested.emit)
+        # a disabled item shows no tooltip in every style: the menu's text itself says why it is disabled
+        self.serve_action = action(model_menu, "Serve the embedded pair on &vLLM…"
+                                   + (" (vLLM not installed)" if self.vllm_missing else ""), "",
+                                   self.serve_requested.emit)
         self.serve_action.setStatusTip(self.vllm_missing or "Start vLLM with the embedded pair and this session's "
                                        "tuned speculative config, then chat with it (ready in about 100 s)")
         self.serve_action.setToolTip(self.serve_action.statusTip())

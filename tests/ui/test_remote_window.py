@@ -91,6 +91,7 @@ def test_serving_on_vllm_is_disabled_with_the_make_target_when_it_is_missing(qtb
     studio = make_studio(mixed_decoder, build_options={"serving_peer": ServingPeer(), "vllm_missing": MISSING})
     action = studio.window.serve_action
     assert not action.isEnabled() and "make serving-peer" in action.toolTip()
+    assert action.text().endswith("(vLLM not installed)")  # said where a disabled item shows no tooltip
 
 
 class StandInServer:
