@@ -11,6 +11,7 @@ from ui.timing import estimated_speedup
 
 # Seeds the window's seed box can hold (a QSpinBox is a signed 32-bit int); Regenerate's next seed wraps below it
 SEED_LIMIT = 2 ** 31
+MEASURED_TOKENS = 16  # the fewest plain AR tokens whose time a measured speedup is read from (about 0.1 s here)
 
 
 @dataclass(frozen=True)
@@ -159,9 +160,14 @@ class Comparison:
         return tuple(t for e in self.spec_events for t in e.emitted)
 
     @property
+    def short(self) -> bool:
+        """Too few tokens for a speed: a few tens of milliseconds, which one scheduler hiccup doubles."""
+        return len(self.ar_tokens) < MEASURED_TOKENS
+
+    @property
     def fair(self) -> bool:
-        """Ran to its end on a machine that met both runs alike."""
-        return not (self.stopped or self.machine_busy or self.unequal_loads) and self.speedup > 0
+        """Ran to its end, long enough, on a machine that met both runs alike."""
+        return not (self.stopped or self.machine_busy or self.unequal_loads or self.short) and self.speedup > 0
 
     @property
     def speedup(self) -> float:

@@ -15,6 +15,13 @@ def accepted_round(index: int, texts: list[str], bonus: str, greedy: bool = True
                       target_step_s=0.02, finish_reason=finish)
 
 
+def plain_steps(n: int, text: str = "x") -> tuple[RoundEvent, ...]:
+    """A plain AR run of `n` one-token steps (a Comparison's `ar_events`)."""
+    return tuple(RoundEvent(index=i, gamma=0, drafted=(), emitted=(EmittedToken(99, text, Fate.TARGET, 0.7),),
+                            text_delta=text, draft_s=0.0, verify_s=0.02, round_s=0.02, target_step_s=0.02)
+                 for i in range(n))
+
+
 def rejected_round(index: int, kept: list[str], rejected: str, correction: str, greedy: bool = True,
                    gamma: int | None = None, rejected_q: float = 0.7) -> RoundEvent:
     """The drafts in `kept` accepted, `rejected` thrown away, `correction` emitted in its place."""

@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QApplication
 
 from engine.events import DecodeSettings, ModelInfo, PairInfo, PrefillProgress
 from tests.ui.helpers import shown_window
-from tests.ui.synthetic import accepted_round
+from tests.ui.synthetic import accepted_round, plain_steps
 from ui.main_window import INT4_NOTE
 from ui.session import Comparison, ComparisonShown, Reply, ReplyRequest, ReplyShown
 from ui.wording import UNFAIR
@@ -35,15 +35,20 @@ def drawn(window) -> dict[str, QRect]:
 
 def show_a_compared_reply(window, machine_busy: bool = False) -> tuple[Reply, Comparison]:
     """A 128-token reply read in after 0.5 s, then its comparison, the chat's second fair one."""
+    comparison = Comparison(ar_events=plain_steps(64), ar_text="", spec_wall_s=2.4, ar_wall_s=3.0,
+                            spec_tokens_per_s=66.7, ar_tokens_per_s=50.0, identical=None)
+    return show_a_compared_reply_with(window, comparison, machine_busy)
+
+
+def show_a_compared_reply_with(window, comparison: Comparison, machine_busy: bool = False) -> tuple[Reply, Comparison]:
     events = tuple(dataclasses.replace(accepted_round(i, ["a"], "b"), prefill_s=0.5 if i == 0 else 0.0)
                    for i in range(64))
     reply = Reply(ReplyRequest(({"role": "user", "content": "x"},), DecodeSettings(gamma=2)), events, "ab" * 64,
                   False, reference_s=0.02, machine_busy=machine_busy)
-    comparison = Comparison(ar_events=(), ar_text="", spec_wall_s=2.4, ar_wall_s=3.0, spec_tokens_per_s=66.7,
-                            ar_tokens_per_s=50.0, identical=None)
     window.on_reply_finished(ReplyShown(0, reply, reply, can_continue=False, live=True))
     window.on_comparison_finished(ComparisonShown(0, comparison, reply, None, chat_measured=(1.2, 1.33)))
     QApplication.processEvents()
+    window.charts.refresh()
     return reply, comparison
 
 
@@ -158,7 +163,8 @@ def test_a_continued_parts_measured_speedup_says_it_is_the_parts_not_the_whole_r
     events = tuple(accepted_round(i, ["a"], "b") for i in range(8))
     messages = ({"role": "user", "content": "x"}, {"role": "assistant", "content": "ab"})
     part = Reply(ReplyRequest(messages, DecodeSettings(gamma=2)), events, "ab" * 8, False, reference_s=0.02)
-    comparison = Comparison(ar_events=(), ar_text="", spec_wall_s=2.4, ar_wall_s=3.0, spec_tokens_per_s=66.7,
+    comparison = Comparison(ar_events=plain_steps(64), ar_text="", spec_wall_s=2.4, ar_wall_s=3.0,
+                            spec_tokens_per_s=66.7,
                             ar_tokens_per_s=50.0, identical=None)
     window.on_reply_finished(ReplyShown(1, part, part, can_continue=False, live=True))
     window.on_comparison_finished(ComparisonShown(1, comparison, part, None))
@@ -172,7 +178,8 @@ def test_a_continued_parts_measured_line_runs_over_the_parts_rounds_only(qtbot):
     comparison of the whole reply draws it from the chart's start."""
     window = shown_window(qtbot, 1600, 1000)
     charts = window.charts
-    comparison = Comparison(ar_events=(), ar_text="", spec_wall_s=2.4, ar_wall_s=3.0, spec_tokens_per_s=66.7,
+    comparison = Comparison(ar_events=plain_steps(64), ar_text="", spec_wall_s=2.4, ar_wall_s=3.0,
+                            spec_tokens_per_s=66.7,
                             ar_tokens_per_s=50.0, identical=None)
     charts.start_reply(2)
     for i in range(3):
@@ -190,3 +197,18 @@ def test_a_continued_parts_measured_line_runs_over_the_parts_rounds_only(qtbot):
     window.on_comparison_finished(ComparisonShown(0, comparison, whole, None))
     charts.refresh()
     assert charts.measured_span()[0] == 0.0 and "continued" not in charts.headers[charts.speedup_plot].text()
+
+
+def test_a_comparison_of_a_few_tokens_is_said_too_short_and_not_drawn_as_measured(qtbot):
+    """Five plain AR tokens are a few tens of milliseconds: no fair speedup. The control: sixteen are."""
+    from ui.session import MEASURED_TOKENS
+    from ui.wording import SHORT
+
+    for n, fair in ((5, False), (MEASURED_TOKENS, True)):
+        comparison = Comparison(ar_events=plain_steps(n), ar_text="x" * n, spec_wall_s=0.1, ar_wall_s=0.12,
+                                spec_tokens_per_s=66.7, ar_tokens_per_s=50.0, identical=None)
+        assert comparison.fair is fair
+        window = shown_window(qtbot, 1600, 1000)
+        show_a_compared_reply_with(window, comparison)
+        assert (SHORT in window.reply_label.text()) is not fair
+        assert (window.charts.measured_span() is not None) is fair
