@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QApplication, QMenu
 
 from engine.events import DecodeSettings, Fate
 from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, text_of, token_fragments
+from ui.session import MEASURED_TOKENS
 from ui.wording import reply_header
 from ui.palette import STYLES
 
@@ -125,7 +126,7 @@ def test_compare_with_ar_reports_identical_greedy_output_and_keeps_history(make_
     # the tiny models' timings are all noise beside their cost model: judged here as a quiet machine's
     monkeypatch.setattr("app.chat.machine_was_busy", lambda *_: False)
     monkeypatch.setattr("app.chat.unequal_loads", lambda *_: False)
-    studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=10)
+    studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=MEASURED_TOKENS)  # long enough to time
     studio.window.controls.compare_ar.setChecked(True)
     runner, read = greedy_mixed_decoder.runner, []  # the positions each prompt read-in ends at
     prefill_chunks = runner.prefill_chunks
