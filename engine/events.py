@@ -232,3 +232,5 @@ class PairInfo:
     target_step_s: float = 0.0
     # The pair's cost model as measured at warm-up (engine.decoding.costs.CostModel.as_dict); empty: not yet.
     costs: dict = field(default_factory=dict)
+    # What the target's chat template sends as the system prompt where the chat sets none ("": nothing)
+    default_system_prompt: str = ""

@@ -127,6 +127,7 @@ class MainWindow(QMainWindow):
         self.error_box: QMessageBox | None = None
         self.preferences = preferences
         self.system_prompt = ""
+        self.default_system_prompt = ""  # what the target's chat template sends where the chat sets none
         self._framed = False  # whether the window manager's frame has been fitted to the screen too
 
         self.history = HistoryPanel(preferences)
@@ -515,8 +516,10 @@ class MainWindow(QMainWindow):
             self.continue_reply()
 
     def ask_system_prompt(self) -> None:
+        default = (f"the model's own: “{self.default_system_prompt}”" if self.default_system_prompt
+                   else "none")
         text, ok = QInputDialog.getMultiLineText(self, "System prompt", "Sent first in every turn of new chats "
-                                                 "and of this one (empty: none):", self.system_prompt)
+                                                 f"and of this one (empty: {default}):", self.system_prompt)
         if ok:
             self.system_prompt = text.strip()
             if self.preferences is not None:
@@ -657,6 +660,7 @@ class MainWindow(QMainWindow):
         self.pair_label.setToolTip(f"{self.pair_label.text()}\ntarget: {info.target.path}\n"
                                    f"draft: {info.draft.path if info.draft else '—'}")
         self.controls.set_draft_available(info.draft is not None)
+        self.default_system_prompt = info.default_system_prompt
         self.models_shown.emit(info)
 
     def on_load_failed(self, kept: PairInfo, loaded_request: tuple | None) -> None:

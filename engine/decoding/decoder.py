@@ -20,7 +20,7 @@ from engine.decoding.costs import (LONG_POSITIONS, MEASURE_REPEATS, MEASURED_ROW
                                    RoundPlanner, fastest)
 from engine.decoding.drafters import ContinuationIndex, Drafter, DraftModelDrafter
 from engine.decoding.repetition import LOOKBACK, repeating
-from engine.decoding.text import TextStream
+from engine.decoding.text import TextStream, template_system_prompt
 from engine.events import (ContextNotice, DecodeSettings, DraftedToken, EmittedToken, Fate, Mode, PairInfo,
                            PrefillProgress, RoundEvent, TokenProb)
 from engine.models.loading import LoadedModel, load_model, pick_device, pick_dtype, synchronize
@@ -78,6 +78,7 @@ class Decoder:
             device=str(self.target.device), dtype=str(self.target.model.dtype).removeprefix("torch."),
             greedy_exact=self.runner.batch_invariant, target_step_s=self.target_step_s,
             costs=self.costs.as_dict() if self.costs else {},
+            default_system_prompt=template_system_prompt(self.tokenizer),
         )
 
     def request_gamma(self, gamma: int) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 from functools import cached_property
 
+from jinja2 import TemplateError
 from transformers import PreTrainedTokenizerBase
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
@@ -37,6 +38,32 @@ def left_out_note(held: bytes | None) -> str:
     were, them = ("was", "it") if len(held) == 1 else ("were", "they")
     return (f"{note} {written} UTF-8 bytes {were} written ({' '.join(f'{b:02x}' for b in held)}), too few to make "
             f"the character, so {them} {were} left out of the text")
+
+
+SYSTEM_MARK = "\u2063system\u2063"  # text no real prompt holds, to find where a template puts a system prompt
+USER_MARK = "\u2063user\u2063"
+
+
+def template_system_prompt(tokenizer: PreTrainedTokenizerBase) -> str:
+    """The system prompt the chat template adds to a conversation that brings none (SmolLM2's "You are a helpful
+    AI assistant named SmolLM, …"); "" where it adds none or has no template. Read off the template itself: the
+    conversation rendered with a marked system prompt, and without one."""
+    if not tokenizer.chat_template:
+        return ""
+
+    def rendered(messages: list[dict]) -> str:
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+    user = {"role": "user", "content": USER_MARK}
+    try:
+        marked, bare = rendered([{"role": "system", "content": SYSTEM_MARK}, user]), rendered([user])
+    except TemplateError:  # a template that refuses a system role adds none of its own
+        return ""
+    head, _, tail = marked.partition(SYSTEM_MARK)
+    if not tail or not bare.startswith(head):
+        return ""
+    end = bare.find(tail, len(head))
+    return bare[len(head):end].strip() if end > len(head) else ""
 
 
 class TextStream:

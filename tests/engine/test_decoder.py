@@ -388,3 +388,22 @@ def test_each_step_measurement_also_retimes_a_draft_step_and_keeps_the_drafts_ca
     decoder.measure_target_step()
     assert 0 < decoder.costs.draft_step_s < 1.0  # a tiny draft's step takes milliseconds
     assert decoder.drafter.cached_length() == held
+
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_the_system_prompt_a_chat_template_adds_of_its_own_is_read_off_the_template():
+    """A template that sends "Be kind." where the chat brings no system prompt; the controls: the same template
+    without it, and no template."""
+    from engine.decoding.text import template_system_prompt
+    from tests.tiny import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    assert template_system_prompt(tokenizer) == ""
+    tokenizer.chat_template = CHATML
+    assert template_system_prompt(tokenizer) == ""
+    tokenizer.chat_template = ("{% if messages[0]['role'] != 'system' %}<|im_start|>system\nBe kind.<|im_end|>\n"
+                               "{% endif %}" + CHATML)
+    assert template_system_prompt(tokenizer) == "Be kind."

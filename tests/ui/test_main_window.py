@@ -9,8 +9,8 @@ from PySide6.QtCore import QPoint, QSettings, Qt
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QApplication, QMenu
 
-from engine.events import DecodeSettings, Fate
-from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, text_of, token_fragments
+from engine.events import DecodeSettings, Fate, ModelInfo, PairInfo
+from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, shown_window, text_of, token_fragments
 from ui.session import MEASURED_TOKENS
 from ui.wording import reply_header
 from ui.palette import STYLES
@@ -399,3 +399,14 @@ def test_the_charts_tab_is_named_for_the_last_reply_it_shows_while_an_earlier_to
     tab = window.chart_tabs.indexOf(window.charts)
     assert window.chart_tabs.tabText(tab) == "last reply"
     assert window.chart_tabs.tabToolTip(tab).startswith("The last reply's")
+
+
+def test_the_system_prompt_dialog_names_what_the_model_sends_when_it_is_left_empty(qtbot, monkeypatch):
+    asked = []
+    monkeypatch.setattr("ui.main_window.QInputDialog.getMultiLineText",
+                        lambda _parent, _title, label, text: asked.append(label) or (text, False))
+    window = shown_window(qtbot, 1600, 1000)
+    for default in ("Be kind.", ""):  # the control: a template that sends none
+        window.on_pair_loaded(PairInfo(ModelInfo("t", "/t", 1, 64), None, "cpu", "float32", default_system_prompt=default))
+        window.ask_system_prompt()
+    assert asked[0].endswith("(empty: the model's own: “Be kind.”):") and asked[1].endswith("(empty: none):")

@@ -212,3 +212,4 @@ def test_a_comparison_of_a_few_tokens_is_said_too_short_and_not_drawn_as_measure
         show_a_compared_reply_with(window, comparison)
         assert (SHORT in window.reply_label.text()) is not fair
         assert (window.charts.measured_span() is not None) is fair
+
