@@ -53,10 +53,11 @@ class Keep(IntEnum):
 
     MEASURED = 0  # the measured speedup: what a comparison with plain AR was run for
     ESTIMATE = 1  # the estimated speedup, which the measured one is read against
-    ALPHA = 2
-    SIZE = 3  # how many tokens in how many rounds, and whether the reply was stopped
-    RATE = 4  # tokens per second and per round
-    DETAIL = 5  # how long the prompt took to read, the range of the chat's measurements
+    SPEED = 2  # tokens per second: what every user reads first
+    ALPHA = 3
+    SIZE = 4  # how many tokens in how many rounds, and whether the reply was stopped
+    RATE = 5  # tokens per round
+    DETAIL = 6  # how long the prompt took to read, the range of the chat's measurements
 
 
 class Figure(NamedTuple):
@@ -94,7 +95,7 @@ def stats_figures(reply: Reply) -> list[Figure]:
     estimate_fair = not reply.machine_busy or reply.estimate_beside_load
     figures = [Figure(f"{s.n_tokens} tokens in {s.n_rounds} rounds", Keep.SIZE),
                Figure(f"{s.tokens_per_s:.1f} tok/s" + (BUSY if reply.machine_busy and estimate_fair else ""),
-                      Keep.RATE)]
+                      Keep.SPEED)]
     if reply.request.settings.mode is Mode.SPEC:
         figures += [Figure(alpha_wording(s), Keep.ALPHA), Figure(f"{s.tokens_per_round:.2f} tok/round", Keep.RATE),
                     Figure(f"est. {reply.estimated_speedup:.2f}× vs AR, {ESTIMATED_HOW}"

@@ -114,6 +114,17 @@ def test_in_a_narrow_window_the_summary_keeps_the_estimate_and_the_measured_spee
     assert label.toolTip() == label.text()  # what was given up is still said there
 
 
+def test_in_a_narrow_window_tokens_per_second_outlasts_tokens_per_round(qtbot):
+    """At 1000×700 beside the pair's name and a compared reply tok/s stays and tok/round goes (the control: ranked
+    with tok/round, tok/s went with it)."""
+    window = shown_window(qtbot, 1000, 700)
+    window.on_pair_loaded(int4_pair())
+    window.statusBar().clearMessage()
+    show_a_compared_reply(window)
+    shown = window.reply_label.shown_text()
+    assert "66.7 tok/s" in shown and "tok/round" not in shown and "measured" in shown
+
+
 def test_a_progress_bar_appearing_leaves_the_panes_where_they_are(qtbot):
     window = shown_window(qtbot, 1600, 1000)
     before = window.chat.geometry(), window.statusBar().height()
