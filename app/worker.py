@@ -187,7 +187,8 @@ class DecodeWorker(QObject):
                     if emit:
                         self.prefill_progressed.emit(item)
                 else:
-                    item = with_byte_labels(item, self.decoder.tokenizer)
+                    item = dataclasses.replace(with_byte_labels(item, self.decoder.tokenizer),
+                                               threads=torch.get_num_threads())
                     loads.append(item.load)
                     if len(loads) == LOADED_ROUNDS and median(loads) > BUSY_FACTOR and torch.get_num_threads() > 1:
                         torch.set_num_threads(1)

@@ -165,6 +165,7 @@ class RoundEvent:
     finish_reason: str | None = None  # "eos", "length" or "repeating" on the last round of a reply; else None
     # On the last round: a one-line note when the reply ended part-way through a character (its bytes left out)
     text_notice: str | None = None
+    threads: int = 0  # the CPU threads its forward passes ran on, where the app recorded them (0: not recorded)
 
     @property
     def n_drafted(self) -> int:

@@ -34,8 +34,8 @@ from ui.why import why_gamma
 from ui.wording import comparison_line, remote_header, reply_header
 
 CSV_COLUMNS = ("reply", "part", "round", "mode", "gamma", "n_verified", "n_accepted", "n_emitted", "round_alpha",
-               "draft_s", "verify_s", "round_s", "prefill_s", "target_step_s", "load", "estimated_speedup",
-               "finish_reason", "fates", "text")
+               "draft_s", "verify_s", "round_s", "prefill_s", "target_step_s", "load", "threads",
+               "estimated_speedup", "finish_reason", "fates", "text")
 
 
 def environment(runtime: Runtime | None) -> dict:
@@ -152,6 +152,7 @@ def round_row(number: int, part_number: int, part: Reply, event: RoundEvent) -> 
         "n_emitted": len(event.emitted), "round_alpha": "" if alpha is None else round(alpha, 6),
         "draft_s": event.draft_s, "verify_s": event.verify_s, "round_s": event.round_s,
         "prefill_s": event.prefill_s, "target_step_s": event.target_step_s, "load": event.load,
+        "threads": event.threads or "",
         "estimated_speedup": speedup,
         "finish_reason": event.finish_reason or "", "fates": " ".join(t.fate.value for t in event.emitted),
         "text": event.text_delta,

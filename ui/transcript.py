@@ -47,6 +47,19 @@ ENDED_REPEATING = "⟲ ended: the reply was repeating itself (Continue carries o
 CONTEXT = "Context: "  # before a ContextNotice's message: the conversation was fitted into the model's window
 
 
+def fewer_threads_note(events) -> str | None:
+    """Where a reply went on with fewer CPU threads than it began with (the worker's answer to a machine whose load
+    stalls its threads), from which round; None where it did not."""
+    first = events[0].threads if events else 0
+    dropped = next(((n, e) for n, e in enumerate(events, start=1) if 0 < e.threads < first), None)
+    if dropped is None:
+        return None
+    number, event = dropped
+    fewer = "one thread" if event.threads == 1 else f"{event.threads} threads"
+    return (f"Decoded on {fewer} from round {number}: another program's load stalled the {first} threads it began "
+            "with, and fewer went faster.")
+
+
 def reply_notes(reply: Reply) -> list[Note]:
     """The lines the chat shows under a finished reply, before its AR comparison: its figures first, then what
     to know about them (the Markdown export writes the same lines)."""
@@ -54,6 +67,8 @@ def reply_notes(reply: Reply) -> list[Note]:
     notes = [Note(stats_line(reply) if source is None else remote_line(reply))]
     if source is None and (busy := busy_note(reply)):
         notes.append(Note(busy, warning=True))
+    if source is None and (fewer := fewer_threads_note(reply.events)):
+        notes.append(Note(fewer, warning=True))
     if source is not None and source.reply is not None and source.reply.note:
         notes.append(Note(source.reply.note, warning=True))
     if reply.finish_reason == "length":

@@ -393,7 +393,7 @@ def test_a_decode_the_machines_load_stalls_goes_on_with_one_thread_and_the_same_
     from engine.decoding.costs import CostModel
     from tests.tiny import tiny_decoder
 
-    replies, threads, after = {}, {}, {}
+    replies, threads, after, notes = {}, {}, {}, {}
     # priced at 0.1 µs a block, every round reads as stalled; at 10 s (the control) none does. Drafting γ every round
     # (stop below 0), both decode the same rounds
     for block_s in (1e-7, 10.0):
@@ -408,10 +408,14 @@ def test_a_decode_the_machines_load_stalls_goes_on_with_one_thread_and_the_same_
         studio.worker.reply_finished.connect(lambda _reply, b=block_s: after.setdefault(b, torch.get_num_threads()),
                                              Qt.ConnectionType.DirectConnection)
         replies[block_s] = send(qtbot, studio)
+        notes[block_s] = "Decoded on one thread from round" in studio.window.chat.toPlainText()
         studio.shutdown()
     stalled, quiet = threads[1e-7], threads[10.0]
     assert len(stalled) > LOADED_ROUNDS
     assert stalled == [2] * (LOADED_ROUNDS - 1) + [1] * (len(stalled) - LOADED_ROUNDS + 1)
     assert quiet == [2] * len(quiet)
     assert after == {1e-7: 2, 10.0: 2}  # once the reply ends, a load or a timing has every thread again
+    # each round says what it ran on (the switch comes after the eighth), and the note under the reply says so
+    assert [e.threads for e in replies[1e-7].events] == [2] * LOADED_ROUNDS + [1] * (len(stalled) - LOADED_ROUNDS)
+    assert notes == {1e-7: True, 10.0: False}
     assert [t.token_id for t in replies[1e-7].tokens] == [t.token_id for t in replies[10.0].tokens]

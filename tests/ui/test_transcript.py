@@ -2,6 +2,8 @@
 spans the trace draws in monospace, and which reply a token belongs to."""
 from __future__ import annotations
 
+import dataclasses
+
 from engine.events import Fate
 from tests.ui.synthetic import accepted_round, markdown_reply, rejected_round
 from ui.transcript import OPENING_CHARS, Transcript, UserItem
@@ -55,3 +57,15 @@ def test_a_folded_message_opens_on_whole_words_and_cjk_is_cut_where_it_is():
     assert len(opening) <= OPENING_CHARS and words.text.startswith(opening + " ")  # ends on a whole word
     cjk = UserItem("请用中文介绍一下你自己。" * 200)
     assert cjk.opening == cjk.text[:OPENING_CHARS] + " …"
+
+
+def test_a_reply_that_went_on_with_fewer_threads_says_from_which_round():
+    """Two rounds on 2 threads, then one: the note names round 3. The controls: all on 2, and not recorded."""
+    from ui.transcript import fewer_threads_note
+
+    def on(threads):
+        return [dataclasses.replace(accepted_round(i, ["a"], "b"), threads=t) for i, t in enumerate(threads)]
+
+    note = fewer_threads_note(on([2, 2, 1, 1]))
+    assert note.startswith("Decoded on one thread from round 3:") and "the 2 threads it began with" in note
+    assert fewer_threads_note(on([2, 2, 2])) is None and fewer_threads_note(on([0, 0])) is None
