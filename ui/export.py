@@ -31,7 +31,7 @@ from ui.timing import estimated_speedup
 from ui.tokens import SPECIAL_TOKEN
 from ui.transcript import CONTEXT, reply_notes
 from ui.why import why_gamma
-from ui.wording import comparison_line, remote_header, reply_header
+from ui.wording import comparison_line, pair_said, remote_header, reply_header
 
 CSV_COLUMNS = ("reply", "part", "round", "mode", "gamma", "n_verified", "n_accepted", "n_emitted", "round_alpha",
                "draft_s", "verify_s", "round_s", "prefill_s", "target_step_s", "load", "threads",
@@ -231,13 +231,6 @@ def hard_line_breaks(text: str) -> str:
         elif not fenced and line.strip() and lines[i + 1].strip():
             lines[i] = line.rstrip() + "  "
     return "\n".join(lines)
-
-
-def pair_said(pair: PairInfo) -> str:
-    """Which models, where and in which dtype: what the Markdown export names a chat's or a reply's pair by."""
-    draft = pair.draft.name if pair.draft else "no draft"
-    native = " · 4-bit GGUF target" if pair.target.weights == "native" else ""
-    return f"{pair.target.name} + {draft} · {pair.device} · {pair.dtype}{native}"
 
 
 def markdown(session: Session) -> str:

@@ -31,8 +31,8 @@ from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, EngineTa
 from ui.why import WhyGamma, recommendation_text, why_gamma
 from ui.status_bar import ElidedLabel, PartsLabel, StatusBar
 from ui.transcript import CONTEXT, reply_notes
-from ui.wording import (comparison_line, measured_figures, remote_header, remote_line, reply_header, stats_figures,
-                        unbreakable)
+from ui.wording import (comparison_line, measured_figures, pair_said, remote_header, remote_line, reply_header,
+                        stats_figures, unbreakable)
 
 # The least client area: a 1000×700 screen holds it with a window manager's title bar and borders.
 MIN_WIDTH, MIN_HEIGHT = 995, 620
@@ -82,11 +82,6 @@ def fitted_frame(frame: QRect, margins: QMargins, free: QRect, minimum: QSize) -
     if not free.contains(fitted.topLeft()) or fitted.bottom() > free.bottom():
         fitted.moveTopLeft(free.topLeft())
     return fitted
-
-
-def short_name(name: str) -> str:
-    """A model name that fits the status bar: the file or folder name of a local path."""
-    return Path(name).name if name.startswith(("/", ".", "~")) else name
 
 
 class MainWindow(QMainWindow):
@@ -651,11 +646,8 @@ class MainWindow(QMainWindow):
 
     def on_pair_loaded(self, info: PairInfo) -> None:
         self._close_progress()
-        draft = short_name(info.draft.name) if info.draft else "no draft (AR only)"
-        native = info.target.weights == "native"
-        int4 = " · 4-bit GGUF target" if native else ""
-        self.pair_label.setText(f"{short_name(info.target.name)} + {draft} · {info.device} · {info.dtype}{int4}")
-        if native:  # said where it is seen, not only in a tooltip
+        self.pair_label.setText(pair_said(info, short=True))
+        if info.target.weights == "native":  # said where it is seen, not only in a tooltip
             self.statusBar().showMessage(INT4_NOTE, 20000)
         self.pair_label.setToolTip(f"{self.pair_label.text()}\ntarget: {info.target.path}\n"
                                    f"draft: {info.draft.path if info.draft else '—'}")

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from enum import IntEnum
+from pathlib import Path
 from typing import NamedTuple
 
-from engine.events import DecodeSettings, Mode
+from engine.events import DecodeSettings, Mode, PairInfo
 from engine.stats import ReplyStats
 from ui.session import Comparison, Reply
 
@@ -175,3 +176,17 @@ def remote_line(reply: Reply) -> str:
     elif spec is not None:
         line += " · nothing drafted"
     return line + (" · stopped" if reply.stopped else "")
+
+
+def short_name(name: str) -> str:
+    """A model name that fits the status bar: the file or folder name of a local path."""
+    return Path(name).name if name.startswith(("/", ".", "~")) else name
+
+
+def pair_said(pair: PairInfo, short: bool = False) -> str:
+    """Which models, where and in which dtype: the status bar's name of the loaded pair (`short`: local paths by
+    their file names) and the Markdown export's of a chat's or a reply's."""
+    name = short_name if short else str
+    draft = name(pair.draft.name) if pair.draft else "no draft (AR only)"
+    native = " · 4-bit GGUF target" if pair.target.weights == "native" else ""
+    return f"{name(pair.target.name)} + {draft} · {pair.device} · {pair.dtype}{native}"
