@@ -135,8 +135,8 @@ def _costs_said(draft_s: float, costs: CostModel, positions: int) -> str:
     """All told: the draft's step, its bookkeeping and its row in the target's block (the cost chart's draft step
     is the first of these alone); in a chat, at its length (each cached position makes both dearer)."""
     where = f" after this chat's {positions:,} tokens" if positions > SCRATCH_POSITIONS else ""
-    return (f"here{where} a draft costs {draft_s * 1e3:.2g} ms all told and a step "
-            f"{costs.ar_step_s(positions) * 1e3:.3g} ms")
+    return (f"here{where} a draft costs {draft_s * 1e3:.2g} ms all told (its draft step, bookkeeping and row in "
+            f"the target's block) and a step {costs.ar_step_s(positions) * 1e3:.3g} ms")
 
 
 def calibration(costs: CostModel, drafting: Drafting, runs: Sequence[Measured],

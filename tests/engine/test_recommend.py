@@ -66,7 +66,8 @@ def test_the_threshold_named_is_where_the_next_draft_stops_paying():
     keep_last = 0.8 ** advice.gamma
     assert keep_next < advice.stop_below < keep_last
     assert re.fullmatch(r"drafts stop when the chance of keeping the next token falls below 0\.\d\d: here a draft "
-                        r"costs [\d.]+ ms all told and a step [\d.]+ ms", advice.explanation)
+                        r"costs [\d.]+ ms all told \(its draft step, bookkeeping and row in the target's block\) "
+                        r"and a step [\d.]+ ms", advice.explanation)
 
 
 def test_plain_ar_is_recommended_where_no_draft_pays():
