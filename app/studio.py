@@ -15,7 +15,7 @@ from pathlib import Path
 
 from PySide6.QtCore import (QCoreApplication, QEvent, QObject, QSettings, QStandardPaths, Qt, QThread, QTimer, Signal,
                             Slot)
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtWidgets import QApplication, QSplashScreen, QWidget
 from transformers.utils import logging as transformers_logging
 
 from app import machine
@@ -426,7 +426,8 @@ class Automation(QObject):
             QTimer.singleShot(0, self.window.close)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, splash: QSplashScreen | None = None) -> int:
+    """`splash`: app.launch's, shown while the app imported; it closes once the window is on screen."""
     args = parse_args(argv)
     # The window shows its own progress while models load; tqdm bars in the terminal behind it are noise.
     transformers_logging.disable_progress_bar()
@@ -460,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
     interrupt = quit_on_interrupt(studio.window)
     studio.start()
     studio.window.show()
+    if splash is not None:
+        splash.finish(studio.window)
     AfterFirstPaint(studio.window, studio.window.picker.request_load)
     code = app.exec()
     if interrupt.property("interrupted"):

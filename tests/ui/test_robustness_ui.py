@@ -239,6 +239,7 @@ def test_shutting_down_mid_reply_saves_it_as_stopped_before_returning(make_studi
 
 STUDIO = textwrap.dedent("""
     import sys
+    import app.launch
     import app.studio
 
     built = app.studio.build
@@ -249,7 +250,7 @@ STUDIO = textwrap.dedent("""
         return studio
 
     app.studio.build = build
-    sys.exit(app.studio.main(sys.argv[1:]))
+    sys.exit(app.launch.main(sys.argv[1:]))  # as `specdec-studio` starts: its splash first
 """)
 
 
@@ -284,6 +285,13 @@ def run_studio(model: Path, data: Path, prompt: str, max_new_tokens: int, interr
     finally:
         watchdog.cancel()
     return child.returncode, child.stderr.read()
+
+
+def test_specdec_studio_help_prints_its_options():
+    child = subprocess.run([sys.executable, "-c", "import sys, app.launch; sys.exit(app.launch.main(['--help']))"],
+                           cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert child.returncode == 0 and child.stdout.startswith("usage: specdec-studio"), child.stderr
 
 
 @pytest.mark.parametrize("interrupt", [signal.SIGINT, signal.SIGTERM])
