@@ -37,8 +37,8 @@ class MeasuredPoint:
 
     def said(self) -> str:
         """The point's tooltip: what ran it, with which drafting and rule, and where its figure comes from."""
-        source = ("a fair Compare with AR" if self.origin.startswith("reply") else "its plain AR run"
-                  if self.measured else "no fair Compare with AR: the reply's own estimate")
+        source = ("no fair Compare with AR: the reply's own estimate" if not self.measured
+                  else "a fair Compare with AR" if self.origin.startswith("reply") else "its plain AR run")
         rule = "cost-aware rounds" if self.cost_aware else "the confidence stop (the lines do not predict it)"
         return (f"{self.origin}: {self.drafting.label}, γ ≤ {self.gamma}, drafted by {rule}\n"
                 f"{'measured' if self.measured else 'estimated'} {self.speedup:.2f}× vs plain AR ({source})")
@@ -91,15 +91,17 @@ def measured_run(point: MeasuredPoint, events: Sequence[RoundEvent]) -> Measured
 
 
 def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
-    """The session's acceptance (every speculative round), each drafting's own (a Compare drafters run's rounds
-    counted in them, not in the session's chart), its replies and measured runs as points, and the
+    """The session's acceptance (every speculative round), each drafting's own (a cost-aware Compare drafters run's
+    rounds counted in them, not in the session's chart), its replies and measured runs as points, and the
     recommendation, its predictions scaled to agree with the measured points; `costs_note` says where the pair's
     costs come from, when not from its timing at load."""
     shown = speculative_replies(session)
     events = {}
     for _, reply, _ in shown:
         events.setdefault(drafting_of(reply.request.settings), []).extend(reply.events)
-    for run in (run for comparison in session.drafters for run in comparison.runs):
+    # a confidence-stop run's rounds stay out: its rule drafts where cost-aware rounds would not, so its acceptance
+    # would move the lines that predict cost-aware rounds, as its speedup would if it scaled them
+    for run in (run for comparison in session.drafters if comparison.cost_aware for run in comparison.runs):
         if run.drafting is not Drafting.NONE and run.events:
             events.setdefault(run.drafting, []).extend(run.events)
     profiles = {drafting: position_acceptance(rounds) for drafting, rounds in events.items()}

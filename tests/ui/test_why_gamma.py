@@ -246,12 +246,14 @@ def timed_rounds(events, tokens_per_s: float):
     return tuple(dataclasses.replace(e, round_s=len(e.emitted) / tokens_per_s) for e in events)
 
 
-def copying_measured_at(speedup: float, settings: DecodeSettings = MODEL_ONLY) -> DrafterComparison:
-    """Compare drafters where copying only kept every copy and ran at `speedup` × its plain AR run."""
+def copying_measured_at(speedup: float, settings: DecodeSettings = MODEL_ONLY,
+                        drafting: Drafting = Drafting.LOOKUP) -> DrafterComparison:
+    """Compare drafters where copying only (or `drafting`) kept every draft and ran at `speedup` × its plain AR
+    run."""
     copies = [accepted_round(i, ["a", "b", "c"], "d", q=1.0) for i in range(4)]
     plain = [dataclasses.replace(accepted_round(i, [], "x"), gamma=0) for i in range(8)]
     request = ReplyRequest(({"role": "user", "content": "hi"},), settings)
-    return DrafterComparison(request, (DrafterRun(Drafting.LOOKUP, timed_rounds(copies, 100.0 * speedup)),
+    return DrafterComparison(request, (DrafterRun(drafting, timed_rounds(copies, 100.0 * speedup)),
                                        DrafterRun(Drafting.NONE, timed_rounds(plain, 100.0))))
 
 
@@ -284,8 +286,9 @@ def test_a_run_drafted_by_the_confidence_stop_is_drawn_apart_and_scales_no_cost_
         why = why_gamma(session)
         assert (MeasuredPoint(Drafting.LOOKUP, MODEL_ONLY.gamma, pytest.approx(0.7), True, cost_aware,
                               "Compare drafters") in why.points)
-        predictions[cost_aware] = why.recommendation.speedups[Drafting.LOOKUP][MODEL_ONLY.gamma - 1]
-    assert predictions[True] == pytest.approx(0.7 * SPREAD) and predictions[False] > 0.7 * SPREAD * 1.2
+        predictions[cost_aware] = why.recommendation.speedups.get(Drafting.LOOKUP)
+    # the confidence stop's rounds feed no line either: the chat has no cost-aware copying to draw one from
+    assert predictions[True][MODEL_ONLY.gamma - 1] == pytest.approx(0.7 * SPREAD) and predictions[False] is None
     panel = WhyGammaPanel()
     qtbot.addWidget(panel)
     panel.show_why(why)  # the confidence stop's
@@ -295,6 +298,18 @@ def test_a_run_drafted_by_the_confidence_stop_is_drawn_apart_and_scales_no_cost_
     assert CONFIDENCE_SAID in legend and "copying measured" not in legend
     assert "▲ copying by the confidence stop, measured" in legend  # in copying's colour, as its dot
     assert f"color:{COLOURS[Drafting.LOOKUP]}'>▲" in panel.headers[panel.speedup_plot].text()
+
+
+def test_a_confidence_stop_compare_drafters_leaves_the_lines_as_the_chat_drew_them():
+    """Its draft-model rounds, all kept, would raise the draft model's line: cost-aware (the control) they do."""
+    lines = {}
+    for rule in ("none", "cost-aware", "confidence"):
+        session = synthetic_session(2.0)
+        if rule != "none":
+            settings = dataclasses.replace(MODEL_ONLY, cost_aware=rule == "cost-aware")
+            session.drafters = (copying_measured_at(1.0, settings, Drafting.MODEL),)
+        lines[rule] = why_gamma(session).recommendation.speedups[Drafting.MODEL]
+    assert lines["confidence"] == lines["none"] and lines["cost-aware"] != lines["none"]
 
 
 def test_dots_at_one_gamma_stand_side_by_side_and_each_says_what_ran_it(qtbot):
@@ -320,6 +335,8 @@ def test_dots_at_one_gamma_stand_side_by_side_and_each_says_what_ran_it(qtbot):
     assert sorted(tip.split(":")[0] for tip in tips) == ["Compare drafters", "reply 1"]
     assert (f"Compare drafters: copying only, γ ≤ {settings.gamma}, drafted by cost-aware rounds\n"
             "measured 0.70× vs plain AR (its plain AR run)") in tips
+    assert any(tip.startswith("reply 1:") and tip.endswith("(no fair Compare with AR: the reply's own estimate)")
+               for tip in tips)  # its dot hollow: no comparison ran
 
 
 def test_after_compare_drafters_the_chat_decodes_as_before(make_studio, mixed_decoder, qtbot):
