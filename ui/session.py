@@ -11,7 +11,9 @@ from ui.timing import estimated_speedup
 
 # Seeds the window's seed box can hold (a QSpinBox is a signed 32-bit int); Regenerate's next seed wraps below it
 SEED_LIMIT = 2 ** 31
-MEASURED_TOKENS = 16  # the fewest plain AR tokens whose time a measured speedup is read from (about 0.1 s here)
+# The fewest plain AR tokens whose time a measured speedup is read from: about 0.2 s here, where one slow step
+# after the reply (36 ms beside 6-7 ms steps) still moves a 20-token run's figure by a fifth
+MEASURED_TOKENS = 32
 
 
 @dataclass(frozen=True)
@@ -165,9 +167,15 @@ class Comparison:
         return len(self.ar_tokens) < MEASURED_TOKENS
 
     @property
+    def drafted_nothing(self) -> bool:
+        """Its speculative rerun made no draft: both runs did plain AR's work, and their ratio is the machine's."""
+        return bool(self.spec_events) and not any(e.gamma for e in self.spec_events)
+
+    @property
     def fair(self) -> bool:
-        """Ran to its end, long enough, on a machine that met both runs alike."""
-        return not (self.stopped or self.machine_busy or self.unequal_loads or self.short) and self.speedup > 0
+        """Ran to its end, long enough, on a machine that met both runs alike, with drafts to measure."""
+        return not (self.stopped or self.machine_busy or self.unequal_loads or self.short
+                    or self.drafted_nothing) and self.speedup > 0
 
     @property
     def speedup(self) -> float:

@@ -13,7 +13,7 @@ from engine.events import DecodeSettings, ModelInfo, PairInfo, PrefillProgress
 from tests.ui.helpers import shown_window
 from tests.ui.synthetic import accepted_round, plain_steps
 from ui.main_window import INT4_NOTE
-from ui.session import Comparison, ComparisonShown, Reply, ReplyRequest, ReplyShown
+from ui.session import MEASURED_TOKENS, Comparison, ComparisonShown, Reply, ReplyRequest, ReplyShown
 from ui.wording import UNFAIR
 
 LONG_SUMMARY = ("last reply: 128 tokens in 120 rounds · 71.9 tok/s · α 0.62 · 1.07 tok/round · est. 1.13× vs AR"
@@ -211,11 +211,10 @@ def test_a_continued_parts_measured_line_runs_over_the_parts_rounds_only(qtbot):
 
 
 def test_a_comparison_of_a_few_tokens_is_said_too_short_and_not_drawn_as_measured(qtbot):
-    """Five plain AR tokens are a few tens of milliseconds: no fair speedup. The control: sixteen are."""
-    from ui.session import MEASURED_TOKENS
+    """One token fewer than MEASURED_TOKENS is too short to time: no fair speedup. The control: that many are."""
     from ui.wording import SHORT
 
-    for n, fair in ((5, False), (MEASURED_TOKENS, True)):
+    for n, fair in ((MEASURED_TOKENS - 1, False), (MEASURED_TOKENS, True)):
         comparison = Comparison(ar_events=plain_steps(n), ar_text="x" * n, spec_wall_s=0.1, ar_wall_s=0.12,
                                 spec_tokens_per_s=66.7, ar_tokens_per_s=50.0, identical=None)
         assert comparison.fair is fair
@@ -224,3 +223,14 @@ def test_a_comparison_of_a_few_tokens_is_said_too_short_and_not_drawn_as_measure
         assert (SHORT in window.reply_label.text()) is not fair
         assert (window.charts.measured_span() is not None) is fair
 
+
+
+def test_a_comparison_whose_rerun_drafted_nothing_is_plain_ars_work_and_no_speedup():
+    """The control: the same comparison with one drafting round is a fair measurement."""
+    from ui.wording import UNDRAFTED, comparison_caveat
+
+    for drafted, fair in ((False, False), (True, True)):
+        rerun = plain_steps(MEASURED_TOKENS) + ((accepted_round(0, ["a"], "b"),) if drafted else ())
+        comparison = Comparison(ar_events=plain_steps(MEASURED_TOKENS), ar_text="", spec_wall_s=0.3, ar_wall_s=0.3,
+                                spec_tokens_per_s=110.0, ar_tokens_per_s=100.0, identical=None, spec_events=rerun)
+        assert comparison.fair is fair and (comparison_caveat(comparison) == UNDRAFTED) is not fair

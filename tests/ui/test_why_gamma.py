@@ -17,8 +17,8 @@ from tests.ui.synthetic import accepted_round, plain_steps, rejected_round
 from ui.gamma_charts import COLOURS, MIN_WHY_HEIGHT
 from ui.main_window import MIN_HEIGHT, MIN_WIDTH, MainWindow
 from ui.export import session_json
-from ui.session import (Comparison, DrafterComparison, DrafterRun, Reply, ReplyRequest, RoundShown, Session,
-                        TurnStarted)
+from ui.session import (MEASURED_TOKENS, Comparison, DrafterComparison, DrafterRun, Reply, ReplyRequest, RoundShown,
+                        Session, TurnStarted)
 from ui.why import MeasuredPoint, why_gamma
 
 MODEL_ONLY = DecodeSettings(gamma=4, lookup=False)
@@ -188,7 +188,7 @@ def test_the_speedup_legend_says_which_dots_are_measured_and_which_estimated(qtb
     """A Compare that met a busy machine leaves its reply's dot hollow: the legend must say what hollow means."""
     session = synthetic_session(2.0)
     reply = session.replies[0]
-    comparison = Comparison(plain_steps(16), "", 1.0, 1.5, 3.0, 2.0, None, machine_busy=busy)
+    comparison = Comparison(plain_steps(MEASURED_TOKENS), "", 1.0, 1.5, 3.0, 2.0, None, machine_busy=busy)
     window = window_at(qtbot)
     window.on_why_changed(why_gamma(Session(session.pair, [reply, reply], {1: comparison})))
     legend = QTextDocumentFragment.fromHtml(window.why_charts.headers[window.why_charts.speedup_plot].text())
