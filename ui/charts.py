@@ -142,6 +142,14 @@ class ChartHeader(QLabel):
                      f"<span style='font-size:7pt'>{legend}</span>")
 
 
+def measured_said(speedup: float, rounds: tuple[int, int] | None) -> str:
+    """A measured line's legend entry; `rounds`: the first and last it covers, where not the whole reply."""
+    if rounds is None:
+        return f"measured {speedup:.2f}× undrawn"
+    first, last = rounds
+    return f"measured {speedup:.2f}× undrawn ({'continued part, ' if first > 1 else ''}rounds {first}–{last})"
+
+
 class ChartsPanel(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -180,9 +188,9 @@ class ChartsPanel(QWidget):
         self.baseline = pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#9e9e9e", width=1))
         # Named in the legend, not by a label on the line: the estimate curves ran through that label. Over the
         # rounds the comparison decoded again: the whole reply's, or a continued part's only.
-        self.measured = self.speedup_plot.plot(pen=pg.mkPen("#c62828", width=2, style=Qt.PenStyle.DashLine))
-        self.measured_speedup: float | None = None
-        self.measured_from = 0.0  # where the measured line starts
+        self.measured = self.speedup_plot.plot(pen=pg.mkPen("#c62828", width=2, style=Qt.PenStyle.DashLine),
+                                               connect="finite")
+        self.measured_parts: list[tuple[int, int, float]] = []  # (first round, last round, speedup) of each part
         self.speedup_plot.addItem(self.baseline)
         titles = {self.alpha_plot: "α per round", self.tokens_plot: "tokens per round",
                   self.speedup_plot: "speedup vs plain AR"}
@@ -207,7 +215,8 @@ class ChartsPanel(QWidget):
         self.most_per_round = gamma + 1.0
         self.buffers.clear(speculative)
         self.headers[self.speedup_plot].note = "" if speculative else "none: this reply is plain AR"
-        self._show_measured(None)
+        self.measured_parts = []
+        self._show_measured()
 
     def add_round(self, event: RoundEvent, reference_s: float) -> None:
         """`reference_s`: the single-token target step the round's speedup estimate uses."""
@@ -215,19 +224,18 @@ class ChartsPanel(QWidget):
         self._dirty = True
 
     def show_measured_speedup(self, speedup: float, part_rounds: int | None = None) -> None:
-        """`part_rounds`: how many of the last rounds drawn a continued part's comparison decoded again (None: the
-        whole reply's); the line runs over those rounds only."""
-        first = self.buffers.n - part_rounds + 1 if part_rounds is not None else 1
-        self.measured_from = first - 0.5 if first > 1 else 0.0
-        self._show_measured(speedup, f"measured {speedup:.2f}× undrawn" + (f" (continued part, from round {first})"
-                                                                    if first > 1 else ""))
+        """A fair comparison of the rounds drawn last: `part_rounds` of them, a continued part's (None: the whole
+        reply's). Its line runs over those rounds only, beside any earlier part's."""
+        last = self.buffers.n
+        self.measured_parts.append((last - part_rounds + 1 if part_rounds is not None else 1, last, speedup))
+        self._show_measured()
 
-    def _show_measured(self, speedup: float | None, name: str = "") -> None:
-        """The measured line and its legend entry come and go together."""
-        self.measured_speedup = speedup
-        self.headers[self.speedup_plot].show_entries(curve_entries(self.speedup_plot)
-                                                     + ([(self.measured.opts["pen"], name)] if speedup is not None
-                                                        else []))
+    def _show_measured(self) -> None:
+        """The measured lines and their legend entries come and go together."""
+        alone = len(self.measured_parts) == 1 and self.measured_parts[0][0] == 1  # the whole reply's: no rounds said
+        entries = [(self.measured.opts["pen"], measured_said(speedup, None if alone else (first, last)))
+                   for first, last, speedup in self.measured_parts]
+        self.headers[self.speedup_plot].show_entries(curve_entries(self.speedup_plot) + entries)
         self._dirty = True
 
     def refresh(self) -> None:
@@ -240,10 +248,11 @@ class ChartsPanel(QWidget):
                 x, y = x[:0], y[:0]
             curve.setData(x, y)
         self._fit_ranges()
-        end = self.speedup_plot.viewRange()[0][1]
-        speedup = self.measured_speedup
-        self.measured.setData([self.measured_from, end] if speedup is not None else [],
-                              [speedup, speedup] if speedup is not None else [])
+        x, y = [], []
+        for first, last, speedup in self.measured_parts:  # a gap (NaN) between one part's line and the next
+            x += [first - 0.5, last + 0.5, np.nan]
+            y += [speedup, speedup, np.nan]
+        self.measured.setData(np.array(x, dtype=float), np.array(y, dtype=float))
 
     def _fit_ranges(self) -> None:
         """Widen (never shrink mid-reply) the x range in steps and the y ranges to whole units."""
@@ -258,10 +267,12 @@ class ChartsPanel(QWidget):
             if plot.viewRange()[0][1] != x_max or plot.viewRange()[1][1] != y_max:
                 plot.setRange(xRange=(0, x_max), yRange=(0, y_max), padding=0)
 
-    def measured_span(self) -> tuple[float, float] | None:
-        """The rounds the measured line runs over, as drawn (from, to); None: no line."""
-        x, _ = self.measured.getData()
-        return None if x is None or not len(x) else (float(x[0]), float(x[-1]))
+    def measured_spans(self) -> list[tuple[float, float, float]]:
+        """Each measured line as drawn: (from, to, speedup)."""
+        x, y = self.measured.getData()
+        if x is None:
+            return []
+        return [(float(x[i]), float(x[i + 1]), float(y[i])) for i in range(0, len(x) - 1, 3)]
 
     def point_count(self, name: str) -> int:
         """How many points the plot item of a series holds (what is drawn, not what is buffered)."""

@@ -85,9 +85,14 @@ class NumberedReply:
     number: int  # 1, 2, ... in the chat's order: the PNG's "reply N" and every file's `reply`
     whole: Reply  # its parts joined (Reply.extended_by), as the window shows it
     parts: tuple[Reply, ...]  # the reply first sent, then each continuation of it (part 1, 2, ...)
-    comparison: Comparison | None  # its last part's
+    comparisons: tuple[Comparison | None, ...]  # each part's AR comparison, where it has one
     context_notice: str  # its last part's (Session.context_notices), "" if none
     pair: PairInfo | None = None  # the local pair that decoded its last part, where known (Session.reply_pairs)
+
+    @property
+    def comparison(self) -> Comparison | None:
+        """Its last part's: the one the chat's figures for the reply end on."""
+        return self.comparisons[-1]
 
 
 def numbered_replies(session: Session) -> list[NumberedReply]:
@@ -98,10 +103,10 @@ def numbered_replies(session: Session) -> list[NumberedReply]:
             groups[-1].append(index)
         else:
             groups.append([index])
-    return [NumberedReply(number, whole, tuple(session.replies[i] for i in group), comparison,
+    return [NumberedReply(number, whole, tuple(session.replies[i] for i in group),
+                          tuple(session.comparisons.get(i) for i in group),
                           session.context_notices.get(group[-1], ""), session.reply_pairs.get(group[-1]))
-            for number, (group, (whole, comparison)) in enumerate(zip(groups, session.shown_replies(), strict=True),
-                                                                   start=1)]
+            for number, (group, (whole, _)) in enumerate(zip(groups, session.shown_replies(), strict=True), start=1)]
 
 
 def session_json(session: Session) -> dict:
@@ -126,7 +131,11 @@ def session_json(session: Session) -> dict:
             "position_acceptance": position_acceptance(reply.events).as_dict(),
             # a continued reply was decoded in parts, each with its own settings, rounds and end
             "parts": [{"part": p, "settings": plain(part.request.settings), "stopped": part.stopped,
-                       "n_rounds": len(part.events)} for p, part in enumerate(numbered.parts, start=1)],
+                       "n_rounds": len(part.events),
+                       "speedup": None if part_comparison is None else part_comparison.speedup,
+                       "fair": None if part_comparison is None else part_comparison.fair}
+                      for p, (part, part_comparison) in enumerate(zip(numbered.parts, numbered.comparisons),
+                                                                  start=1)],
             "rounds": [{"part": p, **plain(event)} for p, part in enumerate(numbered.parts, start=1)
                        for event in part.events],
             "remote": None if reply.remote is None else remote_json(reply.remote),
@@ -249,10 +258,10 @@ def markdown(session: Session) -> str:
         header = (reply_header(reply.request.settings) if reply.remote is None
                   else remote_header(reply.remote.model, reply.remote.url, reply.request.settings))
         notes = [note.text for note in reply_notes(reply)]
-        compared = numbered.parts[-1]  # a comparison decodes the last part again: a continuation's, on its own
-        if comparison is not None:
-            notes += [comparison_line(comparison, compared),
-                      explain(comparison, compared, greedy_is_exact(session.pair))]
+        for part, part_comparison in zip(numbered.parts, numbered.comparisons):  # as the chat shows each part's
+            if part_comparison is not None:
+                notes += [comparison_line(part_comparison, part),
+                          explain(part_comparison, part, greedy_is_exact(session.pair))]
         if numbered.context_notice:
             notes.append(CONTEXT + numbered.context_notice)
         said = pair_said(numbered.pair) if numbered.pair is not None else ""
@@ -262,6 +271,7 @@ def markdown(session: Session) -> str:
         lines += [f"**Reply {numbered.number} · {header}**", "", hard_line_breaks(text), ""]
         for note in notes:
             lines += [f"*{note}*", ""]
+        compared = numbered.parts[-1]  # the AR text beside the reply is its last part's comparison's, as in the chat
         ar_text = SPECIAL_TOKEN.sub("", comparison.ar_text).strip() if comparison is not None else ""
         if ar_text and ar_text != SPECIAL_TOKEN.sub("", compared.text).strip():  # the chat shows both side by side
             of = " of the continued part" if compared.request.continues else ""

@@ -19,7 +19,7 @@ from ui.chat_view import CLEAN, TRACE, ChatView, continue_reach
 from ui.compare import comparison_view
 from ui.controls import DecodingControls, ModelPicker
 from ui.engine_report import FATES_NOTE, EngineReport
-from ui.export import file_stem, numbered_replies, written_said
+from ui.export import NumberedReply, file_stem, numbered_replies, written_said
 from ui.gamma_charts import WhyGammaPanel, why_image
 from ui.history import HistoryPanel
 from ui.inspector import TokenInspector, first_rejection_note
@@ -574,16 +574,7 @@ class MainWindow(QMainWindow):
         image.fill(Qt.GlobalColor.white)
         painter = QPainter(image)
         for column, numbered in enumerate(shown):
-            reply, comparison, parts = numbered.whole, numbered.comparison, numbered.parts
-            charts = ChartsPanel()
-            charts.resize(size)
-            settings = reply.request.settings
-            charts.start_reply(reply.gamma, speculative=settings.mode is Mode.SPEC)
-            for event in reply.events:
-                charts.add_round(event, reply.reference)
-            if comparison is not None and comparison.fair:
-                charts.show_measured_speedup(comparison.speedup, len(parts[-1].events) if len(parts) > 1 else None)
-            charts.refresh()
+            charts = reply_charts(numbered, size)
             x = column * size.width()
             painter.drawText(QRect(x, 0, size.width(), EXPORT_TITLE_HEIGHT), Qt.AlignmentFlag.AlignCenter,
                              f"reply {column + 1}")
@@ -1012,6 +1003,21 @@ def reply_actions(text: str, can_continue: bool) -> tuple[str, ...]:
     """The links under a finished reply: Copy only where it has text (one stopped while the prompt was read has
     none), Continue only where it can go on."""
     return ((("copy",) if text else ()) + ("edit", "regenerate") + (("continue",) if can_continue else ()))
+
+
+def reply_charts(numbered: NumberedReply, size: QSize) -> ChartsPanel:
+    """A reply's charts as the live ones drew it, part by part (each part's fair comparison over its rounds)."""
+    reply = numbered.whole
+    charts = ChartsPanel()
+    charts.resize(size)
+    charts.start_reply(reply.gamma, speculative=reply.request.settings.mode is Mode.SPEC)
+    for part, comparison in zip(numbered.parts, numbered.comparisons):
+        for event in part.events:
+            charts.add_round(event, reply.reference)
+        if comparison is not None and comparison.fair:
+            charts.show_measured_speedup(comparison.speedup, len(part.events) if part.request.continues else None)
+    charts.refresh()
+    return charts
 
 
 DRAFTER_COLUMNS = ("drafters", "tokens/s", "α", "tokens/round", "vs plain AR")

@@ -169,6 +169,20 @@ def test_a_continued_replys_comparison_is_written_of_the_continued_part_as_the_c
     assert "Plain AR's text" not in story  # the same text as the part it decoded again
 
 
+def test_each_parts_comparison_is_written_as_the_chat_shows_each(tmp_path):
+    """Part 1 (stopped, so its comparison says no speed) and part 2 each compared: both lines, in order, and the
+    JSON's parts name each part's figure."""
+    session = hash_table_then_a_continued_story()
+    story, more = session.replies[1], session.replies[2]
+    first = Comparison((), "Once", 0.1, 0.1, 20.0, 10.0, None, stopped=True)
+    last = session.comparisons[2]
+    session.comparisons = {1: first, 2: last}
+    data, _, _, markdown = exported(tmp_path, session)
+    told = markdown.split("**Reply 2 ·")[1]
+    assert told.index(f"*{comparison_line(first, story)}*") < told.index(f"*{comparison_line(last, more)}*")
+    assert [(p["part"], p["speedup"]) for p in data["replies"][1]["parts"]] == [(1, 2.0), (2, 2.0)]
+
+
 def test_the_markdown_keeps_a_poems_lines_and_leaves_code_as_it_is():
     poem = "Roses are red,\nviolets are blue.\n\n```\nx = 1\ny = 2\n```\n- one\n- two"
     assert hard_line_breaks(poem) == ("Roses are red,  \nviolets are blue.\n\n```\nx = 1\ny = 2\n```\n- one  \n"

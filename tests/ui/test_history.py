@@ -556,3 +556,32 @@ def test_a_reopened_chat_charts_the_points_charted_live_and_ends_on_its_footer(m
     assert chart_data(window.charts) == live
     assert f"est. {live['speedup_mean'][-1]:.2f}× vs AR" in window.reply_label.text()
     assert live["speedup_mean"][-1] == pytest.approx(reply.estimated_speedup)
+
+
+def test_a_continued_replys_measured_lines_are_the_same_live_reopened_and_in_the_export(make_window, mixed_decoder,
+                                                                                       qtbot, monkeypatch):
+    """Each part compared: a line over each part's rounds, the same three ways."""
+    from ui.export import numbered_replies
+    from ui.main_window import reply_charts
+    from ui.session import MEASURED_TOKENS
+
+    monkeypatch.setattr("app.chat.machine_was_busy", lambda *_: False)  # the tiny models' timings are all noise
+    monkeypatch.setattr("app.chat.unequal_loads", lambda *_: False)
+    studio = make_window(mixed_decoder, greedy=True, max_new_tokens=MEASURED_TOKENS, cost_aware=False,
+                         stop_below=0.0)
+    window = studio.window
+    window.controls.compare_ar.setChecked(True)
+    send(qtbot, studio, "w3 w4")
+    with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        window.continue_action.trigger()
+    window.charts.refresh()
+    live = window.charts.measured_spans()
+    first = len(studio.chat.replies[0].events)
+    assert [(start, end) for start, end, _ in live] == [(0.5, first + 0.5),
+                                                        (first + 0.5, len(studio.chat.whole_reply(1).events) + 0.5)]
+    exported = reply_charts(numbered_replies(studio.chat.session)[0], window.charts.size()).measured_spans()
+    chat_id = studio.chat.chat_id
+    window.new_chat()
+    studio.chat.open_chat(chat_id)
+    window.charts.refresh()
+    assert window.charts.measured_spans() == live == exported

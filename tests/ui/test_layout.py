@@ -233,7 +233,7 @@ def test_chart_legends_name_every_line_whole_and_cover_no_data(qtbot, size):
     assert "measured 1.95×" in speedup_legend  # the red line's entry, with its value
     charts.start_reply()  # a new reply has no measurement yet: neither its line nor its entry
     charts.refresh()
-    assert charts.measured_span() is None and "measured" not in charts.headers[charts.speedup_plot].text()
+    assert charts.measured_spans() == [] and "measured" not in charts.headers[charts.speedup_plot].text()
 
 
 def test_at_the_smallest_size_the_ar_comparison_progress_shows_its_text_whole(qtbot):

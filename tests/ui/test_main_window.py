@@ -140,7 +140,8 @@ def test_compare_with_ar_reports_identical_greedy_output_and_keeps_history(make_
     assert [m["role"] for m in studio.chat.messages] == ["user", "assistant"]
     assert re.search(r"measured \d+\.\d\d× undrawn", studio.window.reply_label.text())
     studio.window.charts.refresh()
-    assert studio.window.charts.measured_span()[0] == 0.0  # over the whole reply
+    [(start, end, _)] = studio.window.charts.measured_spans()  # over the whole reply
+    assert start == 0.5 and end == len(reply.events) + 0.5
     assert studio.window.why_charts.why.points[-1].measured
 
 
@@ -152,7 +153,7 @@ def test_an_unfair_comparison_is_not_drawn_as_measured(make_studio, greedy_mixed
     assert not studio.chat.session.comparisons[0].fair
     assert "measured" in studio.window.reply_label.text()  # said, with its caveat, but drawn as no line or dot
     studio.window.charts.refresh()
-    assert studio.window.charts.measured_span() is None
+    assert studio.window.charts.measured_spans() == []
     assert not studio.window.why_charts.why.points[-1].measured
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from itertools import combinations
 
+import pytest
 from PySide6.QtCore import QPoint, QRect
 from PySide6.QtWidgets import QApplication
 
@@ -184,30 +185,39 @@ def test_a_continued_parts_measured_speedup_says_it_is_the_parts_not_the_whole_r
     assert "measured 1.33× undrawn (one run each)" in window.reply_label.text()
 
 
-def test_a_continued_parts_measured_line_runs_over_the_parts_rounds_only(qtbot):
-    """Three rounds answered the message, eight continued it: the red line starts at round 4. The control: a
-    comparison of the whole reply draws it from the chart's start."""
+def test_each_parts_measured_line_runs_over_that_parts_rounds_only(qtbot):
+    """A reply of three rounds measured at 1.33×, then a continuation of eight whose comparison met a busy machine,
+    then one of eight measured at 1.33× again: a line over rounds 1-3 and one over 12-19, none over 4-11. The
+    control: a reply measured whole is one line, named without rounds."""
     window = shown_window(qtbot, 1600, 1000)
     charts = window.charts
-    comparison = Comparison(ar_events=plain_steps(64), ar_text="", spec_wall_s=2.4, ar_wall_s=3.0,
-                            spec_tokens_per_s=66.7,
-                            ar_tokens_per_s=50.0, identical=None)
+    fair = Comparison(ar_events=plain_steps(64), ar_text="", spec_wall_s=2.4, ar_wall_s=3.0, spec_tokens_per_s=66.7,
+                      ar_tokens_per_s=50.0, identical=None)
+    messages = ({"role": "user", "content": "x"}, {"role": "assistant", "content": "ab"})
     charts.start_reply(2)
-    for i in range(3):
-        charts.add_round(accepted_round(i, ["a"], "b"), 0.02)
+    for rounds, request, comparison in ((3, ReplyRequest(messages[:1], DecodeSettings(gamma=2)), fair),
+                                        (8, ReplyRequest(messages, DecodeSettings(gamma=2)),
+                                         dataclasses.replace(fair, machine_busy=True)),
+                                        (8, ReplyRequest(messages, DecodeSettings(gamma=2)), fair)):
+        events = tuple(accepted_round(i, ["a"], "b") for i in range(rounds))
+        for event in events:
+            charts.add_round(event, 0.02)
+        part = Reply(request, events, "ab" * rounds, False, reference_s=0.02)
+        window.on_comparison_finished(ComparisonShown(1, comparison, part, None))
+    charts.refresh()
+    assert charts.measured_spans() == [(0.5, 3.5, pytest.approx(66.7 / 50)), (11.5, 19.5, pytest.approx(66.7 / 50))]
+    legend = charts.headers[charts.speedup_plot].text().replace("&nbsp;", " ")
+    assert "measured 1.33× undrawn (rounds 1–3)" in legend
+    assert "measured 1.33× undrawn (continued part, rounds 12–19)" in legend
+    charts.start_reply(2)
     events = tuple(accepted_round(i, ["a"], "b") for i in range(8))
     for event in events:
         charts.add_round(event, 0.02)
-    messages = ({"role": "user", "content": "x"}, {"role": "assistant", "content": "ab"})
-    part = Reply(ReplyRequest(messages, DecodeSettings(gamma=2)), events, "ab" * 8, False, reference_s=0.02)
-    window.on_comparison_finished(ComparisonShown(1, comparison, part, None))
-    charts.refresh()
-    assert charts.measured_span()[0] == 3.5
-    assert "continued&nbsp;part,&nbsp;from&nbsp;round&nbsp;4" in charts.headers[charts.speedup_plot].text()
     whole = Reply(ReplyRequest(messages[:1], DecodeSettings(gamma=2)), events, "ab" * 8, False, reference_s=0.02)
-    window.on_comparison_finished(ComparisonShown(0, comparison, whole, None))
+    window.on_comparison_finished(ComparisonShown(0, fair, whole, None))
     charts.refresh()
-    assert charts.measured_span()[0] == 0.0 and "continued" not in charts.headers[charts.speedup_plot].text()
+    assert charts.measured_spans() == [(0.5, 8.5, pytest.approx(66.7 / 50))]
+    assert "measured 1.33× undrawn<" in charts.headers[charts.speedup_plot].text().replace("&nbsp;", " ")
 
 
 def test_a_comparison_of_a_few_tokens_is_said_too_short_and_not_drawn_as_measured(qtbot):
@@ -221,7 +231,7 @@ def test_a_comparison_of_a_few_tokens_is_said_too_short_and_not_drawn_as_measure
         window = shown_window(qtbot, 1600, 1000)
         show_a_compared_reply_with(window, comparison)
         assert (SHORT in window.reply_label.text()) is not fair
-        assert (window.charts.measured_span() is not None) is fair
+        assert bool(window.charts.measured_spans()) is fair
 
 
 
