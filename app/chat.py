@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QAbstractEventDispatcher, QObject, Qt, Signal
 
 from app.chat_store import ChatRecorder, ChatStore, ChatStoreError, ChatSummary, title_for
 from app.timing import QuietTimings, StepReference, TimingAtLoad, machine_was_busy, unequal_loads
@@ -57,6 +57,7 @@ class ChatController(QObject):
     gamma_requested = Signal(int)
     reset_requested = Signal()  # a new conversation: the decoder forgets the last one's caches
     drafters_requested = Signal(object)  # ReplyRequest: decode it with each drafting choice (Compare drafters)
+    reply_drawn = Signal()  # the window has drawn the reply just finished: Compare with AR's runs may start
     costs_replaced = Signal(object)  # CostModel.as_dict: plan on these, not on a timing the machine's load slowed
     # commands for the remote worker (a running engine as the target)
     remote_connect_requested = Signal(str, object)  # URL, served model name or None (the only one served)
@@ -466,8 +467,15 @@ class ChatController(QObject):
         if reply.request.compare_ar and not reply.stopped:
             if self.state is TurnState.REPLYING:
                 self._set_state(TurnState.COMPARING)
+            # once the GUI thread's event loop next waits: what the window's drawing posted (layout, paint) has run
+            QAbstractEventDispatcher.instance().aboutToBlock.connect(self._on_reply_drawn,
+                                                                     Qt.ConnectionType.UniqueConnection)
             return
         self._finish_turn()
+
+    def _on_reply_drawn(self) -> None:
+        QAbstractEventDispatcher.instance().aboutToBlock.disconnect(self._on_reply_drawn)
+        self.reply_drawn.emit()
 
     def on_comparison_progressed(self, tokens: int, aim: int) -> None:
         """Compare with AR's runs have produced `tokens` of the `aim` (the worker's count of them)."""

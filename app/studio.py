@@ -152,6 +152,7 @@ def build(decoder: Decoder | None = None, target: str = "embedded", draft: str |
     chat.prompt_requested.connect(worker.on_prompt_submitted)
     chat.reset_requested.connect(worker.on_new_chat_requested)
     chat.drafters_requested.connect(worker.on_drafters_requested)
+    chat.reply_drawn.connect(worker.reply_drawn, direct)  # the worker waits for it in its slot
     chat.costs_replaced.connect(worker.on_costs_replaced)
     chat.stop_requested.connect(worker.request_stop, direct)
     chat.gamma_requested.connect(worker.request_gamma, direct)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import threading
+import time
 import traceback
 from collections import deque
 from collections.abc import Callable
@@ -39,6 +40,10 @@ COMPARED_DRAFTINGS = (Drafting.MODEL, Drafting.LOOKUP, Drafting.BOTH, Drafting.N
 # at 36-44 tok/s on two threads and at 103-105 on one (167 quiet on two, 107-109 quiet on one). Every decode starts
 # again on all of the machine's threads; the output is the same bits on any number of them.
 LOADED_ROUNDS = 8
+# Compare with AR's runs wait for the window to have drawn the reply they follow (at most this long): that drawing
+# (its text, notes and charts, the stored reply: 8-20 ms here) would otherwise meet plain AR's run alone, which
+# comes first.
+DRAWN_WAIT_S = 2.0
 
 
 def user_message(exc: BaseException) -> str:
@@ -78,6 +83,7 @@ class DecodeWorker(QObject):
         self.threads: int | None = None  # torch's threads for this thread as the machine has them (first decode's)
         self._stop = threading.Event()
         self._quit = threading.Event()
+        self._drawn = threading.Event()  # the window has drawn the last reply
 
     # -- called directly from the GUI thread ---------------------------------------------------------------
 
@@ -93,6 +99,10 @@ class DecodeWorker(QObject):
     def request_gamma(self, gamma: int) -> None:
         if self.decoder is not None:
             self.decoder.request_gamma(gamma)
+
+    def reply_drawn(self) -> None:
+        """The window has drawn the reply just finished: a Compare with AR waiting for it may start."""
+        self._drawn.set()
 
     # -- slots, run on the worker thread ---------------------------------------------------------------------
 
@@ -137,8 +147,10 @@ class DecodeWorker(QObject):
             reply = Reply(request, tuple(events), text, stopped)
             if self.decoder.costs is not None:  # its rounds refined it: the window's cost chart follows
                 self.costs_measured.emit(self.decoder.costs.as_dict())
+            self._drawn.clear()
             self.reply_finished.emit(reply)
             if request.compare_ar and not stopped:
+                self._await_drawn()
                 self.comparison_finished.emit(self._compare(request, reply, cached))
         except Exception as exc:  # noqa: BLE001
             self.failed.emit(user_message(exc))
@@ -207,6 +219,13 @@ class DecodeWorker(QObject):
             stream.close()
             torch.set_num_threads(self.threads)  # a load or timing after a stalled reply runs on all threads again
         return events, "".join(pieces), False
+
+    def _await_drawn(self) -> None:
+        """Until the window has drawn the last reply, a stop or a quit comes, or DRAWN_WAIT_S passes."""
+        deadline = time.monotonic() + DRAWN_WAIT_S
+        while not self._drawn.wait(0.02):
+            if self._stop.is_set() or time.monotonic() > deadline:
+                return
 
     def _compare(self, request: ReplyRequest, reply: Reply, cached: int) -> Comparison:
         """Decode the same messages again, undrawn, with plain AR and then with the reply's own settings, and measure
