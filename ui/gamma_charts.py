@@ -329,8 +329,9 @@ class WhyGammaPanel(QWidget):
             for cost_aware, measured, dot, said in DOT_KINDS:
                 if any(p.drafting is drafting and p.measured is measured and p.cost_aware is cost_aware
                        for p in points):
+                    # breakable after the drafting's name: a narrow pane must not be widened by one entry
                     entries.append(f"<span style='color:{COLOURS[drafting]}'>{dot}</span>&nbsp;"
-                                   + f"{DRAFTING_NAMES[drafting]} {said}".replace(" ", "&nbsp;"))
+                                   + DRAFTING_NAMES[drafting].replace(" ", "&nbsp;") + f"&nbsp;{said}")
         if any(not p.cost_aware for p in points):
             entries.append(f"▲&nbsp;△&nbsp;{escape(CONFIDENCE_SAID)}")
         header.show_legend(escape(header.note) if header.note else " &nbsp; ".join(entries))

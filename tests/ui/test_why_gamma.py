@@ -373,9 +373,15 @@ def test_export_holds_acceptance_by_position_and_the_recommendation(make_studio,
     assert why["recommendation"] == json.loads(json.dumps(studio.chat.why.recommendation.as_dict()))
 
 
-def test_at_1000_by_700_the_why_tab_charts_are_tall_and_whole(qtbot):
+@pytest.mark.parametrize("every_kind_of_dot", [False, True])
+def test_at_1000_by_700_the_why_tab_charts_are_tall_and_whole(qtbot, every_kind_of_dot):
+    """`every_kind_of_dot`: runs of each drafting by both rules, a legend entry for each."""
     window = window_at(qtbot, MIN_WIDTH, MIN_HEIGHT)
-    window.on_why_changed(why_gamma(synthetic_session(2.0)))
+    session = synthetic_session(2.0)
+    if every_kind_of_dot:
+        session.drafters = tuple(copying_measured_at(0.7, dataclasses.replace(MODEL_ONLY, cost_aware=rule), drafting)
+                                 for rule in (True, False) for drafting in (Drafting.LOOKUP, Drafting.BOTH))
+    window.on_why_changed(why_gamma(session))
     draw_reply(window, 0, first_reply())
     window.chart_tabs.setCurrentIndex(1)
     QApplication.processEvents()
