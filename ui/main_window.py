@@ -606,6 +606,7 @@ class MainWindow(QMainWindow):
         for act in (self.regenerate_action, self.edit_action, self.compare_drafters_action):
             act.setEnabled(idle_with_reply)
         self.compare_drafters_action.setEnabled(idle_with_reply and not status.remote)
+        self.copy_action.setEnabled(idle_with_reply and bool(self.chat.reply_text(status.n_turns - 1)))
         self.serve_action.setEnabled(self.vllm_missing is None and not busy and not self.serving_timer.isActive())
         self.local_action.setEnabled(status.remote and not busy)
         continuable = idle_with_reply and status.can_continue and not editing  # a resend replaces the reply

@@ -157,8 +157,10 @@ def test_stop_during_a_long_prefill_takes_effect_within_one_chunk(make_studio, m
     assert "stopped while reading the prompt: no tokens yet" in studio.window.chat.toPlainText()
     assert "Copy" not in studio.window.chat.toPlainText().rsplit("no tokens yet", 1)[1]  # nothing to copy; Edit stays
     assert "Edit" in studio.window.chat.toPlainText().rsplit("no tokens yet", 1)[1]
+    assert not studio.window.copy_action.isEnabled()  # nor in the Chat menu
     studio.worker.prefill_progressed.disconnect(stop_at_the_first_chunk)
     assert send(qtbot, studio).events
+    assert studio.window.copy_action.isEnabled()  # the control: a reply with text to copy
 
 
 def test_stop_says_stopping_until_the_worker_has_stopped(make_studio, mixed_decoder, qtbot):
