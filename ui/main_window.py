@@ -1038,7 +1038,7 @@ def drafters_table(comparison: DrafterComparison) -> QTableWidget:
             # one run's spread (0.72-1.14× seen), no speedup; its tokens/s stands
             idle = row["drafting"] != Drafting.NONE.value and not row["drafted"]
             vs_ar = ("plain AR's work (drafted nothing)" if idle else "" if row["vs_ar"] is None
-                     else f"{row['vs_ar']:.2f}×")
+                     else f"{row['vs_ar']:.2f}×" + (" (not fair: above its tok/round)" if row["beyond_rounds"] else ""))
             cells = [f"{row['tokens_per_s']:.1f}", "—" if row["alpha"] is None else f"{row['alpha']:.2f}",
                      f"{row['tokens_per_round']:.2f}", vs_ar]
         name = Drafting(row["drafting"]).label + (" (stopped)" if row["stopped"] and row["tokens"] else "")
@@ -1066,7 +1066,9 @@ def drafters_dialog(comparison: DrafterComparison, parent) -> QDialog:
                   f"γ ≤ {settings.gamma}, {rule}, {settings.max_new_tokens} tokens at most; each drafting starts "
                   "from the acceptance this chat's rounds measured, with no cached prompt. One run each: on a machine "
                   "with few cores runs of the same work differ by tens of per cent. A row that drafted nothing did "
-                  "plain AR's work: its rounds judged that no draft would pay for itself at the costs timed for it.")
+                  "plain AR's work: its rounds judged that no draft would pay for itself at the costs timed for it. "
+                  "A speedup above a row's tokens per round is not fair: each round costs a plain step at least, so "
+                  "its run and plain AR's met the machine differently; it is not drawn in the why tab.")
     note.setWordWrap(True)
     layout.addWidget(note)
     dialog.note = note

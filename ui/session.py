@@ -14,6 +14,15 @@ SEED_LIMIT = 2 ** 31
 # The fewest plain AR tokens whose time a measured speedup is read from: about 0.2 s here, where one slow step
 # after the reply (36 ms beside 6-7 ms steps) still moves a 20-token run's figure by a fifth
 MEASURED_TOKENS = 32
+# Every round costs at least one plain target step, so a run is at most its tokens per round times faster than plain
+# AR's; a measured speedup above that (with this room for timing noise) says the two runs met the machine
+# differently (a plain AR run at 104 tok/s beside 150-200 in the same chat made copying read 1.92x at 1.38 tok/round)
+ROUNDS_ROOM = 1.05
+
+
+def beyond_rounds(speedup: float, tokens_per_round: float) -> bool:
+    """Whether `speedup` is more than rounds of `tokens_per_round` tokens can give."""
+    return speedup > tokens_per_round * ROUNDS_ROOM
 
 
 @dataclass(frozen=True)
@@ -172,10 +181,16 @@ class Comparison:
         return bool(self.spec_events) and not any(e.gamma for e in self.spec_events)
 
     @property
+    def beyond_rounds(self) -> bool:
+        """Its speedup is more than its undrawn rerun's tokens per round allow."""
+        events = self.spec_events
+        return bool(events) and beyond_rounds(self.speedup, sum(len(e.emitted) for e in events) / len(events))
+
+    @property
     def fair(self) -> bool:
         """Ran to its end, long enough, on a machine that met both runs alike, with drafts to measure."""
         return not (self.stopped or self.machine_busy or self.unequal_loads or self.short
-                    or self.drafted_nothing) and self.speedup > 0
+                    or self.drafted_nothing or self.beyond_rounds) and self.speedup > 0
 
     @property
     def speedup(self) -> float:
@@ -311,11 +326,12 @@ class DrafterComparison:
         rows = []
         for run in self.runs:
             stats = run.stats
+            vs_ar = stats.tokens_per_s / ar if ar > 0 and not run.skipped else None
             rows.append({"drafting": run.drafting.value, "tokens": stats.n_tokens, "drafted": stats.n_drafted,
                          "tokens_per_s": stats.tokens_per_s,
                          "alpha": stats.alpha if run.drafting is not Drafting.NONE and stats.n_verified else None,
-                         "tokens_per_round": stats.tokens_per_round,
-                         "vs_ar": stats.tokens_per_s / ar if ar > 0 and not run.skipped else None,
+                         "tokens_per_round": stats.tokens_per_round, "vs_ar": vs_ar,
+                         "beyond_rounds": vs_ar is not None and beyond_rounds(vs_ar, stats.tokens_per_round),
                          "stopped": run.stopped, "skipped": run.skipped})
         return rows
 

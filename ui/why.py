@@ -81,7 +81,8 @@ def drafter_points(comparison: DrafterComparison) -> list[tuple[MeasuredPoint, S
     return [(MeasuredPoint(run.drafting, settings.gamma, row["vs_ar"], True, settings.cost_aware, "Compare drafters"),
              run.events)
             for run, row in zip(comparison.runs, comparison.rows())
-            if run.drafting is not Drafting.NONE and row["drafted"] and row["vs_ar"] and not row["stopped"]]
+            if run.drafting is not Drafting.NONE and row["drafted"] and row["vs_ar"] and not row["stopped"]
+            and not row["beyond_rounds"]]
 
 
 def measured_run(point: MeasuredPoint, events: Sequence[RoundEvent]) -> Measured:

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QApplication
 
 from engine.events import DecodeSettings, ModelInfo, PairInfo, PrefillProgress
 from tests.ui.helpers import shown_window
-from tests.ui.synthetic import accepted_round, plain_steps
+from tests.ui.synthetic import accepted_round, plain_steps, rejected_round
 from ui.main_window import INT4_NOTE
 from ui.session import MEASURED_TOKENS, Comparison, ComparisonShown, Reply, ReplyRequest, ReplyShown
 from ui.wording import UNFAIR
@@ -242,5 +242,18 @@ def test_a_comparison_whose_rerun_drafted_nothing_is_plain_ars_work_and_no_speed
     for drafted, fair in ((False, False), (True, True)):
         rerun = plain_steps(MEASURED_TOKENS) + ((accepted_round(0, ["a"], "b"),) if drafted else ())
         comparison = Comparison(ar_events=plain_steps(MEASURED_TOKENS), ar_text="", spec_wall_s=0.3, ar_wall_s=0.3,
-                                spec_tokens_per_s=110.0, ar_tokens_per_s=100.0, identical=None, spec_events=rerun)
+                                spec_tokens_per_s=102.0, ar_tokens_per_s=100.0, identical=None, spec_events=rerun)
         assert comparison.fair is fair and (comparison_caveat(comparison) == UNDRAFTED) is not fair
+
+
+def test_a_measured_speedup_above_its_tokens_per_round_is_not_fair():
+    """1.33x from rounds that drafted one token each and kept none (a plain AR run timed slow); the control: the same
+    from rounds that kept theirs, two tokens a round."""
+    from ui.wording import BEYOND_ROUNDS, comparison_caveat
+
+    for per_round, fair in ((1, False), (2, True)):
+        rerun = tuple(accepted_round(i, ["a"], "b") if per_round == 2 else rejected_round(i, [], "x", "b")
+                      for i in range(MEASURED_TOKENS))
+        comparison = Comparison(ar_events=plain_steps(MEASURED_TOKENS), ar_text="", spec_wall_s=0.3, ar_wall_s=0.4,
+                                spec_tokens_per_s=133.0, ar_tokens_per_s=100.0, identical=None, spec_events=rerun)
+        assert comparison.fair is fair and (comparison_caveat(comparison) == BEYOND_ROUNDS) is not fair

@@ -300,6 +300,20 @@ def test_a_run_drafted_by_the_confidence_stop_is_drawn_apart_and_scales_no_cost_
     assert f"color:{COLOURS[Drafting.LOOKUP]}'>▲" in panel.headers[panel.speedup_plot].text()
 
 
+def test_a_compare_drafters_row_faster_than_its_rounds_allow_is_said_unfair_and_not_drawn(qtbot):
+    """Copying at 4 tokens a round measured at 4.5x (a slow plain AR run): no dot, and its cell says so. The
+    control: 3x is a dot and a plain figure."""
+    from ui.main_window import drafters_table
+
+    for speedup, drawn in ((4.5, False), (3.0, True)):
+        session = synthetic_session(2.0)
+        session.drafters = (copying_measured_at(speedup),)
+        assert any(p.drafting is Drafting.LOOKUP for p in why_gamma(session).points) is drawn
+        table = drafters_table(session.drafters[0])
+        qtbot.addWidget(table)
+        assert table.item(0, 4).text().endswith("(not fair: above its tok/round)") is not drawn
+
+
 def test_a_confidence_stop_compare_drafters_leaves_the_lines_as_the_chat_drew_them():
     """Its draft-model rounds, all kept, would raise the draft model's line: cost-aware (the control) they do."""
     lines = {}
