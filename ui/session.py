@@ -213,6 +213,16 @@ class Session:
     drafters: tuple[DrafterComparison, ...] = ()  # the chat's last Compare drafters of each draft-length rule
     reply_pairs: dict[int, PairInfo] = field(default_factory=dict)  # reply index -> the local pair that decoded it
 
+    def parts_shown(self) -> list[int]:
+        """How many parts each reply of `shown_replies` joins: 1, or more where it was continued."""
+        counts: list[int] = []
+        for reply in self.replies:
+            if counts and reply.request.continues:
+                counts[-1] += 1
+            else:
+                counts.append(1)
+        return counts
+
     def shown_replies(self) -> list[tuple[Reply, Comparison | None]]:
         """The replies as the chat shows them: a continuation joined to the reply it continues, each with the
         comparison of its last part."""

@@ -61,10 +61,12 @@ class WhyGamma:
                 "recommendation": None if self.recommendation is None else self.recommendation.as_dict()}
 
 
-def speculative_replies(session: Session) -> list[tuple[int, Reply, object]]:
+def speculative_replies(session: Session) -> list[tuple[int, int, Reply, object]]:
     """The replies that drafted, each with its number (as the chat and the export number replies, plain AR ones
-    too) and its comparison."""
-    return [(number, reply, comparison) for number, (reply, comparison) in enumerate(session.shown_replies(), start=1)
+    too), how many parts it joins, and its last part's comparison."""
+    return [(number, parts, reply, comparison)
+            for number, ((reply, comparison), parts) in enumerate(zip(session.shown_replies(), session.parts_shown()),
+                                                                   start=1)
             if reply.request.settings.mode is Mode.SPEC and reply.events]
 
 
@@ -98,7 +100,7 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
     costs come from, when not from its timing at load."""
     shown = speculative_replies(session)
     events = {}
-    for _, reply, _ in shown:
+    for _, _, reply, _ in shown:
         events.setdefault(drafting_of(reply.request.settings), []).extend(reply.events)
     # a confidence-stop run's rounds stay out: its rule drafts where cost-aware rounds would not, so its acceptance
     # would move the lines that predict cost-aware rounds, as its speedup would if it scaled them
@@ -107,13 +109,14 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
             events.setdefault(run.drafting, []).extend(run.events)
     profiles = {drafting: position_acceptance(rounds) for drafting, rounds in events.items()}
     points = []  # each with the rounds whose speed it is
-    for number, reply, comparison in shown:
+    for number, parts, reply, comparison in shown:
         measured = comparison is not None and comparison.fair  # else the estimate stands, drawn hollow
         speedup = comparison.speedup if measured else reply.estimated_speedup
         if speedup > 0:
             settings = reply.request.settings
+            origin = f"reply {number}" + (f", its last part (of {parts})" if measured and parts > 1 else "")
             points.append((MeasuredPoint(drafting_of(settings), reply.gamma, speedup, measured, settings.cost_aware,
-                                         f"reply {number}"),
+                                         origin),
                            comparison.spec_events or reply.events if measured else reply.events))
     for comparison in session.drafters:
         points += drafter_points(comparison)
@@ -127,7 +130,7 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
     timed = model is not None and model.ar_token_s > 0
     recommendation = (recommend(model, profiles, MAX_GAMMA, chat_length(session), measured_points)
                       if timed and profiles else None)
-    session_profile = position_acceptance(e for _, reply, _ in shown for e in reply.events)
+    session_profile = position_acceptance(e for _, _, reply, _ in shown for e in reply.events)
     return WhyGamma(costs, session_profile, tuple(point for point, _ in points), recommendation, profiles, costs_note)
 
 

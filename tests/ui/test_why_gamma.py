@@ -314,6 +314,18 @@ def test_a_compare_drafters_row_faster_than_its_rounds_allow_is_said_unfair_and_
         assert table.item(0, 4).text().endswith("(not fair: above its tok/round)") is not drawn
 
 
+def test_a_continued_replys_measured_dot_says_it_is_its_last_parts():
+    """The control: a reply answered in one part is named alone."""
+    session = synthetic_session(2.0)
+    first = session.replies[0]
+    measured = Comparison(plain_steps(MEASURED_TOKENS), "", 1.0, 1.5, 3.0, 2.0, None)
+    more = dataclasses.replace(first, request=dataclasses.replace(
+        first.request, messages=first.request.messages + ({"role": "assistant", "content": first.text},)))
+    continued = Session(session.pair, [first, more], {1: measured})
+    assert [p.origin for p in why_gamma(continued).points] == ["reply 1, its last part (of 2)"]
+    assert [p.origin for p in why_gamma(Session(session.pair, [first], {0: measured})).points] == ["reply 1"]
+
+
 def test_a_confidence_stop_compare_drafters_leaves_the_lines_as_the_chat_drew_them():
     """Its draft-model rounds, all kept, would raise the draft model's line: cost-aware (the control) they do."""
     lines = {}
