@@ -142,12 +142,18 @@ class ChartHeader(QLabel):
                      f"<span style='font-size:7pt'>{legend}</span>")
 
 
-def measured_said(speedup: float, rounds: tuple[int, int] | None) -> str:
-    """A measured line's legend entry; `rounds`: the first and last it covers, where not the whole reply."""
-    if rounds is None:
-        return f"measured {speedup:.2f}× undrawn"
-    first, last = rounds
-    return f"measured {speedup:.2f}× undrawn ({'continued part, ' if first > 1 else ''}rounds {first}–{last})"
+def measured_said(parts: list[tuple[int, int, float]]) -> str:
+    """The measured lines' one legend entry (one line however many parts were compared): the whole reply's figure,
+    a continued part's with its rounds, or the range of several parts'; "" for none."""
+    if not parts:
+        return ""
+    speedups = [speedup for _, _, speedup in parts]
+    if len(parts) > 1:
+        low, high = min(speedups), max(speedups)
+        figure = f"{low:.2f}×" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}–{high:.2f}×"
+        return f"measured {figure} undrawn, {len(parts)} parts"
+    [(first, last, speedup)] = parts
+    return f"measured {speedup:.2f}× undrawn" + (f" (continued part, rounds {first}–{last})" if first > 1 else "")
 
 
 class ChartsPanel(QWidget):
@@ -232,10 +238,9 @@ class ChartsPanel(QWidget):
 
     def _show_measured(self) -> None:
         """The measured lines and their legend entries come and go together."""
-        alone = len(self.measured_parts) == 1 and self.measured_parts[0][0] == 1  # the whole reply's: no rounds said
-        entries = [(self.measured.opts["pen"], measured_said(speedup, None if alone else (first, last)))
-                   for first, last, speedup in self.measured_parts]
-        self.headers[self.speedup_plot].show_entries(curve_entries(self.speedup_plot) + entries)
+        said = measured_said(self.measured_parts)
+        self.headers[self.speedup_plot].show_entries(curve_entries(self.speedup_plot)
+                                                     + ([(self.measured.opts["pen"], said)] if said else []))
         self._dirty = True
 
     def refresh(self) -> None:

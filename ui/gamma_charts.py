@@ -31,7 +31,7 @@ BAR_WIDTH = 0.36
 # Runs drafted by the confidence stop: drawn apart from the cost-aware rounds the lines predict, and said so
 CONFIDENCE_SYMBOL = "t1"  # a triangle pointing up
 CONFIDENCE_SAID = "drafted by the confidence stop, not the cost-aware rounds the lines predict"
-DOTS_SPREAD = 0.6  # the most of a γ step that dots at one γ are spread over, side by side instead of on each other
+DOTS_SPREAD = 0.8  # the most of a γ step that dots at one γ are spread over, side by side instead of on each other
 DOT_STEP = 0.15  # between dots at one γ, where they have room
 COLOURS = {"reply": "#1e88e5", "session": "#90a4ae", Drafting.MODEL: "#1565c0", Drafting.LOOKUP: "#2e7d32",
            Drafting.BOTH: "#6a1b9a"}
