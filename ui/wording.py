@@ -30,7 +30,7 @@ UNEQUAL = " (the two runs met the machine at different loads — not a fair numb
 # per cent (the estimate, which charges plain AR the reply's own load, moves less).
 ONE_RUN = " (one run each)"
 SHORT = " (too few tokens to time — not a fair number)"
-UNDRAFTED = " (nothing drafted: both runs were plain AR's work)"
+UNDRAFTED = " (little or nothing drafted: both runs did nearly plain AR's work — not a speedup)"
 BEYOND_ROUNDS = " (more than its tokens per round allow: the runs met the machine differently — not a fair number)"
 # The two speedups answer two questions. The estimate is of the reply as it was drawn, token by token, as it streamed:
 # plain AR would have paid that drawing per token too, which pulls the ratio toward 1×. Compare with AR decodes both
@@ -44,7 +44,7 @@ def comparison_caveat(comparison: Comparison) -> str:
     """Why a measured speedup is not a fair number, if it is not (the estimate allows for load; this does not);
     where it is, that it is one run of each."""
     return (UNFAIR if comparison.machine_busy else UNEQUAL if comparison.unequal_loads
-            else SHORT if comparison.short else UNDRAFTED if comparison.drafted_nothing
+            else SHORT if comparison.short else UNDRAFTED if comparison.drafted_little
             else BEYOND_ROUNDS if comparison.beyond_rounds else ONE_RUN)
 
 
