@@ -179,11 +179,20 @@ class ChatController(QObject):
         last = self.turns[-1].reply if self.turns else None
         return bool(last and last.text and (last.stopped or last.finish_reason in ("length", "repeating")))
 
-    def whole_reply(self, index: int) -> Reply:
-        """The reply turn `index` shows: its part, after the parts it continues."""
+    def first_part(self, index: int) -> int:
+        """The turn that began the reply turn `index` shows (itself, unless it continues one)."""
         first = index
         while first > 0 and self.turns[first].continues:
             first -= 1
+        return first
+
+    def part_number(self, index: int) -> int:
+        """Turn `index`'s number among the parts of the reply it shows: 1, or more for a continuation."""
+        return index - self.first_part(index) + 1
+
+    def whole_reply(self, index: int) -> Reply:
+        """The reply turn `index` shows: its part, after the parts it continues."""
+        first = self.first_part(index)
         whole = self.turns[first].reply
         for turn in self.turns[first + 1:index + 1]:
             whole = whole.extended_by(turn.reply)
@@ -493,7 +502,7 @@ class ChatController(QObject):
         self.turns[index] = dataclasses.replace(self.turns[index], comparison=comparison)
         self.recorder.comparison_finished(comparison)
         self.comparison_finished.emit(ComparisonShown(index, comparison, self.turns[index].reply, self.pair,
-                                                      self.fair_measured(index)))
+                                                      self.fair_measured(index), self.part_number(index)))
         self._finish_turn()
 
     def fair_measured(self, last: int) -> tuple[float, ...]:
@@ -650,7 +659,7 @@ class ChatController(QObject):
                                                 index == len(self.turns) - 1 and self.can_continue, live=False))
             if turn.comparison is not None:
                 self.comparison_finished.emit(ComparisonShown(index, turn.comparison, reply, self.pair,
-                                                              self.fair_measured(index)))
+                                                              self.fair_measured(index), self.part_number(index)))
         self._emit_status()
         self._emit_why()
 

@@ -170,7 +170,7 @@ class ChatView(QTextBrowser):
         if item is None or item is not self.items[-1]:
             self.begin_reply(header, lookup)
             return
-        item.notes.clear()
+        item.notes = [note for note in item.notes if isinstance(note, ComparisonView)]  # each part's stays
         item.actions = ()
         item.lookup = lookup
         self._live = _Live(item, 0)  # redrawn below as the reply still streaming
@@ -712,6 +712,8 @@ class ChatView(QTextBrowser):
         if self._live is not None:
             self._pending = False
             self._draw_body(self._live, final=True)
+            for note in self._live.item.notes:  # a continued reply's earlier parts' comparisons
+                self._draw_note(note)
             self._live = None
 
     @staticmethod

@@ -258,9 +258,9 @@ def markdown(session: Session) -> str:
         header = (reply_header(reply.request.settings) if reply.remote is None
                   else remote_header(reply.remote.model, reply.remote.url, reply.request.settings))
         notes = [note.text for note in reply_notes(reply)]
-        for part, part_comparison in zip(numbered.parts, numbered.comparisons):  # as the chat shows each part's
-            if part_comparison is not None:
-                notes += [comparison_line(part_comparison, part),
+        for number, (part, part_comparison) in enumerate(zip(numbered.parts, numbered.comparisons), start=1):
+            if part_comparison is not None:  # as the chat shows each part's
+                notes += [comparison_line(part_comparison, part, number),
                           explain(part_comparison, part, greedy_is_exact(session.pair))]
         if numbered.context_notice:
             notes.append(CONTEXT + numbered.context_notice)

@@ -805,7 +805,8 @@ class MainWindow(QMainWindow):
     def on_comparison_finished(self, shown: ComparisonShown) -> None:
         self.comparison_progress.hide()
         comparison, reply = shown.comparison, shown.reply
-        self.chat.add_comparison(comparison_view(comparison, reply, comparison_line(comparison, reply), shown.pair))
+        self.chat.add_comparison(comparison_view(comparison, reply, comparison_line(comparison, reply, shown.part),
+                                                 shown.pair))
         if not comparison.stopped:
             if comparison.fair:  # a busy or unequal comparison is no line to read the estimate against
                 self.charts.show_measured_speedup(comparison.speedup,

@@ -303,6 +303,7 @@ class ComparisonShown:
     reply: Reply
     pair: PairInfo | None
     chat_measured: tuple[float, ...] = ()  # the measured speedups of the chat's fair comparisons up to this one
+    part: int = 1  # the compared part's number in the reply shown (a continuation's is 2 or more)
 
 
 @dataclass(frozen=True)

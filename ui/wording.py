@@ -136,8 +136,9 @@ def unbreakable(line: str) -> str:
     return " · ".join(keep_together(part) for part in line.split(" · "))
 
 
-def comparison_line(comparison: Comparison, reply: Reply) -> str:
-    """`reply`: the part of the reply the comparison decoded again (a continuation's own, where it continues)."""
+def comparison_line(comparison: Comparison, reply: Reply, part: int = 1) -> str:
+    """`reply`: the part of the reply the comparison decoded again (a continuation's own, where it continues);
+    `part`: its number in the reply shown (1: the reply first sent), which names a continuation's line."""
     ar_tokens = len(comparison.ar_tokens)
     if comparison.stopped:  # a few AR tokens against a whole reply would claim a speedup nobody measured
         return f"comparison stopped (plain AR made {ar_tokens} tokens): no measured speedup"
@@ -145,7 +146,7 @@ def comparison_line(comparison: Comparison, reply: Reply) -> str:
     # drawing, which on few cores slows it (155 tok/s against 114 for the same prompt on 2 cores). A chat saved
     # before the rerun measured its streamed reply: the line says so.
     rerun = len(comparison.spec_tokens)
-    line = (("the continued part: " if reply.request.continues else "")
+    line = ((f"part {part} (continued): " if part > 1 else "")
             + (f"both decoded again, undrawn: plain AR {ar_tokens} tokens" if rerun
                else f"plain AR, run undrawn: {ar_tokens} tokens")
             + f" in {comparison.ar_decode_s:.2f} s ({comparison.ar_tokens_per_s:.1f} tok/s) "

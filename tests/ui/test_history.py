@@ -580,8 +580,11 @@ def test_a_continued_replys_measured_lines_are_the_same_live_reopened_and_in_the
     assert [(start, end) for start, end, _ in live] == [(0.5, first + 0.5),
                                                         (first + 0.5, len(studio.chat.whole_reply(1).events) + 0.5)]
     exported = reply_charts(numbered_replies(studio.chat.session)[0], window.charts.size()).measured_spans()
+    told = window.chat.toPlainText()  # under the reply, each part's comparison, the continuation's named
+    assert told.count("→ measured") == 2 and told.count("part 2 (continued): ") == 1
     chat_id = studio.chat.chat_id
     window.new_chat()
     studio.chat.open_chat(chat_id)
     window.charts.refresh()
     assert window.charts.measured_spans() == live == exported
+    assert window.chat.toPlainText() == told
