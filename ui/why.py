@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine.decoding.costs import SCRATCH_POSITIONS
-from engine.decoding.recommend import MAX_GAMMA, Measured, Recommendation, cost_model_from_dict, recommend
+from engine.decoding.recommend import MAX_GAMMA, SPREAD, Measured, Recommendation, cost_model_from_dict, recommend
 from engine.events import DecodeSettings, Drafting, Mode, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance
 from ui.session import DrafterComparison, Reply, Session
@@ -142,3 +142,18 @@ def recommendation_text(recommendation: Recommendation | None) -> str:
         return "recommended: plain AR (no draft is sure to pay here)"
     return (f"recommended γ ≤ {recommendation.gamma} (predicted {recommendation.speedup:.2f}×, "
             f"{recommendation.drafting.label})")
+
+
+def confidence_note(why: WhyGamma) -> str:
+    """Where a measured confidence-stop run beat the recommendation by more than one run's spread, that it did: the
+    lines predict cost-aware rounds, which never draft as far, so they cannot show it ("" otherwise)."""
+    recommendation = why.recommendation
+    if recommendation is None:
+        return ""
+    beaten = [p for p in why.points if p.measured and not p.cost_aware and p.speedup > recommendation.speedup * SPREAD]
+    if not beaten:
+        return ""
+    best = max(beaten, key=lambda p: p.speedup)
+    return (f"{best.origin} measured {best.drafting.label} at {best.speedup:.2f}× with the confidence stop, above "
+            f"this {recommendation.speedup:.2f}×: its longer drafts paid here, which cost-aware rounds do not try "
+            "(Draft length: confidence).")

@@ -326,6 +326,28 @@ def test_a_continued_replys_measured_dot_says_it_is_its_last_parts():
     assert [p.origin for p in why_gamma(Session(session.pair, [first], {0: measured})).points] == ["reply 1"]
 
 
+def test_a_confidence_stop_run_that_beat_the_recommendation_is_said_under_the_chart(qtbot):
+    """Copying by the confidence stop measured at 3x, above the draft model's recommended speedup: the line under
+    the chart says so. The control: measured at 0.7x it says nothing."""
+    from ui.gamma_charts import WhyGammaPanel
+    from ui.why import confidence_note
+
+    confidence = dataclasses.replace(MODEL_ONLY, cost_aware=False)
+    notes = {}
+    for speedup in (3.0, 0.7):
+        session = synthetic_session(2.0)
+        session.drafters = (copying_measured_at(speedup, confidence),)
+        notes[speedup] = confidence_note(why_gamma(session))
+    assert notes[3.0].startswith("Compare drafters measured copying only at 3.00× with the confidence stop")
+    assert notes[0.7] == ""
+    panel = WhyGammaPanel()
+    qtbot.addWidget(panel)
+    session = synthetic_session(2.0)
+    session.drafters = (copying_measured_at(3.0, confidence),)
+    panel.show_why(why_gamma(session))
+    assert panel.explanation.text().endswith(notes[3.0])
+
+
 def test_a_confidence_stop_compare_drafters_leaves_the_lines_as_the_chat_drew_them():
     """Its draft-model rounds, all kept, would raise the draft model's line: cost-aware (the control) they do."""
     lines = {}
