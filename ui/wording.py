@@ -146,8 +146,12 @@ def comparison_line(comparison: Comparison, reply: Reply, part: int = 1) -> str:
     # drawing, which on few cores slows it (155 tok/s against 114 for the same prompt on 2 cores). A chat saved
     # before the rerun measured its streamed reply: the line says so.
     rerun = len(comparison.spec_tokens)
+    # sampled, the runs draw other random numbers than the reply did (its rounds drafted as the live planner chose),
+    # so they are other samples, of other lengths: the line says so where it is not the reply's own text
+    other = (" (other samples of these settings, not this reply's text)"
+             if not reply.request.settings.greedy and rerun and comparison.spec_tokens != reply.tokens else "")
     line = ((f"part {part} (continued): " if part > 1 else "")
-            + (f"both decoded again, undrawn: plain AR {ar_tokens} tokens" if rerun
+            + (f"both decoded again, undrawn{other}: plain AR {ar_tokens} tokens" if rerun
                else f"plain AR, run undrawn: {ar_tokens} tokens")
             + f" in {comparison.ar_decode_s:.2f} s ({comparison.ar_tokens_per_s:.1f} tok/s) "
             f"vs speculative {rerun or reply.stats.n_tokens} in {comparison.spec_decode_s:.2f} s "

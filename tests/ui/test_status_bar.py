@@ -260,3 +260,18 @@ def test_a_measured_speedup_above_its_tokens_per_round_is_not_fair():
         comparison = Comparison(ar_events=plain_steps(MEASURED_TOKENS), ar_text="", spec_wall_s=0.3, ar_wall_s=0.4,
                                 spec_tokens_per_s=133.0, ar_tokens_per_s=100.0, identical=None, spec_events=rerun)
         assert comparison.fair is fair and (comparison_caveat(comparison) == BEYOND_ROUNDS) is not fair
+
+
+def test_a_sampled_comparison_says_its_runs_are_other_samples_than_the_reply():
+    """The control: a greedy reply's rerun is its own text, said plainly."""
+    from ui.wording import comparison_line
+
+    reply_rounds = tuple(accepted_round(i, ["a"], "b") for i in range(MEASURED_TOKENS))
+    rerun = tuple(accepted_round(i, ["c"], "d") for i in range(MEASURED_TOKENS // 2))  # another sample, shorter
+    comparison = Comparison(ar_events=plain_steps(MEASURED_TOKENS), ar_text="", spec_wall_s=0.3, ar_wall_s=0.4,
+                            spec_tokens_per_s=110.0, ar_tokens_per_s=100.0, identical=None, spec_events=rerun)
+    for greedy in (False, True):
+        reply = Reply(ReplyRequest(({"role": "user", "content": "x"},), DecodeSettings(greedy=greedy)),
+                      reply_rounds, "ab" * MEASURED_TOKENS, False)
+        said = "other samples of these settings, not this reply's text" in comparison_line(comparison, reply)
+        assert said is not greedy
