@@ -97,12 +97,7 @@ class NumberedReply:
 
 def numbered_replies(session: Session) -> list[NumberedReply]:
     """The session's replies as `Session.shown_replies` joins them, each with its number and its parts."""
-    groups: list[list[int]] = []  # indices into session.replies, one list per reply shown
-    for index, reply in enumerate(session.replies):
-        if groups and reply.request.continues:  # a continuation extends the last one
-            groups[-1].append(index)
-        else:
-            groups.append([index])
+    groups = session.reply_groups()
     return [NumberedReply(number, whole, tuple(session.replies[i] for i in group),
                           tuple(session.comparisons.get(i) for i in group),
                           session.context_notices.get(group[-1], ""), session.reply_pairs.get(group[-1]))

@@ -14,16 +14,16 @@ SEED_LIMIT = 2 ** 31
 # The fewest plain AR tokens whose time a measured speedup is read from: about 0.2 s here, where one slow step
 # after the reply (36 ms beside 6-7 ms steps) still moves a 20-token run's figure by a fifth
 MEASURED_TOKENS = 32
-# Every round costs at least one plain target step (a block of two rows costs more), so a run is less than its tokens
-# per round times faster than plain AR's; a measured speedup above that says the two runs met the machine
-# differently (a plain AR run at 104 tok/s beside 150-200 in the same chat made copying read 1.92x at 1.38 tok/round)
 # A speculative run that drafted fewer tokens than this share of its own (1 draft in 40 tokens, rejected, read 0.88x)
 # did nearly plain AR's work: what drafting costs or saves is then below one run's spread
 DRAFTED_SHARE = 0.05
 
 
 def beyond_rounds(speedup: float, tokens_per_round: float) -> bool:
-    """Whether `speedup` is more than rounds of `tokens_per_round` tokens can give."""
+    """Whether `speedup` is more than rounds of `tokens_per_round` tokens can give. Every round costs at least one
+    plain target step (a block of two rows costs more), so a run is less than its tokens per round times faster than
+    plain AR's; a measured speedup above that says the two runs met the machine differently (a plain AR run at 104
+    tok/s beside 150-200 in the same chat made copying read 1.92x at 1.38 tok/round)."""
     return speedup > tokens_per_round
 
 
@@ -181,14 +181,13 @@ class Comparison:
     def drafted_little(self) -> bool:
         """Its speculative rerun drafted fewer than DRAFTED_SHARE of its tokens: both runs did (nearly) plain AR's
         work, and their ratio is the machine's spread between two runs (±10 % here), not speculation's."""
-        events = self.spec_events
-        return bool(events) and sum(e.gamma for e in events) < DRAFTED_SHARE * sum(len(e.emitted) for e in events)
+        rerun = reply_stats(self.spec_events)
+        return bool(self.spec_events) and rerun.n_drafted < DRAFTED_SHARE * rerun.n_tokens
 
     @property
     def beyond_rounds(self) -> bool:
         """Its speedup is more than its undrawn rerun's tokens per round allow."""
-        events = self.spec_events
-        return bool(events) and beyond_rounds(self.speedup, sum(len(e.emitted) for e in events) / len(events))
+        return bool(self.spec_events) and beyond_rounds(self.speedup, reply_stats(self.spec_events).tokens_per_round)
 
     @property
     def fair(self) -> bool:
@@ -217,26 +216,26 @@ class Session:
     drafters: tuple[DrafterComparison, ...] = ()  # the chat's last Compare drafters of each draft-length rule
     reply_pairs: dict[int, PairInfo] = field(default_factory=dict)  # reply index -> the local pair that decoded it
 
-    def parts_shown(self) -> list[int]:
-        """How many parts each reply of `shown_replies` joins: 1, or more where it was continued."""
-        counts: list[int] = []
-        for reply in self.replies:
-            if counts and reply.request.continues:
-                counts[-1] += 1
+    def reply_groups(self) -> list[list[int]]:
+        """The replies as the chat shows them, each as the indices of its parts: the reply first sent, then each
+        continuation of it."""
+        groups: list[list[int]] = []
+        for index, reply in enumerate(self.replies):
+            if groups and reply.request.continues:
+                groups[-1].append(index)
             else:
-                counts.append(1)
-        return counts
+                groups.append([index])
+        return groups
 
     def shown_replies(self) -> list[tuple[Reply, Comparison | None]]:
         """The replies as the chat shows them: a continuation joined to the reply it continues, each with the
         comparison of its last part."""
         shown: list[tuple[Reply, Comparison | None]] = []
-        for index, reply in enumerate(self.replies):
-            comparison = self.comparisons.get(index)
-            if shown and reply.request.continues:
-                shown[-1] = (shown[-1][0].extended_by(reply), comparison)
-            else:
-                shown.append((reply, comparison))
+        for group in self.reply_groups():
+            whole = self.replies[group[0]]
+            for index in group[1:]:
+                whole = whole.extended_by(self.replies[index])
+            shown.append((whole, self.comparisons.get(group[-1])))
         return shown
 
 

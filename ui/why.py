@@ -64,8 +64,8 @@ class WhyGamma:
 def speculative_replies(session: Session) -> list[tuple[int, int, Reply, object]]:
     """The replies that drafted, each with its number (as the chat and the export number replies, plain AR ones
     too), how many parts it joins, and its last part's comparison."""
-    return [(number, parts, reply, comparison)
-            for number, ((reply, comparison), parts) in enumerate(zip(session.shown_replies(), session.parts_shown()),
+    return [(number, len(group), reply, comparison)
+            for number, ((reply, comparison), group) in enumerate(zip(session.shown_replies(), session.reply_groups()),
                                                                    start=1)
             if reply.request.settings.mode is Mode.SPEC and reply.events]
 
