@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from engine.events import RoundEvent
 from engine.stats import ArTime, expected_tokens_per_round, round_alpha
+from ui.session import Reply
 from ui.timing import estimated_speedup, speedup_of
 
 REFRESH_MS = 250  # charts redraw at most 4 times a second while a reply streams (why: chat_view.FLUSH_MS)
@@ -229,11 +230,12 @@ class ChartsPanel(QWidget):
         self.buffers.append(event, reference_s, self.most_per_round)
         self._dirty = True
 
-    def show_measured_speedup(self, speedup: float, part_rounds: int | None = None) -> None:
-        """A fair comparison of the rounds drawn last: `part_rounds` of them, a continued part's (None: the whole
-        reply's). Its line runs over those rounds only, beside any earlier part's."""
+    def show_measured_speedup(self, speedup: float, part: Reply | None = None) -> None:
+        """A fair comparison of `part`, the part of the reply drawn last (None: the whole reply). Its line runs over
+        that part's rounds only, a continuation's the last ones drawn, beside any earlier part's."""
         last = self.buffers.n
-        self.measured_parts.append((last - part_rounds + 1 if part_rounds is not None else 1, last, speedup))
+        first = last - len(part.events) + 1 if part is not None and part.request.continues else 1
+        self.measured_parts.append((first, last, speedup))
         self._show_measured()
 
     def _show_measured(self) -> None:

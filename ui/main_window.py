@@ -809,8 +809,7 @@ class MainWindow(QMainWindow):
                                                  shown.pair))
         if not comparison.stopped:
             if comparison.fair:  # a busy or unequal comparison is no line to read the estimate against
-                self.charts.show_measured_speedup(comparison.speedup,
-                                                  len(reply.events) if reply.request.continues else None)
+                self.charts.show_measured_speedup(comparison.speedup, reply)
             self.reply_label.set_parts(self.reply_label.parts
                                        + measured_figures(comparison, reply, shown.chat_measured))
         self.statusBar().clearMessage()
@@ -1017,7 +1016,7 @@ def reply_charts(numbered: NumberedReply, size: QSize) -> ChartsPanel:
         for event in part.events:
             charts.add_round(event, reply.reference)
         if comparison is not None and comparison.fair:
-            charts.show_measured_speedup(comparison.speedup, len(part.events) if part.request.continues else None)
+            charts.show_measured_speedup(comparison.speedup, part)
     charts.refresh()
     return charts
 
