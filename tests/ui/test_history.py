@@ -567,6 +567,7 @@ def test_a_continued_replys_measured_lines_are_the_same_live_reopened_and_in_the
 
     monkeypatch.setattr("app.chat.machine_was_busy", lambda *_: False)  # the tiny models' timings are all noise
     monkeypatch.setattr("app.chat.unequal_loads", lambda *_: False)
+    monkeypatch.setattr("ui.session.beyond_rounds", lambda *_: False)  # nor can bound a noisy ratio
     studio = make_window(mixed_decoder, greedy=True, max_new_tokens=MEASURED_TOKENS, cost_aware=False,
                          stop_below=0.0)
     window = studio.window

@@ -126,6 +126,7 @@ def test_compare_with_ar_reports_identical_greedy_output_and_keeps_history(make_
     # the tiny models' timings are all noise beside their cost model: judged here as a quiet machine's
     monkeypatch.setattr("app.chat.machine_was_busy", lambda *_: False)
     monkeypatch.setattr("app.chat.unequal_loads", lambda *_: False)
+    monkeypatch.setattr("ui.session.beyond_rounds", lambda *_: False)  # nor can bound a noisy ratio
     studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=MEASURED_TOKENS)  # long enough to time
     studio.window.controls.compare_ar.setChecked(True)
     runner, read = greedy_mixed_decoder.runner, []  # the positions each prompt read-in ends at
