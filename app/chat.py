@@ -6,12 +6,13 @@ the window draws both with the same slots.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from PySide6.QtCore import QAbstractEventDispatcher, QObject, Qt, Signal
+from PySide6.QtCore import QAbstractEventDispatcher, QObject, Qt, QTimer, Signal
 
 from app.chat_store import ChatRecorder, ChatStore, ChatStoreError, ChatSummary, title_for
 from app.timing import QuietTimings, StepReference, TimingAtLoad, machine_was_busy, unequal_loads
@@ -47,6 +48,42 @@ def same_models(one: PairInfo | None, other: PairInfo | None) -> bool:
     """The same models, weights, device and dtype, whatever their costs were timed at."""
     untimed = lambda pair: pair and dataclasses.replace(pair, costs={}, target_step_s=0.0)  # noqa: E731
     return untimed(one) == untimed(other)
+
+
+class QuietLoop(QObject):
+    """Emits `quiet`, once after each `watch`, when this thread's event loop has waited QUIET_S with nothing to do.
+    A loop's first wait is too early a sign that what was posted has run: the window paints a few milliseconds after
+    its layout (the platform schedules the update), and Compare with AR's plain run, started at that first wait, met
+    20-35 ms of chart and status bar painting in its first step (38-47 ms against 10)."""
+
+    quiet = Signal()
+    QUIET_S = 0.05
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self._waiting_since: float | None = None
+        self._wake = QTimer(self)  # wakes a loop with nothing else to do, so that a quiet wait ends
+        self._wake.setTimerType(Qt.TimerType.PreciseTimer)
+        self._wake.setInterval(round(self.QUIET_S * 1000))
+
+    def watch(self) -> None:
+        dispatcher = QAbstractEventDispatcher.instance()
+        dispatcher.aboutToBlock.connect(self._on_about_to_block, Qt.ConnectionType.UniqueConnection)
+        dispatcher.awake.connect(self._on_awake, Qt.ConnectionType.UniqueConnection)
+        self._waiting_since = None
+        self._wake.start()
+
+    def _on_about_to_block(self) -> None:
+        self._waiting_since = time.monotonic()
+
+    def _on_awake(self) -> None:
+        if self._waiting_since is not None and time.monotonic() - self._waiting_since >= self.QUIET_S * 0.9:
+            dispatcher = QAbstractEventDispatcher.instance()
+            dispatcher.aboutToBlock.disconnect(self._on_about_to_block)
+            dispatcher.awake.disconnect(self._on_awake)
+            self._wake.stop()
+            self.quiet.emit()
+        self._waiting_since = None
 
 
 class ChatController(QObject):
@@ -109,6 +146,8 @@ class ChatController(QObject):
         self.pair: PairInfo | None = None
         self.runtime: Runtime | None = None  # what runs `pair` here
         self.timing = StepReference()  # recent target-step timings: the reference for speedup estimates
+        self._quiet_loop = QuietLoop(self)
+        self._quiet_loop.quiet.connect(self.reply_drawn)
         self.editing: int | None = None
         self.gammas: list[int] = []  # every γ the reply in flight ran with
         # Session -> an image of its replies' charts, for exports (the window draws it; None: no PNG)
@@ -476,15 +515,9 @@ class ChatController(QObject):
         if reply.request.compare_ar and not reply.stopped:
             if self.state is TurnState.REPLYING:
                 self._set_state(TurnState.COMPARING)
-            # once the GUI thread's event loop next waits: what the window's drawing posted (layout, paint) has run
-            QAbstractEventDispatcher.instance().aboutToBlock.connect(self._on_reply_drawn,
-                                                                     Qt.ConnectionType.UniqueConnection)
+            self._quiet_loop.watch()  # its runs start once the window's drawing of this reply has all run
             return
         self._finish_turn()
-
-    def _on_reply_drawn(self) -> None:
-        QAbstractEventDispatcher.instance().aboutToBlock.disconnect(self._on_reply_drawn)
-        self.reply_drawn.emit()
 
     def on_comparison_progressed(self, tokens: int, aim: int) -> None:
         """Compare with AR's runs have produced `tokens` of the `aim` (the worker's count of them)."""

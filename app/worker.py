@@ -44,6 +44,9 @@ LOADED_ROUNDS = 8
 # (its text, notes and charts, the stored reply: 8-20 ms here) would otherwise meet plain AR's run alone, which
 # comes first.
 DRAWN_WAIT_S = 2.0
+# An undrawn run reports its progress at most this often: the window's progress bar and status bar paint at each
+# report, in Python, and a report per round (one per 10 ms step) took the interpreter from the run at every step.
+PROGRESS_EVERY_S = 0.1
 
 
 def user_message(exc: BaseException) -> str:
@@ -150,7 +153,6 @@ class DecodeWorker(QObject):
             self._drawn.clear()
             self.reply_finished.emit(reply)
             if request.compare_ar and not stopped:
-                self._await_drawn()
                 self.comparison_finished.emit(self._compare(request, reply, cached))
         except Exception as exc:  # noqa: BLE001
             self.failed.emit(user_message(exc))
@@ -180,8 +182,8 @@ class DecodeWorker(QObject):
                 progress: Callable[[int], None] = lambda _tokens: None) -> tuple[list, str, bool]:
         """Run the engine's stream to its end or to a stop request (checked between rounds and prefill chunks),
         on one thread from where the machine's load stalls its threads (LOADED_ROUNDS). Unless `emit`, the tokens so
-        far are reported to `progress` after each round."""
-        events, pieces, n_tokens = [], [], 0
+        far are reported to `progress` after a round, at most every PROGRESS_EVERY_S, and at the end."""
+        events, pieces, n_tokens, reported_at = [], [], 0, time.monotonic()
         self.threads = self.threads or torch.get_num_threads()  # read on the thread that decodes: it is that thread's
         torch.set_num_threads(self.threads)
         loads = deque(maxlen=LOADED_ROUNDS)  # of the last rounds
@@ -212,7 +214,9 @@ class DecodeWorker(QObject):
                         self.round_finished.emit(item)
                     else:
                         n_tokens += len(item.emitted)
-                        progress(n_tokens)
+                        if finished or time.monotonic() - reported_at >= PROGRESS_EVERY_S:
+                            reported_at = time.monotonic()
+                            progress(n_tokens)
                 if self._stop.is_set():
                     return events, "".join(pieces), not finished
         finally:
@@ -235,10 +239,11 @@ class DecodeWorker(QObject):
         so each reads the same new part of the prompt; the rerun plans with a copy of the planner's acceptance, so
         the reply's verdicts are not counted twice. The chat history is not touched."""
         decoder = self.decoder
-        decoder.runner.rollback(min(cached, len(decoder.runner)))
         rerun_wanted = request.settings.mode is Mode.SPEC
         aim = (2 if rerun_wanted else 1) * len(reply.tokens)  # each run aims at the reply's length
-        self.comparison_progressed.emit(0, aim)
+        self.comparison_progressed.emit(0, aim)  # the window shows its progress bar while it draws the reply
+        self._await_drawn()
+        decoder.runner.rollback(min(cached, len(decoder.runner)))
         ar_request = dataclasses.replace(request, settings=dataclasses.replace(request.settings, mode=Mode.AR))
         ar_events, ar_text, ar_stopped = self._decode(ar_request, emit=False,
                                                       progress=lambda n: self.comparison_progressed.emit(n, aim))
