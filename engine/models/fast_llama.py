@@ -86,8 +86,9 @@ class PackedWeight:
 
     For float32 and bfloat16 on CPU these are both faster than F.linear for 1-9 rows (the float32 LM head of the
     embedded target: 2.6 ms for one row vs 9.6 ms) and row-invariant: a row's output does not depend on how many
-    rows are multiplied with it, once `__call__` steers around a single row. The packed copy is extra memory
-    (the model keeps its own weights for transformers' forward).
+    rows are multiplied with it, once `__call__` steers around a single row. In float16, where oneDNN has it, they
+    are here for that invariance: on AVX-512-fp16 F.linear's float16 kernel gives every block other bits than its
+    rows alone. The packed copy is extra memory (the model keeps its own weights for transformers' forward).
     """
 
     def __init__(self, weight: torch.Tensor):
@@ -105,6 +106,8 @@ class PackedWeight:
             return False
         if weight.dtype == torch.float32:
             return True
+        if weight.dtype == torch.float16:
+            return torch.ops.mkldnn._is_mkldnn_fp16_supported()
         return weight.dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
