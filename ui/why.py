@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine.decoding.costs import SCRATCH_POSITIONS
-from engine.decoding.recommend import MAX_GAMMA, SPREAD, Measured, Recommendation, cost_model_from_dict, recommend
+from engine.decoding.recommend import MARGIN, MAX_GAMMA, SPREAD, Measured, Recommendation, cost_model_from_dict, recommend
 from engine.events import DecodeSettings, Drafting, Mode, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance
 from ui.session import DrafterComparison, Reply, Session
@@ -157,3 +157,20 @@ def confidence_note(why: WhyGamma) -> str:
     return (f"{best.origin} measured {best.drafting.label} at {best.speedup:.2f}× with the confidence stop, above "
             f"this {recommendation.speedup:.2f}×: its longer drafts paid here, which cost-aware rounds do not try "
             "(Draft length: confidence).")
+
+
+def measured_short_note(why: WhyGamma) -> str:
+    """Where every fair measurement of the recommended drafting (cost-aware rounds, as the lines predict) fell short
+    of the MARGIN a recommendation needs, that they did: the prediction rests on the rounds' acceptance, and within
+    one run's spread of it a measurement does not rescale it, so the two may disagree on whether drafting pays (a
+    walk saw copying recommended at 1.11× beside a Compare drafters run of it at 1.01×) ("" otherwise)."""
+    recommendation = why.recommendation
+    if recommendation is None or recommendation.drafting is Drafting.NONE:
+        return ""
+    runs = [p for p in why.points if p.measured and p.cost_aware and p.drafting is recommendation.drafting]
+    if not runs or any(p.speedup >= MARGIN for p in runs):
+        return ""
+    best = max(runs, key=lambda p: p.speedup)
+    return (f"Measured: {best.drafting.label} at {best.speedup:.2f}× ({best.origin}), short of the "
+            f"{MARGIN - 1:.0%} gain this recommendation needs; a run can be {SPREAD - 1:.0%} off, so Compare "
+            "drafters again before counting on it.")

@@ -458,3 +458,27 @@ def test_at_1000_by_700_the_live_charts_keep_their_height_beside_the_tab(qtbot):
     window = window_at(qtbot, MIN_WIDTH, MIN_HEIGHT)
     for plot in (window.charts.alpha_plot, window.charts.tokens_plot, window.charts.speedup_plot):
         assert plot.height() >= MIN_CHART_HEIGHT
+
+
+def test_a_recommendation_that_every_fair_run_of_its_drafting_fell_short_of_says_so(qtbot):
+    """Recommended: the draft model; measured (cost-aware, fair) at 1.01x, under the 5 % a recommendation needs: the
+    line under the chart says so. The controls: measured at 1.20x, or at 1.01x by the confidence stop, it says
+    nothing."""
+    from ui.gamma_charts import WhyGammaPanel
+    from ui.why import MeasuredPoint, measured_short_note
+
+    why = why_gamma(synthetic_session(2.0))
+    assert why.recommendation.drafting is Drafting.MODEL and why.recommendation.speedup > 1.05
+
+    def measured_at(speedup: float, cost_aware: bool = True):
+        return dataclasses.replace(why, points=why.points + (MeasuredPoint(Drafting.MODEL, 4, speedup, True,
+                                                                           cost_aware, "Compare drafters"),))
+
+    short = measured_short_note(measured_at(1.01))
+    assert short.startswith("Measured: draft model at 1.01× (Compare drafters), short of the 5% gain")
+    assert measured_short_note(measured_at(1.20)) == ""
+    assert measured_short_note(measured_at(1.01, cost_aware=False)) == ""
+    panel = WhyGammaPanel()
+    qtbot.addWidget(panel)
+    panel.show_why(measured_at(1.01))
+    assert panel.explanation.text().endswith(short)
