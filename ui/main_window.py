@@ -811,7 +811,7 @@ class MainWindow(QMainWindow):
             if comparison.fair:  # a busy or unequal comparison is no line to read the estimate against
                 self.charts.show_measured_speedup(comparison.speedup, reply)
             self.reply_label.set_parts(self.reply_label.parts
-                                       + measured_figures(comparison, reply, shown.chat_measured))
+                                       + measured_figures(comparison, shown.part, shown.chat_measured))
         self.statusBar().clearMessage()
 
     def on_why_changed(self, why: WhyGamma) -> None:

@@ -69,11 +69,11 @@ class Figure(NamedTuple):
     keep: Keep
 
 
-def measured_figures(comparison: Comparison, reply: Reply, chat_measured: tuple[float, ...]) -> list[Figure]:
-    """The status bar's measured figure; `reply`: the part the comparison decoded again, as for `comparison_line`
+def measured_figures(comparison: Comparison, part: int, chat_measured: tuple[float, ...]) -> list[Figure]:
+    """The status bar's measured figure; `part`: the number of the part it decoded again, as for `comparison_line`
     (a continuation's own, not the whole reply whose figures it follows). Beside it, once the chat has several fair
     comparisons, their range."""
-    of = " (continued part)" if reply.request.continues else ""
+    of = f" (part {part}, continued)" if part > 1 else ""
     figures = [Figure(f"measured {comparison.speedup:.2f}× {MEASURED_HOW}{of}" + comparison_caveat(comparison),
                       Keep.MEASURED)]
     if len(chat_measured) > 1:

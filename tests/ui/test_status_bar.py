@@ -179,8 +179,8 @@ def test_a_continued_parts_measured_speedup_says_it_is_the_parts_not_the_whole_r
                             spec_tokens_per_s=66.7,
                             ar_tokens_per_s=50.0, identical=None)
     window.on_reply_finished(ReplyShown(1, part, part, can_continue=False, live=True))
-    window.on_comparison_finished(ComparisonShown(1, comparison, part, None))
-    assert "measured 1.33× undrawn (continued part)" in window.reply_label.text()
+    window.on_comparison_finished(ComparisonShown(1, comparison, part, None, part=2))
+    assert "measured 1.33× undrawn (part 2, continued)" in window.reply_label.text()  # as the note under it names it
     show_a_compared_reply(window)  # the control: a reply answering a message
     assert "measured 1.33× undrawn (one run each)" in window.reply_label.text()
 
