@@ -143,18 +143,21 @@ class ChartHeader(QLabel):
                      f"<span style='font-size:7pt'>{legend}</span>")
 
 
-def measured_said(parts: list[tuple[int, int, float]]) -> str:
+def measured_said(parts: list[tuple[int, int, float, int]]) -> str:
     """The measured lines' one legend entry (one line however many parts were compared): the whole reply's figure,
-    a continued part's with its rounds, or the range of several parts'; "" for none."""
+    a continued part's with its number and rounds, or the range of several parts' with their numbers (those whose
+    comparison was fair; another part's was not drawn); "" for none."""
     if not parts:
         return ""
-    speedups = [speedup for _, _, speedup in parts]
+    speedups = [speedup for _, _, speedup, _ in parts]
     if len(parts) > 1:
         low, high = min(speedups), max(speedups)
         figure = f"{low:.2f}×" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}–{high:.2f}×"
-        return f"measured {figure} undrawn, {len(parts)} parts"
-    [(first, last, speedup)] = parts
-    return f"measured {speedup:.2f}× undrawn" + (f" (continued part, rounds {first}–{last})" if first > 1 else "")
+        *earlier, last = [str(number) for _, _, _, number in parts]
+        return f"measured {figure} undrawn, parts {', '.join(earlier)} and {last}"
+    [(first, last, speedup, number)] = parts
+    return f"measured {speedup:.2f}× undrawn" + (f" (part {number}, continued: rounds {first}–{last})"
+                                                  if number > 1 else "")
 
 
 class ChartsPanel(QWidget):
@@ -197,7 +200,8 @@ class ChartsPanel(QWidget):
         # rounds the comparison decoded again: the whole reply's, or a continued part's only.
         self.measured = self.speedup_plot.plot(pen=pg.mkPen("#c62828", width=2, style=Qt.PenStyle.DashLine),
                                                connect="finite")
-        self.measured_parts: list[tuple[int, int, float]] = []  # (first round, last round, speedup) of each part
+        # (first round, last round, speedup, the part's number) of each part measured fairly
+        self.measured_parts: list[tuple[int, int, float, int]] = []
         self.speedup_plot.addItem(self.baseline)
         titles = {self.alpha_plot: "α per round", self.tokens_plot: "tokens per round",
                   self.speedup_plot: "speedup vs plain AR"}
@@ -230,12 +234,13 @@ class ChartsPanel(QWidget):
         self.buffers.append(event, reference_s, self.most_per_round)
         self._dirty = True
 
-    def show_measured_speedup(self, speedup: float, part: Reply | None = None) -> None:
-        """A fair comparison of `part`, the part of the reply drawn last (None: the whole reply). Its line runs over
-        that part's rounds only, a continuation's the last ones drawn, beside any earlier part's."""
+    def show_measured_speedup(self, speedup: float, part: Reply | None = None, number: int = 1) -> None:
+        """A fair comparison of `part`, the part of the reply drawn last (None: the whole reply), its `number` in
+        the reply. Its line runs over that part's rounds only, a continuation's the last ones drawn, beside any
+        earlier part's."""
         last = self.buffers.n
         first = last - len(part.events) + 1 if part is not None and part.request.continues else 1
-        self.measured_parts.append((first, last, speedup))
+        self.measured_parts.append((first, last, speedup, number))
         self._show_measured()
 
     def _show_measured(self) -> None:
@@ -256,7 +261,7 @@ class ChartsPanel(QWidget):
             curve.setData(x, y)
         self._fit_ranges()
         x, y = [], []
-        for first, last, speedup in self.measured_parts:  # a gap (NaN) between one part's line and the next
+        for first, last, speedup, _ in self.measured_parts:  # a gap (NaN) between one part's line and the next
             x += [first - 0.5, last + 0.5, np.nan]
             y += [speedup, speedup, np.nan]
         self.measured.setData(np.array(x, dtype=float), np.array(y, dtype=float))

@@ -809,7 +809,7 @@ class MainWindow(QMainWindow):
                                                  shown.pair))
         if not comparison.stopped:
             if comparison.fair:  # a busy or unequal comparison is no line to read the estimate against
-                self.charts.show_measured_speedup(comparison.speedup, reply)
+                self.charts.show_measured_speedup(comparison.speedup, reply, shown.part)
             self.reply_label.set_parts(self.reply_label.parts
                                        + measured_figures(comparison, shown.part, shown.chat_measured))
         self.statusBar().clearMessage()
@@ -1012,11 +1012,11 @@ def reply_charts(numbered: NumberedReply, size: QSize) -> ChartsPanel:
     charts = ChartsPanel()
     charts.resize(size)
     charts.start_reply(reply.gamma, speculative=reply.request.settings.mode is Mode.SPEC)
-    for part, comparison in zip(numbered.parts, numbered.comparisons):
+    for number, (part, comparison) in enumerate(zip(numbered.parts, numbered.comparisons), start=1):
         for event in part.events:
             charts.add_round(event, reply.reference)
         if comparison is not None and comparison.fair:
-            charts.show_measured_speedup(comparison.speedup, part)
+            charts.show_measured_speedup(comparison.speedup, part, number)
     charts.refresh()
     return charts
 

@@ -195,22 +195,24 @@ def test_each_parts_measured_line_runs_over_that_parts_rounds_only(qtbot):
                       ar_tokens_per_s=50.0, identical=None)
     messages = ({"role": "user", "content": "x"}, {"role": "assistant", "content": "ab"})
     charts.start_reply(2)
-    for rounds, request, comparison in ((3, ReplyRequest(messages[:1], DecodeSettings(gamma=2)), fair),
-                                        (8, ReplyRequest(messages, DecodeSettings(gamma=2)),
-                                         dataclasses.replace(fair, machine_busy=True)),
-                                        (8, ReplyRequest(messages, DecodeSettings(gamma=2)), fair)):
+    parts = ((3, ReplyRequest(messages[:1], DecodeSettings(gamma=2)), fair),
+             (8, ReplyRequest(messages, DecodeSettings(gamma=2)), dataclasses.replace(fair, machine_busy=True)),
+             (8, ReplyRequest(messages, DecodeSettings(gamma=2)), fair))
+    for number, (rounds, request, comparison) in enumerate(parts, start=1):
         events = tuple(accepted_round(i, ["a"], "b") for i in range(rounds))
         for event in events:
             charts.add_round(event, 0.02)
         part = Reply(request, events, "ab" * rounds, False, reference_s=0.02)
-        window.on_comparison_finished(ComparisonShown(1, comparison, part, None))
+        window.on_comparison_finished(ComparisonShown(1, comparison, part, None, part=number))
     charts.refresh()
     assert charts.measured_spans() == [(0.5, 3.5, pytest.approx(66.7 / 50)), (11.5, 19.5, pytest.approx(66.7 / 50))]
     legend = charts.headers[charts.speedup_plot].text().replace("&nbsp;", " ")
-    assert legend.count("measured") == 1 and "measured 1.33× undrawn, 2 parts" in legend  # one line for both
+    # one line for both, naming the parts it is of (the second's comparison was not fair)
+    assert legend.count("measured") == 1 and "measured 1.33× undrawn, parts 1 and 3" in legend
     from ui.charts import measured_said
-    assert measured_said([(12, 19, 1.3)]) == "measured 1.30× undrawn (continued part, rounds 12–19)"
-    assert measured_said([(1, 3, 0.97), (4, 9, 1.29)]) == "measured 0.97–1.29× undrawn, 2 parts"
+    assert measured_said([(12, 19, 1.3, 2)]) == "measured 1.30× undrawn (part 2, continued: rounds 12–19)"
+    assert measured_said([(1, 3, 0.97, 1), (4, 9, 1.29, 2), (10, 12, 1.1, 3)]) == (
+        "measured 0.97–1.29× undrawn, parts 1, 2 and 3")
     charts.start_reply(2)
     events = tuple(accepted_round(i, ["a"], "b") for i in range(8))
     for event in events:
