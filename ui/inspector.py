@@ -38,8 +38,14 @@ HINT = "Hover a token in the reply to inspect it; click to pin it."
 PINNED_HINT = "Pinned: click another token to inspect it, or empty space to follow the mouse again."
 
 
+SPACE_MARK = "␣"  # a space, where a token is nothing else
+
+
 def show(text: str) -> str:
-    """A token's text, HTML-escaped, with whitespace made visible."""
+    """A token's text, HTML-escaped, with whitespace made visible: escapes for newlines and tabs, and a token of
+    spaces alone as ␣ (shown as spaces it read as nothing, its id beside it as if it had no text)."""
+    if text and not text.strip():
+        return escape(repr(text)[1:-1].replace(" ", SPACE_MARK))
     return escape(repr(text)[1:-1]) if text.strip() != text or not text else escape(text)
 
 

@@ -311,3 +311,9 @@ def test_a_pinned_token_stays_outlined_after_a_continue(make_studio, mixed_decod
         window.continue_action.trigger()  # the reply goes on in place: the pane redraws it whole
     assert window.inspector.pinned and window.inspector.span is window.chat.spans[first_clean]
     assert outlined_text(window.chat) == [window.chat.spans[first_clean].text]
+
+
+def test_a_token_of_spaces_alone_shows_them_and_one_with_a_word_keeps_its_space():
+    from ui.inspector import show
+    assert show("  ") == "␣␣" and show(" \n") == "␣\\n"
+    assert show(" the") == " the" and show("a<b") == "a&lt;b"  # the controls: a word's leading space, escaping
