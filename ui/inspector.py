@@ -55,11 +55,13 @@ def token_id_note(token_id: int) -> str:
     return f"<span style='color:{NOTE_COLOUR}'>{unbroken(f'(token id {token_id})')}</span>"
 
 
-def first_rejection_note(span: TokenSpan) -> str:
-    """Why the inspector shows a token nobody pointed at: after a reply it opens on the reply's first rejection."""
+def first_rejection_note(span: TokenSpan, continued: bool = False) -> str:
+    """Why the inspector shows a token nobody pointed at: after a reply it opens on the reply's first rejection,
+    after a Continue on the continued part's."""
+    of = "the continued part's" if continued else "the last reply's"
     if span.fate is Fate.REJECTED:
-        return "The last reply's first rejected draft:"
-    return "In place of the last reply's first rejected draft:"
+        return f"{of.capitalize()} first rejected draft:"
+    return f"In place of {of} first rejected draft:"
 
 
 def ambiguous(tokens: list[TokenProb]) -> set[str]:

@@ -706,7 +706,7 @@ class MainWindow(QMainWindow):
         self.charts.refresh()
         self._add_reply_notes(reply)
         self.chat.set_reply_actions(shown.index, reply_actions(reply.text, shown.can_continue), text=reply.text)
-        self._inspect_first_rejection()
+        self._inspect_first_rejection(len(shown.reply.events) if shown.reply.request.continues else None)
         first, *rest = stats_figures(reply)
         self.reply_label.set_parts([first._replace(text=LAST_REPLY + first.text), *rest])
         if self.statusBar().currentMessage() == INT4_NOTE:  # the load's notice gives way to the reply's figures
@@ -904,15 +904,17 @@ class MainWindow(QMainWindow):
             self.load_progress.hide()
             self.pair_label.setText(self._pair_text)
 
-    def _inspect_first_rejection(self) -> None:
+    def _inspect_first_rejection(self, part_rounds: int | None = None) -> None:
         """Open the inspector on this reply's first rejection, the most telling token to look at: the rejected
         draft in the trace; in the clean view, which leaves drafts out, the token put in its place (its inspector
-        shows what the draft proposed too)."""
+        shows what the draft proposed too). `part_rounds`: a continuation's, whose last rounds it looks in."""
         item = self.chat.last_reply()
+        from_round = item.rounds - part_rounds if item is not None and part_rounds is not None else 0
         for index in range(item.first, item.end) if item is not None else ():
             span = self.chat.spans[index]
-            if (span.fate is Fate.REJECTED or span.replaces is not None) and self.chat.shows(span):
-                self.inspector.show_span(span, first_rejection_note(span))
+            if (span.round_index >= from_round and (span.fate is Fate.REJECTED or span.replaces is not None)
+                    and self.chat.shows(span)):
+                self.inspector.show_span(span, first_rejection_note(span, continued=part_rounds is not None))
                 return
 
     def _inspect(self, index: int) -> None:

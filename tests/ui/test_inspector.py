@@ -317,3 +317,22 @@ def test_a_token_of_spaces_alone_shows_them_and_one_with_a_word_keeps_its_space(
     from ui.inspector import show
     assert show("  ") == "␣␣" and show(" \n") == "␣\\n"
     assert show(" the") == " the" and show("a<b") == "a&lt;b"  # the controls: a word's leading space, escaping
+
+
+def test_after_a_continue_the_inspector_opens_on_the_continued_parts_first_rejection(make_studio, mixed_decoder,
+                                                                                      qtbot):
+    """The control: after the first part it opened on that part's, with the last reply's note."""
+    studio = make_studio(mixed_decoder, greedy=False, max_new_tokens=24, cost_aware=False, stop_below=0.0)
+    window = studio.window
+    window.legend.trace_action.trigger()
+    send(qtbot, studio)
+    first_part_rounds = len(studio.chat.turns[-1].reply.events)
+    assert window.inspector.span.round_index < first_part_rounds
+    assert text_of(window.inspector.label.text()).startswith("The last reply's first rejected draft:")
+    with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
+        window.continue_action.trigger()
+    part = studio.chat.turns[-1].reply
+    rejected = [s for s in window.chat.spans if s.fate is Fate.REJECTED and s.round_index >= first_part_rounds]
+    assert part.request.continues and rejected  # the continued part drafted, and had a draft rejected
+    assert window.inspector.span is rejected[0]
+    assert text_of(window.inspector.label.text()).startswith("The continued part's first rejected draft:")
