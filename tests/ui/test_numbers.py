@@ -247,6 +247,20 @@ def test_plain_steps_among_the_rounds_price_plain_ar_at_what_they_took_in_full()
     assert estimated_speedup(few, 0.5, 4) == pytest.approx(quiet_s(few) / rounds_s(few))
 
 
+def test_a_continued_part_is_priced_at_its_own_load_not_at_the_first_parts():
+    """A first part whose eight plain steps took 4x their quiet cost, then a quiet continuation (its rounds numbered
+    from 0 again): plain AR is priced at 4x for the first part's tokens only. The control: the same rounds numbered
+    on, as one decode, are all priced at 4x."""
+    plain = [costed(ar_step(i, 5, "w5", 0.9, step_s=0.04), 0.01) for i in range(8)]
+    continuation = [costed(accepted_round(i, ["a", "b"], "c"), 0.01) for i in range(4)]
+    quiet_s = lambda events: sum(e.ar_equivalent_s for e in events)  # noqa: E731
+    rounds_s = sum(e.round_s for e in plain + continuation)
+    assert estimated_speedup(plain + continuation, 0.5, 4) == pytest.approx(
+        (4 * quiet_s(plain) + quiet_s(continuation)) / rounds_s)
+    numbered_on = [dataclasses.replace(e, index=8 + e.index) for e in continuation]
+    assert estimated_speedup(plain + numbered_on, 0.5, 4) == pytest.approx(4 * quiet_s(plain + numbered_on) / rounds_s)
+
+
 def test_a_busy_machine_leaves_an_estimate_priced_by_the_reply_s_own_plain_steps_fair():
     request = ReplyRequest(messages=({"role": "user", "content": "w3"},), settings=DecodeSettings())
     plain = [costed(ar_step(i, 5, "w5", 0.9, step_s=0.03), 0.01) for i in range(8)]
