@@ -146,6 +146,9 @@ class ChatController(QObject):
         self.pair: PairInfo | None = None
         self.runtime: Runtime | None = None  # what runs `pair` here
         self.timing = StepReference()  # recent target-step timings: the reference for speedup estimates
+        # A reopened chat's pair as it saved it, its costs as its last reply left them (the loaded pair's may have
+        # been timed again since): what its why tab showed, until it decodes again. None otherwise.
+        self.saved_pair: PairInfo | None = None
         self._quiet_loop = QuietLoop(self)
         self._quiet_loop.quiet.connect(self.reply_drawn)
         self.editing: int | None = None
@@ -174,7 +177,7 @@ class ChatController(QObject):
     def session(self) -> Session:
         """What the exporter writes: the pair, and the replies in order with their comparisons."""
         done = [turn for turn in self.turns if turn.reply is not None]
-        return Session(self.pair, [turn.reply for turn in done],
+        return Session(self.saved_pair or self.pair, [turn.reply for turn in done],
                        {i: turn.comparison for i, turn in enumerate(done) if turn.comparison is not None},
                        self.title, {i: turn.context_notice for i, turn in enumerate(done) if turn.context_notice},
                        self.runtime, self.drafter_comparisons)
@@ -358,7 +361,7 @@ class ChatController(QObject):
         if self._after_stop(self.new_chat):
             return
         self.recorder.new_chat()
-        self.drafter_comparisons, self.given_title = (), None
+        self.drafter_comparisons, self.given_title, self.saved_pair = (), None, None
         self._replay([])
         self.chats_changed.emit(None)
         self.reset_requested.emit()
@@ -376,6 +379,7 @@ class ChatController(QObject):
         self.recorder.resume(chat_id)
         self.system_prompt_restored.emit(chat.system_prompt)
         self.drafter_comparisons, self.given_title = chat.drafters, given_title
+        self.saved_pair = chat.pair if chat.pair is not None and same_models(chat.pair, self.pair) else None
         self._replay([Turn(reply.request, reply, chat.comparisons.get(i), pair=None if reply.remote else chat.pair,
                            runtime=None if reply.remote else chat.runtime) for i, reply in enumerate(chat.replies)])
         self.chats_changed.emit(chat_id)
@@ -393,6 +397,7 @@ class ChatController(QObject):
             return
         messages = tuple(dict(m) for m in self.turns[-1].request.messages)
         self._set_state(TurnState.COMPARING)
+        self.saved_pair = None  # its runs re-time the loaded pair's costs, which the why tab then shows
         self.drafters_requested.emit(ReplyRequest(messages, dataclasses.replace(options.settings, mode=Mode.SPEC)))
 
     def export(self, base: Path) -> list[Path]:
@@ -461,6 +466,7 @@ class ChatController(QObject):
         """`runtime`: what runs the pair here (None where the worker did not say)."""
         self.drafter_comparisons = ()  # another pair's rounds say nothing of this one
         self.recorder.drafters_compared(())
+        self.saved_pair = None
         if runtime is not None:
             self.timing_at_load = self.quiet_timings.judge(QuietTimings.key(info, runtime), info.costs, datetime.now())
             if self.timing_at_load.busy:
@@ -479,9 +485,11 @@ class ChatController(QObject):
         self._emit_why()
 
     def on_costs_measured(self, costs: dict) -> None:
-        """The worker's cost model after a reply: its rounds keep each block's fastest timing."""
+        """The worker's cost model after a reply or Compare drafters: its rounds keep each block's fastest timing.
+        The chat keeps it too, for its why tab when reopened."""
         if self.pair is not None:
             self.pair = dataclasses.replace(self.pair, costs=dict(costs))
+            self.recorder.pair_timed(self.pair)
 
     def on_drafters_progressed(self, drafting: str, tokens: int) -> None:
         self.drafters_progressed.emit(drafting, tokens)
@@ -635,6 +643,7 @@ class ChatController(QObject):
                                compare_ar=options.compare_ar and settings.mode is Mode.SPEC and not remote)
         self.editing = None
         self._notice = None
+        self.saved_pair = None  # from here on the chat is decoded, and drawn, by the loaded pair's costs
         self.gammas = [settings.gamma]
         self._remote_pieces = []
         pair, runtime = (None, None) if remote else (self.pair, self.runtime)

@@ -351,6 +351,11 @@ class ChatStore:
         with self.db:
             self.db.execute("UPDATE turns SET comparison = ? WHERE id = ?", (to_json(comparison), turn_id))
 
+    def set_pair(self, chat_id: int, pair: PairInfo) -> None:
+        """The chat's pair with its costs as its last reply left them, which a reopened chat's why tab is drawn by."""
+        with self.db:
+            self.db.execute("UPDATE chats SET pair = ? WHERE id = ?", (to_json(pair), chat_id))
+
     def set_drafters(self, chat_id: int, comparisons: tuple[DrafterComparison, ...]) -> None:
         with self.db:
             self.db.execute("UPDATE chats SET drafters = ? WHERE id = ?",
@@ -473,6 +478,10 @@ class ChatRecorder:
     def comparison_finished(self, comparison: Comparison) -> None:
         if self.turn_id is not None:
             self._write(self.store.add_comparison, self.turn_id, comparison)
+
+    def pair_timed(self, pair: PairInfo) -> None:
+        if self.chat_id is not None:
+            self._write(self.store.set_pair, self.chat_id, pair)
 
     def drafters_compared(self, comparisons: tuple[DrafterComparison, ...]) -> None:
         """The Compare drafters runs the chat keeps (none: forget them, as loading another pair does)."""

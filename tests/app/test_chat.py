@@ -34,6 +34,7 @@ class FakeWorker:
         self.requests = []
         self.stop_after: int | None = None
         self.fail_with: str | None = None
+        self.costs: dict | None = None  # the cost model as a reply's rounds refined it, sent before the reply
         self.stopped = False
         chat.prompt_requested.connect(self.on_prompt_requested)
         chat.stop_requested.connect(self.on_stop_requested)
@@ -58,6 +59,8 @@ class FakeWorker:
         for event in events:
             self.chat.on_round_finished(event)
         reply = Reply(request, tuple(events), "".join(e.text_delta for e in events), False)
+        if self.costs is not None:
+            self.chat.on_costs_measured(self.costs)
         self.chat.on_reply_finished(reply)
         if request.compare_ar:
             ar = tuple(ar_step(i, t.text) for i, t in enumerate(reply.tokens))
@@ -405,3 +408,23 @@ def test_the_export_names_the_pair_that_decoded_each_reply_not_one_loaded_since(
     assert [reply["pair"]["dtype"] for reply in data["replies"]] == ["float32", "bfloat16"]
     assert "*t + d · cpu · bfloat16*" in text and text.count("*decoded by t + d · cpu · float32*") == 1
     assert text.index("decoded by") < text.index("**Reply 2")
+
+
+def test_a_reopened_chat_draws_its_why_tab_by_the_costs_its_last_reply_left_not_a_later_timing(chat):
+    """Its reply refined the costs (a 2 ms draft); the pair was then loaded again and timed at a 9 ms draft. The
+    reopened chat recommends what it did live; the control: its next reply is drawn by the new timing."""
+    from tests.ui.test_why_gamma import flat_costs, four_kinds_of_round
+
+    worker = FakeWorker(chat)
+    worker.replies += [four_kinds_of_round(), four_kinds_of_round()]
+    chat.on_models_loaded(dataclasses.replace(PAIR, costs=flat_costs(5.0)))
+    worker.costs = flat_costs(2.0)  # the reply's rounds refined the costs
+    chat.send("hi", SPEC)
+    worker.costs = None
+    live, chat_id = chat.why, chat.chat_id
+    assert live.costs == flat_costs(2.0) and live.recommendation.gamma > 0
+    chat.on_models_loaded(dataclasses.replace(PAIR, costs=flat_costs(9.0)))  # loaded again, timed anew
+    chat.open_chat(chat_id)
+    assert chat.why.costs == live.costs and chat.why.recommendation == live.recommendation
+    chat.send("again", SPEC)
+    assert chat.why.costs == flat_costs(9.0) and chat.why.recommendation != live.recommendation
