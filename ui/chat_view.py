@@ -35,6 +35,7 @@ TRACE_CODE = "trace-code"  # a trace token inside code: the trace's tint, the cl
 # undrawn on 2 cores, at 120 (charts 250) 0.91-1.01x.
 FLUSH_MS = 120
 RETURN_MARK = "↵"  # a newline token in the trace, so it can be seen and hovered
+NBSP = "\u00a0"
 PINNED_OUTLINE = "#37474f"  # the pinned token's underline
 BOTTOM_SLACK = 4  # pixels from the bottom that still count as "at the bottom"
 CODE_LINK_GAP = 3  # pixels above and below a code block's Copy link
@@ -447,9 +448,10 @@ class ChatView(QTextBrowser):
         for index in range(state.item.first + state.stable, state.item.end):
             span = self.spans[index]
             fmt = self._token_format(index, span.fate, TRACE_CODE if index in code else TRACE)
-            if span.byte_wording:  # hex alone does not say what it is
-                fmt.setToolTip(f"{span.byte_wording}. A token can hold only some of a character's UTF-8 bytes.")
             text = span.text.replace("\n", RETURN_MARK + "\n") if span.text.strip() == "" else span.text
+            if span.byte_wording:  # hex alone does not say what it is; one token, never broken at a line's end
+                fmt.setToolTip(f"{span.byte_wording}. A token can hold only some of a character's UTF-8 bytes.")
+                text = text.replace(" ", NBSP)
             cursor.insertText(text, fmt)
         state.stable = state.item.end - state.item.first
 

@@ -295,7 +295,8 @@ def test_a_byte_draft_in_the_trace_says_what_its_bytes_are(qtbot):
     chat.add_round(rejected_round(0, ["a"], "‹e4 bd›", "你"))
     chat.flush()
     tips = {fragment.text(): fragment.charFormat().toolTip() for fragment, _ in token_fragments_with_blocks(chat)}
-    assert tips["‹e4 bd›"].startswith("‹e4 bd›: 2 of the 3 bytes of 你.") and tips["你"] == ""
+    # drawn with a no-break space: a line's end never splits the label ("‹e4" / "bd›")
+    assert tips["‹e4\u00a0bd›"].startswith("‹e4 bd›: 2 of the 3 bytes of 你.") and tips["你"] == ""
 
 
 def byte_draft_in_the_trace(qtbot):
@@ -306,7 +307,7 @@ def byte_draft_in_the_trace(qtbot):
     window.chat.begin_reply("Assistant")
     window.chat.add_round(rejected_round(0, ["a"], "‹e4 bd›", "你"))
     window.chat.flush()
-    [fragment] = [f for f, _ in token_fragments_with_blocks(window.chat) if f.text() == "‹e4 bd›"]
+    [fragment] = [f for f, _ in token_fragments_with_blocks(window.chat) if f.text() == "‹e4\u00a0bd›"]
     cursor = QTextCursor(window.chat.document())
     cursor.setPosition(fragment.position() + 1)
     window.chat.setFocus()  # before any tooltip shows: a change of focus hides it
