@@ -112,6 +112,7 @@ class ChatController(QObject):
     round_received = Signal(object)  # RoundShown
     reply_finished = Signal(object)  # ReplyShown
     comparison_progressed = Signal(int, int)  # tokens the comparison's runs have made so far, tokens they aim at
+    comparison_reading = Signal(int, int)  # one of those runs reads the prompt in again: positions read, of
     comparison_finished = Signal(object)  # ComparisonShown
     context_fitted = Signal(object)  # ContextNotice of the turn just completed
     why_changed = Signal(object)  # WhyGamma: the session's acceptance by position and the recommendation
@@ -523,9 +524,14 @@ class ChatController(QObject):
         if reply.request.compare_ar and not reply.stopped:
             if self.state is TurnState.REPLYING:
                 self._set_state(TurnState.COMPARING)
+            self._emit_why()  # the reply's acceptance and costs, not only once its comparison is done (a long
+            # prompt's comparison reads it in twice again: 33 s)
             self._quiet_loop.watch()  # its runs start once the window's drawing of this reply has all run
             return
         self._finish_turn()
+
+    def on_comparison_reading(self, done: int, total: int) -> None:
+        self.comparison_reading.emit(done, total)
 
     def on_comparison_progressed(self, tokens: int, aim: int) -> None:
         """Compare with AR's runs have produced `tokens` of the `aim` (the worker's count of them)."""

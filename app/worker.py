@@ -74,6 +74,7 @@ class DecodeWorker(QObject):
     comparison_finished = Signal(object)  # Comparison
     # tokens a comparison's runs (plain AR, then a speculative reply again) have made so far, and all they aim at
     comparison_progressed = Signal(int, int)
+    comparison_reading = Signal(int, int)  # a comparison's run reads the prompt in again: positions read, of
     costs_measured = Signal(object)  # the cost model (CostModel.as_dict) as the reply's rounds left it
     drafters_progressed = Signal(str, int)  # Compare drafters: the drafting running, its tokens so far
     drafters_compared = Signal(object)  # DrafterComparison
@@ -178,11 +179,12 @@ class DecodeWorker(QObject):
 
     # -- helpers ---------------------------------------------------------------------------------------
 
-    def _decode(self, request: ReplyRequest, emit: bool,
-                progress: Callable[[int], None] = lambda _tokens: None) -> tuple[list, str, bool]:
+    def _decode(self, request: ReplyRequest, emit: bool, progress: Callable[[int], None] = lambda _tokens: None,
+                reading: Callable[[PrefillProgress], None] = lambda _read: None) -> tuple[list, str, bool]:
         """Run the engine's stream to its end or to a stop request (checked between rounds and prefill chunks),
         on one thread from where the machine's load stalls its threads (LOADED_ROUNDS). Unless `emit`, the tokens so
-        far are reported to `progress` after a round, at most every PROGRESS_EVERY_S, and at the end."""
+        far are reported to `progress` after a round, and the prompt read so far to `reading` after a chunk but the
+        last (whose report the window would draw beside the first, timed, round), at most every PROGRESS_EVERY_S."""
         events, pieces, n_tokens, reported_at = [], [], 0, time.monotonic()
         self.threads = self.threads or torch.get_num_threads()  # read on the thread that decodes: it is that thread's
         torch.set_num_threads(self.threads)
@@ -200,6 +202,9 @@ class DecodeWorker(QObject):
                 if isinstance(item, PrefillProgress):
                     if emit:
                         self.prefill_progressed.emit(item)
+                    elif item.done < item.total and time.monotonic() - reported_at >= PROGRESS_EVERY_S:
+                        reported_at = time.monotonic()
+                        reading(item)
                 else:
                     item = dataclasses.replace(with_byte_labels(item, self.decoder.tokenizer),
                                                threads=torch.get_num_threads())
@@ -245,8 +250,10 @@ class DecodeWorker(QObject):
         self._await_drawn()
         decoder.runner.rollback(min(cached, len(decoder.runner)))
         ar_request = dataclasses.replace(request, settings=dataclasses.replace(request.settings, mode=Mode.AR))
+        reading = lambda read: self.comparison_reading.emit(read.done, read.total)  # noqa: E731
         ar_events, ar_text, ar_stopped = self._decode(ar_request, emit=False,
-                                                      progress=lambda n: self.comparison_progressed.emit(n, aim))
+                                                      progress=lambda n: self.comparison_progressed.emit(n, aim),
+                                                      reading=reading)
         ar = reply_stats(ar_events)
         rerun, stopped = [], ar_stopped
         if not stopped and rerun_wanted:
@@ -256,7 +263,8 @@ class DecodeWorker(QObject):
             try:
                 decoder.runner.rollback(min(cached, len(decoder.runner)))
                 rerun, _, stopped = self._decode(
-                    request, emit=False, progress=lambda n: self.comparison_progressed.emit(ar.n_tokens + n, aim))
+                    request, emit=False, progress=lambda n: self.comparison_progressed.emit(ar.n_tokens + n, aim),
+                    reading=reading)
             finally:
                 decoder.planner = kept
         spec = reply_stats(rerun) if rerun and not stopped else reply.stats

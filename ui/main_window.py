@@ -50,6 +50,9 @@ STATUS_RIGHT_MARGIN = 8  # between the status bar's last widget and the window's
 PAIR_SHARE = 0.23
 UNLIMITED_WIDTH = 16777215  # Qt's QWIDGETSIZE_MAX, which PySide6 does not export
 LAST_REPLY = "last reply: "  # the status bar's summary of the last reply begins so
+# Compare with AR's progress bar: its runs' tokens, or a run reading a long prompt in again (%v of %m positions)
+COMPARISON_DECODING = "Compare with AR, undrawn: %v of ~%m tokens"
+COMPARISON_READING = "Compare with AR: reading the prompt in again, %v of %m"
 EXPORT_TITLE_HEIGHT = 20  # the exported chart image's row naming each reply and the why tab
 HISTORY_WIDTH = 140  # the history dock's first width: its titles elide, and a small window's chat needs the room
 SERVING_READY_S = 100  # about how long vLLM takes to answer here (engine.benchmark.vllm_peer.READY_TIMEOUT_S bounds it)
@@ -160,11 +163,12 @@ class MainWindow(QMainWindow):
         self.statusBar().addWidget(self.pair_label)
         self.statusBar().addWidget(self.reply_label, 1)
         self.comparison_progress = QProgressBar()
-        self.comparison_progress.setFormat("Compare with AR, undrawn: %v of ~%m tokens")
+        self.comparison_progress.setFormat(COMPARISON_DECODING)
         self.comparison_progress.setToolTip("Compare with AR: the same messages decoded again, undrawn, with plain "
                                             "AR and then as the reply was, to measure the speedup")
         # The text is drawn over the bar, so the bar is never narrower than it (the labels beside it elide).
-        widest = self.comparison_progress.format().replace("%v", "0000").replace("%m", "0000")
+        widest = max((form.replace("%v", "0000").replace("%m", "0000")
+                      for form in (COMPARISON_DECODING, COMPARISON_READING)), key=len)
         self.comparison_progress.setMinimumWidth(self.comparison_progress.fontMetrics().horizontalAdvance(widest) + 24)
         self.comparison_progress.hide()
         holder = QWidget()  # the bar's room, with a margin: at the window's edge it looked cut off
@@ -795,9 +799,17 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(f"Starting vLLM with the embedded pair… {seconds} s (it answers after about "
                                      f"{SERVING_READY_S} s here)")
 
+    def on_comparison_reading(self, done: int, total: int) -> None:
+        """One of Compare with AR's runs is reading the prompt in again: `done` of its `total` positions."""
+        self.comparison_progress.setFormat(COMPARISON_READING)
+        self.comparison_progress.setRange(0, max(total, 1))
+        self.comparison_progress.setValue(done)
+        self.comparison_progress.show()
+
     def on_comparison_progressed(self, tokens: int, expected: int) -> None:
         """The runs behind Compare with AR (plain AR, then a speculative reply again) have produced `tokens` of the
         `expected`."""
+        self.comparison_progress.setFormat(COMPARISON_DECODING)
         self.comparison_progress.setRange(0, max(expected, tokens, 1))
         self.comparison_progress.setValue(tokens)
         self.comparison_progress.show()

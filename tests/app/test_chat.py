@@ -124,6 +124,16 @@ def test_a_compared_reply_passes_through_comparing_and_keeps_its_comparison(chat
     assert chat.store.load_chat(chat.chat_id).comparisons[0] == chat.turns[0].comparison
 
 
+def test_a_compared_replys_why_tab_is_drawn_before_its_comparison_runs(chat):
+    """The control: the comparison's end draws it again."""
+    worker, order = FakeWorker(chat), []
+    worker.replies.append(two_rounds())
+    chat.why_changed.connect(lambda why: order.append(("why", why.session.n_rounds)))
+    chat.comparison_finished.connect(lambda _shown: order.append(("comparison", None)))
+    chat.send("hi", COMPARED)
+    assert order == [("why", 2), ("comparison", None), ("why", 2)]
+
+
 def test_regenerate_replaces_the_last_turn_and_resends_its_messages(chat):
     worker = FakeWorker(chat)
     worker.replies += [two_rounds(), two_rounds(), [accepted_round(0, ["Hey"], "!", finish="eos")]]

@@ -460,3 +460,23 @@ def test_compare_with_ar_starts_once_the_window_has_drawn_the_reply(make_studio,
     monkeypatch.setattr(studio.worker, "_decode", undrawn_decode)
     send(qtbot, studio)
     assert seen == [not handshake] and started.is_set()
+
+
+def test_compare_with_ar_shows_its_runs_reading_a_long_prompt_in_again(make_studio, mixed_decoder, qtbot,
+                                                                        monkeypatch):
+    """A 900-word prompt read in chunks of 256: each run of the comparison reports the chunks before its last, and
+    the bar says it is reading, then counts tokens again. The control: the reply's own read-in is not reported so."""
+    monkeypatch.setattr("app.worker.PROGRESS_EVERY_S", 0.0)  # the tiny pair reads a chunk in far less
+    monkeypatch.setattr("engine.decoding.caches.chunk_size", lambda _seconds: 256)  # as a slower machine would
+    studio = make_studio(mixed_decoder, greedy=True, max_new_tokens=4)
+    studio.window.controls.compare_ar.setChecked(True)
+    bar, reading, formats = studio.window.comparison_progress, [], []
+    studio.chat.comparison_reading.connect(lambda done, total: reading.append((done, total, bar.format(),
+                                                                               bar.value(), bar.maximum())))
+    studio.chat.comparison_progressed.connect(lambda *_: formats.append(bar.format()))
+    send(qtbot, studio, words(900))
+    from ui.main_window import COMPARISON_DECODING, COMPARISON_READING
+    assert [(done, total) for done, total, *_ in reading] == [(256, 899), (512, 899), (768, 899)] * 2  # AR, rerun
+    assert all(form == COMPARISON_READING and value == done and most == total
+               for done, total, form, value, most in reading)
+    assert formats and formats[-1] == COMPARISON_DECODING
