@@ -1,6 +1,7 @@
 """The main window: controls, the chat pane with its legend, the token inspector and the live charts."""
 from __future__ import annotations
 
+from html import escape
 from importlib import metadata
 from pathlib import Path
 
@@ -8,7 +9,7 @@ from PySide6.QtCore import QElapsedTimer, QMargins, QRect, QSettings, QSize, Qt,
 from PySide6.QtGui import QAction, QGuiApplication, QImage, QKeySequence, QPainter
 from PySide6.QtWidgets import (QApplication, QDialog, QDialogButtonBox, QDockWidget, QFileDialog, QHBoxLayout,
                                QInputDialog, QLabel, QMainWindow, QMenu, QMessageBox, QProgressBar, QPushButton,
-                               QScrollArea, QSplitter, QTableWidget, QTableWidgetItem, QTabWidget, QVBoxLayout,
+                               QScrollArea, QSizePolicy, QSplitter, QTableWidget, QTableWidgetItem, QTabWidget, QVBoxLayout,
                                QWidget)
 
 from engine.choices import DEVICES, DTYPES
@@ -25,6 +26,7 @@ from ui.history import HistoryPanel
 from ui.inspector import TokenInspector, first_rejection_note
 from ui.legend import Legend
 from ui.message_box import MessageBox
+from ui.palette import NOTE_COLOUR
 from ui.preferences import export_folder, remember_export_folder, restore_preferences, save_preferences
 from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, EngineTarget, Reply, ReplyShown, RoundShown,
                         Session, TurnOptions, TurnStarted, TurnState)
@@ -50,6 +52,7 @@ STATUS_RIGHT_MARGIN = 8  # between the status bar's last widget and the window's
 PAIR_SHARE = 0.23
 UNLIMITED_WIDTH = 16777215  # Qt's QWIDGETSIZE_MAX, which PySide6 does not export
 LAST_REPLY = "last reply: "  # the status bar's summary of the last reply begins so
+SYSTEM_PROMPT_SHOWN = 90  # characters of a system prompt named above the chat (all of it in the tooltip)
 # Compare with AR's progress bar: its runs' tokens, or a run reading a long prompt in again (%v of %m positions)
 COMPARISON_DECODING = "Compare with AR, undrawn: %v of ~%m tokens"
 COMPARISON_READING = "Compare with AR: reading the prompt in again, %v of %m"
@@ -124,6 +127,10 @@ class MainWindow(QMainWindow):
         self.help_box: QMessageBox | None = None
         self.error_box: QMessageBox | None = None
         self.preferences = preferences
+        # the chat's system prompt, named above the chat while one is set: nothing else there says it is sent
+        self.system_prompt_line = QLabel()
+        self.system_prompt_line.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.system_prompt_line.linkActivated.connect(lambda _link: self.ask_system_prompt())
         self.system_prompt = ""
         self.default_system_prompt = ""  # what the target's chat template sends where the chat sets none
         self._framed = False  # whether the window manager's frame has been fitted to the screen too
@@ -226,6 +233,7 @@ class MainWindow(QMainWindow):
         chat = QWidget()
         chat_layout = QVBoxLayout(chat)
         chat_layout.addWidget(self.legend)
+        chat_layout.addWidget(self.system_prompt_line)
         chat_layout.addWidget(self.chat, 1)
         chat_layout.addWidget(self.message_box)
         buttons = QHBoxLayout()
@@ -513,6 +521,19 @@ class MainWindow(QMainWindow):
             self.regenerate()
         else:
             self.continue_reply()
+
+    @property
+    def system_prompt(self) -> str:
+        return self._system_prompt
+
+    @system_prompt.setter
+    def system_prompt(self, text: str) -> None:
+        self._system_prompt = text
+        shown = text if len(text) <= SYSTEM_PROMPT_SHOWN else text[:SYSTEM_PROMPT_SHOWN - 1].rstrip() + "…"
+        self.system_prompt_line.setText(f"<span style='color:{NOTE_COLOUR}'>System prompt: “{escape(shown)}”</span>"
+                                        " <a href='change'>change…</a>")
+        self.system_prompt_line.setToolTip(text)
+        self.system_prompt_line.setVisible(bool(text))
 
     def ask_system_prompt(self) -> None:
         default = (f"the model's own: “{self.default_system_prompt}”" if self.default_system_prompt

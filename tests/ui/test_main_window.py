@@ -412,3 +412,20 @@ def test_the_system_prompt_dialog_names_what_the_model_sends_when_it_is_left_emp
         window.on_pair_loaded(PairInfo(ModelInfo("t", "/t", 1, 64), None, "cpu", "float32", default_system_prompt=default))
         window.ask_system_prompt()
     assert asked[0].endswith("(empty: the model's own: “Be kind.”):") and asked[1].endswith("(empty: none):")
+
+
+def test_a_system_prompt_in_effect_is_named_above_the_chat_and_opens_its_dialog(qtbot, monkeypatch):
+    """The control: with none set, nothing is shown."""
+    asked = []
+    monkeypatch.setattr("ui.main_window.QInputDialog.getMultiLineText",
+                        lambda _parent, _title, _label, text: asked.append(text) or (text, False))
+    window = shown_window(qtbot, 1000, 700)
+    line = window.system_prompt_line
+    assert not line.isVisible()
+    window.system_prompt = "You are a pirate. " * 10
+    assert line.isVisible() and "System prompt: “You are a pirate." in line.text() and "…”" in line.text()
+    assert line.toolTip() == window.system_prompt and line.width() <= window.chat.width()  # it never widens the pane
+    line.linkActivated.emit("change")
+    assert asked == [window.system_prompt]
+    window.system_prompt = ""
+    assert not line.isVisible()
