@@ -56,8 +56,9 @@ def fewer_threads_note(events) -> str | None:
         return None
     number, event = dropped
     fewer = "one thread" if event.threads == 1 else f"{event.threads} threads"
-    return (f"Decoded on {fewer} from round {number}: another program's load stalled the {first} threads it began "
-            "with, and fewer went faster.")
+    return (f"Decoded on {fewer} from round {number}: its steps on {first} threads ran over twice as slow as this "
+            "machine's quiet ones (another program's load, or on few cores this window's own drawing), and one "
+            "stalled thread holds up the others.")
 
 
 def reply_notes(reply: Reply) -> list[Note]:

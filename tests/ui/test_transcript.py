@@ -67,5 +67,5 @@ def test_a_reply_that_went_on_with_fewer_threads_says_from_which_round():
         return [dataclasses.replace(accepted_round(i, ["a"], "b"), threads=t) for i, t in enumerate(threads)]
 
     note = fewer_threads_note(on([2, 2, 1, 1]))
-    assert note.startswith("Decoded on one thread from round 3:") and "the 2 threads it began with" in note
+    assert note.startswith("Decoded on one thread from round 3:") and "its steps on 2 threads ran" in note
     assert fewer_threads_note(on([2, 2, 2])) is None and fewer_threads_note(on([0, 0])) is None
