@@ -396,7 +396,8 @@ class ChatController(QObject):
         if not self.turns:
             self.notice_posted.emit("Compare drafters runs the last prompt: send one first")
             return
-        messages = tuple(dict(m) for m in self.turns[-1].request.messages)
+        # the message the last reply answered, as sent: a continued reply's last part would decode its continuation
+        messages = tuple(dict(m) for m in self.turns[self.first_part(len(self.turns) - 1)].request.messages)
         self._set_state(TurnState.COMPARING)
         self.saved_pair = None  # its runs re-time the loaded pair's costs, which the why tab then shows
         self.drafters_requested.emit(ReplyRequest(messages, dataclasses.replace(options.settings, mode=Mode.SPEC)))
@@ -465,8 +466,8 @@ class ChatController(QObject):
 
     def on_models_loaded(self, info: PairInfo, runtime: Runtime | None = None) -> None:
         """`runtime`: what runs the pair here (None where the worker did not say)."""
-        self.drafter_comparisons = ()  # another pair's rounds say nothing of this one
-        self.recorder.drafters_compared(())
+        if not same_models(info, self.pair):  # another pair's rounds say nothing of this one; the chat keeps them
+            self.drafter_comparisons = ()
         self.saved_pair = None
         if runtime is not None:
             self.timing_at_load = self.quiet_timings.judge(QuietTimings.key(info, runtime), info.costs, datetime.now())

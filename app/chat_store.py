@@ -484,7 +484,7 @@ class ChatRecorder:
             self._write(self.store.set_pair, self.chat_id, pair)
 
     def drafters_compared(self, comparisons: tuple[DrafterComparison, ...]) -> None:
-        """The Compare drafters runs the chat keeps (none: forget them, as loading another pair does)."""
+        """The Compare drafters runs the chat keeps."""
         if self.chat_id is not None:
             self._write(self.store.set_drafters, self.chat_id, comparisons)
 

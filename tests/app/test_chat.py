@@ -346,6 +346,38 @@ def test_a_compare_drafters_stays_with_its_chat_through_a_reopen_and_the_export(
         "lookup", "none"]
 
 
+def test_loading_a_pair_again_leaves_the_chats_compare_drafters_where_another_pair_sets_them_aside(chat):
+    """The same models loaded again (timed anew): the chat's Compare drafters stays, shown and saved. Another pair:
+    it is set aside in the window, and the saved chat still holds it."""
+    worker = FakeWorker(chat)
+    worker.replies.append(two_rounds())
+    chat.send("hi", SPEC)
+    comparison = DrafterComparison(chat.turns[-1].request,
+                                   (DrafterRun(Drafting.LOOKUP, (accepted_round(0, ["a", "b"], "c", q=1.0),)),))
+    chat._set_state(TurnState.COMPARING)
+    chat.on_drafters_compared(comparison)
+    chat.on_models_loaded(dataclasses.replace(PAIR, target_step_s=0.03))
+    assert chat.session.drafters == (comparison,)
+    assert chat.store.load_chat(chat.chat_id).drafters == (comparison,)
+    chat.on_models_loaded(dataclasses.replace(PAIR, dtype="bfloat16"))
+    assert chat.session.drafters == ()
+    assert chat.store.load_chat(chat.chat_id).drafters == (comparison,)
+
+
+def test_compare_drafters_decodes_the_message_a_continued_reply_answered_not_its_last_part(chat):
+    requested = []
+    chat.drafters_requested.connect(requested.append)
+    worker = FakeWorker(chat)
+    worker.replies += [two_rounds(finish="length"), two_rounds()]
+    chat.send("hi", SPEC)
+    chat.continue_reply(SPEC)
+    assert chat.turns[-1].continues
+    chat.compare_drafters(SPEC)
+    [request] = requested
+    assert request.messages == chat.turns[0].request.messages  # the control: the last part's ends with the reply
+    assert chat.turns[-1].request.messages[-1]["role"] == "assistant"
+
+
 def test_a_confidence_stop_compare_drafters_keeps_the_cost_aware_one_and_replaces_only_its_own_rule(chat):
     """The cost-aware run's measured dots stay beside a confidence-stop run's, through a reopen; a second run of
     one rule replaces that rule's last. The control: two cost-aware runs keep only the last."""
