@@ -530,8 +530,9 @@ class MainWindow(QMainWindow):
     def system_prompt(self, text: str) -> None:
         self._system_prompt = text
         shown = text if len(text) <= SYSTEM_PROMPT_SHOWN else text[:SYSTEM_PROMPT_SHOWN - 1].rstrip() + "…"
-        self.system_prompt_line.setText(f"<span style='color:{NOTE_COLOUR}'>System prompt: “{escape(shown)}”</span>"
-                                        " <a href='change'>change…</a>")
+        # the link before the text: a narrow pane clips the text's end
+        self.system_prompt_line.setText(f"<span style='color:{NOTE_COLOUR}'>System prompt (<a href='change'>change"
+                                        f"</a>): “{escape(shown)}”</span>")
         self.system_prompt_line.setToolTip(text)
         self.system_prompt_line.setVisible(bool(text))
 
@@ -1056,7 +1057,7 @@ def reply_charts(numbered: NumberedReply, size: QSize) -> ChartsPanel:
     return charts
 
 
-DRAFTER_COLUMNS = ("drafters", "tokens/s", "α", "tokens/round", "vs plain AR")
+DRAFTER_COLUMNS = ("drafters", "tokens", "tokens/s", "α", "tokens/round", "vs plain AR")
 
 
 def drafters_table(comparison: DrafterComparison) -> QTableWidget:
@@ -1067,15 +1068,15 @@ def drafters_table(comparison: DrafterComparison) -> QTableWidget:
     table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
     for r, row in enumerate(rows):
         if row["skipped"] or (row["stopped"] and not row["tokens"]):
-            cells = [row["skipped"] or "stopped", "", "", ""]
+            cells = [row["skipped"] or "stopped", "", "", "", ""]
         else:
             # a drafting that drafted nothing ran plain target steps, plain AR's work: its ratio to the AR row is
             # one run's spread (0.72-1.14× seen), no speedup; its tokens/s stands
             idle = row["drafting"] != Drafting.NONE.value and not row["drafted"]
             vs_ar = ("plain AR's work (drafted nothing)" if idle else "" if row["vs_ar"] is None
                      else f"{row['vs_ar']:.2f}×" + (" (not fair: above its tok/round)" if row["beyond_rounds"] else ""))
-            cells = [f"{row['tokens_per_s']:.1f}", "—" if row["alpha"] is None else f"{row['alpha']:.2f}",
-                     f"{row['tokens_per_round']:.2f}", vs_ar]
+            cells = [str(row["tokens"]), f"{row['tokens_per_s']:.1f}",
+                     "—" if row["alpha"] is None else f"{row['alpha']:.2f}", f"{row['tokens_per_round']:.2f}", vs_ar]
         name = Drafting(row["drafting"]).label + (" (stopped)" if row["stopped"] and row["tokens"] else "")
         for c, text in enumerate([name, *cells]):
             item = QTableWidgetItem(text)

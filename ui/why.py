@@ -11,7 +11,7 @@ from engine.decoding.costs import SCRATCH_POSITIONS
 from engine.decoding.recommend import MARGIN, MAX_GAMMA, SPREAD, Measured, Recommendation, cost_model_from_dict, recommend
 from engine.events import DecodeSettings, Drafting, Mode, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance
-from ui.session import DrafterComparison, Reply, Session
+from ui.session import Comparison, DrafterComparison, Reply, Session
 
 
 def drafting_of(settings: DecodeSettings) -> Drafting:
@@ -23,8 +23,8 @@ def drafting_of(settings: DecodeSettings) -> Drafting:
 
 @dataclass(frozen=True)
 class MeasuredPoint:
-    """A reply or a Compare drafters run of this session on the predicted-speedup chart: its γ cap and its speedup
-    vs AR (the measured comparison where it has one, else the reply's estimate)."""
+    """A reply, a fairly compared part of one, or a Compare drafters run of this session on the predicted-speedup
+    chart: its γ cap and its speedup vs AR (the measured comparison where it has one, else the reply's estimate)."""
 
     drafting: Drafting
     gamma: int
@@ -33,7 +33,7 @@ class MeasuredPoint:
     # Drafted by cost-aware rounds, as the predicted lines are; False: by the confidence stop, a rule whose runs
     # say nothing of those lines (they draft where cost-aware rounds would not), so they do not scale them
     cost_aware: bool = True
-    origin: str = ""  # what ran it: "reply 2", "Compare drafters"
+    origin: str = ""  # what ran it: "reply 2", "reply 3, part 2 (of 3)", "Compare drafters"
 
     def said(self) -> str:
         """The point's tooltip: what ran it, with which drafting and rule, and where its figure comes from."""
@@ -61,12 +61,12 @@ class WhyGamma:
                 "recommendation": None if self.recommendation is None else self.recommendation.as_dict()}
 
 
-def speculative_replies(session: Session) -> list[tuple[int, int, Reply, object]]:
+def speculative_replies(session: Session) -> list[tuple[int, Reply, list[tuple[Reply, Comparison | None]]]]:
     """The replies that drafted, each with its number (as the chat and the export number replies, plain AR ones
-    too), how many parts it joins, and its last part's comparison."""
-    return [(number, len(group), reply, comparison)
-            for number, ((reply, comparison), group) in enumerate(zip(session.shown_replies(), session.reply_groups()),
-                                                                   start=1)
+    too), and its parts, each with its own comparison (a reply sent and answered once is its one part)."""
+    return [(number, reply, [(session.replies[i], session.comparisons.get(i)) for i in group])
+            for number, ((reply, _), group) in enumerate(zip(session.shown_replies(), session.reply_groups()),
+                                                         start=1)
             if reply.request.settings.mode is Mode.SPEC and reply.events]
 
 
@@ -100,7 +100,7 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
     costs come from, when not from its timing at load."""
     shown = speculative_replies(session)
     events = {}
-    for _, _, reply, _ in shown:
+    for _, reply, _ in shown:
         events.setdefault(drafting_of(reply.request.settings), []).extend(reply.events)
     # a confidence-stop run's rounds stay out: its rule drafts where cost-aware rounds would not, so its acceptance
     # would move the lines that predict cost-aware rounds, as its speedup would if it scaled them
@@ -109,15 +109,19 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
             events.setdefault(run.drafting, []).extend(run.events)
     profiles = {drafting: position_acceptance(rounds) for drafting, rounds in events.items()}
     points = []  # each with the rounds whose speed it is
-    for number, parts, reply, comparison in shown:
-        measured = comparison is not None and comparison.fair  # else the estimate stands, drawn hollow
-        speedup = comparison.speedup if measured else reply.estimated_speedup
-        if speedup > 0:
+    for number, reply, parts in shown:
+        # each fairly compared part is a dot of its own; with none, the reply's estimate stands, drawn hollow
+        fair = [(k, part, comparison) for k, (part, comparison) in enumerate(parts, start=1)
+                if comparison is not None and comparison.fair]
+        for k, part, comparison in fair:
+            settings = part.request.settings
+            origin = f"reply {number}" + (f", part {k} (of {len(parts)})" if len(parts) > 1 else "")
+            points.append((MeasuredPoint(drafting_of(settings), part.gamma, comparison.speedup, True,
+                                         settings.cost_aware, origin), comparison.spec_events or part.events))
+        if not fair and reply.estimated_speedup > 0:
             settings = reply.request.settings
-            origin = f"reply {number}" + (f", its last part (of {parts})" if measured and parts > 1 else "")
-            points.append((MeasuredPoint(drafting_of(settings), reply.gamma, speedup, measured, settings.cost_aware,
-                                         origin),
-                           comparison.spec_events or reply.events if measured else reply.events))
+            points.append((MeasuredPoint(drafting_of(settings), reply.gamma, reply.estimated_speedup, False,
+                                         settings.cost_aware, f"reply {number}"), reply.events))
     for comparison in session.drafters:
         points += drafter_points(comparison)
     measured_points = {}
@@ -130,7 +134,7 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
     timed = model is not None and model.ar_token_s > 0
     recommendation = (recommend(model, profiles, MAX_GAMMA, chat_length(session), measured_points)
                       if timed and profiles else None)
-    session_profile = position_acceptance(e for _, _, reply, _ in shown for e in reply.events)
+    session_profile = position_acceptance(e for _, reply, _ in shown for e in reply.events)
     return WhyGamma(costs, session_profile, tuple(point for point, _ in points), recommendation, profiles, costs_note)
 
 

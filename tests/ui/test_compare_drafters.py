@@ -40,10 +40,11 @@ def test_a_drafting_that_drafted_nothing_is_plain_ars_work_not_a_speedup(qapp):
     slower = tuple(dataclasses.replace(step, round_s=2 * step.round_s) for step in steps)  # one run's spread
     drafted = tuple(accepted_round(i, ["a"], "b") for i in range(2))
     request = ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings())
-    table = drafters_table(DrafterComparison(request, (DrafterRun(Drafting.MODEL, drafted),
-                                                       DrafterRun(Drafting.LOOKUP, slower),
-                                                       DrafterRun(Drafting.NONE, steps))))
+    comparison = DrafterComparison(request, (DrafterRun(Drafting.MODEL, drafted), DrafterRun(Drafting.LOOKUP, slower),
+                                             DrafterRun(Drafting.NONE, steps)))
+    table = drafters_table(comparison)
     assert [table.item(r, 0).text() for r in range(3)] == ["draft model", "copying only", "none (plain AR)"]
-    assert table.item(1, 4).text() == "plain AR's work (drafted nothing)"  # no 0.50× for the same work
-    assert float(table.item(1, 1).text()) == pytest.approx(float(table.item(2, 1).text()) / 2, rel=0.01)  # it stands
-    assert table.item(0, 4).text().endswith("×") and table.item(2, 4).text() == "1.00×"
+    assert table.item(1, 5).text() == "plain AR's work (drafted nothing)"  # no 0.50× for the same work
+    assert float(table.item(1, 2).text()) == pytest.approx(float(table.item(2, 2).text()) / 2, rel=0.01)  # it stands
+    assert table.item(0, 5).text().endswith("×") and table.item(2, 5).text() == "1.00×"
+    assert [table.item(r, 1).text() for r in range(3)] == ["4", "4", "4"]  # what each run decoded

@@ -423,7 +423,7 @@ def test_a_system_prompt_in_effect_is_named_above_the_chat_and_opens_its_dialog(
     line = window.system_prompt_line
     assert not line.isVisible()
     window.system_prompt = "You are a pirate. " * 10
-    assert line.isVisible() and "System prompt: “You are a pirate." in line.text() and "…”" in line.text()
+    assert line.isVisible() and "System prompt (" in line.text() and "): “You are a pirate." in line.text() and "…”" in line.text()
     assert line.toolTip() == window.system_prompt and line.width() <= window.chat.width()  # it never widens the pane
     line.linkActivated.emit("change")
     assert asked == [window.system_prompt]

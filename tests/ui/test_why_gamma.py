@@ -311,19 +311,31 @@ def test_a_compare_drafters_row_faster_than_its_rounds_allow_is_said_unfair_and_
         assert any(p.drafting is Drafting.LOOKUP for p in why_gamma(session).points) is drawn
         table = drafters_table(session.drafters[0])
         qtbot.addWidget(table)
-        assert table.item(0, 4).text().endswith("(not fair: above its tok/round)") is not drawn
+        assert table.item(0, 5).text().endswith("(not fair: above its tok/round)") is not drawn
 
 
-def test_a_continued_replys_measured_dot_says_it_is_its_last_parts():
-    """The control: a reply answered in one part is named alone."""
+def test_each_fairly_compared_part_of_a_continued_reply_is_a_dot_of_its_own():
+    """Both parts compared: two dots, each named by its part and with its own speedup; only the last: one. The
+    controls: a reply answered in one part is named alone, and a continued reply with no fair comparison is one
+    hollow dot, its estimate."""
     session = synthetic_session(2.0)
     first = session.replies[0]
     measured = Comparison(plain_steps(MEASURED_TOKENS), "", 1.0, 1.5, 3.0, 2.0, None)
+    busy = dataclasses.replace(measured, spec_tokens_per_s=4.0, machine_busy=True)
+    faster = dataclasses.replace(measured, spec_tokens_per_s=2.5)
     more = dataclasses.replace(first, request=dataclasses.replace(
         first.request, messages=first.request.messages + ({"role": "assistant", "content": first.text},)))
-    continued = Session(session.pair, [first, more], {1: measured})
-    assert [p.origin for p in why_gamma(continued).points] == ["reply 1, its last part (of 2)"]
-    assert [p.origin for p in why_gamma(Session(session.pair, [first], {0: measured})).points] == ["reply 1"]
+
+    def dots(comparisons: dict, replies=(first, more)) -> list[tuple[str, float, bool]]:
+        return [(p.origin, p.speedup, p.measured)
+                for p in why_gamma(Session(session.pair, list(replies), comparisons)).points]
+
+    assert dots({0: faster, 1: measured}) == [("reply 1, part 1 (of 2)", 1.25, True),
+                                               ("reply 1, part 2 (of 2)", 1.5, True)]
+    assert dots({0: busy, 1: measured}) == [("reply 1, part 2 (of 2)", 1.5, True)]
+    assert dots({0: measured}, (first,)) == [("reply 1", 1.5, True)]
+    [(origin, _, filled)] = dots({1: busy})
+    assert origin == "reply 1" and not filled
 
 
 def test_a_confidence_stop_run_that_beat_the_recommendation_is_said_under_the_chart(qtbot):
