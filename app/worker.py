@@ -38,7 +38,10 @@ COMPARED_DRAFTINGS = (Drafting.MODEL, Drafting.LOOKUP, Drafting.BOTH, Drafting.N
 # machine goes on with one thread. Another program on one of the cores stalls torch's and our kernel's threads at
 # every parallel loop, each waiting for the one that lost its core: on 2 cores with one busy loop a plain step ran
 # at 36-44 tok/s on two threads and at 103-105 on one (167 quiet on two, 107-109 quiet on one). Every decode starts
-# again on all of the machine's threads; the output is the same bits on any number of them.
+# again on all of the machine's threads; the output is the same bits on any number of them. The switch checks itself:
+# where its next LOADED_ROUNDS rounds on one thread made their tokens no faster than the last ones on all did, the
+# rounds read as loaded without another program (a long context the cost model prices low: a 3,327-token prompt's
+# reply ran at half plain AR's speed on one thread of a quiet machine), and the decode goes back to all its threads.
 LOADED_ROUNDS = 8
 # Compare with AR's runs wait for the window to have drawn the reply they follow (at most this long): that drawing
 # (its text, notes and charts, the stored reply: 8-20 ms here) would otherwise meet plain AR's run alone, which
@@ -47,6 +50,11 @@ DRAWN_WAIT_S = 2.0
 # An undrawn run reports its progress at most this often: the window's progress bar and status bar paint at each
 # report, in Python, and a report per round (one per 10 ms step) took the interpreter from the run at every step.
 PROGRESS_EVERY_S = 0.1
+
+
+def went_faster(pace_before_s: float, pace_after_s: float) -> bool:
+    """Whether tokens came faster after the switch to one thread (seconds a token, the rounds' medians)."""
+    return pace_after_s < pace_before_s
 
 
 def user_message(exc: BaseException) -> str:
@@ -188,7 +196,9 @@ class DecodeWorker(QObject):
         events, pieces, n_tokens, reported_at = [], [], 0, time.monotonic()
         self.threads = self.threads or torch.get_num_threads()  # read on the thread that decodes: it is that thread's
         torch.set_num_threads(self.threads)
-        loads = deque(maxlen=LOADED_ROUNDS)  # of the last rounds
+        loads, paces = deque(maxlen=LOADED_ROUNDS), deque(maxlen=LOADED_ROUNDS)  # of the last rounds; s a token
+        paced_on_all = None  # the pace before the switch to one thread, while the rounds after it are judged
+        switched = False  # once judged, the decode keeps its threads
         if emit and request.settings.mode is Mode.SPEC:
             self.decoder.measure_target_step()  # fresh, so the live AR-speedup estimate tracks machine load
         stream = self.decoder.stream([dict(m) for m in request.messages], request.settings)
@@ -209,8 +219,16 @@ class DecodeWorker(QObject):
                     item = dataclasses.replace(with_byte_labels(item, self.decoder.tokenizer),
                                                threads=torch.get_num_threads())
                     loads.append(item.load)
-                    if len(loads) == LOADED_ROUNDS and median(loads) > BUSY_FACTOR and torch.get_num_threads() > 1:
+                    paces.append(item.round_s / max(1, len(item.emitted)))
+                    if (not switched and len(loads) == LOADED_ROUNDS and median(loads) > BUSY_FACTOR
+                            and torch.get_num_threads() > 1):
                         torch.set_num_threads(1)
+                        paced_on_all, switched = median(paces), True
+                        paces.clear()
+                    elif paced_on_all is not None and len(paces) == LOADED_ROUNDS:
+                        if not went_faster(paced_on_all, median(paces)):
+                            torch.set_num_threads(self.threads)
+                        paced_on_all = None
                     events.append(item)
                     pieces.append(item.text_delta)
                     finished = item.finish_reason is not None

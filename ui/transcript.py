@@ -49,16 +49,21 @@ CONTEXT = "Context: "  # before a ContextNotice's message: the conversation was 
 
 def fewer_threads_note(events) -> str | None:
     """Where a reply went on with fewer CPU threads than it began with (the worker's answer to a machine whose load
-    stalls its threads), from which round; None where it did not."""
+    stalls its threads), from which round, and to which where it went back as they were no faster; None where it
+    did not."""
     first = events[0].threads if events else 0
     dropped = next(((n, e) for n, e in enumerate(events, start=1) if 0 < e.threads < first), None)
     if dropped is None:
         return None
     number, event = dropped
     fewer = "one thread" if event.threads == 1 else f"{event.threads} threads"
-    return (f"Decoded on {fewer} from round {number}: its steps on {first} threads ran over twice as slow as this "
-            "machine's quiet ones (another program's load, or on few cores this window's own drawing), and one "
-            "stalled thread holds up the others.")
+    back = next((n for n, e in enumerate(events, start=1) if n > number and e.threads == first), None)
+    why = (f"its steps on {first} threads ran over twice as slow as this machine's quiet ones (another program's "
+           "load, or on few cores this window's own drawing)")
+    if back is not None:
+        return (f"Decoded on {fewer} in rounds {number}–{back - 1}: {why}; {fewer} made its tokens no faster, so "
+                f"it went back to {first} from round {back}.")
+    return f"Decoded on {fewer} from round {number}: {why}, and {fewer} made its tokens faster."
 
 
 def reply_notes(reply: Reply) -> list[Note]:

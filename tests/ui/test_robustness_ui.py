@@ -396,8 +396,11 @@ def test_a_long_title_makes_a_file_name_of_whole_words():
     assert file_stem("Name three fruits: apple, banana,…") == "Name three fruits apple, banana"  # a title cut short
 
 
-def test_a_decode_the_machines_load_stalls_goes_on_with_one_thread_and_the_same_tokens(make_studio, qtbot):
+def test_a_decode_the_machines_load_stalls_goes_on_with_one_thread_and_the_same_tokens(make_studio, qtbot,
+                                                                                        monkeypatch):
     import torch
+
+    monkeypatch.setattr("app.worker.went_faster", lambda *_: True)  # one thread then ran faster: it is kept
 
     from app.worker import LOADED_ROUNDS
     from engine.decoding.costs import CostModel
@@ -430,6 +433,33 @@ def test_a_decode_the_machines_load_stalls_goes_on_with_one_thread_and_the_same_
     assert [e.threads for e in replies[1e-7].events] == [2] * LOADED_ROUNDS + [1] * (len(stalled) - LOADED_ROUNDS)
     assert notes == {1e-7: True, 10.0: False}
     assert [t.token_id for t in replies[1e-7].tokens] == [t.token_id for t in replies[10.0].tokens]
+
+
+def test_a_decode_whose_one_thread_ran_no_faster_goes_back_to_all_its_threads(make_studio, qtbot, monkeypatch):
+    """Every round reads as stalled; after eight rounds on one thread that made their tokens no faster, the decode
+    goes back to its two and stays there (judged once), and the note names the rounds on one."""
+    import torch
+
+    from app.worker import LOADED_ROUNDS
+    from engine.decoding.costs import CostModel
+    from tests.tiny import tiny_decoder
+
+    monkeypatch.setattr("app.worker.went_faster", lambda *_: False)
+    decoder = tiny_decoder()
+    decoder.set_costs(CostModel([1e-7 * (1 + k / 10) for k in range(9)], draft_step_s=1e-8, copy_s=1e-9,
+                                overhead_s=1e-8))
+    studio = make_studio(decoder, greedy=True, max_new_tokens=160, stop_below=0.0, lookup=False)
+    studio.worker.threads = 2
+    seen = []
+    studio.worker.round_finished.connect(lambda _event: seen.append(torch.get_num_threads()),
+                                         Qt.ConnectionType.DirectConnection)
+    reply = send(qtbot, studio)
+    assert len(seen) > 2 * LOADED_ROUNDS
+    assert seen == [2] * (LOADED_ROUNDS - 1) + [1] * LOADED_ROUNDS + [2] * (len(seen) - 2 * LOADED_ROUNDS + 1)
+    assert [e.threads for e in reply.events] == ([2] * LOADED_ROUNDS + [1] * LOADED_ROUNDS
+                                                 + [2] * (len(seen) - 2 * LOADED_ROUNDS))
+    assert (f"Decoded on one thread in rounds {LOADED_ROUNDS + 1}–{2 * LOADED_ROUNDS}:"
+            in studio.window.chat.toPlainText())
 
 
 @pytest.mark.parametrize("handshake", [True, False])

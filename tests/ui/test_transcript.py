@@ -68,4 +68,7 @@ def test_a_reply_that_went_on_with_fewer_threads_says_from_which_round():
 
     note = fewer_threads_note(on([2, 2, 1, 1]))
     assert note.startswith("Decoded on one thread from round 3:") and "its steps on 2 threads ran" in note
+    assert note.endswith("one thread made its tokens faster.")
+    back = fewer_threads_note(on([2, 2, 1, 1, 2]))  # one thread was no faster: the decode went back
+    assert back.startswith("Decoded on one thread in rounds 3–4:") and back.endswith("back to 2 from round 5.")
     assert fewer_threads_note(on([2, 2, 2])) is None and fewer_threads_note(on([0, 0])) is None
