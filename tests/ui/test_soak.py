@@ -131,5 +131,7 @@ def test_200_random_replies_leave_no_thread_behind_and_memory_flat(qtbot, capsys
         print(f"\nsoak: {REPLIES} replies ({stopped} stopped, {failed} refused), resident memory "
               f"{baseline_mb:.1f} MB after {WARM_UP}, grew {growth_mb:+.1f} MB over the rest; "
               f"{leftover:+d} threads after the worker's thread ended")
-    assert leftover == 0
+    # none left behind; fewer is an earlier test's threads ending during the soak (a worker thread and the OpenMP
+    # team it started: -2, seen once in the full suite)
+    assert leftover <= 0
     assert growth_mb < MAX_GROWTH_MB
