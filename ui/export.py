@@ -26,7 +26,7 @@ from engine.events import Mode, PairInfo, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance, round_alpha
 from ui.compare import explain, greedy_is_exact
 from ui.markdown import FENCE
-from ui.session import Comparison, DrafterComparison, RemoteSource, Reply, Runtime, Session
+from ui.session import Comparison, DrafterComparison, RemoteSource, Reply, Runtime, Session, numbered_replies
 from ui.timing import estimated_speedup
 from ui.tokens import SPECIAL_TOKEN
 from ui.transcript import CONTEXT, reply_notes
@@ -76,32 +76,6 @@ def plain(value):
     if isinstance(value, dict):
         return {str(k): plain(v) for k, v in value.items()}
     return value
-
-
-@dataclass(frozen=True)
-class NumberedReply:
-    """A reply as the chat shows it, a continued one whole, under the number every export gives it."""
-
-    number: int  # 1, 2, ... in the chat's order: the PNG's "reply N" and every file's `reply`
-    whole: Reply  # its parts joined (Reply.extended_by), as the window shows it
-    parts: tuple[Reply, ...]  # the reply first sent, then each continuation of it (part 1, 2, ...)
-    comparisons: tuple[Comparison | None, ...]  # each part's AR comparison, where it has one
-    context_notice: str  # its last part's (Session.context_notices), "" if none
-    pair: PairInfo | None = None  # the local pair that decoded its last part, where known (Session.reply_pairs)
-
-    @property
-    def comparison(self) -> Comparison | None:
-        """Its last part's: the one the chat's figures for the reply end on."""
-        return self.comparisons[-1]
-
-
-def numbered_replies(session: Session) -> list[NumberedReply]:
-    """The session's replies as `Session.shown_replies` joins them, each with its number and its parts."""
-    groups = session.reply_groups()
-    return [NumberedReply(number, whole, tuple(session.replies[i] for i in group),
-                          tuple(session.comparisons.get(i) for i in group),
-                          session.context_notices.get(group[-1], ""), session.reply_pairs.get(group[-1]))
-            for number, (group, (whole, _)) in enumerate(zip(groups, session.shown_replies(), strict=True), start=1)]
 
 
 def session_json(session: Session) -> dict:

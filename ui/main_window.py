@@ -9,8 +9,8 @@ from PySide6.QtCore import QElapsedTimer, QMargins, QRect, QSettings, QSize, Qt,
 from PySide6.QtGui import QAction, QGuiApplication, QImage, QKeySequence, QPainter
 from PySide6.QtWidgets import (QApplication, QDialog, QDialogButtonBox, QDockWidget, QFileDialog, QHBoxLayout,
                                QInputDialog, QLabel, QMainWindow, QMenu, QMessageBox, QProgressBar, QPushButton,
-                               QScrollArea, QSizePolicy, QSplitter, QTableWidget, QTableWidgetItem, QTabWidget, QVBoxLayout,
-                               QWidget)
+                               QScrollArea, QSizePolicy, QSplitter, QTableWidget, QTableWidgetItem, QTabWidget,
+                               QVBoxLayout, QWidget)
 
 from engine.choices import DEVICES, DTYPES
 from engine.events import ContextNotice, DecodeSettings, Drafting, Fate, Mode, PairInfo, PrefillProgress
@@ -20,7 +20,7 @@ from ui.chat_view import CLEAN, TRACE, ChatView, continue_reach
 from ui.compare import comparison_view
 from ui.controls import DecodingControls, ModelPicker
 from ui.engine_report import FATES_NOTE, EngineReport
-from ui.export import NumberedReply, file_stem, numbered_replies, written_said
+from ui.export import file_stem, written_said
 from ui.gamma_charts import WhyGammaPanel, why_image
 from ui.history import HistoryPanel
 from ui.inspector import TokenInspector, first_rejection_note
@@ -28,8 +28,8 @@ from ui.legend import Legend
 from ui.message_box import MessageBox
 from ui.palette import NOTE_COLOUR
 from ui.preferences import export_folder, remember_export_folder, restore_preferences, save_preferences
-from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, EngineTarget, Reply, ReplyShown, RoundShown,
-                        Session, TurnOptions, TurnStarted, TurnState)
+from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, EngineTarget, NumberedReply, Reply,
+                        ReplyShown, RoundShown, Session, TurnOptions, TurnStarted, TurnState, numbered_replies)
 from ui.why import WhyGamma, recommendation_text, why_gamma
 from ui.status_bar import ElidedLabel, PartsLabel, StatusBar
 from ui.transcript import CONTEXT, reply_notes

@@ -239,6 +239,32 @@ class Session:
         return shown
 
 
+
+@dataclass(frozen=True)
+class NumberedReply:
+    """A reply as the chat shows it, a continued one whole, under the number every export gives it."""
+
+    number: int  # 1, 2, ... in the chat's order: the PNG's "reply N" and every file's `reply`
+    whole: Reply  # its parts joined (Reply.extended_by), as the window shows it
+    parts: tuple[Reply, ...]  # the reply first sent, then each continuation of it (part 1, 2, ...)
+    comparisons: tuple[Comparison | None, ...]  # each part's AR comparison, where it has one
+    context_notice: str  # its last part's (Session.context_notices), "" if none
+    pair: PairInfo | None = None  # the local pair that decoded its last part, where known (Session.reply_pairs)
+
+    @property
+    def comparison(self) -> Comparison | None:
+        """Its last part's: the one the chat's figures for the reply end on."""
+        return self.comparisons[-1]
+
+
+def numbered_replies(session: Session) -> list[NumberedReply]:
+    """The session's replies as `Session.shown_replies` joins them, each with its number and its parts."""
+    groups = session.reply_groups()
+    return [NumberedReply(number, whole, tuple(session.replies[i] for i in group),
+                          tuple(session.comparisons.get(i) for i in group),
+                          session.context_notices.get(group[-1], ""), session.reply_pairs.get(group[-1]))
+            for number, (group, (whole, _)) in enumerate(zip(groups, session.shown_replies(), strict=True), start=1)]
+
 # What the chat controller (app/chat.py) tells the window: the turn's state, and the conversation as it happens.
 
 class TurnState(Enum):

@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine.decoding.costs import SCRATCH_POSITIONS
-from engine.decoding.recommend import MARGIN, MAX_GAMMA, SPREAD, Measured, Recommendation, cost_model_from_dict, recommend
+from engine.decoding.recommend import (MARGIN, MAX_GAMMA, SPREAD, Measured, Recommendation, cost_model_from_dict,
+                                       recommend)
 from engine.events import DecodeSettings, Drafting, Mode, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance
-from ui.session import Comparison, DrafterComparison, Reply, Session
+from ui.session import DrafterComparison, NumberedReply, Session, numbered_replies
 
 
 def drafting_of(settings: DecodeSettings) -> Drafting:
@@ -61,13 +62,10 @@ class WhyGamma:
                 "recommendation": None if self.recommendation is None else self.recommendation.as_dict()}
 
 
-def speculative_replies(session: Session) -> list[tuple[int, Reply, list[tuple[Reply, Comparison | None]]]]:
-    """The replies that drafted, each with its number (as the chat and the export number replies, plain AR ones
-    too), and its parts, each with its own comparison (a reply sent and answered once is its one part)."""
-    return [(number, reply, [(session.replies[i], session.comparisons.get(i)) for i in group])
-            for number, ((reply, _), group) in enumerate(zip(session.shown_replies(), session.reply_groups()),
-                                                         start=1)
-            if reply.request.settings.mode is Mode.SPEC and reply.events]
+def speculative_replies(session: Session) -> list[NumberedReply]:
+    """The replies that drafted, numbered as the chat and the export number replies (plain AR ones too)."""
+    return [numbered for numbered in numbered_replies(session)
+            if numbered.whole.request.settings.mode is Mode.SPEC and numbered.whole.events]
 
 
 def chat_length(session: Session) -> int:
@@ -100,8 +98,8 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
     costs come from, when not from its timing at load."""
     shown = speculative_replies(session)
     events = {}
-    for _, reply, _ in shown:
-        events.setdefault(drafting_of(reply.request.settings), []).extend(reply.events)
+    for numbered in shown:
+        events.setdefault(drafting_of(numbered.whole.request.settings), []).extend(numbered.whole.events)
     # a confidence-stop run's rounds stay out: its rule drafts where cost-aware rounds would not, so its acceptance
     # would move the lines that predict cost-aware rounds, as its speedup would if it scaled them
     for run in (run for comparison in session.drafters if comparison.cost_aware for run in comparison.runs):
@@ -109,19 +107,21 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
             events.setdefault(run.drafting, []).extend(run.events)
     profiles = {drafting: position_acceptance(rounds) for drafting, rounds in events.items()}
     points = []  # each with the rounds whose speed it is
-    for number, reply, parts in shown:
+    for numbered in shown:
         # each fairly compared part is a dot of its own; with none, the reply's estimate stands, drawn hollow
-        fair = [(k, part, comparison) for k, (part, comparison) in enumerate(parts, start=1)
+        n_parts, reply = len(numbered.parts), numbered.whole
+        fair = [(k, part, comparison)
+                for k, (part, comparison) in enumerate(zip(numbered.parts, numbered.comparisons), start=1)
                 if comparison is not None and comparison.fair]
         for k, part, comparison in fair:
             settings = part.request.settings
-            origin = f"reply {number}" + (f", part {k} (of {len(parts)})" if len(parts) > 1 else "")
+            origin = f"reply {numbered.number}" + (f", part {k} (of {n_parts})" if n_parts > 1 else "")
             points.append((MeasuredPoint(drafting_of(settings), part.gamma, comparison.speedup, True,
                                          settings.cost_aware, origin), comparison.spec_events or part.events))
         if not fair and reply.estimated_speedup > 0:
             settings = reply.request.settings
             points.append((MeasuredPoint(drafting_of(settings), reply.gamma, reply.estimated_speedup, False,
-                                         settings.cost_aware, f"reply {number}"), reply.events))
+                                         settings.cost_aware, f"reply {numbered.number}"), reply.events))
     for comparison in session.drafters:
         points += drafter_points(comparison)
     measured_points = {}
@@ -134,7 +134,7 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
     timed = model is not None and model.ar_token_s > 0
     recommendation = (recommend(model, profiles, MAX_GAMMA, chat_length(session), measured_points)
                       if timed and profiles else None)
-    session_profile = position_acceptance(e for _, reply, _ in shown for e in reply.events)
+    session_profile = position_acceptance(e for numbered in shown for e in numbered.whole.events)
     return WhyGamma(costs, session_profile, tuple(point for point, _ in points), recommendation, profiles, costs_note)
 
 

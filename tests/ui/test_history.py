@@ -561,7 +561,7 @@ def test_a_reopened_chat_charts_the_points_charted_live_and_ends_on_its_footer(m
 def test_a_continued_replys_measured_lines_are_the_same_live_reopened_and_in_the_export(make_window, mixed_decoder,
                                                                                        qtbot, monkeypatch):
     """Each part compared: a line over each part's rounds, the same three ways."""
-    from ui.export import numbered_replies
+    from ui.session import numbered_replies
     from ui.main_window import reply_charts
     from ui.session import MEASURED_TOKENS
 
