@@ -174,9 +174,10 @@ class MainWindow(QMainWindow):
         self.comparison_progress.setToolTip("Compare with AR: the same messages decoded again, undrawn, with plain "
                                             "AR and then as the reply was, to measure the speedup")
         # The text is drawn over the bar, so the bar is never narrower than it (the labels beside it elide).
-        widest = max((form.replace("%v", "0000").replace("%m", "0000")
-                      for form in (COMPARISON_DECODING, COMPARISON_READING)), key=len)
-        self.comparison_progress.setMinimumWidth(self.comparison_progress.fontMetrics().horizontalAdvance(widest) + 24)
+        metrics = self.comparison_progress.fontMetrics()  # tokens run to four digits, a prompt's positions to five
+        widest = max(metrics.horizontalAdvance(form.replace("%v", digits).replace("%m", digits))
+                     for form, digits in ((COMPARISON_DECODING, "0000"), (COMPARISON_READING, "00000")))
+        self.comparison_progress.setMinimumWidth(widest + 24)
         self.comparison_progress.hide()
         holder = QWidget()  # the bar's room, with a margin: at the window's edge it looked cut off
         holder_layout = QHBoxLayout(holder)
