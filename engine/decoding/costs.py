@@ -37,6 +37,12 @@ PER_DRAFT_RATE = 0.1  # weight of each quiet round in the running mean of a draf
 # A single-row block after at least this many positions more than the scratch cache's times what a position adds:
 # enough positions for their cost (~2.5 ms) to stand well above a step's jitter.
 POSITIONS_SEEN = 512
+# What the cached positions add to a step is neither linear in them nor the same from one load to the next (on one
+# 2-core VM: 3.3 µs a position timed after 1,040 in one load, 8.3 in another, 5.5 at 4,165), so a conversation
+# that reaches a length further than CONTEXT_SPAN (a share of it) from every length timed in place has a
+# single-row step timed there, the fastest of CONTEXT_REPEATS, and plain steps near it refine that timing.
+CONTEXT_SPAN = 0.25
+CONTEXT_REPEATS = 5
 
 
 @dataclass
@@ -61,6 +67,9 @@ class CostModel:
     position_s: float = 0.0
     position_row_s: float = 0.0
     draft_position_s: float = 0.0
+    # (positions, what they add to a single-row block) timed in the conversation's own cache, by positions: between
+    # and near them a block is priced by them, the load's linear cost scaled to agree (a further row's too)
+    context_steps: list[tuple[int, float]] = field(default_factory=list)
 
     def block_s(self, rows: int) -> float:
         """The target's forward over `rows` rows; past the measured ones, the last step's growth goes on.
@@ -84,7 +93,53 @@ class CostModel:
 
     def context_s(self, rows: int, positions: int) -> float:
         """What `positions` cached positions add to a block of `rows` rows beyond the scratch cache's."""
-        return max(0, positions - SCRATCH_POSITIONS) * (self.position_s + (rows - 1) * self.position_row_s)
+        added = max(0, positions - SCRATCH_POSITIONS)
+        if not added:
+            return 0.0
+        linear_s = added * self.position_s
+        first_row_s = self._first_row_context_s(positions) if self.context_steps else linear_s
+        scale = first_row_s / linear_s if linear_s > 0 else 1.0
+        return first_row_s + (rows - 1) * added * self.position_row_s * scale
+
+    def _first_row_context_s(self, positions: int) -> float:
+        """Interpolated between the lengths timed in place and the load's (where none of those is near it); past
+        the longest, at its cost per position."""
+        knots = [(SCRATCH_POSITIONS, 0.0), *self.context_steps]
+        at_load = SCRATCH_POSITIONS + LONG_POSITIONS
+        if self.position_s > 0 and self._timed_near(at_load) is None:
+            knots.append((at_load, LONG_POSITIONS * self.position_s))
+        knots.sort()
+        for (p0, s0), (p1, s1) in zip(knots, knots[1:]):
+            if positions <= p1:
+                return s0 + (s1 - s0) * (positions - p0) / (p1 - p0)
+        last, last_s = knots[-1]
+        return last_s * (positions - SCRATCH_POSITIONS) / (last - SCRATCH_POSITIONS)
+
+    def _timed_near(self, positions: int) -> int | None:
+        """The index of the length timed in place within CONTEXT_SPAN of `positions` (None: none is)."""
+        for i, (timed, _) in enumerate(self.context_steps):
+            if abs(positions - timed) <= CONTEXT_SPAN * timed:
+                return i
+        return None
+
+    def wants_context_step(self, positions: int) -> bool:
+        """Whether a single-row step after `positions` cached positions is worth timing in place: enough positions
+        to stand above a step's jitter, and no length timed in place near it."""
+        return positions - SCRATCH_POSITIONS >= POSITIONS_SEEN and self._timed_near(positions) is None
+
+    def observe_context_step(self, positions: int, forward_s: float) -> None:
+        """A single-row block after `positions` cached positions (timed in place, or a plain round's): a new length
+        timed, or the one timed near it refined (the fastest stands, reckoned at that one's positions)."""
+        added = positions - SCRATCH_POSITIONS
+        if added < POSITIONS_SEEN:
+            return
+        seen_s = max(0.0, forward_s - self.block_s(1))
+        near = self._timed_near(positions)
+        if near is None:
+            self.context_steps = sorted([*self.context_steps, (positions, seen_s)])
+            return
+        timed, timed_s = self.context_steps[near]
+        self.context_steps[near] = (timed, min(timed_s, seen_s * (timed - SCRATCH_POSITIONS) / added))
 
     def draft_model_step_s(self, positions: int = SCRATCH_POSITIONS) -> float:
         """One draft-model step after `positions` cached positions."""
@@ -124,13 +179,12 @@ class CostModel:
     def observe_round(self, drafts: Sequence[str], forward_s: float, round_s: float,
                       positions: int = SCRATCH_POSITIONS) -> None:
         """A round's timings after `positions` cached positions: its block, and what it cost beyond its forward and
-        its drafts' steps. A round with no draft times the bookkeeping and, after many positions, what a position
-        adds to a row (for both the fastest stands: the one timing at load may have met a busy moment); a quiet
+        its drafts' steps. A round with no draft times the bookkeeping and, near a length timed in place, what its
+        positions add to a row (for both the fastest stands: a timing may have met a busy moment); a quiet
         round with drafts, its drafts' own share (a running mean, as it varies with what the drafts were)."""
         rows = len(drafts) + 1
-        if not drafts and positions - SCRATCH_POSITIONS >= POSITIONS_SEEN:
-            seen = max(0.0, forward_s - self.block_s(1)) / (positions - SCRATCH_POSITIONS)
-            self.position_s = min(self.position_s, seen)
+        if not drafts and self._timed_near(positions) is not None:
+            self.observe_context_step(positions, forward_s)
         # the block as it would have run after the scratch cache (what the cached positions added taken off)
         scratch_s = max(0.0, forward_s - self.context_s(rows, positions))
         quiet = scratch_s <= QUIET_FACTOR * self.block_s(rows)
@@ -157,6 +211,7 @@ class CostModel:
                 "overhead_ms": round(self.overhead_s * 1e3, 3), "per_draft_ms": round(self.per_draft_s * 1e3, 3),
                 "position_us": round(self.position_s * 1e6, 4), "position_row_us": round(self.position_row_s * 1e6, 4),
                 "draft_position_us": round(self.draft_position_s * 1e6, 4),
+                "context_steps_ms": [[p, round(s * 1e3, 3)] for p, s in self.context_steps],
                 "drafted_block_ms": [round(s * 1e3, 3) for s in self.drafted_block_s]}
 
 

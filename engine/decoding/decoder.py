@@ -16,8 +16,8 @@ import torch
 
 from engine.decoding.caches import PREFILL_CHUNK, CachedModel
 from engine.decoding.context import fit, require_text, window_of
-from engine.decoding.costs import (LONG_POSITIONS, MEASURE_REPEATS, MEASURED_ROWS, SCRATCH_POSITIONS, CostModel,
-                                   RoundPlanner, fastest)
+from engine.decoding.costs import (CONTEXT_REPEATS, LONG_POSITIONS, MEASURE_REPEATS, MEASURED_ROWS,
+                                   SCRATCH_POSITIONS, CostModel, RoundPlanner, fastest)
 from engine.decoding.drafters import ContinuationIndex, Drafter, DraftModelDrafter
 from engine.decoding.repetition import LOOKBACK, repeating
 from engine.decoding.text import TextStream, template_system_prompt
@@ -159,6 +159,15 @@ class Decoder:
         return self.set_costs(CostModel(blocks, draft_s, copy_s, position_s=first_row, position_row_s=further_rows,
                                         draft_position_s=draft_position_s))
 
+    def _time_context_step(self, sequence: list[int]) -> None:
+        """Time the target's next single-row step in place, after all but the last of `sequence` (rolled back after
+        each, so the conversation's cache is kept), for what its cached positions add to a step: outside the
+        round's timing, as a reply's read-in is."""
+        positions = len(sequence) - 1
+        seconds = fastest(lambda: (self.runner.forward(sequence[-1:]), self.runner.rollback(positions)),
+                          CONTEXT_REPEATS, synchronize=lambda: synchronize(self.target.device))
+        self.costs.observe_context_step(positions, seconds)
+
     def _time_draft_step(self, positions: int) -> float:
         """The fastest of a few draft-model steps after `positions` cached positions, on a scratch cache."""
         self.drafter.prefill(self._scratch_ids(positions + 1))  # holds all but the last id
@@ -245,6 +254,8 @@ class Decoder:
         n_generated = 0
         index = 0
         while True:
+            if self.costs and self.costs.wants_context_step(len(sequence) - 1):
+                self._time_context_step(sequence)
             round_start = time.perf_counter()
             # 1) draft up to γ tokens (fewer when the draft's confidence runs out, or at the window's end)
             if speculative:

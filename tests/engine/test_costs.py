@@ -144,14 +144,43 @@ def test_each_cached_position_beyond_the_scratch_caches_adds_to_a_block():
 
 
 
-def test_a_single_row_after_many_positions_teaches_the_fastest_cost_of_a_position():
+def test_a_length_far_from_every_one_timed_in_place_wants_a_step_timed_there():
+    costs = CostModel([1e-3] * 9, position_s=2e-6)
+    assert not costs.wants_context_step(300)  # too few positions to stand above a step's jitter
+    assert costs.wants_context_step(1016)  # the load's timing is not the conversation's own
+    costs.observe_context_step(1016, 1e-3 + 1000 * 3e-6)
+    assert not costs.wants_context_step(1016) and not costs.wants_context_step(1250)
+    assert costs.wants_context_step(1300)
+
+
+def test_blocks_are_priced_by_the_lengths_timed_in_place():
+    costs = CostModel([1e-3] * 9, position_s=2e-6, position_row_s=1e-6)
+    linear = CostModel([1e-3] * 9, position_s=2e-6, position_row_s=1e-6)  # the control: the load's timing alone
+    costs.observe_context_step(4016, 1e-3 + 4000 * 6e-6)
+    assert linear.context_s(1, 4016) == pytest.approx(4000 * 2e-6)
+    assert costs.context_s(1, 4016) == pytest.approx(4000 * 6e-6)
+    assert costs.context_s(3, 4016) == pytest.approx(4000 * 6e-6 + 2 * 4000 * 3e-6)  # a further row scaled alike
+    # between the load's length and the one timed in place, interpolated; past it, at its cost per position
+    assert costs.context_s(1, 2528) == pytest.approx(1024 * 2e-6 + (4000 * 6e-6 - 1024 * 2e-6) / 2)
+    assert costs.context_s(1, 8016) == pytest.approx(8000 * 6e-6)
+    assert costs.context_s(1, 16) == 0.0 == costs.context_s(4, 3)
+
+
+def test_a_length_timed_in_place_supersedes_the_loads_timing_near_it():
     costs = CostModel([1e-3] * 9, position_s=9e-6)  # timed at load on a busy moment
-    costs.observe_round([], forward_s=1e-3 + 1000 * 4e-6, round_s=2e-3, positions=1016)
-    assert costs.position_s == pytest.approx(4e-6)
-    costs.observe_round([], forward_s=1e-3 + 1000 * 6e-6, round_s=2e-3, positions=1016)  # slower: the fastest stands
-    costs.observe_round([], forward_s=1e-3, round_s=2e-3, positions=300)  # too few positions to tell
-    costs.observe_round(["model"], forward_s=1e-3, round_s=2e-3, positions=1016)  # a block of two rows
-    assert costs.position_s == pytest.approx(4e-6)
+    costs.observe_context_step(1100, 1e-3 + 1084 * 4e-6)
+    assert costs.context_s(1, 1040) == pytest.approx(1024 * 4e-6)
+
+
+def test_plain_steps_near_a_length_timed_in_place_refine_it_the_fastest_standing():
+    costs = CostModel([1e-3] * 9, position_s=2e-6)
+    costs.observe_context_step(2016, 1e-3 + 2000 * 8e-6)  # the timing met a busy moment
+    costs.observe_round([], forward_s=1e-3 + 2200 * 5e-6, round_s=2e-3, positions=2216)
+    assert costs.context_steps == [(2016, pytest.approx(2000 * 5e-6))]  # reckoned at the timed length
+    costs.observe_round([], forward_s=1e-3 + 2000 * 7e-6, round_s=2e-3, positions=2016)  # slower: the fastest stands
+    costs.observe_round(["model"], forward_s=1e-3, round_s=2e-3, positions=2016)  # a block of two rows
+    costs.observe_round([], forward_s=1e-3, round_s=2e-3, positions=4016)  # far from it: no length timed from one
+    assert costs.context_steps == [(2016, pytest.approx(2000 * 5e-6))]
 
 
 def test_a_draft_worth_its_row_in_a_short_chat_is_not_in_a_long_one():

@@ -407,3 +407,17 @@ def test_the_system_prompt_a_chat_template_adds_of_its_own_is_read_off_the_templ
     tokenizer.chat_template = ("{% if messages[0]['role'] != 'system' %}<|im_start|>system\nBe kind.<|im_end|>\n"
                                "{% endif %}" + CHATML)
     assert template_system_prompt(tokenizer) == "Be kind."
+
+
+def test_a_long_conversation_has_its_own_length_timed_in_place_and_decodes_as_without():
+    settings = DecodeSettings(gamma=4, max_new_tokens=12, lookup=False)
+    long_prompt = [{"role": "user", "content": " ".join(PROMPT[0]["content"] for _ in range(150))}]
+    decoder = tiny_decoder(draft_seed=0)
+    decoder.set_costs(CostModel([1e-3] * 9, draft_step_s=1e-6, position_s=1e-6))
+    events = list(decoder.generate(long_prompt, settings))
+    assert [p for p, _ in decoder.costs.context_steps] == [events[0].positions]
+    assert tokens(events) == tokens(tiny_decoder(draft_seed=0).generate(long_prompt, settings))
+    short = tiny_decoder(draft_seed=0)  # the control: too few positions to time
+    short.set_costs(CostModel([1e-3] * 9, draft_step_s=1e-6, position_s=1e-6))
+    list(short.generate(PROMPT, settings))
+    assert short.costs.context_steps == []
