@@ -9,7 +9,7 @@ empty pane shows a short guide with example prompts.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from PySide6.QtCore import QMimeData, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (QColor, QFont, QFontDatabase, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFormat,
@@ -22,6 +22,7 @@ from ui.palette import (CODE_BACKGROUND, DIFFERENCE_BACKGROUND, LEGEND_FATES, LI
                         paper)
 from ui.tokens import SPECIAL_TOKEN, TokenSpan
 from ui.transcript import ComparisonView, Note, ReplyItem, Transcript, UserItem
+from ui.wording import part_label
 
 TOKEN_SCHEME = "token"
 EXAMPLE_SCHEME = "example"
@@ -171,7 +172,9 @@ class ChatView(QTextBrowser):
         if item is None or item is not self.items[-1]:
             self.begin_reply(header, lookup)
             return
-        item.notes = [note for note in item.notes if isinstance(note, ComparisonView)]  # each part's stays
+        # each part's comparison stays, named by its part as the continuation's will be
+        item.notes = [replace(note, label=note.label or part_label(1, continued=True)) for note in item.notes
+                      if isinstance(note, ComparisonView)]
         item.actions = ()
         item.lookup = lookup
         self._live = _Live(item, 0)  # redrawn below as the reply still streaming
@@ -544,7 +547,7 @@ class ChatView(QTextBrowser):
         cursor.insertText(note.text, fmt)
 
     def _draw_comparison(self, comparison: ComparisonView) -> None:
-        self._draw_note(Note(comparison.summary))
+        self._draw_note(Note(comparison.label + comparison.summary))
         if comparison.explanation:
             self._draw_note(Note(comparison.explanation))
         if comparison.first_difference is None:

@@ -63,9 +63,10 @@ def _token(tokens: tuple[EmittedToken, ...], at: int) -> str:
     return f"“{tokens[at].text}” (p = {tokens[at].p:.3f})"
 
 
-def comparison_view(comparison: Comparison, reply: Reply, summary: str, pair: PairInfo | None) -> ComparisonView:
+def comparison_view(comparison: Comparison, reply: Reply, summary: str, pair: PairInfo | None, label: str = ""
+                    ) -> ComparisonView:
     ours, theirs = reply.tokens, comparison.ar_tokens
     at = parting(comparison, reply)
     return ComparisonView(summary=summary, explanation=explain(comparison, reply, greedy_is_exact(pair)),
                           reply_tokens=tuple(t.text for t in ours), ar_tokens=tuple(t.text for t in theirs),
-                          first_difference=at)
+                          first_difference=at, label=label)

@@ -33,8 +33,8 @@ from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, EngineTa
 from ui.why import WhyGamma, recommendation_text, why_gamma
 from ui.status_bar import ElidedLabel, PartsLabel, StatusBar
 from ui.transcript import CONTEXT, reply_notes
-from ui.wording import (comparison_line, measured_figures, pair_said, remote_header, remote_line, reply_header,
-                        stats_figures, unbreakable)
+from ui.wording import (comparison_line, measured_figures, pair_said, part_label, remote_header, remote_line,
+                        reply_header, stats_figures, unbreakable)
 
 # The least client area: a 1000×700 screen holds it with a window manager's title bar and borders.
 MIN_WIDTH, MIN_HEIGHT = 995, 620
@@ -840,8 +840,8 @@ class MainWindow(QMainWindow):
     def on_comparison_finished(self, shown: ComparisonShown) -> None:
         self.comparison_progress.hide()
         comparison, reply = shown.comparison, shown.reply
-        self.chat.add_comparison(comparison_view(comparison, reply, comparison_line(comparison, reply, shown.part),
-                                                 shown.pair))
+        self.chat.add_comparison(comparison_view(comparison, reply, comparison_line(comparison, reply), shown.pair,
+                                                 part_label(shown.part, continued=shown.part > 1)))
         if not comparison.stopped:
             if comparison.fair:  # a busy or unequal comparison is no line to read the estimate against
                 self.charts.show_measured_speedup(comparison.speedup, reply, shown.part)

@@ -95,6 +95,7 @@ class ComparisonView:
     reply_tokens: tuple[str, ...]
     ar_tokens: tuple[str, ...]
     first_difference: int | None  # token index; None when the texts agree
+    label: str = ""  # before the summary: the part it measured, once the reply is continued (wording.part_label)
 
 
 @dataclass

@@ -136,9 +136,17 @@ def unbreakable(line: str) -> str:
     return " · ".join(keep_together(part) for part in line.split(" · "))
 
 
-def comparison_line(comparison: Comparison, reply: Reply, part: int = 1) -> str:
-    """`reply`: the part of the reply the comparison decoded again (a continuation's own, where it continues);
-    `part`: its number in the reply shown (1: the reply first sent), which names a continuation's line."""
+def part_label(part: int, continued: bool) -> str:
+    """What names a comparison's part (`part`: its number, 1 for the reply first sent) once the reply is
+    `continued`: each part's comparison is a line of its own."""
+    if part > 1:
+        return f"part {part} (continued): "
+    return "part 1: " if continued else ""
+
+
+def comparison_line(comparison: Comparison, reply: Reply) -> str:
+    """`reply`: the part of the reply the comparison decoded again (a continuation's own, where it continues); a
+    continued reply's lines are named by `part_label`."""
     ar_tokens = len(comparison.ar_tokens)
     if comparison.stopped:  # a few AR tokens against a whole reply would claim a speedup nobody measured
         return f"comparison stopped (plain AR made {ar_tokens} tokens): no measured speedup"
@@ -150,9 +158,8 @@ def comparison_line(comparison: Comparison, reply: Reply, part: int = 1) -> str:
     # so they are other samples, of other lengths: the line says so where it is not the reply's own text
     other = (" (other samples of these settings, not this reply's text)"
              if not reply.request.settings.greedy and rerun and comparison.spec_tokens != reply.tokens else "")
-    line = ((f"part {part} (continued): " if part > 1 else "")
-            + (f"both decoded again, undrawn{other}: plain AR {ar_tokens} tokens" if rerun
-               else f"plain AR, run undrawn: {ar_tokens} tokens")
+    line = ((f"both decoded again, undrawn{other}: plain AR {ar_tokens} tokens" if rerun
+             else f"plain AR, run undrawn: {ar_tokens} tokens")
             + f" in {comparison.ar_decode_s:.2f} s ({comparison.ar_tokens_per_s:.1f} tok/s) "
             f"vs speculative {rerun or reply.stats.n_tokens} in {comparison.spec_decode_s:.2f} s "
             f"({comparison.spec_tokens_per_s:.1f} tok/s) → measured {comparison.speedup:.2f}×"

@@ -163,7 +163,8 @@ def test_a_continued_replys_comparison_is_written_of_the_continued_part_as_the_c
     session.comparisons = {2: comparison}
     _, _, _, markdown = exported(tmp_path, session)
     story = markdown.split("**Reply 2 ·")[1]
-    assert f"*{comparison_line(comparison, more, 2)}*" in story  # the line the window shows under the part it measured
+    # the line the window shows under the part it measured
+    assert f"*part 2 (continued): {comparison_line(comparison, more)}*" in story
     assert "part 2 (continued): plain AR, run undrawn: 5 tokens" in story.replace("\u00a0", " ")
     assert "Plain AR produced the same 5 tokens" in story and "part at token" not in story
     assert "Plain AR's text" not in story  # the same text as the part it decoded again
@@ -179,7 +180,9 @@ def test_each_parts_comparison_is_written_as_the_chat_shows_each(tmp_path):
     session.comparisons = {1: first, 2: last}
     data, _, _, markdown = exported(tmp_path, session)
     told = markdown.split("**Reply 2 ·")[1]
-    assert told.index(f"*{comparison_line(first, story)}*") < told.index(f"*{comparison_line(last, more, 2)}*")
+    # each named by its part, as the chat names them once the reply is continued
+    assert (told.index(f"*part 1: {comparison_line(first, story)}*")
+            < told.index(f"*part 2 (continued): {comparison_line(last, more)}*"))
     assert [(p["part"], p["speedup"]) for p in data["replies"][1]["parts"]] == [(1, 2.0), (2, 2.0)]
 
 

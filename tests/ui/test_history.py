@@ -583,6 +583,7 @@ def test_a_continued_replys_measured_lines_are_the_same_live_reopened_and_in_the
     exported = reply_charts(numbered_replies(studio.chat.session)[0], window.charts.size()).measured_spans()
     told = window.chat.toPlainText()  # under the reply, each part's comparison, the continuation's named
     assert told.count("→ measured") == 2 and told.count("part 2 (continued): ") == 1
+    assert told.count("part 1: both decoded again") == 1  # the first part's, named once the reply went on
     chat_id = studio.chat.chat_id
     window.new_chat()
     studio.chat.open_chat(chat_id)
