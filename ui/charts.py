@@ -18,7 +18,6 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 from engine.events import RoundEvent
 from engine.stats import ArTime, expected_tokens_per_round, round_alpha
 from ui.session import Reply
-from ui.timing import estimated_speedup, speedup_of
 
 REFRESH_MS = 250  # charts redraw at most 4 times a second while a reply streams (why: chat_view.FLUSH_MS)
 X_STEP = 20  # the x axis grows in steps of this many rounds
@@ -30,7 +29,9 @@ COLUMNS = ("alpha", "alpha_mean", "tokens", "tokens_mean", "expected", "speedup"
 
 
 class RoundBuffers:
-    """Per-round series of one reply; running sums make each append O(1)."""
+    """Per-round series of one reply; running sums make each append O(1), but for the speedup estimates: each
+    round of a part is priced at the load its rounds typically ran under so far (engine.stats.ArTime), so the
+    part's points are priced anew as that load moves, and the whole reply's line stays a mean of the rounds'."""
 
     def __init__(self, capacity: int = 1024, speculative: bool = True):
         self.speculative = speculative  # a speculative reply: each round has an estimate, zero-draft rounds too
@@ -41,6 +42,9 @@ class RoundBuffers:
         self.drafts_made: Counter[int] = Counter()  # rounds by their number of drafts, for the seed's E
         self.rounds_s = 0.0
         self.ar = ArTime()  # what plain AR would have taken for the tokens so far
+        # per round: its time, its plain AR time at a quiet machine's speed, and its tokens without a cost model
+        self.round_time, self.quiet_s, self.unmodelled = (np.zeros(capacity) for _ in range(3))
+        self.part_start = 0  # the first round of the part being decoded (a continuation's rounds count from 0)
 
     def clear(self, speculative: bool = True) -> None:
         self.__init__(len(self.x), speculative)
@@ -51,12 +55,18 @@ class RoundBuffers:
         if self.n == len(self.x):  # rare: grow by doubling, still no per-round allocation
             self.x = np.arange(1, 2 * self.n + 1, dtype=float)
             self.y = {k: np.concatenate([v, np.full(self.n, np.nan)]) for k, v in self.y.items()}
+            self.round_time, self.quiet_s, self.unmodelled = (np.concatenate([a, np.zeros(self.n)])
+                                                              for a in (self.round_time, self.quiet_s, self.unmodelled))
         i, n_tokens = self.n, len(event.emitted)
         self.accepted += event.n_accepted
         self.verified += len(event.drafted)
         self.tokens += n_tokens
+        if event.index == 0 and i:
+            self.part_start = i
         self.rounds_s += event.round_s
         self.ar.add(event)
+        self.round_time[i], self.quiet_s[i] = event.round_s, event.ar_equivalent_s
+        self.unmodelled[i] = 0 if event.ar_equivalent_s else n_tokens
         alpha = round_alpha(event)
         running_alpha = self.accepted / self.verified if self.verified else None
         self.y["alpha"][i] = np.nan if alpha is None else alpha
@@ -68,11 +78,28 @@ class RoundBuffers:
         self.y["expected"][i] = (sum(n * expected_tokens_per_round(running_alpha, g)
                                      for g, n in self.drafts_made.items()) / (i + 1)
                                  if running_alpha is not None else 1.0)
-        gamma = most_per_round - 1
-        self.y["speedup"][i] = estimated_speedup([event], reference_s, gamma) or np.nan if self.speculative else np.nan
-        self.y["speedup_mean"][i] = (speedup_of(self.ar, self.rounds_s, reference_s, gamma) or np.nan
-                                     if self.speculative else np.nan)
         self.n += 1
+        if self.speculative:
+            self._price_part(reference_s, most_per_round)
+
+    def _price_part(self, reference_s: float, most_per_round: float) -> None:
+        """The speedup estimates of the part's rounds so far, each round's and the whole reply's up to it, as
+        `speedup_of` prices them: the part's rounds at its typical load, earlier parts' as they ended."""
+        part = slice(self.part_start, self.n)
+        rounds_s, unmodelled = self.round_time[part], self.unmodelled[part]
+        ar_s = self.quiet_s[part] * self.ar.typical_load + unmodelled * reference_s
+        before_s = self.rounds_s - rounds_s.sum()
+        earlier_ar_s = self.ar.earlier_s + self.ar.earlier_unmodelled * reference_s
+        rounds_so_far, ar_so_far = before_s + np.cumsum(rounds_s), earlier_ar_s + np.cumsum(ar_s)
+        no_reference = reference_s <= 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            each = np.minimum(most_per_round, ar_s / rounds_s)
+            whole = np.minimum(most_per_round, ar_so_far / rounds_so_far)
+        self.y["speedup"][part] = np.where((rounds_s <= 0) | (ar_s <= 0) | (no_reference & (unmodelled > 0)),
+                                           np.nan, each)
+        unmodelled_so_far = self.ar.earlier_unmodelled + np.cumsum(unmodelled)
+        self.y["speedup_mean"][part] = np.where((rounds_so_far <= 0) | (ar_so_far <= 0)
+                                                | (no_reference & (unmodelled_so_far > 0)), np.nan, whole)
 
     def series(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         return self.x[: self.n], self.y[name][: self.n]
