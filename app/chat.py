@@ -15,7 +15,8 @@ from pathlib import Path
 from PySide6.QtCore import QAbstractEventDispatcher, QObject, Qt, QTimer, Signal
 
 from app.chat_store import ChatRecorder, ChatStore, ChatStoreError, ChatSummary, title_for
-from app.timing import QuietTimings, StepReference, TimingAtLoad, machine_was_busy, unequal_loads
+from app.timing import (OTHERS_IDLE_CORES, OtherPrograms, QuietTimings, StepReference, TimingAtLoad, machine_was_busy,
+                        unequal_loads)
 from engine.events import ContextNotice, Mode, PairInfo, PrefillProgress, RoundEvent
 from engine.remote import RemoteReply, TextDelta, is_url, public_url
 from ui.export import ExportError, export_session
@@ -147,6 +148,7 @@ class ChatController(QObject):
         self.pair: PairInfo | None = None
         self.runtime: Runtime | None = None  # what runs `pair` here
         self.timing = StepReference()  # recent target-step timings: the reference for speedup estimates
+        self.other_programs = OtherPrograms()  # their CPU use during the reply in flight
         # A reopened chat's pair as it saved it, its costs as its last reply left them (the loaded pair's may have
         # been timed again since): what its why tab showed, until it decodes again. None otherwise.
         self.saved_pair: PairInfo | None = None
@@ -515,8 +517,10 @@ class ChatController(QObject):
 
     def on_reply_finished(self, reply: Reply) -> None:
         if reply.request.settings.mode is Mode.SPEC:  # measured against the recent median, judged by the quiet floor
+            others = self.other_programs.cores()  # slow steps beside idle programs were this window's own drawing
             reply = dataclasses.replace(reply, reference_s=self.timing.seconds,
-                                        machine_busy=machine_was_busy(reply.events, self.timing))
+                                        machine_busy=machine_was_busy(reply.events, self.timing)
+                                        and (others is None or others > OTHERS_IDLE_CORES))
         index = len(self.turns) - 1
         self.turns[index] = dataclasses.replace(self.turns[index], reply=reply,
                                                 context_notice=self._notice.message if self._notice else "")
@@ -659,6 +663,7 @@ class ChatController(QObject):
         self.turn_started.emit(TurnStarted(len(self.turns) - 1, request, live=True))
         self.chats_changed.emit(self.chat_id)
         self._set_state(TurnState.REPLYING)
+        self.other_programs.start()
         if remote:  # the engine applies its own chat template and drafts with its own speculative config
             self.remote_prompt_requested.emit([dict(m) for m in request.messages], settings)
         else:

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from statistics import median
 
+import psutil
 from PySide6.QtCore import QSettings
 
 from engine.events import PairInfo, RoundEvent
@@ -32,6 +34,41 @@ BUSY_SHARE = 0.2  # the share of stalled rounds above which a reply's numbers ar
 # A reply and its AR comparison whose rounds' typical loads differ by more than this factor met different machines:
 # one of them ran beside the window's drawing or another program and the other did not.
 LOAD_MISMATCH = 1.25
+# Other programs' CPU use while a reply was decoded, in cores on average, at or under which its slow steps were
+# this window's own (its drawing and the display server's, beside the decode on few cores): the estimate prices
+# plain AR at the load the reply met, drawing included, so it stands, and the machine was not busy.
+OTHERS_IDLE_CORES = 0.5
+
+
+class OtherPrograms:
+    """How much CPU the machine's other programs used since `start`, from the system's and this process's CPU
+    times: what tells a machine busy with other work from this window slowing its own decode."""
+
+    def __init__(self):
+        self._process = psutil.Process()
+        self._since: tuple[float, float, float] | None = None
+
+    def _sample(self) -> tuple[float, float, float]:
+        times = psutil.cpu_times()
+        # guest time is counted in user time already; steal is what other virtual machines took from this one
+        busy = sum(getattr(times, name, 0.0) for name in ("user", "nice", "system", "irq", "softirq", "steal"))
+        own = self._process.cpu_times()
+        return time.monotonic(), busy, own.user + own.system
+
+    def start(self) -> None:
+        self._since = self._sample()
+
+    def cpu_s(self) -> tuple[float, float] | None:
+        """(their CPU seconds, the seconds passed) since `start` (None: not started)."""
+        if self._since is None:
+            return None
+        (began, busy, own), (now, busy_now, own_now) = self._since, self._sample()
+        return max(0.0, (busy_now - busy) - (own_now - own)), now - began
+
+    def cores(self) -> float | None:
+        """Their CPU use since `start`, in cores on average (None: not started, or no time passed)."""
+        used = self.cpu_s()
+        return used[0] / used[1] if used and used[1] > 0 else None
 
 
 class StepReference:

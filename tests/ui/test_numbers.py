@@ -11,7 +11,7 @@ import pytest
 
 from engine.decoding.costs import CostModel, RoundPlanner
 from engine.events import DecodeSettings, EmittedToken, Fate, ModelInfo, PairInfo, RoundEvent
-from engine.stats import reply_stats
+from engine.stats import ArTime, reply_stats
 from tests.ui.helpers import send
 from tests.ui.synthetic import accepted_round
 from ui.charts import RoundBuffers
@@ -96,6 +96,7 @@ def test_on_a_busy_machine_window_and_export_show_one_estimate_marked_unfair(mak
     monkeypatch.setattr(greedy_mixed_decoder, "costs", fast)
     monkeypatch.setattr(greedy_mixed_decoder, "planner", RoundPlanner(fast))
     studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=10)
+    monkeypatch.setattr(studio.chat.other_programs, "cores", lambda: 2.0)  # other programs kept the machine busy
     window = studio.window
     window.controls.compare_ar.setChecked(True)
     studio.chat.timing.add(1e-6)
@@ -273,15 +274,23 @@ def test_a_busy_machine_leaves_an_estimate_priced_by_the_reply_s_own_plain_steps
     assert busy_note(priced) is None and "not a fair number" in busy_note(unpriced)  # no note where it allowed
 
 
-def test_the_live_running_estimate_is_the_replys_estimate_round_by_round():
-    events = [dataclasses.replace(costed(accepted_round(i, ["a", "b"], "c"), 0.015), load=1.0 + (i % 3))
-              for i in range(7)]
+def test_the_running_estimate_is_a_mean_of_the_rounds_estimates_priced_at_the_replys_load():
+    """Each round is priced at the load the reply's rounds typically ran under so far, the rounds before it too, so
+    the whole reply's line never leaves its rounds' points (it had risen from 1.05x to 1.43x over rounds all at or
+    below 1.05x, once the reply's typical load rose)."""
+    events = [dataclasses.replace(costed(accepted_round(i, ["a", "b"], "c"), 0.015), load=1.0 + (i % 3),
+                                  round_s=0.02 + 0.004 * i) for i in range(7)]
     buffers = RoundBuffers()
     for event in events:
         buffers.append(event, reference_s=0.5, most_per_round=5.0)
-    running = buffers.series("speedup_mean")[1]
-    assert list(running) == pytest.approx([estimated_speedup(events[:n], 0.5, 4) for n in range(1, 8)])
-    assert len(set(np.round(running, 6))) > 1
+    each, running = buffers.series("speedup")[1], buffers.series("speedup_mean")[1]
+    assert running[-1] == pytest.approx(estimated_speedup(events, 0.5, 4))
+    load = ArTime(events).typical_load
+    assert list(each) == pytest.approx([min(5.0, e.ar_equivalent_s * load / e.round_s) for e in events])
+    assert all(min(each[:n]) - 1e-9 <= running[n - 1] <= max(each[:n]) + 1e-9 for n in range(1, 8))
+    # the control: each prefix priced at its own load, as drawn before, leaves the rounds' points
+    prefixes = [estimated_speedup(events[:n], 0.5, 4) for n in range(1, 8)]
+    assert not all(min(each[:n]) - 1e-9 <= prefixes[n - 1] <= max(each[:n]) + 1e-9 for n in range(1, 8))
 
 
 def test_without_a_cost_model_the_estimate_falls_back_to_the_reference_step():

@@ -1,0 +1,40 @@
+"""Other programs' CPU use, told apart from this process's own: what tells a busy machine from the window slowing
+its own decode."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from app.timing import OtherPrograms
+
+WORK_S = 0.4  # CPU seconds of work, far above the clock's tick
+
+
+def burn(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_another_programs_work_is_counted():
+    others = OtherPrograms()
+    others.start()
+    child = subprocess.run([sys.executable, "-c", f"import time\nend = time.process_time() + {WORK_S}\n"
+                            "while time.process_time() < end: pass"], check=True)
+    assert child.returncode == 0
+    used, _ = others.cpu_s()
+    assert used >= 0.8 * WORK_S
+
+
+def test_this_processs_own_work_is_not():
+    """The control: the same work in this process (its threads: the decode, the window's drawing)."""
+    others = OtherPrograms()
+    others.start()
+    burn(WORK_S)
+    used, _ = others.cpu_s()
+    assert used < 0.5 * WORK_S
+
+
+def test_nothing_is_known_before_it_starts():
+    assert OtherPrograms().cpu_s() is None and OtherPrograms().cores() is None
