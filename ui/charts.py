@@ -84,7 +84,8 @@ class RoundBuffers:
 
     def _price_part(self, reference_s: float, most_per_round: float) -> None:
         """The speedup estimates of the part's rounds so far, each round's and the whole reply's up to it, as
-        `speedup_of` prices them: the part's rounds at its typical load, earlier parts' as they ended."""
+        `ui.timing.estimated_speedup` prices them: the part's rounds at its typical load, earlier parts' as they
+        ended."""
         part = slice(self.part_start, self.n)
         rounds_s, unmodelled = self.round_time[part], self.unmodelled[part]
         ar_s = self.quiet_s[part] * self.ar.typical_load + unmodelled * reference_s

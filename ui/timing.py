@@ -16,11 +16,7 @@ from engine.stats import ArTime
 
 def estimated_speedup(events: Sequence[RoundEvent], reference_s: float, gamma: int) -> float:
     """Speedup vs plain AR over these rounds, at most γ + 1; 0 when there is nothing to measure it by."""
-    return speedup_of(ArTime(events), sum(e.round_s for e in events), reference_s, gamma)
-
-
-def speedup_of(ar: ArTime, rounds_s: float, reference_s: float, gamma: int) -> float:
-    """As `estimated_speedup`, from rounds already added up (the live chart adds one at a time)."""
+    ar, rounds_s = ArTime(events), sum(e.round_s for e in events)
     if rounds_s <= 0 or (ar.unmodelled_tokens and reference_s <= 0):
         return 0.0
     return min(gamma + 1.0, ar.seconds(reference_s) / rounds_s)
