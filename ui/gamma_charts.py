@@ -21,7 +21,7 @@ from engine.events import Drafting, Mode, RoundEvent
 from engine.stats import expected_tokens_per_round
 from ui.charts import AXIS_END_ROOM, CHART_INK, REFRESH_MS, ChartHeader, _plot, legend_entry
 from ui.session import Session
-from ui.why import WhyGamma, confidence_note, measured_short_note
+from ui.why import WhyGamma, confidence_note, estimate_note, measured_short_note
 
 MIN_WHY_HEIGHT = 170  # the least at which a plot shows its x ticks and axis title whole; at 1000×700 the tab scrolls
 EXPORT_WHY_SIZE = QSize(420, 200)  # in the export's image: the tab's least width, and each plot's least height
@@ -342,7 +342,8 @@ class WhyGammaPanel(QWidget):
         recommendation = self.why.recommendation if self.why is not None else None
         if recommendation is None:
             return "Why this γ: after a speculative reply, what the rounds chose and why."
-        notes = "".join(f" {note}" for note in (measured_short_note(self.why), confidence_note(self.why)) if note)
+        notes = "".join(f" {note}" for note in (measured_short_note(self.why), confidence_note(self.why),
+                                                   estimate_note(self.why)) if note)
         if recommendation.drafting is Drafting.NONE:
             return f"Best here: plain AR; {recommendation.explanation}.{notes}"
         return (f"Best here: {DRAFTING_NAMES[recommendation.drafting]}, γ ≤ {recommendation.gamma} "

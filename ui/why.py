@@ -178,3 +178,19 @@ def measured_short_note(why: WhyGamma) -> str:
     return (f"Measured: {best.drafting.label} at {best.speedup:.2f}× ({best.origin}), short of the "
             f"{MARGIN - 1:.0%} gain this recommendation needs; a run can be {SPREAD - 1:.0%} off, so Compare "
             "drafters again before counting on it.")
+
+
+def estimate_note(why: WhyGamma) -> str:
+    """Where plain AR is recommended but the last reply's own estimate (no fair Compare with AR, cost-aware rounds)
+    reached the MARGIN a recommendation needs, why the two differ: the estimate is the rounds' time against plain
+    AR priced at the load they met, the lines are predicted at this machine's quietest timings (a walk saw "Best
+    here: plain AR" beside a reply's "est. 1.15×") ("" otherwise)."""
+    recommendation = why.recommendation
+    if recommendation is None or recommendation.drafting is not Drafting.NONE:
+        return ""
+    last = next((p for p in reversed(why.points) if p.origin.startswith("reply")), None)
+    if last is None or last.measured or not last.cost_aware or last.speedup < MARGIN:
+        return ""
+    return (f"{last.origin.capitalize()}'s own estimate, {last.speedup:.2f}× (hollow dot), is its rounds' time "
+            "against plain AR priced at the load they met; the lines are predicted from this machine's quietest "
+            "timings, where no drafting gains that much. Compare with AR measures which holds here.")

@@ -494,3 +494,31 @@ def test_a_recommendation_that_every_fair_run_of_its_drafting_fell_short_of_says
     qtbot.addWidget(panel)
     panel.show_why(measured_at(1.01))
     assert panel.explanation.text().endswith(short)
+
+
+def test_plain_ar_recommended_beside_a_reply_estimated_faster_says_why_they_differ(qtbot):
+    """Recommended: plain AR; the last reply's own estimate (hollow, cost-aware) 1.15x: the line under the chart
+    says that the estimate is at the load the rounds met and the lines at the quietest timings. The controls: an
+    estimate of 1.02x, a measured 1.15x, and a recommended drafting say nothing."""
+    from ui.gamma_charts import WhyGammaPanel
+    from ui.why import MeasuredPoint, estimate_note
+
+    why = why_gamma(synthetic_session(9.0))
+    assert why.recommendation.drafting is Drafting.NONE
+
+    def last_reply_at(speedup: float, measured: bool = False, base=why):
+        return dataclasses.replace(base, points=base.points + (MeasuredPoint(Drafting.MODEL, 4, speedup, measured,
+                                                                             True, "reply 2"),))
+
+    note = estimate_note(last_reply_at(1.15))
+    assert note.startswith("Reply 2's own estimate, 1.15× (hollow dot), is its rounds' time against plain AR priced "
+                           "at the load they met")
+    assert estimate_note(last_reply_at(1.02)) == ""
+    assert estimate_note(last_reply_at(1.15, measured=True)) == ""
+    drafting = why_gamma(synthetic_session(2.0))
+    assert drafting.recommendation.drafting is Drafting.MODEL
+    assert estimate_note(last_reply_at(1.15, base=drafting)) == ""
+    panel = WhyGammaPanel()
+    qtbot.addWidget(panel)
+    panel.show_why(last_reply_at(1.15))
+    assert panel.explanation.text().startswith("Best here: plain AR;") and panel.explanation.text().endswith(note)
