@@ -1092,6 +1092,16 @@ def drafters_table(comparison: DrafterComparison) -> QTableWidget:
     return table
 
 
+def _passes_said(comparison: DrafterComparison) -> str:
+    """How many runs each row is the fastest of, and how far apart runs of the same work were."""
+    passes = max((1 + len(run.others_tokens_per_s) for run in comparison.runs), default=1)
+    if passes == 1:
+        return "One run each: on a machine with few cores runs of the same work differ by tens of per cent."
+    spread = max(row["spread"] for row in comparison.rows())
+    return (f"Each drafting ran {passes} times, all of them in turn, and its row is its fastest run, the one the "
+            f"machine's other work slowed least; runs of the same work here were up to {spread:.0%} apart.")
+
+
 def drafters_dialog(comparison: DrafterComparison, parent) -> QDialog:
     dialog = QDialog(parent)
     dialog.setWindowTitle("Compare drafters")
@@ -1101,8 +1111,8 @@ def drafters_dialog(comparison: DrafterComparison, parent) -> QDialog:
             else f"draft length by the confidence stop (below {settings.stop_below:.2f})")
     note = QLabel(f"The last prompt on this target, {'greedy' if settings.greedy else 'sampling'}, "
                   f"γ ≤ {settings.gamma}, {rule}, {settings.max_new_tokens} tokens at most; each drafting starts "
-                  "from the acceptance this chat's rounds measured, with no cached prompt. One run each: on a machine "
-                  "with few cores runs of the same work differ by tens of per cent. A row that drafted nothing did "
+                  f"from the acceptance this chat's rounds measured, with no cached prompt. {_passes_said(comparison)} "
+                  "A row that drafted nothing did "
                   "plain AR's work: its rounds judged that no draft would pay for itself at the costs timed for it. "
                   "A speedup above a row's tokens per round is not fair: each round costs a plain step at least, so "
                   "its run and plain AR's met the machine differently; it is not drawn in the why tab.")

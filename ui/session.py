@@ -1,6 +1,8 @@
 """Plain records of one chat session: what the window asks the worker for, and what comes back."""
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -338,10 +340,28 @@ class DrafterRun:
     events: tuple[RoundEvent, ...]
     stopped: bool = False
     skipped: str = ""  # why this drafting could not run here (no draft model), else ""
+    others_tokens_per_s: tuple[float, ...] = ()  # the same drafting's other whole runs, slower than this one
 
     @property
     def stats(self) -> ReplyStats:
         return reply_stats(self.events)
+
+    @property
+    def spread(self) -> float:
+        """How much faster this run was than the slowest of the same drafting's runs (0: one run)."""
+        slowest = min(self.others_tokens_per_s, default=0.0)
+        return self.stats.tokens_per_s / slowest - 1 if slowest > 0 else 0.0
+
+    @staticmethod
+    def fastest(drafting: Drafting, attempts: Sequence[DrafterRun]) -> DrafterRun:
+        """Of a drafting's runs, the fastest whole one (a stopped run only where none is whole), with the others'
+        speeds: of runs of the same work, the fastest met the least of the machine's other load."""
+        whole = [run for run in attempts if not run.stopped and run.events]
+        if not whole:
+            return next((run for run in attempts if run.events), attempts[0])
+        best = max(whole, key=lambda run: run.stats.tokens_per_s)
+        return dataclasses.replace(best, others_tokens_per_s=tuple(run.stats.tokens_per_s for run in whole
+                                                                   if run is not best))
 
 
 @dataclass(frozen=True)
@@ -372,7 +392,7 @@ class DrafterComparison:
                          "alpha": stats.alpha if run.drafting is not Drafting.NONE and stats.n_verified else None,
                          "tokens_per_round": stats.tokens_per_round, "vs_ar": vs_ar,
                          "beyond_rounds": vs_ar is not None and beyond_rounds(vs_ar, stats.tokens_per_round),
-                         "stopped": run.stopped, "skipped": run.skipped})
+                         "stopped": run.stopped, "skipped": run.skipped, "spread": run.spread})
         return rows
 
 

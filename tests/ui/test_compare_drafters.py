@@ -31,7 +31,7 @@ def test_compare_drafters_starts_each_planner_from_what_the_chat_taught_and_leav
     monkeypatch.setattr(app_worker, "RoundPlanner", recording)
     with qtbot.waitSignal(studio.chat.drafters_compared, timeout=REPLY_TIMEOUT_MS):
         studio.window.compare_drafters_action.trigger()
-    assert started_with == [learnt[:2]] * 4  # each drafting, plain AR too
+    assert started_with == [learnt[:2]] * 4 * app_worker.DRAFTER_PASSES  # each drafting's runs, plain AR's too
     assert (live.kept, live.reached, live.calibration) == learnt
 
 
@@ -48,3 +48,19 @@ def test_a_drafting_that_drafted_nothing_is_plain_ars_work_not_a_speedup(qapp):
     assert float(table.item(1, 2).text()) == pytest.approx(float(table.item(2, 2).text()) / 2, rel=0.01)  # it stands
     assert table.item(0, 5).text().endswith("×") and table.item(2, 5).text() == "1.00×"
     assert [table.item(r, 1).text() for r in range(3)] == ["4", "4", "4"]  # what each run decoded
+
+
+def test_a_drafting_keeps_its_fastest_whole_run_and_the_others_speeds(qapp):
+    """Of runs of the same work, the fastest whole one is the row (a stopped run only where none is whole), with how
+    far the slowest fell behind; the control, a single run, has no spread."""
+    steps = tuple(dataclasses.replace(accepted_round(i, [], "w"), gamma=0) for i in range(4))
+    slower = tuple(dataclasses.replace(step, round_s=2 * step.round_s) for step in steps)
+    fast, slow = DrafterRun(Drafting.NONE, steps), DrafterRun(Drafting.NONE, slower)
+    stopped = DrafterRun(Drafting.NONE, tuple(dataclasses.replace(s, round_s=s.round_s / 4) for s in steps[:2]),
+                         stopped=True)
+    for attempts in ([slow, fast], [fast, slow], [slow, stopped, fast]):
+        kept = DrafterRun.fastest(Drafting.NONE, attempts)
+        assert kept.events == steps and kept.others_tokens_per_s == (slow.stats.tokens_per_s,)
+        assert kept.spread == pytest.approx(1.0)
+    assert DrafterRun.fastest(Drafting.NONE, [stopped, DrafterRun(Drafting.NONE, (), stopped=True)]) == stopped
+    assert DrafterRun.fastest(Drafting.NONE, [slow]).spread == 0.0

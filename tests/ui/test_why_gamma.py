@@ -233,6 +233,9 @@ def test_compare_drafters_gives_four_rows_on_the_tiny_pair(make_studio, mixed_de
     table = dialog.table
     assert table.rowCount() == 4 and table.item(3, 0).text() == "none (plain AR)"
     assert "γ ≤ 3, γ drafts every round, 10 tokens at most" in dialog.note.text()  # the rule its runs drafted by
+    assert all(len(run.others_tokens_per_s) == 1 and max(run.others_tokens_per_s) <= run.stats.tokens_per_s
+               for run in comparison.runs)  # each the fastest of two
+    assert "Each drafting ran 2 times, all of them in turn, and its row is its fastest run" in dialog.note.text()
     assert studio.chat.status.state.value == "idle"
     assert studio.chat.session.drafters == (comparison,)  # the export and the why tab see the runs
     qtbot.waitExposed(dialog)
