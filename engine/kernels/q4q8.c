@@ -386,6 +386,7 @@ static inline float exp_approx(float x) {
 }
 
 #define MAX_GROUP 16  /* query heads per kv head */
+#define MAX_HEAD_DIM 256
 #define BLOCK_ROWS 8  /* rows whose attention reads each key and value once for all of them */
 #define MAX_QUERIES (BLOCK_ROWS * MAX_GROUP)
 
@@ -396,107 +397,141 @@ static inline float exp_approx(float x) {
  * positions (of LANES outputs for the weighted sums) let each key and value be read once for all the queries while
  * the compiler vectorises the lanes. */
 
-/* Eight floats as one value (GCC's and Clang's vector extension): each clone keeps them in its registers (one AVX2
- * register, two SSE ones) and does the same IEEE operation in every lane. */
-typedef float eight __attribute__((vector_size(32)));
+/* Sixteen floats as one value (GCC's and Clang's vector extension): each clone keeps them in its registers (one
+ * AVX-512 register, two AVX2 ones, four SSE ones) and does the same IEEE operation in every lane. */
+typedef float sixteen __attribute__((vector_size(64)));
 
-static inline eight load_eight(const float *p) {
-    eight v;
+static inline sixteen load_sixteen(const float *p) {
+    sixteen v;
     memcpy(&v, p, sizeof v);
+    return v;
+}
+
+typedef uint16_t sixteen_bf16 __attribute__((vector_size(32)));
+typedef uint32_t sixteen_bits __attribute__((vector_size(64)));
+
+/* Sixteen cached bfloat16 values as floats: exact, a widening and a shift on every path. */
+static inline sixteen load_bf16(const uint16_t *p) {
+    sixteen_bf16 h;
+    memcpy(&h, p, sizeof h);
+    sixteen_bits bits = __builtin_convertvector(h, sixteen_bits) << 16;
+    sixteen v;
+    memcpy(&v, &bits, sizeof v);
     return v;
 }
 
 #define SCORE_TILE 64  /* positions a score task takes: 4 cache lines of each key row, read in turn */
 
-/* p[j·capacity + t] = Σ_i queries[j][i] · keys_t[i·capacity + t] for t0 <= t < t0 + width (keys_t: (hd, capacity),
- * width <= SCORE_TILE); the tile's keys stay in L1 cache for all the queries. */
-CLONES static void score_tile(const float *const *queries, int64_t count, const float *restrict keys_t, int64_t t0,
+/* p[j·capacity + t] = Σ_i queries[j][i] · keys_t[i·capacity + t] for t0 <= t < t0 + width (keys_t: (hd, capacity)
+ * bfloat16, width <= SCORE_TILE); the tile's keys, widened once into floats, stay in L1 cache for all the queries. */
+CLONES static void score_tile(const float *const *queries, int64_t count, const uint16_t *restrict keys_t, int64_t t0,
                               int64_t width, int64_t hd, int64_t capacity, float *restrict p) {
-    int64_t vectors = width / 8;
+    int64_t vectors = width / LANES;
+    float tile[MAX_HEAD_DIM * SCORE_TILE];  /* (hd, SCORE_TILE) */
+    for (int64_t i = 0; i < hd; i++) {
+        const uint16_t *k = keys_t + i * capacity + t0;
+        for (int64_t c = 0; c < vectors; c++) {
+            sixteen v = load_bf16(k + LANES * c);
+            memcpy(tile + i * SCORE_TILE + LANES * c, &v, sizeof v);
+        }
+        for (int64_t t = LANES * vectors; t < width; t++) tile[i * SCORE_TILE + t] = bf16_to_float(k[t]);
+    }
     for (int64_t j = 0; j < count; j++) {
         const float *q = queries[j];
-        eight acc[SCORE_TILE / 8] = {{0}};
+        sixteen acc[SCORE_TILE / LANES] = {{0}};
         for (int64_t i = 0; i < hd; i++) {
-            const float *k = keys_t + i * capacity + t0;
-            for (int64_t c = 0; c < vectors; c++) acc[c] += q[i] * load_eight(k + 8 * c);
+            const float *k = tile + i * SCORE_TILE;
+            for (int64_t c = 0; c < vectors; c++) acc[c] += q[i] * load_sixteen(k + LANES * c);
         }
         memcpy(p + j * capacity + t0, acc, vectors * sizeof acc[0]);
-        for (int64_t t = t0 + 8 * vectors; t < t0 + width; t++) {
+        for (int64_t t = LANES * vectors; t < width; t++) {
             float sum = 0.0f;
-            for (int64_t i = 0; i < hd; i++) sum += q[i] * keys_t[i * capacity + t];
-            p[j * capacity + t] = sum;
+            for (int64_t i = 0; i < hd; i++) sum += q[i] * tile[i * SCORE_TILE + t];
+            p[j * capacity + t0 + t] = sum;
         }
     }
 }
 
-/* p[t] ← e^(scale·p[t] − max) for t < end; returns 1 / their sum (in order of t). */
+/* p[t] ← e^(scale·p[t] − max) for t < end; returns 1 / their sum, taken as `dot` sums: in LANES lanes over t, then
+ * a fixed tree (the maximum is the same in any order). */
 CLONES static float softmax_weights(float *p, int64_t end, float scale) {
-    float top = -INFINITY, total = 0.0f;
-    for (int64_t t = 0; t < end; t++) {
+    float top[LANES], lanes[LANES] = {0};
+    for (int l = 0; l < LANES; l++) top[l] = -INFINITY;
+    int64_t t = 0;
+    for (; t + LANES <= end; t += LANES)
+        for (int l = 0; l < LANES; l++) {
+            p[t + l] *= scale;
+            top[l] = p[t + l] > top[l] ? p[t + l] : top[l];
+        }
+    for (; t < end; t++) {
         p[t] *= scale;
-        top = p[t] > top ? p[t] : top;
+        top[t % LANES] = p[t] > top[t % LANES] ? p[t] : top[t % LANES];
     }
-    for (int64_t t = 0; t < end; t++) p[t] = exp_approx(p[t] - top);
-    for (int64_t t = 0; t < end; t++) total += p[t];
-    return 1.0f / total;
+    for (int width = LANES / 2; width >= 1; width /= 2)
+        for (int l = 0; l < width; l++) top[l] = top[l + width] > top[l] ? top[l + width] : top[l];
+    for (t = 0; t + LANES <= end; t += LANES)
+        for (int l = 0; l < LANES; l++) {
+            p[t + l] = exp_approx(p[t + l] - top[0]);
+            lanes[l] += p[t + l];
+        }
+    for (; t < end; t++) {
+        p[t] = exp_approx(p[t] - top[0]);
+        lanes[t % LANES] += p[t];
+    }
+    for (int width = LANES / 2; width >= 1; width /= 2)
+        for (int l = 0; l < width; l++) lanes[l] += lanes[l + width];
+    return 1.0f / lanes[0];
 }
 
 /* Up to WEIGHTED_QUERIES queries' weighted sums go on over positions from <= t < to, side by side: each value read
- * once for all of them, and 2·G running sums in flight instead of a query's 2, whose adds would wait on each other.
+ * once for all of them, and G running sums in flight instead of a query's one, whose adds would wait on each other.
  * Each sum still adds its positions one by one in order of t, so every query gets the bits it would get alone. */
 #define WEIGHTED_QUERIES 4
 #define WEIGHTED_GROUP(G)                                                                                          \
-    CLONES static void weighted_##G(const float *const *w, int64_t from, int64_t to, const float *restrict values, \
-                                    int64_t hd, eight *low, eight *high) {                                       \
-        eight l[G], h[G];                                                                                          \
-        memcpy(l, low, sizeof l);                                                                                  \
-        memcpy(h, high, sizeof h);                                                                                 \
+    CLONES static void weighted_##G(const float *const *w, int64_t from, int64_t to, const uint16_t *restrict values, \
+                                    int64_t hd, sixteen *sums) {                                                  \
+        sixteen s[G];                                                                                              \
+        memcpy(s, sums, sizeof s);                                                                                 \
         for (int64_t t = from; t < to; t++) {                                                                      \
-            eight v0 = load_eight(values + t * hd), v1 = load_eight(values + t * hd + 8);                          \
-            _Pragma("GCC unroll 4") for (int k = 0; k < G; k++) {                                                  \
-                l[k] += w[k][t] * v0;                                                                              \
-                h[k] += w[k][t] * v1;                                                                              \
-            }                                                                                                      \
+            sixteen v = load_bf16(values + t * hd);                                                                \
+            _Pragma("GCC unroll 4") for (int k = 0; k < G; k++) s[k] += w[k][t] * v;                               \
         }                                                                                                          \
-        memcpy(low, l, sizeof l);                                                                                  \
-        memcpy(high, h, sizeof h);                                                                                 \
+        memcpy(sums, s, sizeof s);                                                                                 \
     }
 WEIGHTED_GROUP(1)
 WEIGHTED_GROUP(2)
 WEIGHTED_GROUP(3)
 WEIGHTED_GROUP(4)
-typedef void (*weighted_fn)(const float *const *, int64_t, int64_t, const float *, int64_t, eight *, eight *);
+typedef void (*weighted_fn)(const float *const *, int64_t, int64_t, const uint16_t *, int64_t, sixteen *);
 static const weighted_fn WEIGHTED[WEIGHTED_QUERIES + 1] = {0, weighted_1, weighted_2, weighted_3, weighted_4};
 
-/* out[j][d0 + l] = inv[j] · Σ_{t < ends[j]} p[j·capacity + t] · values[t·hd + d0 + l] for l < LANES (values:
+/* out[j][d0 + l] = inv[j] · Σ_{t < ends[j]} p[j·capacity + t] · values[t·hd + d0 + l] for l < LANES (values bfloat16:
  * (capacity, hd)): the positions every query of a group attends to side by side, then each query's own last ones. */
 CLONES static void weighted_tile(const float *restrict p, int64_t count, const int64_t *ends, const float *inv,
-                                 const float *restrict values, int64_t d0, int64_t hd, int64_t capacity,
+                                 const uint16_t *restrict values, int64_t d0, int64_t hd, int64_t capacity,
                                  float *const *out) {
     for (int64_t j0 = 0; j0 < count; j0 += WEIGHTED_QUERIES) {
         int64_t g = count - j0 < WEIGHTED_QUERIES ? count - j0 : WEIGHTED_QUERIES, shared = ends[j0];
         const float *w[WEIGHTED_QUERIES];
-        eight low[WEIGHTED_QUERIES] = {{0}}, high[WEIGHTED_QUERIES] = {{0}};
+        sixteen sums[WEIGHTED_QUERIES] = {{0}};
         for (int64_t k = 0; k < g; k++) {
             w[k] = p + (j0 + k) * capacity;
             shared = ends[j0 + k] < shared ? ends[j0 + k] : shared;
         }
-        WEIGHTED[g](w, 0, shared, values + d0, hd, low, high);
+        WEIGHTED[g](w, 0, shared, values + d0, hd, sums);
         for (int64_t k = 0; k < g; k++) {
-            weighted_1(w + k, shared, ends[j0 + k], values + d0, hd, low + k, high + k);
-            low[k] *= inv[j0 + k];
-            high[k] *= inv[j0 + k];
-            memcpy(out[j0 + k] + d0, &low[k], sizeof low[k]);
-            memcpy(out[j0 + k] + d0 + 8, &high[k], sizeof high[k]);
+            weighted_1(w + k, shared, ends[j0 + k], values + d0, hd, sums + k);
+            sums[k] *= inv[j0 + k];
+            memcpy(out[j0 + k] + d0, &sums[k], sizeof sums[k]);
         }
     }
 }
 
 /* attn (rows, heads·hd) ← attention of the queries in qkv (rows of wqkv floats, heads first) at positions start..
- * over one layer's cache: keys_t (kv_heads, hd, capacity), values (kv_heads, capacity, hd). scores: scratch of
+ * over one layer's cache: keys_t (kv_heads, hd, capacity), values (kv_heads, capacity, hd), both bfloat16. scores: scratch of
  * BLOCK_ROWS · heads · capacity floats. head_dim is a multiple of LANES (fast_llama checks). */
 static void attention(const llama *m, const float *qkv, int64_t wqkv, int64_t rows, int64_t start,
-                      const float *keys_t, const float *values, int64_t capacity, float *scores, float *attn,
+                      const uint16_t *keys_t, const uint16_t *values, int64_t capacity, float *scores, float *attn,
                       int threads) {
     int64_t hd = m->head_dim, heads = m->heads, group = heads / m->kv_heads, nq = heads * hd;
     float scale = 1.0f / sqrtf((float)hd);
@@ -572,9 +607,10 @@ int64_t llama_scratch_bytes(const llama *m, int64_t rows, int64_t capacity) {
 
 /* x (rows, hidden) float32: the embeddings of `rows` tokens at positions start.., changed in place. The keys of
  * every layer go to kcache (layers, kv_heads, head_dim, capacity), transposed, and the values to vcache (layers,
- * kv_heads, capacity, head_dim), at those positions. logits
+ * kv_heads, capacity, head_dim), at those positions, both rounded to bfloat16: a long context's step reads the whole
+ * cache, at float32 more than the memory bus carries in a step's time (138 MB after 3,000 positions). logits
  * (keep, head N) are the last `keep` rows' scores. cos / sin: (capacity, head_dim). */
-void llama_forward(const llama *m, float *x, int64_t rows, int64_t start, float *kcache, float *vcache,
+void llama_forward(const llama *m, float *x, int64_t rows, int64_t start, uint16_t *kcache, uint16_t *vcache,
                    int64_t capacity, const float *cos, const float *sin, int64_t keep, float *logits,
                    uint8_t *scratch, int isa, int threads) {
     int64_t H = m->hidden, hd = m->head_dim, nq = m->heads * hd, nkv = m->kv_heads * hd, I = m->intermediate;
@@ -583,17 +619,18 @@ void llama_forward(const llama *m, float *x, int64_t rows, int64_t start, float 
     float *act = gu + rows * 2 * I, *scores = act + rows * I;
     uint8_t *q8 = (uint8_t *)(scores + BLOCK_ROWS * m->heads * capacity);
     for (int64_t layer = 0; layer < m->layers; layer++) {
-        float *kc = kcache + layer * m->kv_heads * capacity * hd, *vc = vcache + layer * m->kv_heads * capacity * hd;
+        uint16_t *kc = kcache + layer * m->kv_heads * capacity * hd, *vc = vcache + layer * m->kv_heads * capacity * hd;
         rms_norm(x, m->attn_norm + layer * H, rows, H, m->eps, h);
         q4q8_run(&m->qkv[layer], h, rows, qkv, q8, isa, threads);
         for (int64_t r = 0; r < rows; r++) {
             float *row = qkv + r * wqkv;
             const float *c = cos + (start + r) * hd, *s = sin + (start + r) * hd;
             for (int64_t head = 0; head < m->heads + m->kv_heads; head++) rope(row + head * hd, c, s, hd);
-            for (int64_t kvh = 0; kvh < m->kv_heads; kvh++) {
-                for (int64_t i = 0; i < hd; i++) kc[(kvh * hd + i) * capacity + start + r] = row[nq + kvh * hd + i];
-                memcpy(vc + (kvh * capacity + start + r) * hd, row + nq + nkv + kvh * hd, hd * 4);
-            }
+            for (int64_t kvh = 0; kvh < m->kv_heads; kvh++)
+                for (int64_t i = 0; i < hd; i++) {
+                    kc[(kvh * hd + i) * capacity + start + r] = float_to_bf16(row[nq + kvh * hd + i]);
+                    vc[(kvh * capacity + start + r) * hd + i] = float_to_bf16(row[nq + nkv + kvh * hd + i]);
+                }
         }
         attention(m, qkv, wqkv, rows, start, kc, vc, capacity, scores, attn, threads);
         q4q8_run(&m->o[layer], attn, rows, h, q8, isa, threads);

@@ -28,6 +28,8 @@ SOURCE = Path(__file__).with_name("q4q8.c")
 GROUP = 32  # inputs per scale (the GGUF block size)
 ROWS = 16  # output rows per weight block: a weight's outputs must be a multiple of this
 MAX_GROUP = 16  # query heads per kv head the forward's attention takes (q4q8.c)
+MAX_HEAD_DIM = 256  # and dimensions per head
+KV_DTYPE = torch.bfloat16  # the forward's key and value cache (q4q8.c's llama_forward says why)
 # No contracted multiply-adds (every path does the same IEEE operations); -fno-trapping-math lets the clamps in
 # exp_approx become vector selects (no value changes: nothing here reads floating-point exceptions).
 FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off", "-fno-trapping-math", "-fPIC", "-shared")
@@ -225,7 +227,8 @@ class LlamaForward:
                  sin: torch.Tensor, keep: int) -> torch.Tensor:
         """Logits (keep, vocab) float32 of the last `keep` rows of x (rows, hidden), the embeddings of tokens at
         positions start..; their keys are written into k (layers, kv_heads, head_dim, capacity), their values into
-        v (layers, kv_heads, capacity, head_dim)."""
+        v (layers, kv_heads, capacity, head_dim), both KV_DTYPE."""
+        assert k.dtype == v.dtype == KV_DTYPE
         x = x.to(torch.float32, copy=True).contiguous()  # the forward changes it in place
         rows, capacity, threads = x.shape[0], v.shape[2], torch.get_num_threads()
         logits = torch.empty((keep, self.head.out_features), dtype=torch.float32)

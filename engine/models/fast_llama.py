@@ -190,7 +190,7 @@ class _Weights:
         if not isinstance(head, q4q8.Q4Q8Weight) or not all(
                 isinstance(getattr(layer, name), q4q8.Q4Q8Weight) for layer in self.layers
                 for name in ("qkv", "o", "gate_up", "down")) or self.layers[0].q_norm is not None \
-                or self.head_dim % 16 or self.heads // self.kv_heads > q4q8.MAX_GROUP:
+                or self.head_dim % 16 or self.head_dim > q4q8.MAX_HEAD_DIM or self.heads // self.kv_heads > q4q8.MAX_GROUP:
             return None
         key = id(head)
         if key not in self._native:
@@ -294,9 +294,11 @@ class FastLlama:
         w = self.weights
         capacity = max(needed, 2 * capacity, 256)
         # Keys and values are kept in float32 whatever the model's dtype: CPU attention over bfloat16 is ~6x
-        # slower for one query (227 vs 35 µs at 400 positions, measured), and float32 holds them exactly.
+        # slower for one query (227 vs 35 µs at 400 positions, measured), and float32 holds them exactly. The
+        # native forward widens its own bfloat16 cache (q4q8.KV_DTYPE) as it reads it.
         shape = (len(w.layers), w.kv_heads, capacity, w.head_dim)
-        k, v = (torch.zeros(shape, dtype=torch.float32, device=w.device) for _ in range(2))
+        kv_dtype = q4q8.KV_DTYPE if self.native else torch.float32
+        k, v = (torch.zeros(shape, dtype=kv_dtype, device=w.device) for _ in range(2))
         if self.native:  # the native forward keeps keys transposed: (layers, kv_heads, head_dim, capacity)
             k = k.view(len(w.layers), w.kv_heads, w.head_dim, capacity)
         if self.k is not None:
