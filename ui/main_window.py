@@ -10,7 +10,7 @@ from PySide6.QtGui import QAction, QGuiApplication, QImage, QKeySequence, QPaint
 from PySide6.QtWidgets import (QApplication, QDialog, QDialogButtonBox, QDockWidget, QFileDialog, QHBoxLayout,
                                QInputDialog, QLabel, QMainWindow, QMenu, QMessageBox, QProgressBar, QPushButton,
                                QScrollArea, QSizePolicy, QSplitter, QTableWidget, QTableWidgetItem, QTabWidget,
-                               QVBoxLayout, QWidget)
+                               QTextBrowser, QVBoxLayout, QWidget)
 
 from engine.choices import DEVICES, DTYPES
 from engine.events import ContextNotice, DecodeSettings, Drafting, Fate, Mode, PairInfo, PrefillProgress
@@ -70,6 +70,18 @@ ABOUT = ("<h3>SpecDec Studio {version}</h3><p>A chat app that makes speculative 
          "exactly the target's (Leviathan et al., 2023; Chen et al., 2023). Every token is coloured by its fate; the "
          "charts show α, tokens per round and the speedup over plain autoregressive decoding.</p><p>Chats are saved "
          "as they happen (History, Ctrl+H); F1 lists the shortcuts.</p>")
+
+
+def user_guide() -> tuple[str, Path | None]:
+    """The README as Markdown and the folder its pictures are found in: the checkout's own beside the package (its
+    screenshots show), else the installed package's description (text only), else none."""
+    beside = Path(__file__).resolve().parent.parent / "README.md"
+    if beside.is_file():
+        return beside.read_text(encoding="utf-8"), beside.parent
+    try:
+        return metadata.metadata("specdec-studio").get_payload() or "", None
+    except metadata.PackageNotFoundError:
+        return "", None
 
 
 def app_version() -> str:
@@ -377,6 +389,8 @@ class MainWindow(QMainWindow):
             view_menu.addAction(act)
             self.pane_actions[name] = act
         help_menu = self.menuBar().addMenu("&Help")
+        self.guide_action = action(help_menu, "&User guide", "Shift+F1", self.show_guide)
+        self.guide_action.setEnabled(bool(user_guide()[0]))
         action(help_menu, "&Keyboard shortcuts", "F1", self.show_shortcuts)
         action(help_menu, "&About SpecDec Studio", "", self.show_about)
 
@@ -566,6 +580,25 @@ class MainWindow(QMainWindow):
         self.help_box.setTextFormat(Qt.TextFormat.RichText)
         self.help_box.open()
         self.help_box.activateWindow()  # Esc and Enter go to the list, not the chat behind it
+
+    def show_guide(self) -> None:
+        """The README in a window of its own beside the chat: what each colour, chart and number means."""
+        text, folder = user_guide()
+        self.guide = QDialog(self)
+        self.guide.setWindowTitle("SpecDec Studio: user guide")
+        layout = QVBoxLayout(self.guide)
+        browser = QTextBrowser(self.guide)
+        browser.setOpenExternalLinks(True)
+        if folder is not None:
+            browser.setSearchPaths([str(folder)])
+        browser.setMarkdown(text)
+        layout.addWidget(browser)
+        self.guide.browser = browser
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(self.guide.close)
+        layout.addWidget(buttons)
+        self.guide.resize(min(900, self.width()), min(800, self.height()))
+        self.guide.show()
 
     def show_about(self) -> None:
         self.help_box = QMessageBox(QMessageBox.Icon.Information, "About SpecDec Studio",

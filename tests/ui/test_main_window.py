@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+from pathlib import Path
 
 from PySide6.QtCore import QPoint, QSettings, Qt
 from PySide6.QtGui import QTextCursor
@@ -320,6 +321,30 @@ def test_the_help_menu_lists_every_shortcut(make_studio, mixed_decoder, qtbot):
     assert "speculative decoding" in window.help_box.text()
     assert "SpecDec Studio 0." in window.help_box.text() and "Leviathan" in window.help_box.text()  # version, source
     window.help_box.close()
+
+
+def test_the_user_guide_shows_the_readme_with_its_pictures_and_without_a_checkout_its_text(
+        make_studio, mixed_decoder, qtbot, monkeypatch, tmp_path):
+    """Help > User guide: the README, its headings as headings and its screenshots found beside it; the control, a
+    package installed without the checkout, shows the package's description; with neither, the entry is off."""
+    import ui.main_window as main_window
+    from PySide6.QtGui import QTextDocument
+
+    window = make_studio(mixed_decoder, max_new_tokens=4).window
+    assert "Shift+F1" in dict(window.shortcuts())
+    qtbot.keyClick(window, Qt.Key.Key_F1, Qt.KeyboardModifier.ShiftModifier)
+    document = window.guide.browser.document()
+    assert window.guide.isVisible() and document.toPlainText().startswith("SpecDec Studio")
+    picture = next(line.split("](")[1].split(")")[0] for line in (Path(__file__).parents[2] / "README.md").read_text(
+        encoding="utf-8").splitlines() if line.startswith("!["))
+    assert not document.resource(QTextDocument.ResourceType.ImageResource, picture).isNull()
+    window.guide.close()
+    monkeypatch.setattr(main_window, "__file__", str(tmp_path / "ui" / "main_window.py"))
+    text, folder = main_window.user_guide()
+    assert folder is None and text.startswith("# SpecDec Studio")
+    monkeypatch.setattr(main_window.metadata, "metadata", lambda name: (_ for _ in ()).throw(
+        main_window.metadata.PackageNotFoundError(name)))
+    assert main_window.user_guide() == ("", None)
 
 
 def test_loading_a_pair_leaves_the_guide_in_view(make_studio, mixed_decoder, qtbot, tmp_path):
