@@ -15,14 +15,14 @@ from pathlib import Path
 from PySide6.QtCore import QAbstractEventDispatcher, QObject, Qt, QTimer, Signal
 
 from app.chat_store import ChatRecorder, ChatStore, ChatStoreError, ChatSummary, title_for
-from app.timing import (OTHERS_IDLE_CORES, OtherPrograms, QuietTimings, StepReference, TimingAtLoad, machine_was_busy,
-                        unequal_loads)
+from app.timing import OtherPrograms, QuietTimings, StepReference, TimingAtLoad, machine_was_busy, unequal_loads
 from engine.events import ContextNotice, Mode, PairInfo, PrefillProgress, RoundEvent
 from engine.remote import RemoteReply, TextDelta, is_url, public_url
 from ui.export import ExportError, export_session
 from ui.session import (SEED_LIMIT, ChatStatus, Comparison, ComparisonShown, DrafterComparison, EngineTarget,
                         RemoteSource, Reply, ReplyRequest, ReplyShown, RoundShown, Runtime, Session, TurnOptions,
                         TurnStarted, TurnState, kept_drafters)
+from ui.timing import OTHERS_IDLE_CORES
 from ui.why import WhyGamma, why_gamma
 
 
@@ -516,8 +516,9 @@ class ChatController(QObject):
         self.round_received.emit(RoundShown(event, self.timing.seconds, live=True))
 
     def on_reply_finished(self, reply: Reply) -> None:
+        others = self.other_programs.cores()  # slow steps beside idle programs were this window's own drawing
+        reply = dataclasses.replace(reply, others_cores=others)
         if reply.request.settings.mode is Mode.SPEC:  # measured against the recent median, judged by the quiet floor
-            others = self.other_programs.cores()  # slow steps beside idle programs were this window's own drawing
             reply = dataclasses.replace(reply, reference_s=self.timing.seconds,
                                         machine_busy=machine_was_busy(reply.events, self.timing)
                                         and (others is None or others > OTHERS_IDLE_CORES))

@@ -23,7 +23,7 @@ from ui.session import Comparison, DrafterComparison, RemoteSource, Reply, Reply
 
 # `PRAGMA user_version` holds the schema version. Opening an older database runs the steps from its version up;
 # a newer one (written by a later release) is refused untouched rather than misread.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         """CREATE TABLE chats (
@@ -75,6 +75,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # one object, not in a list, in chats saved before): their runs are measured points of the why-γ tab and
         # scale its predictions, so a reopened chat shows what the live one did
         "ALTER TABLE chats ADD COLUMN drafters TEXT",
+    ),
+    6: (
+        # Other programs' CPU use while the reply decoded, in cores on average (NULL: not measured, and in replies
+        # saved before): its notes say what slowed it
+        "ALTER TABLE turns ADD COLUMN others_cores REAL",
     ),
 }
 
@@ -343,9 +348,10 @@ class ChatStore:
         with self.db:
             self.db.executemany("INSERT OR IGNORE INTO rounds (turn_id, idx, event) VALUES (?, ?, ?)",
                                 [(turn_id, e.index, to_json(e)) for e in reply.events])
-            self.db.execute("UPDATE turns SET text = ?, stopped = ?, reference_s = ?, machine_busy = ?, remote = ? "
-                            "WHERE id = ?", (reply.text, int(reply.stopped), reply.reference_s,
-                                             int(reply.machine_busy), _json_or_null(reply.remote), turn_id))
+            self.db.execute("UPDATE turns SET text = ?, stopped = ?, reference_s = ?, machine_busy = ?, remote = ?, "
+                            "others_cores = ? WHERE id = ?",
+                            (reply.text, int(reply.stopped), reply.reference_s, int(reply.machine_busy),
+                             _json_or_null(reply.remote), reply.others_cores, turn_id))
 
     def add_comparison(self, turn_id: int, comparison: Comparison) -> None:
         with self.db:
@@ -419,9 +425,9 @@ class ChatStore:
             raise KeyError(chat_id)
         title, pair, system_prompt, runtime, drafters = row
         replies, comparisons = [], {}
-        turns = self.db.execute("SELECT id, request, text, stopped, comparison, reference_s, machine_busy, remote "
-                                "FROM turns WHERE chat_id = ? ORDER BY position", (chat_id,)).fetchall()
-        for turn_id, request, text, stopped, comparison, reference_s, machine_busy, remote in turns:
+        turns = self.db.execute("SELECT id, request, text, stopped, comparison, reference_s, machine_busy, remote, "
+                                "others_cores FROM turns WHERE chat_id = ? ORDER BY position", (chat_id,)).fetchall()
+        for turn_id, request, text, stopped, comparison, reference_s, machine_busy, remote, others_cores in turns:
             events = tuple(from_plain(RoundEvent, json.loads(e)) for (e,) in self.db.execute(
                 "SELECT event FROM rounds WHERE turn_id = ? ORDER BY idx", (turn_id,)))
             if text is None:  # the process died mid-reply: keep what was committed, as a stopped reply
@@ -429,7 +435,8 @@ class ChatStore:
             if comparison is not None:
                 comparisons[len(replies)] = from_plain(Comparison, json.loads(comparison))
             replies.append(Reply(request_from_json(request), events, text, bool(stopped), reference_s,
-                                 bool(machine_busy), from_plain(RemoteSource, json.loads(remote) if remote else None)))
+                                 bool(machine_busy), from_plain(RemoteSource, json.loads(remote) if remote else None),
+                                 others_cores))
         return StoredChat(chat_id, title, from_plain(PairInfo, json.loads(pair) if pair else None), system_prompt,
                           replies, comparisons, from_plain(Runtime, json.loads(runtime) if runtime else None),
                           stored_drafters(json.loads(drafters) if drafters else []))

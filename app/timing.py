@@ -34,10 +34,6 @@ BUSY_SHARE = 0.2  # the share of stalled rounds above which a reply's numbers ar
 # A reply and its AR comparison whose rounds' typical loads differ by more than this factor met different machines:
 # one of them ran beside the window's drawing or another program and the other did not.
 LOAD_MISMATCH = 1.25
-# Other programs' CPU use while a reply was decoded, in cores on average, at or under which its slow steps were
-# this window's own (its drawing and the display server's, beside the decode on few cores): the estimate prices
-# plain AR at the load the reply met, drawing included, so it stands, and the machine was not busy.
-OTHERS_IDLE_CORES = 0.5
 
 
 class OtherPrograms:

@@ -93,6 +93,7 @@ class Reply:
     reference_s: float = 0.0  # the single-token target step its estimate uses; 0: the one measured with it
     machine_busy: bool = False  # its timings ran far slower than the machine's quiet speed: not a fair number
     remote: RemoteSource | None = None  # written by a remote engine, not by the local pair
+    others_cores: float | None = None  # other programs' CPU use while it decoded, cores on average; None: unknown
 
     @property
     def finish_reason(self) -> str | None:
@@ -115,8 +116,9 @@ class Reply:
 
     def extended_by(self, part: "Reply") -> "Reply":
         """This reply with a continuation's part after it, as one reply (the part's reference step and end)."""
+        known = [cores for cores in (self.others_cores, part.others_cores) if cores is not None]
         return Reply(self.request, self.events + part.events, self.text + part.text, part.stopped, part.reference,
-                     self.machine_busy or part.machine_busy, part.remote or self.remote)
+                     self.machine_busy or part.machine_busy, part.remote or self.remote, max(known, default=None))
 
     @property
     def gamma(self) -> int:

@@ -13,6 +13,11 @@ from collections.abc import Sequence
 from engine.events import RoundEvent
 from engine.stats import ArTime
 
+# Other programs' CPU use while a reply was decoded, in cores on average, at or under which its slow steps were
+# this window's own (its drawing and the display server's, beside the decode on few cores): the estimate prices
+# plain AR at the load the reply met, drawing included, so it stands, and the machine was not busy.
+OTHERS_IDLE_CORES = 0.5
+
 
 def estimated_speedup(events: Sequence[RoundEvent], reference_s: float, gamma: int) -> float:
     """Speedup vs plain AR over these rounds, at most γ + 1; 0 when there is nothing to measure it by."""

@@ -8,7 +8,7 @@ from engine.events import Fate, RoundEvent
 from ui.markdown import Block, inline_runs, parse_blocks
 from ui.session import Reply
 from ui.tokens import TokenSpan, remote_span, reply_text, round_spans
-from ui.wording import busy_note, remote_line, stats_line
+from ui.wording import busy_note, load_cause, remote_line, stats_line
 
 
 FOLD_LINES = 12  # a user message longer than this (or than FOLD_CHARS) is shown folded: a pasted document
@@ -47,10 +47,11 @@ ENDED_REPEATING = "⟲ ended: the reply was repeating itself (Continue carries o
 CONTEXT = "Context: "  # before a ContextNotice's message: the conversation was fitted into the model's window
 
 
-def fewer_threads_note(events) -> str | None:
+def fewer_threads_note(reply: Reply) -> str | None:
     """Where a reply went on with fewer CPU threads than it began with (the worker's answer to a machine whose load
-    stalls its threads), from which round, and to which where it went back as they were no faster; None where it
-    did not."""
+    stalls its threads), from which round, what slowed it, and to which where it went back as they were no faster;
+    None where it did not."""
+    events = reply.events
     first = events[0].threads if events else 0
     dropped = next(((n, e) for n, e in enumerate(events, start=1) if 0 < e.threads < first), None)
     if dropped is None:
@@ -58,8 +59,8 @@ def fewer_threads_note(events) -> str | None:
     number, event = dropped
     fewer = "one thread" if event.threads == 1 else f"{event.threads} threads"
     back = next((n for n, e in enumerate(events, start=1) if n > number and e.threads == first), None)
-    why = (f"its steps on {first} threads ran over twice as slow as this machine's quiet ones (another program's "
-           "load, or on few cores this window's own drawing)")
+    why = (f"its steps on {first} threads ran over twice as slow as this machine's quiet ones "
+           f"({load_cause(reply.others_cores)})")
     if back is not None:
         return (f"Decoded on {fewer} in rounds {number}–{back - 1}: {why}; {fewer} made its tokens no faster, so "
                 f"it went back to {first} from round {back}.")
@@ -73,7 +74,7 @@ def reply_notes(reply: Reply) -> list[Note]:
     notes = [Note(stats_line(reply) if source is None else remote_line(reply))]
     if source is None and (busy := busy_note(reply)):
         notes.append(Note(busy, warning=True))
-    if source is None and (fewer := fewer_threads_note(reply.events)):
+    if source is None and (fewer := fewer_threads_note(reply)):
         notes.append(Note(fewer, warning=True))
     if source is not None and source.reply is not None and source.reply.note:
         notes.append(Note(source.reply.note, warning=True))

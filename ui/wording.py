@@ -8,6 +8,7 @@ from typing import NamedTuple
 from engine.events import DecodeSettings, Mode, PairInfo
 from engine.stats import ReplyStats
 from ui.session import Comparison, Reply
+from ui.timing import OTHERS_IDLE_CORES
 
 
 def reply_header(settings: DecodeSettings, gammas: tuple[int, ...] = ()) -> str:
@@ -117,14 +118,23 @@ def stats_line(reply: Reply) -> str:
     return SEPARATOR.join(figure.text for figure in stats_figures(reply))
 
 
+def load_cause(others_cores: float | None) -> str:
+    """What slowed a reply's steps, as far as other programs' measured CPU use says."""
+    if others_cores is None:
+        return "other programs, or on few cores this window's own drawing"
+    if others_cores > OTHERS_IDLE_CORES:
+        return f"other programs used {others_cores:.1f} cores on average meanwhile"
+    return (f"other programs were idle, {others_cores:.2f} cores on average: on few cores this window's own drawing "
+            "and the display's")
+
+
 def busy_note(reply: Reply) -> str | None:
     """The warning under a reply whose target steps ran far slower than this machine's quiet speed, where its
     estimate could not allow for it; None otherwise (where it did, the stats line's "(machine busy)" says enough)."""
     if not reply.machine_busy or reply.estimate_beside_load:
         return None
-    return ("The machine was busy during this reply (target steps ran far slower than this machine's quiet speed: "
-            "other programs, or on few cores this window's own drawing): its timings and speedup estimate are not "
-            "a fair number.")
+    return (f"The machine was busy during this reply (target steps ran far slower than this machine's quiet speed: "
+            f"{load_cause(reply.others_cores)}): its timings and speedup estimate are not a fair number.")
 
 
 def unbreakable(line: str) -> str:

@@ -275,6 +275,7 @@ def test_a_speculative_reply_is_judged_for_a_busy_machine(chat, monkeypatch, oth
     worker.replies.append(two_rounds())
     chat.send("hi", SPEC)
     assert chat.turns[0].reply.machine_busy is busy and chat.turns[0].reply.reference_s == chat.timing.seconds
+    assert chat.turns[0].reply.others_cores == others_cores  # the notes say what slowed it
 
 
 def test_a_stopped_reply_can_be_continued(chat):

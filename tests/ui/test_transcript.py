@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from engine.events import Fate
+from engine.events import DecodeSettings, Fate
 from tests.ui.synthetic import accepted_round, markdown_reply, rejected_round
+from ui.session import Reply, ReplyRequest
 from ui.transcript import OPENING_CHARS, Transcript, UserItem
 
 
@@ -63,12 +64,35 @@ def test_a_reply_that_went_on_with_fewer_threads_says_from_which_round():
     """Two rounds on 2 threads, then one: the note names round 3. The controls: all on 2, and not recorded."""
     from ui.transcript import fewer_threads_note
 
-    def on(threads):
-        return [dataclasses.replace(accepted_round(i, ["a"], "b"), threads=t) for i, t in enumerate(threads)]
+    def on(threads, others_cores=None):
+        events = tuple(dataclasses.replace(accepted_round(i, ["a"], "b"), threads=t) for i, t in enumerate(threads))
+        return Reply(ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings()), events, "", False,
+                     others_cores=others_cores)
 
     note = fewer_threads_note(on([2, 2, 1, 1]))
     assert note.startswith("Decoded on one thread from round 3:") and "its steps on 2 threads ran" in note
+    assert "(other programs, or on few cores this window's own drawing)" in note  # not measured: either
     assert note.endswith("one thread made its tokens faster.")
     back = fewer_threads_note(on([2, 2, 1, 1, 2]))  # one thread was no faster: the decode went back
     assert back.startswith("Decoded on one thread in rounds 3–4:") and back.endswith("back to 2 from round 5.")
     assert fewer_threads_note(on([2, 2, 2])) is None and fewer_threads_note(on([0, 0])) is None
+
+
+def test_what_slowed_a_reply_is_what_other_programs_measured_use_says():
+    """Other programs used 1.3 cores while the reply decoded: its notes say so; the control, 0.04 cores: the slowness
+    was this window's own."""
+    from ui.transcript import fewer_threads_note
+    from ui.wording import busy_note
+
+    def reply(others_cores):
+        events = tuple(dataclasses.replace(accepted_round(i, ["a"], "b"), threads=t) for i, t in enumerate([2, 1]))
+        return Reply(ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings()), events, "", False,
+                     machine_busy=True, others_cores=others_cores)
+
+    busy = reply(1.3)
+    assert not busy.estimate_beside_load  # two rounds: too few plain steps to price plain AR by, so it is warned of
+    assert "(other programs used 1.3 cores on average meanwhile)" in fewer_threads_note(busy)
+    assert "quiet speed: other programs used 1.3 cores on average meanwhile)" in busy_note(busy)
+    idle = fewer_threads_note(reply(0.04))
+    assert "other programs were idle, 0.04 cores on average: on few cores this window's own drawing" in idle
+    assert "used" not in idle
