@@ -6,6 +6,7 @@ E = (1 − α^(γ+1)) / (1 − α) assumes. `acceptance_rate` (accepted / drafte
 """
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from bisect import insort
@@ -48,28 +49,33 @@ class ReplyStats:
 
 
 PLAIN_ROUNDS = 8  # from this many plain target steps among a reply's rounds, what they took stands for AR's
+LOCAL_PLAIN_ROUNDS = 32  # the last plain steps whose mean prices a round: the machine's load near it in time
 
 
 class ArTime:
     """What plain AR would take for the tokens of the rounds added so far: the cost model's quiet-machine figure
-    (RoundEvent.ar_equivalent_s) at the rounds' typical load, or tokens × a reference single-token step for
-    rounds without a cost model.
+    (RoundEvent.ar_equivalent_s) at the load the rounds met, or tokens × a reference single-token step for rounds
+    without a cost model.
 
     Where the rounds hold at least PLAIN_ROUNDS plain target steps (rounds that drafted nothing), the load is the
     mean of what those took in full (their drafting decision left out) over their quiet cost: each is the step
     plain AR would have run, on the same machine at the same moment, the window's drawing and its bursts beside
-    it included (in the window a streamed plain AR reply ran at 114 tok/s, the same prompt undrawn at 155).
-    Otherwise it is the median of the rounds' forward loads (RoundEvent.load), which leaves out what slowed the
-    rest of a round: a median, as a drafted round slowed by what only it met (the draft's run evicting the
-    target's weights) must not make plain AR look dearer. Each round is added in O(log n) for the window's
-    running estimate.
+    it included (in the window a streamed plain AR reply ran at 114 tok/s, the same prompt undrawn at 155). From
+    then on each round is priced at the mean of the last LOCAL_PLAIN_ROUNDS plain steps up to it, the load near it
+    in time, and the rounds before at the first such mean: a machine whose load moved during a reply (a host
+    taking back a virtual machine's cores) prices plain AR as it would have run at each moment; one mean for the
+    whole reply had priced its quiet early rounds at the later load, 2.4x for rounds at 1.03 tokens each.
+    Otherwise every round is priced at the median of the rounds' forward loads (RoundEvent.load), which leaves out
+    what slowed the rest of a round: a median, as a drafted round slowed by what only it met (the draft's run
+    evicting the target's weights) must not make plain AR look dearer. Each round is added in O(log n) for the
+    window's running estimate.
 
     A continued reply's parts were decoded at other moments (a part's rounds are numbered from 0 again): each part
-    is priced at its own load. One load for all had priced a quiet continuation's rounds at a busy first part's
+    is priced at its own loads. One load for all had priced a quiet continuation's rounds at a busy first part's
     4.9x, and the whole reply read 1.76x where its parts read 0.93x and 1.88x over 8.2 s and 1.1 s."""
 
     def __init__(self, events: Iterable[RoundEvent] = ()):
-        self.earlier_s = 0.0  # the earlier parts' plain AR time, each at its own load
+        self.earlier_s = 0.0  # the earlier parts' plain AR time, each at its own loads
         self.earlier_unmodelled = 0
         self.earlier_priced_by_plain_steps = True
         self._start_part()
@@ -80,23 +86,53 @@ class ArTime:
         self.loads: list[float] = []  # sorted
         self.plain_load_sum = 0.0
         self.plain_rounds = 0
-        self.quiet_s = 0.0
+        self.recent_plain: deque[float] = deque(maxlen=LOCAL_PLAIN_ROUNDS)
+        # per round of the part: its quiet plain AR seconds and, once plain steps price it, those at its load
+        self.quiet: list[float] = []
+        self.priced: list[float | None] = []
+        self.priced_s = 0.0
+        self.unpriced_quiet_s = 0.0  # of the rounds still priced at the part's typical load
         self.unmodelled_tokens = 0
 
     def add(self, event: RoundEvent) -> None:
         if event.index == 0 and self.loads:  # a continuation's first round
-            self.earlier_s += self.quiet_s * self.typical_load
+            self.earlier_s += self._part_s
             self.earlier_unmodelled += self.unmodelled_tokens
             self.earlier_priced_by_plain_steps &= self._part_priced_by_plain_steps
             self._start_part()
         insort(self.loads, event.load)
-        if event.ar_equivalent_s:
-            self.quiet_s += event.ar_equivalent_s
-            if not event.gamma and len(event.emitted) == 1:
-                self.plain_load_sum += (event.round_s - event.draft_s) / event.ar_equivalent_s
-                self.plain_rounds += 1
-        else:
+        quiet = event.ar_equivalent_s
+        if not quiet:
             self.unmodelled_tokens += len(event.emitted)
+        elif not event.gamma and len(event.emitted) == 1:
+            load = (event.round_s - event.draft_s) / quiet
+            self.plain_load_sum += load
+            self.plain_rounds += 1
+            self.recent_plain.append(load)
+        self.quiet.append(quiet)
+        self.priced.append(None)
+        self.unpriced_quiet_s += quiet
+        if len(self.recent_plain) >= PLAIN_ROUNDS:
+            self._price_unpriced(sum(self.recent_plain) / len(self.recent_plain))
+
+    def _price_unpriced(self, load: float) -> None:
+        """Price the rounds not yet priced, this one and those before the part had enough plain steps, at `load`."""
+        for i in range(len(self.priced) - 1, -1, -1):
+            if self.priced[i] is not None:
+                break
+            self.priced[i] = self.quiet[i] * load
+            self.priced_s += self.priced[i]
+        self.unpriced_quiet_s = 0.0
+
+    @property
+    def part_prices(self) -> list[float]:
+        """The last part's rounds' plain AR seconds, cost model's rounds only (0 for the others)."""
+        load = self.typical_load
+        return [q * load if p is None else p for q, p in zip(self.quiet, self.priced)]
+
+    @property
+    def _part_s(self) -> float:
+        return self.priced_s + self.unpriced_quiet_s * self.typical_load
 
     @property
     def priced_by_plain_steps(self) -> bool:
@@ -110,7 +146,7 @@ class ArTime:
 
     @property
     def typical_load(self) -> float:
-        """The last part's."""
+        """The last part's, over all its rounds."""
         if self._part_priced_by_plain_steps:
             return self.plain_load_sum / self.plain_rounds
         n = len(self.loads)
@@ -119,8 +155,7 @@ class ArTime:
         return self.loads[n // 2] if n % 2 else (self.loads[n // 2 - 1] + self.loads[n // 2]) / 2
 
     def seconds(self, reference_s: float) -> float:
-        return (self.earlier_s + self.quiet_s * self.typical_load
-                + (self.earlier_unmodelled + self.unmodelled_tokens) * reference_s)
+        return self.earlier_s + self._part_s + (self.earlier_unmodelled + self.unmodelled_tokens) * reference_s
 
 
 def reply_stats(events: Sequence[RoundEvent]) -> ReplyStats:

@@ -30,8 +30,9 @@ COLUMNS = ("alpha", "alpha_mean", "tokens", "tokens_mean", "expected", "speedup"
 
 class RoundBuffers:
     """Per-round series of one reply; running sums make each append O(1), but for the speedup estimates: each
-    round of a part is priced at the load its rounds typically ran under so far (engine.stats.ArTime), so the
-    part's points are priced anew as that load moves, and the whole reply's line stays a mean of the rounds'."""
+    round of a part is priced at the load the machine had near it (engine.stats.ArTime), the rounds not yet priced
+    by plain steps at the part's typical load so far, so their points are priced anew as that load moves, and the
+    whole reply's line stays a mean of the rounds'."""
 
     def __init__(self, capacity: int = 1024, speculative: bool = True):
         self.speculative = speculative  # a speculative reply: each round has an estimate, zero-draft rounds too
@@ -42,8 +43,8 @@ class RoundBuffers:
         self.drafts_made: Counter[int] = Counter()  # rounds by their number of drafts, for the seed's E
         self.rounds_s = 0.0
         self.ar = ArTime()  # what plain AR would have taken for the tokens so far
-        # per round: its time, its plain AR time at a quiet machine's speed, and its tokens without a cost model
-        self.round_time, self.quiet_s, self.unmodelled = (np.zeros(capacity) for _ in range(3))
+        # per round: its time and its tokens without a cost model
+        self.round_time, self.unmodelled = np.zeros(capacity), np.zeros(capacity)
         self.part_start = 0  # the first round of the part being decoded (a continuation's rounds count from 0)
 
     def clear(self, speculative: bool = True) -> None:
@@ -55,8 +56,8 @@ class RoundBuffers:
         if self.n == len(self.x):  # rare: grow by doubling, still no per-round allocation
             self.x = np.arange(1, 2 * self.n + 1, dtype=float)
             self.y = {k: np.concatenate([v, np.full(self.n, np.nan)]) for k, v in self.y.items()}
-            self.round_time, self.quiet_s, self.unmodelled = (np.concatenate([a, np.zeros(self.n)])
-                                                              for a in (self.round_time, self.quiet_s, self.unmodelled))
+            self.round_time, self.unmodelled = (np.concatenate([a, np.zeros(self.n)])
+                                                for a in (self.round_time, self.unmodelled))
         i, n_tokens = self.n, len(event.emitted)
         self.accepted += event.n_accepted
         self.verified += len(event.drafted)
@@ -65,7 +66,7 @@ class RoundBuffers:
             self.part_start = i
         self.rounds_s += event.round_s
         self.ar.add(event)
-        self.round_time[i], self.quiet_s[i] = event.round_s, event.ar_equivalent_s
+        self.round_time[i] = event.round_s
         self.unmodelled[i] = 0 if event.ar_equivalent_s else n_tokens
         alpha = round_alpha(event)
         running_alpha = self.accepted / self.verified if self.verified else None
@@ -84,11 +85,10 @@ class RoundBuffers:
 
     def _price_part(self, reference_s: float, most_per_round: float) -> None:
         """The speedup estimates of the part's rounds so far, each round's and the whole reply's up to it, as
-        `ui.timing.estimated_speedup` prices them: the part's rounds at its typical load, earlier parts' as they
-        ended."""
+        `ui.timing.estimated_speedup` prices them: the part's rounds as ArTime does, earlier parts' as they ended."""
         part = slice(self.part_start, self.n)
         rounds_s, unmodelled = self.round_time[part], self.unmodelled[part]
-        ar_s = self.quiet_s[part] * self.ar.typical_load + unmodelled * reference_s
+        ar_s = np.asarray(self.ar.part_prices) + unmodelled * reference_s
         before_s = self.rounds_s - rounds_s.sum()
         earlier_ar_s = self.ar.earlier_s + self.ar.earlier_unmodelled * reference_s
         rounds_so_far, ar_so_far = before_s + np.cumsum(rounds_s), earlier_ar_s + np.cumsum(ar_s)

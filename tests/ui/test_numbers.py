@@ -366,3 +366,24 @@ def test_a_speculative_reply_that_drafted_nothing_says_so_instead_of_an_alpha():
     drafted = Reply(request, tuple(accepted_round(i, ["a"], "b") for i in range(3)), "ab" * 3, False)
     assert " · no drafts · 1.00 tok/round" in stats_line(steps) and "α" not in stats_line(steps)
     assert " · α 1.00 · 2.00 tok/round" in stats_line(drafted)
+
+
+def test_rounds_are_priced_at_the_load_the_machine_had_near_them():
+    """Sixty plain steps at the quiet speed, then forty at three times its cost (a host taking cores back): the
+    running line stays near the rounds' own 0.96x and ends on the estimate; the control, one mean load for the whole
+    reply, draws the quiet rounds at over 1.5x."""
+    def plain(i, load):
+        step = dataclasses.replace(costed(accepted_round(i, [], "w"), 0.01), gamma=0, draft_s=0.0004 * load)
+        return dataclasses.replace(step, round_s=0.01 * load + step.draft_s, verify_s=0.01 * load, load=load)
+
+    events = [plain(i, 1.0) for i in range(60)] + [plain(60 + i, 3.0) for i in range(40)]
+    buffers = RoundBuffers()
+    for event in events:
+        buffers.append(event, reference_s=0.01, most_per_round=4.0)
+    each, running = buffers.series("speedup")[1], buffers.series("speedup_mean")[1]
+    assert max(running) < 1.0 and running[59] == pytest.approx(0.96, abs=0.01)
+    assert running[-1] == pytest.approx(estimated_speedup(events, 0.01, 3))
+    assert all(min(each[:n]) - 1e-9 <= running[n - 1] <= max(each[:n]) + 1e-9 for n in range(1, 101))
+    one_load = ArTime(events).typical_load * sum(e.ar_equivalent_s for e in events[:60]) / sum(
+        e.round_s for e in events[:60])
+    assert one_load > 1.5
