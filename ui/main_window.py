@@ -1091,7 +1091,7 @@ def reply_charts(numbered: NumberedReply, size: QSize) -> ChartsPanel:
     return charts
 
 
-DRAFTER_COLUMNS = ("drafters", "tokens", "tokens/s", "α", "tokens/round", "vs plain AR")
+DRAFTER_COLUMNS = ("drafters", "tokens", "tokens/s", "α", "tokens/round", "vs plain AR", "runs apart")
 
 
 def drafters_table(comparison: DrafterComparison) -> QTableWidget:
@@ -1102,7 +1102,7 @@ def drafters_table(comparison: DrafterComparison) -> QTableWidget:
     table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
     for r, row in enumerate(rows):
         if row["skipped"] or (row["stopped"] and not row["tokens"]):
-            cells = [row["skipped"] or "stopped", "", "", "", ""]
+            cells = [row["skipped"] or "stopped", "", "", "", "", ""]
         else:
             # a drafting that drafted nothing ran plain target steps, plain AR's work: its ratio to the AR row is
             # one run's spread (0.72-1.14× seen), no speedup; its tokens/s stands
@@ -1110,7 +1110,9 @@ def drafters_table(comparison: DrafterComparison) -> QTableWidget:
             vs_ar = ("plain AR's work (drafted nothing)" if idle else "" if row["vs_ar"] is None
                      else f"{row['vs_ar']:.2f}×" + (" (not fair: above its tok/round)" if row["beyond_rounds"] else ""))
             cells = [str(row["tokens"]), f"{row['tokens_per_s']:.1f}",
-                     "—" if row["alpha"] is None else f"{row['alpha']:.2f}", f"{row['tokens_per_round']:.2f}", vs_ar]
+                     "—" if row["alpha"] is None else f"{row['alpha']:.2f}", f"{row['tokens_per_round']:.2f}", vs_ar,
+                     # how much faster the kept run was than the slowest: a difference between rows under it is noise
+                     f"{row['spread']:.0%}" if row["runs"] > 1 else "—"]
         name = Drafting(row["drafting"]).label + (" (stopped)" if row["stopped"] and row["tokens"] else "")
         for c, text in enumerate([name, *cells]):
             item = QTableWidgetItem(text)
@@ -1127,7 +1129,7 @@ def drafters_table(comparison: DrafterComparison) -> QTableWidget:
 
 def _passes_said(comparison: DrafterComparison) -> str:
     """How many runs each row is the fastest of, and how far apart runs of the same work were."""
-    passes = max((1 + len(run.others_tokens_per_s) for run in comparison.runs), default=1)
+    passes = max((row["runs"] for row in comparison.rows()), default=1)
     if passes == 1:
         return "One run each: on a machine with few cores runs of the same work differ by tens of per cent."
     spread = max(row["spread"] for row in comparison.rows())

@@ -394,7 +394,8 @@ class DrafterComparison:
                          "alpha": stats.alpha if run.drafting is not Drafting.NONE and stats.n_verified else None,
                          "tokens_per_round": stats.tokens_per_round, "vs_ar": vs_ar,
                          "beyond_rounds": vs_ar is not None and beyond_rounds(vs_ar, stats.tokens_per_round),
-                         "stopped": run.stopped, "skipped": run.skipped, "spread": run.spread})
+                         "stopped": run.stopped, "skipped": run.skipped, "runs": 1 + len(run.others_tokens_per_s),
+                         "spread": run.spread})
         return rows
 
 

@@ -48,6 +48,19 @@ def test_a_drafting_that_drafted_nothing_is_plain_ars_work_not_a_speedup(qapp):
     assert float(table.item(1, 2).text()) == pytest.approx(float(table.item(2, 2).text()) / 2, rel=0.01)  # it stands
     assert table.item(0, 5).text().endswith("×") and table.item(2, 5).text() == "1.00×"
     assert [table.item(r, 1).text() for r in range(3)] == ["4", "4", "4"]  # what each run decoded
+    assert [table.item(r, 6).text() for r in range(3)] == ["—"] * 3  # one run each: no spread to tell
+
+
+def test_each_row_says_how_far_apart_its_runs_were(qapp):
+    """Plain AR ran twice, once at half the speed: its row says 100 %; the draft model's two runs were alike (0 %)."""
+    steps = tuple(dataclasses.replace(accepted_round(i, [], "w"), gamma=0) for i in range(4))
+    slower = tuple(dataclasses.replace(step, round_s=2 * step.round_s) for step in steps)
+    drafted = [DrafterRun(Drafting.MODEL, tuple(accepted_round(i, ["a"], "b") for i in range(2))) for _ in range(2)]
+    runs = (DrafterRun.fastest(Drafting.MODEL, drafted),
+            DrafterRun.fastest(Drafting.NONE, [DrafterRun(Drafting.NONE, slower), DrafterRun(Drafting.NONE, steps)]))
+    table = drafters_table(DrafterComparison(ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings()), runs))
+    assert table.horizontalHeaderItem(6).text() == "runs apart"
+    assert [table.item(r, 6).text() for r in range(2)] == ["0%", "100%"]
 
 
 def test_a_drafting_keeps_its_fastest_whole_run_and_the_others_speeds(qapp):
