@@ -516,12 +516,13 @@ class ChatController(QObject):
         self.round_received.emit(RoundShown(event, self.timing.seconds, live=True))
 
     def on_reply_finished(self, reply: Reply) -> None:
-        others = self.other_programs.cores()  # slow steps beside idle programs were this window's own drawing
-        reply = dataclasses.replace(reply, others_cores=others)
+        # slow steps beside idle programs and an idle host were this window's own drawing
+        others, host = self.other_programs.cores(), self.other_programs.host_cores()
+        reply = dataclasses.replace(reply, others_cores=others, host_cores=host)
         if reply.request.settings.mode is Mode.SPEC:  # measured against the recent median, judged by the quiet floor
             reply = dataclasses.replace(reply, reference_s=self.timing.seconds,
                                         machine_busy=machine_was_busy(reply.events, self.timing)
-                                        and (others is None or others > OTHERS_IDLE_CORES))
+                                        and (others is None or others + (host or 0.0) > OTHERS_IDLE_CORES))
         index = len(self.turns) - 1
         self.turns[index] = dataclasses.replace(self.turns[index], reply=reply,
                                                 context_notice=self._notice.message if self._notice else "")

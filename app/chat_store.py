@@ -77,9 +77,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE chats ADD COLUMN drafters TEXT",
     ),
     6: (
-        # Other programs' CPU use while the reply decoded, in cores on average (NULL: not measured, and in replies
-        # saved before): its notes say what slowed it
+        # Other programs' CPU use while the reply decoded and the cores a virtual machine's host withheld, in cores
+        # on average (NULL: not measured, and in replies saved before): its notes say what slowed it
         "ALTER TABLE turns ADD COLUMN others_cores REAL",
+        "ALTER TABLE turns ADD COLUMN host_cores REAL",
     ),
 }
 
@@ -349,9 +350,9 @@ class ChatStore:
             self.db.executemany("INSERT OR IGNORE INTO rounds (turn_id, idx, event) VALUES (?, ?, ?)",
                                 [(turn_id, e.index, to_json(e)) for e in reply.events])
             self.db.execute("UPDATE turns SET text = ?, stopped = ?, reference_s = ?, machine_busy = ?, remote = ?, "
-                            "others_cores = ? WHERE id = ?",
+                            "others_cores = ?, host_cores = ? WHERE id = ?",
                             (reply.text, int(reply.stopped), reply.reference_s, int(reply.machine_busy),
-                             _json_or_null(reply.remote), reply.others_cores, turn_id))
+                             _json_or_null(reply.remote), reply.others_cores, reply.host_cores, turn_id))
 
     def add_comparison(self, turn_id: int, comparison: Comparison) -> None:
         with self.db:
@@ -426,8 +427,9 @@ class ChatStore:
         title, pair, system_prompt, runtime, drafters = row
         replies, comparisons = [], {}
         turns = self.db.execute("SELECT id, request, text, stopped, comparison, reference_s, machine_busy, remote, "
-                                "others_cores FROM turns WHERE chat_id = ? ORDER BY position", (chat_id,)).fetchall()
-        for turn_id, request, text, stopped, comparison, reference_s, machine_busy, remote, others_cores in turns:
+                                "others_cores, host_cores FROM turns WHERE chat_id = ? ORDER BY position",
+                                (chat_id,)).fetchall()
+        for turn_id, request, text, stopped, comparison, reference_s, machine_busy, remote, others, host in turns:
             events = tuple(from_plain(RoundEvent, json.loads(e)) for (e,) in self.db.execute(
                 "SELECT event FROM rounds WHERE turn_id = ? ORDER BY idx", (turn_id,)))
             if text is None:  # the process died mid-reply: keep what was committed, as a stopped reply
@@ -436,7 +438,7 @@ class ChatStore:
                 comparisons[len(replies)] = from_plain(Comparison, json.loads(comparison))
             replies.append(Reply(request_from_json(request), events, text, bool(stopped), reference_s,
                                  bool(machine_busy), from_plain(RemoteSource, json.loads(remote) if remote else None),
-                                 others_cores))
+                                 others, host))
         return StoredChat(chat_id, title, from_plain(PairInfo, json.loads(pair) if pair else None), system_prompt,
                           replies, comparisons, from_plain(Runtime, json.loads(runtime) if runtime else None),
                           stored_drafters(json.loads(drafters) if drafters else []))

@@ -37,21 +37,22 @@ LOAD_MISMATCH = 1.25
 
 
 class OtherPrograms:
-    """How much CPU the machine's other programs used since `start`, from the system's and this process's CPU
-    times: what tells a machine busy with other work from this window slowing its own decode."""
+    """How much CPU the machine's other programs used since `start`, and how much a virtual machine's host
+    withheld (steal time), from the system's and this process's CPU times: what tells a machine busy with other
+    work from this window slowing its own decode."""
 
     def __init__(self):
         self._process = psutil.Process()
-        self._since: tuple[float, float, float] | None = None
+        self._since: tuple[float, float, float, float | None] | None = None
 
-    def _sample(self) -> tuple[float, float, float]:
+    def _sample(self) -> tuple[float, float, float, float | None]:
         times = psutil.cpu_times()
-        # Guest time is counted in user time already. Steal (what the host gave other virtual machines) is left out: it
-        # grows with this process's own work (1.4 s of 6 while it kept 2 virtual cores busy) and is in the quiet
-        # timings too.
+        # Guest time is counted in user time already. Steal (what the host gave other virtual machines) is apart:
+        # it grows with this process's own work (1.4 s of 6 while it kept 2 virtual cores busy, 0.02 of a core's
+        # share on a quieter day), and only Linux reports it.
         busy = sum(getattr(times, name, 0.0) for name in ("user", "nice", "system", "irq", "softirq"))
         own = self._process.cpu_times()
-        return time.monotonic(), busy, own.user + own.system
+        return time.monotonic(), busy, own.user + own.system, getattr(times, "steal", None)
 
     def start(self) -> None:
         self._since = self._sample()
@@ -60,13 +61,21 @@ class OtherPrograms:
         """(their CPU seconds, the seconds passed) since `start` (None: not started)."""
         if self._since is None:
             return None
-        (began, busy, own), (now, busy_now, own_now) = self._since, self._sample()
+        (began, busy, own, _), (now, busy_now, own_now, _) = self._since, self._sample()
         return max(0.0, (busy_now - busy) - (own_now - own)), now - began
 
     def cores(self) -> float | None:
         """Their CPU use since `start`, in cores on average (None: not started, or no time passed)."""
         used = self.cpu_s()
         return used[0] / used[1] if used and used[1] > 0 else None
+
+    def host_cores(self) -> float | None:
+        """The cores the host withheld since `start`, on average (None: not started, no time passed, or a
+        system that does not report steal time)."""
+        if self._since is None:
+            return None
+        (began, _, _, steal), (now, _, _, steal_now) = self._since, self._sample()
+        return None if steal is None or steal_now is None or now <= began else (steal_now - steal) / (now - began)
 
 
 class StepReference:

@@ -93,7 +93,8 @@ def session_json(session: Session) -> dict:
                                                         "target_weights": numbered.pair.target.weights},
             # the window's estimate (its robust reference step), not the engine's from the reply's one step
             "stats": {**reply.stats.as_dict(), "estimated_speedup": reply.estimated_speedup,
-                      "machine_busy": reply.machine_busy, "others_cores": reply.others_cores},
+                      "machine_busy": reply.machine_busy, "others_cores": reply.others_cores,
+                      "host_cores": reply.host_cores},
             # of the last part, decoded again on its own
             "comparison": None if comparison is None else {**plain(comparison), "speedup": comparison.speedup,
                                                            "part": len(numbered.parts)},

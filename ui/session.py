@@ -94,6 +94,7 @@ class Reply:
     machine_busy: bool = False  # its timings ran far slower than the machine's quiet speed: not a fair number
     remote: RemoteSource | None = None  # written by a remote engine, not by the local pair
     others_cores: float | None = None  # other programs' CPU use while it decoded, cores on average; None: unknown
+    host_cores: float | None = None  # the cores a virtual machine's host withheld meanwhile (steal); None: unknown
 
     @property
     def finish_reason(self) -> str | None:
@@ -116,9 +117,12 @@ class Reply:
 
     def extended_by(self, part: "Reply") -> "Reply":
         """This reply with a continuation's part after it, as one reply (the part's reference step and end)."""
-        known = [cores for cores in (self.others_cores, part.others_cores) if cores is not None]
+        def most(a: float | None, b: float | None) -> float | None:
+            return max((cores for cores in (a, b) if cores is not None), default=None)
+
         return Reply(self.request, self.events + part.events, self.text + part.text, part.stopped, part.reference,
-                     self.machine_busy or part.machine_busy, part.remote or self.remote, max(known, default=None))
+                     self.machine_busy or part.machine_busy, part.remote or self.remote,
+                     most(self.others_cores, part.others_cores), most(self.host_cores, part.host_cores))
 
     @property
     def gamma(self) -> int:

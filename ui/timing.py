@@ -17,6 +17,9 @@ from engine.stats import ArTime
 # this window's own (its drawing and the display server's, beside the decode on few cores): the estimate prices
 # plain AR at the load the reply met, drawing included, so it stands, and the machine was not busy.
 OTHERS_IDLE_CORES = 0.5
+# Steal time at or above this, in cores on average, is named among a slow reply's causes: a quiet decode on 2
+# virtual cores saw 0.04 (and once 0.23), the twenty-first walk's slowed replies about 0.46.
+HOST_NOTABLE_CORES = 0.3
 
 
 def estimated_speedup(events: Sequence[RoundEvent], reference_s: float, gamma: int) -> float:

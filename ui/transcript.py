@@ -60,7 +60,7 @@ def fewer_threads_note(reply: Reply) -> str | None:
     fewer = "one thread" if event.threads == 1 else f"{event.threads} threads"
     back = next((n for n, e in enumerate(events, start=1) if n > number and e.threads == first), None)
     why = (f"its steps on {first} threads ran over twice as slow as this machine's quiet ones "
-           f"({load_cause(reply.others_cores)})")
+           f"({load_cause(reply)})")
     if back is not None:
         return (f"Decoded on {fewer} in rounds {number}–{back - 1}: {why}; {fewer} made its tokens no faster, so "
                 f"it went back to {first} from round {back}.")

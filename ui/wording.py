@@ -8,7 +8,7 @@ from typing import NamedTuple
 from engine.events import DecodeSettings, Mode, PairInfo
 from engine.stats import ReplyStats
 from ui.session import Comparison, Reply
-from ui.timing import OTHERS_IDLE_CORES
+from ui.timing import HOST_NOTABLE_CORES, OTHERS_IDLE_CORES
 
 
 def reply_header(settings: DecodeSettings, gammas: tuple[int, ...] = ()) -> str:
@@ -118,13 +118,18 @@ def stats_line(reply: Reply) -> str:
     return SEPARATOR.join(figure.text for figure in stats_figures(reply))
 
 
-def load_cause(others_cores: float | None) -> str:
-    """What slowed a reply's steps, as far as other programs' measured CPU use says."""
-    if others_cores is None:
+def load_cause(reply: Reply) -> str:
+    """What slowed a reply's steps, as far as the CPU use measured meanwhile says: other programs', a virtual
+    machine's host's (steal time), or neither, and then this window's own drawing on few cores."""
+    others, host = reply.others_cores, reply.host_cores
+    if others is None:
         return "other programs, or on few cores this window's own drawing"
-    if others_cores > OTHERS_IDLE_CORES:
-        return f"other programs used {others_cores:.1f} cores on average meanwhile"
-    return (f"other programs were idle, {others_cores:.2f} cores on average: on few cores this window's own drawing "
+    causes = [f"other programs used {others:.1f} cores on average meanwhile"] if others > OTHERS_IDLE_CORES else []
+    if host is not None and host >= HOST_NOTABLE_CORES:
+        causes.append(f"this virtual machine's host withheld {host:.2f} cores on average (steal time)")
+    if causes:
+        return "; ".join(causes)
+    return (f"other programs were idle, {others:.2f} cores on average: on few cores this window's own drawing "
             "and the display's")
 
 
@@ -134,7 +139,7 @@ def busy_note(reply: Reply) -> str | None:
     if not reply.machine_busy or reply.estimate_beside_load:
         return None
     return (f"The machine was busy during this reply (target steps ran far slower than this machine's quiet speed: "
-            f"{load_cause(reply.others_cores)}): its timings and speedup estimate are not a fair number.")
+            f"{load_cause(reply)}): its timings and speedup estimate are not a fair number.")
 
 
 def unbreakable(line: str) -> str:

@@ -265,17 +265,19 @@ def test_a_message_before_any_pair_is_loaded_is_refused_with_a_notice(qapp):
     assert chat.turns == [] and seen.of("notice_posted") == ["Load a model pair first"]
 
 
-@pytest.mark.parametrize("others_cores, busy", [(2.0, True), (0.1, False)])
-def test_a_speculative_reply_is_judged_for_a_busy_machine(chat, monkeypatch, others_cores, busy):
-    """Slow steps beside other programs' work are a busy machine; beside idle ones (the control), this window's own
-    drawing, which the estimate prices plain AR at too."""
+@pytest.mark.parametrize("others_cores, host_cores, busy", [(2.0, 0.0, True), (0.1, 0.6, True), (0.1, 0.05, False),
+                                                       (0.1, None, False)])
+def test_a_speculative_reply_is_judged_for_a_busy_machine(chat, monkeypatch, others_cores, host_cores, busy):
+    """Slow steps beside other programs' work, or a host withholding cores, are a busy machine; beside idle ones
+    (the controls), this window's own drawing, which the estimate prices plain AR at too."""
     monkeypatch.setattr(chat.other_programs, "cores", lambda: others_cores)
+    monkeypatch.setattr(chat.other_programs, "host_cores", lambda: host_cores)
     worker = FakeWorker(chat)
     chat.timing.add(1e-6)  # a quiet step far faster than any real one: every round looks stalled
     worker.replies.append(two_rounds())
     chat.send("hi", SPEC)
     assert chat.turns[0].reply.machine_busy is busy and chat.turns[0].reply.reference_s == chat.timing.seconds
-    assert chat.turns[0].reply.others_cores == others_cores  # the notes say what slowed it
+    assert (chat.turns[0].reply.others_cores, chat.turns[0].reply.host_cores) == (others_cores, host_cores)
 
 
 def test_a_stopped_reply_can_be_continued(chat):

@@ -49,7 +49,8 @@ def test_a_chat_round_trips_with_its_events_settings_pair_and_comparison(tmp_pat
     for event in events:
         recorder.round_finished(event)
     # what the window judged while it streamed: its reference step and a busy machine
-    reply = Reply(ask, events, "ababab", stopped=False, reference_s=0.027, machine_busy=True, others_cores=1.25)
+    reply = Reply(ask, events, "ababab", stopped=False, reference_s=0.027, machine_busy=True, others_cores=1.25,
+                  host_cores=0.4)
     recorder.reply_finished(reply)
     comparison = Comparison(events[:1], "ab", 0.2, 0.3, 30.0, 20.0, None, machine_busy=True)
     recorder.comparison_finished(comparison)

@@ -78,21 +78,25 @@ def test_a_reply_that_went_on_with_fewer_threads_says_from_which_round():
     assert fewer_threads_note(on([2, 2, 2])) is None and fewer_threads_note(on([0, 0])) is None
 
 
-def test_what_slowed_a_reply_is_what_other_programs_measured_use_says():
-    """Other programs used 1.3 cores while the reply decoded: its notes say so; the control, 0.04 cores: the slowness
-    was this window's own."""
+def test_what_slowed_a_reply_is_what_the_measured_cpu_use_says():
+    """Other programs used 1.3 cores while the reply decoded, or the virtual machine's host withheld 0.46: its notes
+    say so; the control, 0.04 cores and an idle host: the slowness was this window's own."""
     from ui.transcript import fewer_threads_note
     from ui.wording import busy_note
 
-    def reply(others_cores):
+    def reply(others_cores, host_cores=0.02):
         events = tuple(dataclasses.replace(accepted_round(i, ["a"], "b"), threads=t) for i, t in enumerate([2, 1]))
         return Reply(ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings()), events, "", False,
-                     machine_busy=True, others_cores=others_cores)
+                     machine_busy=True, others_cores=others_cores, host_cores=host_cores)
 
     busy = reply(1.3)
     assert not busy.estimate_beside_load  # two rounds: too few plain steps to price plain AR by, so it is warned of
     assert "(other programs used 1.3 cores on average meanwhile)" in fewer_threads_note(busy)
     assert "quiet speed: other programs used 1.3 cores on average meanwhile)" in busy_note(busy)
+    host = fewer_threads_note(reply(0.01, host_cores=0.46))
+    assert "(this virtual machine's host withheld 0.46 cores on average (steal time))" in host
+    assert "drawing" not in host and "other programs" not in host
     idle = fewer_threads_note(reply(0.04))
     assert "other programs were idle, 0.04 cores on average: on few cores this window's own drawing" in idle
-    assert "used" not in idle
+    assert "used" not in idle and "host" not in idle
+    assert "host" not in fewer_threads_note(reply(0.04, host_cores=None))  # not reported: not named
