@@ -81,6 +81,16 @@ class Int8Weight:
                 and weight.shape[1] % INT8_ALIGNMENT == 0)
 
 
+def packed_rows(rows: int) -> int:
+    """The rows a packed multiply runs for `rows`: at least PACKED_MIN_ROWS, and above 16 rounded up to an eighth
+    of their power of two (at most 12.5 % more). torch keeps a oneDNN primitive for every row count it has met, up
+    to 1,024 of them at 0.2-0.4 MB each: prefill chunks of every length had grown a process by 300 MB."""
+    if rows <= 16:
+        return max(rows, PACKED_MIN_ROWS)
+    step = 1 << (rows.bit_length() - 4)
+    return -(-rows // step) * step
+
+
 class PackedWeight:
     """A weight in oneDNN's packed layout, multiplied by oneDNN's blocked kernels.
 
@@ -96,8 +106,9 @@ class PackedWeight:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.shape[0]
-        if rows < PACKED_MIN_ROWS:
-            x = torch.cat((x, x[:1].expand(PACKED_MIN_ROWS - rows, -1)))
+        padded = packed_rows(rows)
+        if padded > rows:
+            x = torch.cat((x, x[:1].expand(padded - rows, -1)))
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")[:rows]
 
     @staticmethod
