@@ -87,11 +87,10 @@ class ArTime:
         self.plain_load_sum = 0.0
         self.plain_rounds = 0
         self.recent_plain: deque[float] = deque(maxlen=LOCAL_PLAIN_ROUNDS)
-        # per round of the part: its quiet plain AR seconds and, once plain steps price it, those at its load
-        self.quiet: list[float] = []
-        self.priced: list[float | None] = []
+        self.quiet: list[float] = []  # per round of the part: its quiet plain AR seconds
+        self.quiet_s = 0.0
+        self.prices: list[float] = []  # and those at its load, from when the part's plain steps price it
         self.priced_s = 0.0
-        self.unpriced_quiet_s = 0.0  # of the rounds still priced at the part's typical load
         self.unmodelled_tokens = 0
 
     def add(self, event: RoundEvent) -> None:
@@ -110,29 +109,24 @@ class ArTime:
             self.plain_rounds += 1
             self.recent_plain.append(load)
         self.quiet.append(quiet)
-        self.priced.append(None)
-        self.unpriced_quiet_s += quiet
-        if len(self.recent_plain) >= PLAIN_ROUNDS:
-            self._price_unpriced(sum(self.recent_plain) / len(self.recent_plain))
-
-    def _price_unpriced(self, load: float) -> None:
-        """Price the rounds not yet priced, this one and those before the part had enough plain steps, at `load`."""
-        for i in range(len(self.priced) - 1, -1, -1):
-            if self.priced[i] is not None:
-                break
-            self.priced[i] = self.quiet[i] * load
-            self.priced_s += self.priced[i]
-        self.unpriced_quiet_s = 0.0
+        self.quiet_s += quiet
+        if self._part_priced_by_plain_steps:  # this round, and the first time those before it, at the recent load
+            load = sum(self.recent_plain) / len(self.recent_plain)
+            priced = [q * load for q in self.quiet[len(self.prices):]]
+            self.prices += priced
+            self.priced_s += sum(priced)
 
     @property
     def part_prices(self) -> list[float]:
         """The last part's rounds' plain AR seconds, cost model's rounds only (0 for the others)."""
+        if self._part_priced_by_plain_steps:
+            return self.prices
         load = self.typical_load
-        return [q * load if p is None else p for q, p in zip(self.quiet, self.priced)]
+        return [q * load for q in self.quiet]
 
     @property
     def _part_s(self) -> float:
-        return self.priced_s + self.unpriced_quiet_s * self.typical_load
+        return self.priced_s if self._part_priced_by_plain_steps else self.quiet_s * self.typical_load
 
     @property
     def priced_by_plain_steps(self) -> bool:

@@ -1129,10 +1129,11 @@ def drafters_table(comparison: DrafterComparison) -> QTableWidget:
 
 def _passes_said(comparison: DrafterComparison) -> str:
     """How many runs each row is the fastest of, and how far apart runs of the same work were."""
-    passes = max((row["runs"] for row in comparison.rows()), default=1)
+    rows = comparison.rows()
+    passes = max((row["runs"] for row in rows), default=1)
     if passes == 1:
         return "One run each: on a machine with few cores runs of the same work differ by tens of per cent."
-    spread = max(row["spread"] for row in comparison.rows())
+    spread = max(row["spread"] for row in rows)
     return (f"Each drafting ran {passes} times, all of them in turn, and its row is its fastest run, the one the "
             f"machine's other work slowed least; runs of the same work here were up to {spread:.0%} apart.")
 
