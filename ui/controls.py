@@ -6,6 +6,7 @@ imports torch), so the boxes offer only what can work here.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout,
                                QGroupBox, QHBoxLayout, QLabel, QLineEdit, QMenu, QPushButton, QRadioButton,
                                QSizePolicy, QSlider, QSpinBox, QToolButton, QVBoxLayout, QWidget)
@@ -206,10 +207,14 @@ class DecodingControls(QGroupBox):
         # What the pair's cost model recommends under this session's acceptance (ui.why), after each reply
         self.recommended = QLabel("recommended γ: after a speculative reply")
         self.recommended.setWordWrap(True)
-        self.recommended.setStyleSheet("QLabel { font-size: 8pt; } "
-                                       "QLabel:disabled { color: palette(mid); }")  # greyed with γ in plain AR
-        # it wraps to the pane's width, never widens it
+        small = self.recommended.font()
+        small.setPointSize(8)
+        self.recommended.setFont(small)
+        self.recommended.setStyleSheet("QLabel:disabled { color: palette(mid); }")  # greyed with γ in plain AR
+        # It wraps to the pane's width, never widens it, and holds at least two lines, so the rows below it stay where
+        # they are when a recommendation wraps (a click aimed at "compare with AR" must not land beside it).
         self.recommended.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.recommended.setMinimumHeight(2 * QFontMetrics(small).lineSpacing())
         self.draft_length = QComboBox()
         self.draft_length.addItem("cost-aware", True)
         self.draft_length.addItem("confidence", False)

@@ -3,6 +3,7 @@ plain AR, and the legend's blue chip names the correction of every mode its repl
 from __future__ import annotations
 
 from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QApplication
 
 from engine.events import DecodeSettings, Fate, Mode
 from tests.ui.helpers import shown_window
@@ -77,3 +78,17 @@ def test_a_window_of_sampled_replies_names_its_corrections_resampled_alone(qtbot
     window = shown_window(qtbot, 1000, 700, defaults=sampling)
     start_reply(window, sampling)
     assert window.legend.chips[Fate.RESAMPLED].text() == "resampled"
+
+
+def test_a_recommendation_that_wraps_moves_no_control_below_it(qtbot):
+    """At 1600x1000 the first recommendation takes one line and a later one two: "compare with AR" stays in place."""
+    window = shown_window(qtbot, 1600, 1000)
+    controls = window.controls
+    controls.show_recommendation("recommended γ: after a speculative reply")
+    before = controls.compare_ar.mapTo(window, controls.compare_ar.rect().topLeft())
+    controls.show_recommendation("recommended γ ≤ 12 (predicted 1.40×, draft model + copying)")
+    QApplication.processEvents()
+    recommended = controls.recommended
+    assert recommended.heightForWidth(recommended.width()) > recommended.fontMetrics().lineSpacing()  # it wraps
+    assert recommended.height() >= recommended.heightForWidth(recommended.width())  # and is not cut
+    assert controls.compare_ar.mapTo(window, controls.compare_ar.rect().topLeft()) == before
