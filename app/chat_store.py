@@ -406,11 +406,13 @@ class ChatStore:
 
     def list_chats(self) -> list[ChatSummary]:
         """Chats with at least one turn, most recently used first. A continuation (a turn whose request ends with
-        the reply it extends) is part of that reply, as the chat shows it, so it adds no reply to the count."""
+        the reply it extends) is part of that reply, as the chat shows it, so it adds no reply to the count; nor
+        does a turn stopped while its prompt was read in (no round: the chat shows no reply)."""
         with self._reading():
             rows = self.db.execute(
                 "SELECT c.id, c.title, c.created_at, c.updated_at, "
-                "SUM(json_extract(t.request, '$.messages[#-1].role') IS NOT 'assistant') FROM chats c "
+                "SUM(json_extract(t.request, '$.messages[#-1].role') IS NOT 'assistant' "
+                "AND EXISTS (SELECT 1 FROM rounds r WHERE r.turn_id = t.id)) FROM chats c "
                 "JOIN turns t ON t.chat_id = c.id GROUP BY c.id ORDER BY c.updated_at DESC, c.id DESC").fetchall()
         return [ChatSummary(i, title, datetime.fromisoformat(created), datetime.fromisoformat(updated), n)
                 for i, title, created, updated, n in rows]

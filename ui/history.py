@@ -138,7 +138,7 @@ class HistoryPanel(QWidget):
 
     def _item(self, chat) -> QListWidgetItem:
         """`chat`: a ChatSummary (app/chat_store.py)."""
-        replies = f"{chat.n_replies} repl{'y' if chat.n_replies == 1 else 'ies'}"
+        replies = f"{chat.n_replies or 'no'} repl{'y' if chat.n_replies == 1 else 'ies'}"
         item = QListWidgetItem(chat.title or "Untitled chat")
         item.setData(CHAT_ID, chat.id)
         item.setData(SUBTITLE, f"{when(chat.updated_at)} · {replies}")

@@ -93,6 +93,21 @@ def test_a_continued_reply_counts_as_one_reply_in_the_chat_list():
     assert len(store.load_chat(summary.id).replies) == 3  # the parts are still saved one turn each
 
 
+def test_a_reply_stopped_while_its_prompt_was_read_in_counts_as_none():
+    """Stopped before its first round, the turn is kept (the chat shows the message) but holds no reply."""
+    store = ChatStore(":memory:")
+    recorder = ChatRecorder(store)
+    long_prompt = request("Summarise: " + "word " * 3000)
+    recorder.turn_started(0, long_prompt, PAIR)
+    recorder.reply_finished(Reply(long_prompt, (), "", stopped=True))
+    [summary] = store.list_chats()
+    assert summary.n_replies == 0
+    asked_again = request("Summarise briefly.")
+    recorder.turn_started(0, asked_again, PAIR)
+    recorder.reply_finished(Reply(asked_again, (round_event(0),), "ab", False))
+    assert [c.n_replies for c in store.list_chats()] == [1]
+
+
 def test_rename_and_delete(tmp_path):
     store = ChatStore(":memory:")
     recorder = ChatRecorder(store)
