@@ -6,7 +6,8 @@ from importlib import metadata
 from pathlib import Path
 
 from PySide6.QtCore import QElapsedTimer, QMargins, QRect, QSettings, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QGuiApplication, QImage, QKeySequence, QPainter
+from PySide6.QtGui import (QAction, QGuiApplication, QImage, QKeySequence, QPainter, QTextCursor,
+                           QTextDocument)
 from PySide6.QtWidgets import (QApplication, QDialog, QDialogButtonBox, QDockWidget, QFileDialog, QHBoxLayout,
                                QInputDialog, QLabel, QMainWindow, QMenu, QMessageBox, QProgressBar, QPushButton,
                                QScrollArea, QSizePolicy, QSplitter, QTableWidget, QTableWidgetItem, QTabWidget,
@@ -82,6 +83,29 @@ def user_guide() -> tuple[str, Path | None]:
         return metadata.metadata("specdec-studio").get_payload() or "", None
     except metadata.PackageNotFoundError:
         return "", None
+
+
+def fit_pictures(browser: QTextBrowser) -> None:
+    """Draws each picture wider than the browser at its width, keeping its shape: at its own 1,600 px the README's
+    screenshot was cut by the guide's edge and looked like a second window inside it."""
+    document = browser.document()
+    width = browser.viewport().width() - 2 * document.documentMargin()
+    block = document.begin()
+    while block.isValid():
+        for piece in block:
+            fragment = piece.fragment()
+            picture = fragment.charFormat().toImageFormat()
+            if not picture.isValid():
+                continue
+            size = document.resource(QTextDocument.ResourceType.ImageResource, picture.name()).size()
+            if size.width() > width:
+                picture.setWidth(width)
+                picture.setHeight(width * size.height() / size.width())
+                cursor = QTextCursor(document)
+                cursor.setPosition(fragment.position())
+                cursor.setPosition(fragment.position() + fragment.length(), QTextCursor.MoveMode.KeepAnchor)
+                cursor.setCharFormat(picture)
+        block = block.next()
 
 
 def app_version() -> str:
@@ -599,6 +623,7 @@ class MainWindow(QMainWindow):
         layout.addWidget(buttons)
         self.guide.resize(min(900, self.width()), min(800, self.height()))
         self.guide.show()
+        fit_pictures(browser)
 
     def show_about(self) -> None:
         self.help_box = QMessageBox(QMessageBox.Icon.Information, "About SpecDec Studio",

@@ -323,6 +323,13 @@ def test_the_help_menu_lists_every_shortcut(make_studio, mixed_decoder, qtbot):
     window.help_box.close()
 
 
+def blocks(document):
+    block = document.begin()
+    while block.isValid():
+        yield block
+        block = block.next()
+
+
 def test_the_user_guide_shows_the_readme_with_its_pictures_and_without_a_checkout_its_text(
         make_studio, mixed_decoder, qtbot, monkeypatch, tmp_path):
     """Help > User guide: the README, its headings as headings and its screenshots found beside it; the control, a
@@ -338,6 +345,9 @@ def test_the_user_guide_shows_the_readme_with_its_pictures_and_without_a_checkou
     picture = next(line.split("](")[1].split(")")[0] for line in (Path(__file__).parents[2] / "README.md").read_text(
         encoding="utf-8").splitlines() if line.startswith("!["))
     assert not document.resource(QTextDocument.ResourceType.ImageResource, picture).isNull()
+    pictures = [piece.fragment().charFormat().toImageFormat() for block in blocks(document) for piece in block]
+    [width] = [p.width() for p in pictures if p.isValid()]  # the screenshot (1,600 px) drawn within the guide
+    assert 0 < width <= window.guide.browser.viewport().width()
     window.guide.close()
     monkeypatch.setattr(main_window, "__file__", str(tmp_path / "ui" / "main_window.py"))
     text, folder = main_window.user_guide()
