@@ -126,6 +126,7 @@ class ChatController(QObject):
     edit_cancelled = Signal()
     seed_advanced = Signal(int, int)  # Regenerate's seed: the one the last sample had, the next one it draws with
     system_prompt_restored = Signal(str)  # a reopened chat's own system prompt
+    settings_restored = Signal(object)  # DecodeSettings a reopened chat's last reply was decoded with
     chats_changed = Signal(object)  # the saved chat on screen (id or None): the history list is out of date
     notice_posted = Signal(str)  # a one-line message for the status bar
     exported = Signal(object)  # the paths written
@@ -385,6 +386,8 @@ class ChatController(QObject):
         self.saved_pair = chat.pair if chat.pair is not None and same_models(chat.pair, self.pair) else None
         self._replay([Turn(reply.request, reply, chat.comparisons.get(i), pair=None if reply.remote else chat.pair,
                            runtime=None if reply.remote else chat.runtime) for i, reply in enumerate(chat.replies)])
+        if chat.replies:  # Regenerate and Continue carry on as the chat was decoded, not as the last one was
+            self.settings_restored.emit(chat.replies[-1].request.settings)
         self.chats_changed.emit(chat_id)
 
     def compare_drafters(self, options: TurnOptions) -> None:

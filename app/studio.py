@@ -141,6 +141,7 @@ def build(decoder: Decoder | None = None, target: str = "embedded", draft: str |
     chat.edit_started.connect(window.on_edit_started)
     chat.edit_cancelled.connect(window.on_edit_cancelled)
     chat.system_prompt_restored.connect(window.on_system_prompt_restored)
+    chat.settings_restored.connect(window.on_settings_restored)
     chat.chats_changed.connect(window.on_chats_changed)
     chat.notice_posted.connect(window.on_notice_posted)
     chat.failed.connect(window.on_failed)

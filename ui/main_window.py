@@ -28,14 +28,15 @@ from ui.inspector import TokenInspector, first_rejection_note
 from ui.legend import Legend
 from ui.message_box import MessageBox
 from ui.palette import NOTE_COLOUR
-from ui.preferences import export_folder, remember_export_folder, restore_preferences, save_preferences
+from ui.preferences import (apply_settings, export_folder, remember_export_folder, restore_preferences,
+                            save_preferences)
 from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, EngineTarget, NumberedReply, Reply,
                         ReplyShown, RoundShown, Session, TurnOptions, TurnStarted, TurnState, numbered_replies)
 from ui.why import WhyGamma, recommendation_text, why_gamma
 from ui.status_bar import ElidedLabel, PartsLabel, StatusBar
 from ui.transcript import CONTEXT, reply_notes
 from ui.wording import (comparison_line, measured_figures, pair_said, part_label, remote_header, remote_line,
-                        reply_header, stats_figures, unbreakable)
+                        reply_header, settings_said, stats_figures, unbreakable)
 
 # The least client area: a 1000×700 screen holds it with a window manager's title bar and borders.
 MIN_WIDTH, MIN_HEIGHT = 995, 620
@@ -951,6 +952,13 @@ class MainWindow(QMainWindow):
 
     def on_system_prompt_restored(self, text: str) -> None:
         self.system_prompt = text
+
+    def on_settings_restored(self, settings: DecodeSettings) -> None:
+        """A reopened chat's decoding settings in the controls, and a line that says they changed (when they did)."""
+        if settings == self.controls.settings():
+            return
+        apply_settings(self.controls, settings)
+        self.statusBar().showMessage(f"Decoding as this chat's last reply: {settings_said(settings)}", 8000)
 
     def on_chats_changed(self, current_id: int | None) -> None:
         self.history.refresh(current_id)

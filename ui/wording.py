@@ -24,6 +24,12 @@ def reply_header(settings: DecodeSettings, gammas: tuple[int, ...] = ()) -> str:
     return f"Assistant · speculative, {how}, {rounds}"
 
 
+def settings_said(settings: DecodeSettings) -> str:
+    """The settings as a reply's header names them, with the reply's budget (and a sample's seed)."""
+    said = reply_header(settings).removeprefix("Assistant · ") + f", up to {settings.max_new_tokens} tokens"
+    return said if settings.greedy else f"{said}, seed {settings.seed}"
+
+
 UNFAIR = " (machine busy — not a fair number)"
 BUSY = " (machine busy)"
 UNEQUAL = " (the two runs met the machine at different loads — not a fair number)"

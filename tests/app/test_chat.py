@@ -331,6 +331,20 @@ def test_a_whole_conversation_reopens_as_it_was_left(chat):
     assert seen.names().count("turn_completed") == 0  # a reopened chat is drawn, not decoded
 
 
+def test_a_reopened_chat_restores_its_last_replys_settings(chat):
+    worker = FakeWorker(chat)
+    restored = []
+    chat.settings_restored.connect(restored.append)
+    sampled = TurnOptions(DecodeSettings(greedy=False, temperature=0.5, gamma=2, max_new_tokens=16, seed=4))
+    worker.replies += [two_rounds(), two_rounds()]
+    chat.send("first", SPEC)
+    chat.send("second", sampled)
+    chat_id = chat.chat_id
+    chat.new_chat()
+    chat.open_chat(chat_id)
+    assert restored == [sampled.settings]
+
+
 def test_a_compare_drafters_stays_with_its_chat_through_a_reopen_and_the_export(chat, tmp_path):
     worker = FakeWorker(chat)
     worker.replies.append(two_rounds())

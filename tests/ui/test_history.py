@@ -82,6 +82,29 @@ def test_history_survives_a_restart_and_restores_text_colours_charts_and_stats(m
     assert [c.n_replies for c in second.chat.store.list_chats()] == [3]
 
 
+def test_a_reopened_chat_brings_back_the_settings_its_last_reply_was_decoded_with(make_window, mixed_decoder, qtbot):
+    """Sampled at γ 3 with 24 tokens, reopened by a run set to greedy γ 5 and 12 tokens: Regenerate and Continue
+    carry on as the chat was decoded, and the status bar says the controls changed. A chat decoded as the
+    controls stand changes nothing and says nothing (the control)."""
+    first = make_window(mixed_decoder, greedy=False, temperature=0.7, gamma=3, max_new_tokens=24)
+    reply = send(qtbot, first, "w3 w7 w11 w5")
+    make_window.close(first)
+
+    second = make_window(mixed_decoder)
+    window = second.window
+    window.controls.greedy.setChecked(True)  # changed since (the settings file kept the first run's)
+    window.controls.gamma.setValue(5)
+    window.controls.max_new_tokens.setValue(12)
+    click_chat(qtbot, window, 0)
+    assert window.controls.settings() == reply.request.settings
+    assert window.statusBar().currentMessage() == (
+        "Decoding as this chat's last reply: speculative, sampling T=0.7, γ ≤ 3, stop 0.3, up to 24 tokens, seed 0")
+    window.statusBar().clearMessage()
+    click_chat(qtbot, window, 0)
+    assert window.statusBar().currentMessage() == ""
+    make_window.close(second)
+
+
 def test_settings_and_layout_persist_through_qsettings(make_window, mixed_decoder, qtbot):
     first = make_window(mixed_decoder)
     window = first.window
