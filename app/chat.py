@@ -530,6 +530,7 @@ class ChatController(QObject):
         self.turns[index] = dataclasses.replace(self.turns[index], reply=reply,
                                                 context_notice=self._notice.message if self._notice else "")
         self.recorder.reply_finished(reply)
+        self.chats_changed.emit(self.chat_id)  # its count of replies: a turn holds one from its first round
         self.reply_finished.emit(ReplyShown(index, reply, self.whole_reply(index), self.can_continue, live=True))
         if reply.request.compare_ar and not reply.stopped:
             if self.state is TurnState.REPLYING:

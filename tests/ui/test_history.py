@@ -242,6 +242,7 @@ def test_the_history_counts_a_continued_reply_as_the_one_reply_it_shows(make_win
     studio = make_window(mixed_decoder, greedy=True, max_new_tokens=6)
     window = studio.window
     send(qtbot, studio, "w3 w4")
+    assert window.history.list.item(0).data(SUBTITLE).endswith("· 1 reply")  # as soon as the reply has ended
     with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         window.continue_action.trigger()
     assert window.chat.toPlainText().count("Assistant") == 1
