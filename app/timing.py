@@ -25,12 +25,10 @@ import psutil
 from PySide6.QtCore import QSettings
 
 from engine.events import PairInfo, RoundEvent
-from engine.stats import ArTime
+from engine.stats import BUSY_FACTOR, BUSY_SHARE, ArTime
 from ui.session import Runtime
 
 RECENT = 32  # samples kept: enough for a stable median, few enough to follow a change of machine load
-BUSY_FACTOR = 2.0  # a timing this many times the reference is a stall, not the model's speed
-BUSY_SHARE = 0.2  # the share of stalled rounds above which a reply's numbers are flagged
 # A reply and its AR comparison whose rounds' typical loads differ by more than this factor met different machines:
 # one of them ran beside the window's drawing or another program and the other did not.
 LOAD_MISMATCH = 1.25
@@ -127,18 +125,20 @@ def unequal_loads(reply: Sequence[RoundEvent], ar: Sequence[RoundEvent]) -> bool
 
 
 def machine_was_busy(events: Sequence[RoundEvent], reference: StepReference) -> bool:
-    """Whether these timings are unfair: many of the rounds ran far slower than on a quiet machine, or, without a
-    cost model, the recent median or this reply's fresh step measurement did."""
-    if events and all(e.ar_equivalent_s for e in events):
-        return sum(stalled(e, 0.0) for e in events) > BUSY_SHARE * len(events)
-    floor = reference.fastest
-    if not events or floor <= 0:
-        return False
-    if reference.samples and reference.seconds > BUSY_FACTOR * floor:
-        return True
-    if events[0].gamma and events[0].target_step_s > BUSY_FACTOR * floor:
-        return True
-    return sum(stalled(e, floor) for e in events) > BUSY_SHARE * len(events)
+    """Whether these timings are unfair: over BUSY_SHARE of the rounds' time went to rounds far slower than on a
+    quiet machine (by time, not by count: one round stalled 830 ms of a 1.26 s reply that ran at a third of its
+    quiet speed), or, without a cost model, the recent median or this reply's fresh step measurement was."""
+    with_costs = bool(events) and all(e.ar_equivalent_s for e in events)
+    floor = 0.0 if with_costs else reference.fastest
+    if not with_costs:
+        if not events or floor <= 0:
+            return False
+        if reference.samples and reference.seconds > BUSY_FACTOR * floor:
+            return True
+        if events[0].gamma and events[0].target_step_s > BUSY_FACTOR * floor:
+            return True
+    stalled_s = sum(e.round_s for e in events if stalled(e, floor))
+    return stalled_s > BUSY_SHARE * sum(e.round_s for e in events)
 
 
 @dataclass(frozen=True)

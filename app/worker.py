@@ -21,7 +21,6 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from app.labels import with_byte_labels
 from app.machine import described
-from app.timing import BUSY_FACTOR
 from engine.decoding.costs import RoundPlanner
 from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import LookupDrafter
@@ -29,7 +28,7 @@ from engine.decoding.recommend import cost_model_from_dict
 from engine.events import ContextNotice, Drafting, Mode, PrefillProgress
 from engine.models.loading import ModelLoadError
 from engine.models.pairing import PairingError
-from engine.stats import reply_stats
+from engine.stats import BUSY_FACTOR, reply_stats
 from ui.session import Comparison, DrafterComparison, DrafterRun, Reply, ReplyRequest
 
 # Compare drafters runs these in this order; none is plain AR, the baseline of the others

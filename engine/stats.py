@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from bisect import insort
+from statistics import median
 
 from engine.events import RoundEvent
 
@@ -49,7 +50,9 @@ class ReplyStats:
 
 
 PLAIN_ROUNDS = 8  # from this many plain target steps among a reply's rounds, what they took stands for AR's
-LOCAL_PLAIN_ROUNDS = 32  # the last plain steps whose mean prices a round: the machine's load near it in time
+LOCAL_PLAIN_ROUNDS = 32  # the last plain steps whose median prices a round: the machine's load near it in time
+BUSY_FACTOR = 2.0  # a timing this many times the reference is a stall, not the model's speed
+BUSY_SHARE = 0.2  # the share of a reply's time in stalled rounds above which its numbers are flagged
 
 
 class ArTime:
@@ -57,14 +60,16 @@ class ArTime:
     (RoundEvent.ar_equivalent_s) at the load the rounds met, or tokens × a reference single-token step for rounds
     without a cost model.
 
-    Where the rounds hold at least PLAIN_ROUNDS plain target steps (rounds that drafted nothing), the load is the
-    mean of what those took in full (their drafting decision left out) over their quiet cost: each is the step
-    plain AR would have run, on the same machine at the same moment, the window's drawing and its bursts beside
-    it included (in the window a streamed plain AR reply ran at 114 tok/s, the same prompt undrawn at 155). From
-    then on each round is priced at the mean of the last LOCAL_PLAIN_ROUNDS plain steps up to it, the load near it
-    in time, and the rounds before at the first such mean: a machine whose load moved during a reply (a host
-    taking back a virtual machine's cores) prices plain AR as it would have run at each moment; one mean for the
-    whole reply had priced its quiet early rounds at the later load, 2.4x for rounds at 1.03 tokens each.
+    Where the rounds hold at least PLAIN_ROUNDS plain target steps (rounds that drafted nothing), those steps
+    price plain AR: each is the step plain AR would have run, on the same machine at the same moment, the
+    window's drawing and its bursts beside it included (in the window a streamed plain AR reply ran at 114 tok/s,
+    the same prompt undrawn at 155). A plain step is priced at what it took (its drafting decision left out), so
+    a reply of plain steps reads 1x however the machine stalled; every other round at its quiet cost times the
+    median load (time over quiet cost) of the last LOCAL_PLAIN_ROUNDS plain steps up to it, the load near it in
+    time, and the rounds before at the first such median. A load that moved during a reply (a host taking back a
+    virtual machine's cores) prices plain AR as it would have run at each moment (one load for the whole reply
+    read 2.4x for rounds at 1.03 tokens each); a median, as one plain step stalled 81 times over its quiet cost
+    by another program must not price the 31 rounds after it (a mean read 1.84x for 35 plain steps).
     Otherwise every round is priced at the median of the rounds' forward loads (RoundEvent.load), which leaves out
     what slowed the rest of a round: a median, as a drafted round slowed by what only it met (the draft's run
     evicting the target's weights) must not make plain AR look dearer. Each round is added in O(log n) for the
@@ -75,6 +80,8 @@ class ArTime:
     4.9x, and the whole reply read 1.76x where its parts read 0.93x and 1.88x over 8.2 s and 1.1 s."""
 
     def __init__(self, events: Iterable[RoundEvent] = ()):
+        self.rounds_s = 0.0  # every part's rounds, in full
+        self.stalled_unpriced_s = 0.0  # ... and those of its rounds that drafted and stalled (BUSY_FACTOR)
         self.earlier_s = 0.0  # the earlier parts' plain AR time, each at its own loads
         self.earlier_unmodelled = 0
         self.earlier_priced_by_plain_steps = True
@@ -88,6 +95,7 @@ class ArTime:
         self.plain_rounds = 0
         self.recent_plain: deque[float] = deque(maxlen=LOCAL_PLAIN_ROUNDS)
         self.quiet: list[float] = []  # per round of the part: its quiet plain AR seconds
+        self.plain_s: list[float] = []  # ... and, for a plain step, what it took (0 for the other rounds)
         self.quiet_s = 0.0
         self.prices: list[float] = []  # and those at its load, from when the part's plain steps price it
         self.priced_s = 0.0
@@ -101,18 +109,24 @@ class ArTime:
             self._start_part()
         insort(self.loads, event.load)
         quiet = event.ar_equivalent_s
+        plain_s = 0.0
         if not quiet:
             self.unmodelled_tokens += len(event.emitted)
         elif not event.gamma and len(event.emitted) == 1:
-            load = (event.round_s - event.draft_s) / quiet
-            self.plain_load_sum += load
+            plain_s = event.round_s - event.draft_s
+            self.plain_load_sum += plain_s / quiet
             self.plain_rounds += 1
-            self.recent_plain.append(load)
+            self.recent_plain.append(plain_s / quiet)
+        elif event.load > BUSY_FACTOR:
+            self.stalled_unpriced_s += event.round_s
+        self.rounds_s += event.round_s
         self.quiet.append(quiet)
+        self.plain_s.append(plain_s)
         self.quiet_s += quiet
         if self._part_priced_by_plain_steps:  # this round, and the first time those before it, at the recent load
-            load = sum(self.recent_plain) / len(self.recent_plain)
-            priced = [q * load for q in self.quiet[len(self.prices):]]
+            load = median(self.recent_plain)
+            start = len(self.prices)
+            priced = [own or q * load for q, own in zip(self.quiet[start:], self.plain_s[start:])]
             self.prices += priced
             self.priced_s += sum(priced)
 
@@ -133,6 +147,13 @@ class ArTime:
         """Whether plain AR is priced as the rounds' own plain steps ran, in every part: a busy moment then slowed
         both alike."""
         return self.earlier_priced_by_plain_steps and self._part_priced_by_plain_steps
+
+    @property
+    def load_priced(self) -> bool:
+        """Whether plain AR is priced at the load the rounds met: by their own plain steps (priced_by_plain_steps)
+        and with no more than BUSY_SHARE of their time in drafted rounds that stalled, a load no plain step met
+        (a reply whose first round stalled 830 ms of its 1.26 s read 0.57x beside 1.74x for the same rounds)."""
+        return self.priced_by_plain_steps and self.stalled_unpriced_s <= BUSY_SHARE * self.rounds_s
 
     @property
     def _part_priced_by_plain_steps(self) -> bool:

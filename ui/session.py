@@ -138,7 +138,7 @@ class Reply:
     def estimate_beside_load(self) -> bool:
         """Whether its estimate prices plain AR at the load its own plain steps met (engine.stats.ArTime): a busy
         machine then leaves the estimate fair, though not the tokens/s."""
-        return ArTime(self.events).priced_by_plain_steps
+        return ArTime(self.events).load_priced
 
 
 @dataclass(frozen=True)

@@ -387,3 +387,37 @@ def test_rounds_are_priced_at_the_load_the_machine_had_near_them():
     one_load = ArTime(events).typical_load * sum(e.ar_equivalent_s for e in events[:60]) / sum(
         e.round_s for e in events[:60])
     assert one_load > 1.5
+
+
+def plain_step(index: int, load: float, quiet_s: float = 0.0094) -> RoundEvent:
+    """A plain target step (no draft) that took `load` times its quiet cost."""
+    step = dataclasses.replace(costed(accepted_round(index, [], "w"), quiet_s), gamma=0, draft_s=0.0002)
+    return dataclasses.replace(step, round_s=quiet_s * load + step.draft_s, verify_s=quiet_s * load, load=load)
+
+
+def test_a_reply_of_plain_steps_reads_one_x_though_one_of_them_stalled_81_times_over():
+    """The twenty-second walk's reply (another program on the cores): 35 plain steps, seven of the first eight
+    stalled (one 81 times its quiet cost), the rest at twice it on one thread. Each plain step is the step plain
+    AR would have run: about 1x. The control, the mean load of the last 32 plain steps, read 1.84x."""
+    loads = [6.6, 20.7, 7.0, 3.2, 8.0, 17.7, 81.2, 2.5] + [2.0 + 0.1 * (i % 5) for i in range(27)]
+    events = [plain_step(i, load) for i, load in enumerate(loads)]
+    assert estimated_speedup(events, 0.0094, 6) == pytest.approx(1.0, abs=0.03)
+    mean_load = sum(loads[-32:]) / 32
+    assert sum(e.ar_equivalent_s for e in events[8:]) * mean_load / sum(e.round_s for e in events[8:]) > 1.5
+
+
+def test_a_drafted_round_that_stalled_most_of_a_reply_leaves_its_estimate_unfair_and_the_reply_busy():
+    """Its first round (drafting) took 830 ms of a 1.26 s reply, 15.8 times its quiet forward; the plain steps
+    after it ran at about their quiet cost. No plain step met that load, so the estimate cannot price it: the
+    reply is busy and its estimate not a fair number. The control: the same first round at 20 ms."""
+    def replies(first_round_s: float) -> Reply:
+        first = dataclasses.replace(costed(accepted_round(0, ["a", "b", "c", "d"], "e"), 0.0094),
+                                    round_s=first_round_s, load=first_round_s / 0.025)
+        events = (first, *(plain_step(1 + i, 1.1) for i in range(20)),
+                  *(dataclasses.replace(costed(accepted_round(21 + i, ["a", "b", "c", "d"], "e"), 0.0094),
+                                        round_s=0.017, load=1.02) for i in range(8)))
+        return Reply(ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings()), events, "", False)
+
+    stalled, quiet = replies(0.83), replies(0.02)
+    assert machine_was_busy(stalled.events, StepReference()) and not stalled.estimate_beside_load
+    assert not machine_was_busy(quiet.events, StepReference()) and quiet.estimate_beside_load
