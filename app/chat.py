@@ -525,7 +525,7 @@ class ChatController(QObject):
         if reply.request.settings.mode is Mode.SPEC:  # measured against the recent median, judged by the quiet floor
             reply = dataclasses.replace(reply, reference_s=self.timing.seconds,
                                         machine_busy=machine_was_busy(reply.events, self.timing)
-                                        and (others is None or others + (host or 0.0) > OTHERS_IDLE_CORES))
+                                        and self._others_busy())
         index = len(self.turns) - 1
         self.turns[index] = dataclasses.replace(self.turns[index], reply=reply,
                                                 context_notice=self._notice.message if self._notice else "")
@@ -533,6 +533,7 @@ class ChatController(QObject):
         self.chats_changed.emit(self.chat_id)  # its count of replies: a turn holds one from its first round
         self.reply_finished.emit(ReplyShown(index, reply, self.whole_reply(index), self.can_continue, live=True))
         if reply.request.compare_ar and not reply.stopped:
+            self.other_programs.start()  # the comparison's runs are judged by what other programs did beside them
             if self.state is TurnState.REPLYING:
                 self._set_state(TurnState.COMPARING)
             self._emit_why()  # the reply's acceptance and costs, not only once its comparison is done (a long
@@ -554,7 +555,8 @@ class ChatController(QObject):
         index = len(self.turns) - 1
         reply = self.turns[index].reply
         reply_events = reply.events if reply else ()
-        comparison = dataclasses.replace(comparison, machine_busy=machine_was_busy(comparison.ar_events, self.timing),
+        comparison = dataclasses.replace(comparison, machine_busy=machine_was_busy(comparison.ar_events, self.timing)
+                                         and self._others_busy(),
                                          unequal_loads=unequal_loads(comparison.spec_events or reply_events,
                                                                      comparison.ar_events))
         self.turns[index] = dataclasses.replace(self.turns[index], comparison=comparison)
@@ -562,6 +564,12 @@ class ChatController(QObject):
         self.comparison_finished.emit(ComparisonShown(index, comparison, self.turns[index].reply, self.pair,
                                                       self.fair_measured(index), self.part_number(index)))
         self._finish_turn()
+
+    def _others_busy(self) -> bool:
+        """Whether other programs, or a virtual machine's host, took the cores since `other_programs` started (as
+        far as the system tells): slow steps beside idle ones were this app's own doing, no busy machine."""
+        others, host = self.other_programs.cores(), self.other_programs.host_cores()
+        return others is None or others + (host or 0.0) > OTHERS_IDLE_CORES
 
     def fair_measured(self, last: int) -> tuple[float, ...]:
         """The measured speedups of the fair comparisons of turns 0..`last`."""

@@ -280,6 +280,20 @@ def test_a_speculative_reply_is_judged_for_a_busy_machine(chat, monkeypatch, oth
     assert (chat.turns[0].reply.others_cores, chat.turns[0].reply.host_cores) == (others_cores, host_cores)
 
 
+@pytest.mark.parametrize("others_cores, busy", [(2.0, True), (0.01, False)])
+def test_a_comparisons_slow_plain_ar_run_is_busy_only_beside_other_programs_work(chat, monkeypatch, others_cores,
+                                                                                 busy):
+    """Its plain AR steps all slow: with other programs on the cores, a busy machine; beside idle ones (the
+    control) the slowness was this app's own, and the comparison is judged by its runs' loads alone."""
+    monkeypatch.setattr(chat.other_programs, "cores", lambda: others_cores)
+    monkeypatch.setattr(chat.other_programs, "host_cores", lambda: 0.0)
+    worker = FakeWorker(chat)
+    chat.timing.add(1e-6)
+    worker.replies.append(two_rounds())
+    chat.send("hi", COMPARED)
+    assert chat.turns[0].comparison.machine_busy is busy
+
+
 def test_a_stopped_reply_can_be_continued(chat):
     worker = FakeWorker(chat)
     worker.replies.append(two_rounds())
