@@ -1171,6 +1171,16 @@ def _passes_said(comparison: DrafterComparison) -> str:
             f"machine's other work slowed least; runs of the same work here were up to {spread:.0%} apart.")
 
 
+def nothing_drafted_said(comparison: DrafterComparison) -> str:
+    """Where no drafting drafted anything, that the table ranks nothing: every row did plain AR's work ("" else)."""
+    rows = [row for row in comparison.rows() if row["drafting"] != Drafting.NONE.value and not row["skipped"]]
+    if not rows or any(row["drafted"] for row in rows):
+        return ""
+    return ("On this prompt no drafting drafted anything: every row did plain AR's work, so the table ranks none of "
+            "them, and its tokens/s differ only as runs of the same work do (runs apart). A prompt the reply can copy "
+            "from, or a longer reply, gives the drafts something to win. ")
+
+
 def drafters_dialog(comparison: DrafterComparison, parent) -> QDialog:
     dialog = QDialog(parent)
     dialog.setWindowTitle("Compare drafters")
@@ -1178,7 +1188,7 @@ def drafters_dialog(comparison: DrafterComparison, parent) -> QDialog:
     settings = comparison.request.settings
     rule = ("cost-aware draft length" if settings.cost_aware else "γ drafts every round" if not settings.stop_below
             else f"draft length by the confidence stop (below {settings.stop_below:.2f})")
-    note = QLabel(f"The last prompt on this target, {'greedy' if settings.greedy else 'sampling'}, "
+    note = QLabel(f"{nothing_drafted_said(comparison)}The last prompt on this target, {'greedy' if settings.greedy else 'sampling'}, "
                   f"γ ≤ {settings.gamma}, {rule}, {settings.max_new_tokens} tokens at most; each drafting starts "
                   f"from the acceptance this chat's rounds measured, with no cached prompt. {_passes_said(comparison)} "
                   "A row that drafted nothing did "

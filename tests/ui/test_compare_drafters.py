@@ -51,6 +51,22 @@ def test_a_drafting_that_drafted_nothing_is_plain_ars_work_not_a_speedup(qapp):
     assert [table.item(r, 6).text() for r in range(3)] == ["—"] * 3  # one run each: no spread to tell
 
 
+def test_a_table_where_no_drafting_drafted_says_it_ranks_nothing(qapp):
+    """Every drafting ran plain target steps (the twenty-third walk: four rows of plain AR's work, 60 % apart): the
+    note says the table ranks none. The control: one drafting drafted, and the note does not."""
+    from ui.main_window import drafters_dialog
+
+    steps = tuple(dataclasses.replace(accepted_round(i, [], "w"), gamma=0) for i in range(4))
+    drafted = tuple(accepted_round(i, ["a"], "b") for i in range(2))
+    request = ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings())
+    idle = DrafterComparison(request, tuple(DrafterRun(d, steps) for d in Drafting))
+    some = DrafterComparison(request, (DrafterRun(Drafting.MODEL, drafted),
+                                       *(DrafterRun(d, steps) for d in Drafting if d is not Drafting.MODEL)))
+    dialogs = [drafters_dialog(comparison, None) for comparison in (idle, some)]
+    assert dialogs[0].note.text().startswith("On this prompt no drafting drafted anything")
+    assert "no drafting drafted" not in dialogs[1].note.text()
+
+
 def test_each_row_says_how_far_apart_its_runs_were(qapp):
     """Plain AR ran twice, once at half the speed: its row says 100 %; the draft model's two runs were alike (0 %)."""
     steps = tuple(dataclasses.replace(accepted_round(i, [], "w"), gamma=0) for i in range(4))
