@@ -193,6 +193,9 @@ class HistoryPanel(QWidget):
         self.status_posted.emit(written_said(written))
 
     def _ask_delete(self, chat_id: int, title: str) -> None:
-        answer = QMessageBox.question(self, "Delete chat", f"Delete “{title}” and all its replies?")
+        # No is the default: Enter after a click that missed its menu item (Export… sits beside it) keeps the chat
+        answer = QMessageBox.question(self, "Delete chat", f"Delete “{title}” and all its replies?",
+                                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                                      QMessageBox.StandardButton.No)
         if answer == QMessageBox.StandardButton.Yes:
             self.delete_chat(chat_id)

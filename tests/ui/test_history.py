@@ -323,6 +323,24 @@ def test_the_title_follows_an_edited_first_message_and_a_right_click_keeps_the_o
     assert history.item(0).text() == "Words"  # the user's name stays
 
 
+def test_enter_in_the_delete_question_keeps_the_chat(make_window, mixed_decoder, qtbot):
+    """The question's default is No; the control, Y (its Yes), deletes."""
+    from PySide6.QtCore import QTimer
+
+    studio = make_window(mixed_decoder, max_new_tokens=4)
+    send(qtbot, studio, "w3")
+    chat_id = studio.chat.chat_id
+
+    def answer(key) -> None:
+        QTimer.singleShot(0, lambda: qtbot.keyClick(QApplication.activeModalWidget(), key))
+        studio.window.history._ask_delete(chat_id, "w3")
+
+    answer(Qt.Key.Key_Return)
+    assert [c.id for c in studio.chat.store.list_chats()] == [chat_id]
+    answer(Qt.Key.Key_Y)
+    assert studio.chat.store.list_chats() == []
+
+
 def test_rename_delete_and_export_a_saved_chat(make_window, mixed_decoder, qtbot, tmp_path):
     studio = make_window(mixed_decoder, greedy=False, max_new_tokens=8)
     window = studio.window
