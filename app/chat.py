@@ -87,6 +87,12 @@ class QuietLoop(QObject):
         self._waiting_since = None
 
 
+def others_took_cores(others: float | None, host: float | None) -> bool:
+    """Whether other programs, or a virtual machine's host, took the cores (OtherPrograms' cores and host_cores;
+    None: the system does not tell): slow steps beside idle ones were this app's own doing, no busy machine."""
+    return others is None or others + (host or 0.0) > OTHERS_IDLE_CORES
+
+
 class ChatController(QObject):
     # commands for the worker (studio.build connects them)
     load_requested = Signal(str, object, str, str, str)  # target, draft or None, device, dtype, GGUF weights
@@ -525,7 +531,7 @@ class ChatController(QObject):
         if reply.request.settings.mode is Mode.SPEC:  # measured against the recent median, judged by the quiet floor
             reply = dataclasses.replace(reply, reference_s=self.timing.seconds,
                                         machine_busy=machine_was_busy(reply.events, self.timing)
-                                        and self._others_busy())
+                                        and others_took_cores(others, host))
         index = len(self.turns) - 1
         self.turns[index] = dataclasses.replace(self.turns[index], reply=reply,
                                                 context_notice=self._notice.message if self._notice else "")
@@ -555,8 +561,9 @@ class ChatController(QObject):
         index = len(self.turns) - 1
         reply = self.turns[index].reply
         reply_events = reply.events if reply else ()
-        comparison = dataclasses.replace(comparison, machine_busy=machine_was_busy(comparison.ar_events, self.timing)
-                                         and self._others_busy(),
+        busy = machine_was_busy(comparison.ar_events, self.timing) and others_took_cores(
+            self.other_programs.cores(), self.other_programs.host_cores())
+        comparison = dataclasses.replace(comparison, machine_busy=busy,
                                          unequal_loads=unequal_loads(comparison.spec_events or reply_events,
                                                                      comparison.ar_events))
         self.turns[index] = dataclasses.replace(self.turns[index], comparison=comparison)
@@ -564,12 +571,6 @@ class ChatController(QObject):
         self.comparison_finished.emit(ComparisonShown(index, comparison, self.turns[index].reply, self.pair,
                                                       self.fair_measured(index), self.part_number(index)))
         self._finish_turn()
-
-    def _others_busy(self) -> bool:
-        """Whether other programs, or a virtual machine's host, took the cores since `other_programs` started (as
-        far as the system tells): slow steps beside idle ones were this app's own doing, no busy machine."""
-        others, host = self.other_programs.cores(), self.other_programs.host_cores()
-        return others is None or others + (host or 0.0) > OTHERS_IDLE_CORES
 
     def fair_measured(self, last: int) -> tuple[float, ...]:
         """The measured speedups of the fair comparisons of turns 0..`last`."""

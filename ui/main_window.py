@@ -1188,7 +1188,8 @@ def drafters_dialog(comparison: DrafterComparison, parent) -> QDialog:
     settings = comparison.request.settings
     rule = ("cost-aware draft length" if settings.cost_aware else "γ drafts every round" if not settings.stop_below
             else f"draft length by the confidence stop (below {settings.stop_below:.2f})")
-    note = QLabel(f"{nothing_drafted_said(comparison)}The last prompt on this target, {'greedy' if settings.greedy else 'sampling'}, "
+    note = QLabel(f"{nothing_drafted_said(comparison)}The last prompt on this target, "
+                  f"{'greedy' if settings.greedy else 'sampling'}, "
                   f"γ ≤ {settings.gamma}, {rule}, {settings.max_new_tokens} tokens at most; each drafting starts "
                   f"from the acceptance this chat's rounds measured, with no cached prompt. {_passes_said(comparison)} "
                   "A row that drafted nothing did "

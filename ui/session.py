@@ -136,8 +136,9 @@ class Reply:
 
     @property
     def estimate_beside_load(self) -> bool:
-        """Whether its estimate prices plain AR at the load its own plain steps met (engine.stats.ArTime): a busy
-        machine then leaves the estimate fair, though not the tokens/s."""
+        """Whether its estimate prices plain AR at the load its rounds met, by its own plain steps and with few
+        stalls they did not meet (engine.stats.ArTime.load_priced): a busy machine then leaves the estimate fair,
+        though not the tokens/s."""
         return ArTime(self.events).load_priced
 
 
