@@ -19,9 +19,9 @@ from app.timing import OtherPrograms, QuietTimings, StepReference, TimingAtLoad,
 from engine.events import ContextNotice, Mode, PairInfo, PrefillProgress, RoundEvent
 from engine.remote import RemoteReply, TextDelta, is_url, public_url
 from ui.export import ExportError, export_session
-from ui.session import (SEED_LIMIT, ChatStatus, Comparison, ComparisonShown, DrafterComparison, EngineTarget,
-                        RemoteSource, Reply, ReplyRequest, ReplyShown, RoundShown, Runtime, Session, TurnOptions,
-                        TurnStarted, TurnState, kept_drafters)
+from ui.session import (SEED_LIMIT, ChatStatus, Comparison, ComparisonShown, DrafterComparison, DraftersShown,
+                        EngineTarget, RemoteSource, Reply, ReplyRequest, ReplyShown, RoundShown, Runtime, Session,
+                        TurnOptions, TurnStarted, TurnState, kept_drafters)
 from ui.timing import OTHERS_IDLE_CORES
 from ui.why import WhyGamma, why_gamma
 
@@ -124,7 +124,7 @@ class ChatController(QObject):
     context_fitted = Signal(object)  # ContextNotice of the turn just completed
     why_changed = Signal(object)  # WhyGamma: the session's acceptance by position and the recommendation
     drafters_progressed = Signal(str, int)  # Compare drafters: the drafting running, its tokens so far
-    drafters_compared = Signal(object)  # DrafterComparison
+    drafters_compared = Signal(object)  # DraftersShown
     prefill_progressed = Signal(object)  # PrefillProgress
     turn_completed = Signal()
     gammas_changed = Signal(object, object)  # the reply in flight's DecodeSettings, every γ it ran with (a tuple)
@@ -508,9 +508,10 @@ class ChatController(QObject):
         self.drafters_progressed.emit(drafting, tokens)
 
     def on_drafters_compared(self, comparison: DrafterComparison) -> None:
+        previous = next((kept for kept in self.drafter_comparisons if kept.request == comparison.request), None)
         self.drafter_comparisons = kept_drafters(self.drafter_comparisons, comparison)
         self.recorder.drafters_compared(self.drafter_comparisons)
-        self.drafters_compared.emit(comparison)
+        self.drafters_compared.emit(DraftersShown(comparison, previous))
         self._finish_turn()
 
     def on_context_fitted(self, notice: ContextNotice) -> None:

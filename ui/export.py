@@ -91,8 +91,10 @@ def session_json(session: Session) -> dict:
                                                         "draft": numbered.pair.draft and numbered.pair.draft.name,
                                                         "device": numbered.pair.device, "dtype": numbered.pair.dtype,
                                                         "target_weights": numbered.pair.target.weights},
-            # the window's estimate (its robust reference step), not the engine's from the reply's one step
-            "stats": {**reply.stats.as_dict(), "estimated_speedup": reply.estimated_speedup,
+            # the window's estimate (its robust reference step), not the engine's from the reply's one step; none
+            # for plain AR, as the window gives none
+            "stats": {**reply.stats.as_dict(),
+                      "estimated_speedup": reply.estimated_speedup if reply.speculative else None,
                       "machine_busy": reply.machine_busy, "others_cores": reply.others_cores,
                       "host_cores": reply.host_cores},
             # of the last part, decoded again on its own
@@ -124,7 +126,7 @@ def drafters_json(comparison: DrafterComparison) -> dict:
 def round_row(number: int, part_number: int, part: Reply, event: RoundEvent) -> dict:
     """One round of reply `number`'s part `part_number` (its round index counts within the part)."""
     alpha = round_alpha(event)
-    speedup = estimated_speedup([event], part.reference, part.gamma) if event.round_s else ""
+    speedup = estimated_speedup([event], part.reference, part.gamma) if event.round_s and part.speculative else ""
     return {
         "reply": number, "part": part_number, "round": event.index, "mode": part.request.settings.mode,
         "gamma": event.gamma, "n_verified": len(event.drafted), "n_accepted": event.n_accepted,
@@ -201,15 +203,16 @@ def remote_json(source: RemoteSource) -> dict:
 
 def hard_line_breaks(text: str) -> str:
     """`text` with each single newline outside code fences made a Markdown hard break (two trailing spaces), so a
-    poem's lines stay lines in a Markdown viewer as they do in the chat."""
+    poem's lines stay lines in a Markdown viewer as they do in the chat; a fence it leaves open (a reply cut at max
+    tokens inside its code) is closed, so what follows it is not read as code."""
     lines = text.split("\n")
-    fenced = False
-    for i, line in enumerate(lines[:-1]):
-        if FENCE.fullmatch(line):
-            fenced = not fenced
-        elif not fenced and line.strip() and lines[i + 1].strip():
+    opened = None  # the fence of the code block the line is in
+    for i, line in enumerate(lines):
+        if fence := FENCE.fullmatch(line):
+            opened = None if opened else fence.group(1)
+        elif not opened and i + 1 < len(lines) and line.strip() and lines[i + 1].strip():
             lines[i] = line.rstrip() + "  "
-    return "\n".join(lines)
+    return "\n".join(lines + ([opened] if opened else []))
 
 
 def markdown(session: Session) -> str:

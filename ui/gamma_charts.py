@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from engine.decoding.costs import MEASURED_ROWS
 from engine.decoding.recommend import MAX_GAMMA
-from engine.events import Drafting, Mode, RoundEvent
+from engine.events import Drafting, RoundEvent
 from engine.stats import expected_tokens_per_round
 from ui.charts import AXIS_END_ROOM, CHART_INK, REFRESH_MS, ChartHeader, _plot, legend_entry
 from ui.session import Session
@@ -357,7 +357,7 @@ def why_panel(session: Session, why: WhyGamma, size: QSize) -> WhyGammaPanel:
     panel = WhyGammaPanel()
     panel.timer.stop()  # drawn once, here
     for reply, _ in session.shown_replies():
-        speculative = reply.request.settings.mode is Mode.SPEC
+        speculative = reply.speculative
         panel.start_reply(speculative)
         for event in reply.events:
             panel.add_round(event, speculative)

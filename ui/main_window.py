@@ -30,8 +30,8 @@ from ui.message_box import MessageBox
 from ui.palette import NOTE_COLOUR
 from ui.preferences import (apply_settings, export_folder, remember_export_folder, restore_preferences,
                             save_preferences)
-from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, EngineTarget, NumberedReply, Reply,
-                        ReplyShown, RoundShown, Session, TurnOptions, TurnStarted, TurnState, numbered_replies)
+from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, DraftersShown, EngineTarget, NumberedReply,
+                        Reply, ReplyShown, RoundShown, Session, TurnOptions, TurnStarted, TurnState, numbered_replies)
 from ui.why import WhyGamma, recommendation_text, why_gamma
 from ui.status_bar import ElidedLabel, PartsLabel, StatusBar
 from ui.transcript import CONTEXT, reply_notes
@@ -467,6 +467,8 @@ class MainWindow(QMainWindow):
         else:
             self.system_prompt = ""
         self.new_chat_requested.emit()
+        # the controls stay as they are, a reopened chat's restored settings too: the line says what they are
+        self.statusBar().showMessage(f"New chat, decoding as: {settings_said(self.controls.settings())}", 8000)
 
     def copy_reply(self) -> None:
         if self.status.n_turns:
@@ -918,12 +920,12 @@ class MainWindow(QMainWindow):
     def on_drafters_progressed(self, drafting: str, tokens: int) -> None:
         self.statusBar().showMessage(f"Compare drafters: {drafting}, {tokens} rounds…")
 
-    def on_drafters_compared(self, comparison: DrafterComparison) -> None:
+    def on_drafters_compared(self, shown: DraftersShown) -> None:
         """The table, in a dialog that stays open beside the chat."""
         self.statusBar().clearMessage()
         if self.drafters_dialog is not None:
             self.drafters_dialog.close()
-        self.drafters_dialog = drafters_dialog(comparison, self)
+        self.drafters_dialog = drafters_dialog(shown.comparison, self, shown.previous)
         self.drafters_dialog.show()
 
     def on_context_fitted(self, notice: ContextNotice) -> None:
@@ -1114,7 +1116,7 @@ def reply_charts(numbered: NumberedReply, size: QSize) -> ChartsPanel:
     reply = numbered.whole
     charts = ChartsPanel()
     charts.resize(size)
-    charts.start_reply(reply.gamma, speculative=reply.request.settings.mode is Mode.SPEC)
+    charts.start_reply(reply.gamma, speculative=reply.speculative)
     for number, (part, comparison) in enumerate(zip(numbered.parts, numbered.comparisons), start=1):
         for event in part.events:
             charts.add_round(event, reply.reference)
@@ -1181,7 +1183,28 @@ def nothing_drafted_said(comparison: DrafterComparison) -> str:
             "from, or a longer reply, gives the drafts something to win. ")
 
 
-def drafters_dialog(comparison: DrafterComparison, parent) -> QDialog:
+def again_said(comparison: DrafterComparison, previous: DrafterComparison | None) -> str:
+    """Against the chat's last Compare drafters of the same prompt and settings: how far each drafting's tokens/s
+    moved between the two, and whether the rows rank alike by them ("" where there is no such run to read it by)."""
+    def speeds(table: DrafterComparison) -> dict[str, float]:
+        return {row["drafting"]: row["tokens_per_s"] for row in table.rows()
+                if not row["skipped"] and not row["stopped"] and row["tokens"]}
+
+    now, before = speeds(comparison), speeds(previous) if previous is not None else {}
+    both = [drafting for drafting in now if before.get(drafting)]
+    if len(both) < 2:
+        return ""
+    moved = max(abs(now[d] / before[d] - 1) for d in both)
+    alike = sorted(both, key=now.get) == sorted(both, key=before.get)
+    ranking = ("the rows rank alike in both, so their order is what to act on, not the size of their figures"
+               if alike else "the rows rank differently in the two, so neither order is sure on this machine")
+    return (f" Against this chat's last Compare drafters of the same prompt and settings, a drafting's tokens/s moved "
+            f"up to {moved:.0%} (this machine's speed between the two, more than runs within one need show); "
+            f"{ranking}.")
+
+
+def drafters_dialog(comparison: DrafterComparison, parent, previous: DrafterComparison | None = None) -> QDialog:
+    """The table and what to read it by; `previous`: the chat's last one of the same prompt and settings."""
     dialog = QDialog(parent)
     dialog.setWindowTitle("Compare drafters")
     layout = QVBoxLayout(dialog)
@@ -1191,7 +1214,8 @@ def drafters_dialog(comparison: DrafterComparison, parent) -> QDialog:
     note = QLabel(f"{nothing_drafted_said(comparison)}The last prompt on this target, "
                   f"{'greedy' if settings.greedy else 'sampling'}, "
                   f"γ ≤ {settings.gamma}, {rule}, {settings.max_new_tokens} tokens at most; each drafting starts "
-                  f"from the acceptance this chat's rounds measured, with no cached prompt. {_passes_said(comparison)} "
+                  f"from the acceptance this chat's rounds measured, with no cached prompt. {_passes_said(comparison)}"
+                  f"{again_said(comparison, previous)} "
                   "A row that drafted nothing did "
                   "plain AR's work: its rounds judged that no draft would pay for itself at the costs timed for it. "
                   "A speedup above a row's tokens per round is not fair: each round costs a plain step at least, so "

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from engine.events import DecodeSettings, Drafting, EmittedToken, PairInfo, RoundEvent
+from engine.events import DecodeSettings, Drafting, EmittedToken, Mode, PairInfo, RoundEvent
 from engine.remote import RemoteReply
 from engine.stats import ArTime, ReplyStats, reply_stats
 from ui.timing import estimated_speedup
@@ -95,6 +95,8 @@ class Reply:
     remote: RemoteSource | None = None  # written by a remote engine, not by the local pair
     others_cores: float | None = None  # other programs' CPU use while it decoded, cores on average; None: unknown
     host_cores: float | None = None  # the cores a virtual machine's host withheld meanwhile (steal); None: unknown
+    # A continued reply's parts as each was decoded (extended_by), each with its own load; () for a reply sent once.
+    parts: tuple["Reply", ...] = ()
 
     @property
     def finish_reason(self) -> str | None:
@@ -116,13 +118,20 @@ class Reply:
         return self.reference_s or (self.events[0].target_step_s if self.events else 0.0)
 
     def extended_by(self, part: "Reply") -> "Reply":
-        """This reply with a continuation's part after it, as one reply (the part's reference step and end)."""
+        """This reply with a continuation's part after it, as one reply (the part's reference step and end; the
+        larger of the parts' loads, each part's own in `parts`)."""
         def most(a: float | None, b: float | None) -> float | None:
             return max((cores for cores in (a, b) if cores is not None), default=None)
 
         return Reply(self.request, self.events + part.events, self.text + part.text, part.stopped, part.reference,
                      self.machine_busy or part.machine_busy, part.remote or self.remote,
-                     most(self.others_cores, part.others_cores), most(self.host_cores, part.host_cores))
+                     most(self.others_cores, part.others_cores), most(self.host_cores, part.host_cores),
+                     (self.parts or (self,)) + (part,))
+
+    @property
+    def speculative(self) -> bool:
+        """Decoded by drafts and verification, not plain AR: only then has it a speedup vs AR to estimate."""
+        return self.request.settings.mode is Mode.SPEC
 
     @property
     def gamma(self) -> int:
@@ -183,8 +192,10 @@ class Comparison:
 
     @property
     def short(self) -> bool:
-        """Too few tokens for a speed: a few tens of milliseconds, which one scheduler hiccup doubles."""
-        return len(self.ar_tokens) < MEASURED_TOKENS
+        """Too few tokens for a speed on either side (a sampled rerun is its own length): a few tens of
+        milliseconds, which one scheduler hiccup doubles."""
+        rerun = len(self.spec_tokens) if self.spec_events else MEASURED_TOKENS
+        return min(len(self.ar_tokens), rerun) < MEASURED_TOKENS
 
     @property
     def drafted_little(self) -> bool:
@@ -402,6 +413,15 @@ class DrafterComparison:
                          "stopped": run.stopped, "skipped": run.skipped, "runs": 1 + len(run.others_tokens_per_s),
                          "spread": run.spread})
         return rows
+
+
+@dataclass(frozen=True)
+class DraftersShown:
+    """A Compare drafters as the chat reports it: the table, and the chat's last one of the same messages and
+    settings before it, whose rows it may be read against."""
+
+    comparison: DrafterComparison
+    previous: DrafterComparison | None = None
 
 
 def kept_drafters(kept: tuple[DrafterComparison, ...], comparison: DrafterComparison) -> tuple[DrafterComparison, ...]:

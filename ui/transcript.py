@@ -8,7 +8,7 @@ from engine.events import Fate, RoundEvent
 from ui.markdown import Block, inline_runs, parse_blocks
 from ui.session import Reply
 from ui.tokens import TokenSpan, remote_span, reply_text, round_spans
-from ui.wording import busy_note, load_cause, remote_line, stats_line
+from ui.wording import busy_note, load_cause, outside_causes, remote_line, stats_line
 
 
 FOLD_LINES = 12  # a user message longer than this (or than FOLD_CHARS) is shown folded: a pasted document
@@ -50,8 +50,19 @@ CONTEXT = "Context: "  # before a ContextNotice's message: the conversation was 
 def fewer_threads_note(reply: Reply) -> str | None:
     """Where a reply went on with fewer CPU threads than it began with (the worker's answer to a machine whose load
     stalls its threads), from which round, what slowed it, and to which where it went back as they were no faster;
-    None where it did not."""
-    events = reply.events
+    None where it did not. A continued reply's parts are each said apart, as each began on all threads and met its
+    own load, with their rounds numbered through the whole reply."""
+    parts = reply.parts or (reply,)
+    before = [sum(len(part.events) for part in parts[:k]) for k in range(len(parts))]
+    notes = [note for k, part in enumerate(parts)
+             if (note := _part_fewer_threads_note(part, before[k], k + 1 if k + 1 < len(parts) else None))]
+    return " ".join(notes) or None
+
+
+def _part_fewer_threads_note(part: Reply, before: int, ends_part: int | None) -> str | None:
+    """One part's note (fewer_threads_note), its rounds after the `before` of the parts it continues; `ends_part`:
+    its number where a continuation follows it, which began on all threads again."""
+    events = part.events
     first = events[0].threads if events else 0
     dropped = next(((n, e) for n, e in enumerate(events, start=1) if 0 < e.threads < first), None)
     if dropped is None:
@@ -60,11 +71,14 @@ def fewer_threads_note(reply: Reply) -> str | None:
     fewer = "one thread" if event.threads == 1 else f"{event.threads} threads"
     back = next((n for n, e in enumerate(events, start=1) if n > number and e.threads == first), None)
     why = (f"its steps on {first} threads ran over twice as slow as this machine's quiet ones "
-           f"({load_cause(reply)})")
+           f"({load_cause(part)})")
     if back is not None:
-        return (f"Decoded on {fewer} in rounds {number}–{back - 1}: {why}; {fewer} made its tokens no faster, so "
-                f"it went back to {first} from round {back}.")
-    return f"Decoded on {fewer} from round {number}: {why}, and {fewer} made its tokens faster."
+        return (f"Decoded on {fewer} in rounds {before + number}–{before + back - 1}: {why}; {fewer} made its tokens "
+                f"no faster, so it went back to {first} from round {before + back}.")
+    if ends_part is not None:
+        return (f"Decoded on {fewer} in rounds {before + number}–{before + len(events)}, to the end of part "
+                f"{ends_part}: {why}, and {fewer} made its tokens faster.")
+    return f"Decoded on {fewer} from round {before + number}: {why}, and {fewer} made its tokens faster."
 
 
 def reply_notes(reply: Reply) -> list[Note]:
@@ -75,7 +89,9 @@ def reply_notes(reply: Reply) -> list[Note]:
     if source is None and (busy := busy_note(reply)):
         notes.append(Note(busy, warning=True))
     if source is None and (fewer := fewer_threads_note(reply)):
-        notes.append(Note(fewer, warning=True))
+        # a warning where the load came from outside, or was not measured; where this window's own drawing stalled
+        # the threads of a quiet machine, it says why the drawn tokens/s is what it is, and is no warning
+        notes.append(Note(fewer, warning=reply.others_cores is None or bool(outside_causes(reply))))
     if source is not None and source.reply is not None and source.reply.note:
         notes.append(Note(source.reply.note, warning=True))
     if reply.finish_reason == "length":

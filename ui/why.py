@@ -65,7 +65,7 @@ class WhyGamma:
 def speculative_replies(session: Session) -> list[NumberedReply]:
     """The replies that drafted, numbered as the chat and the export number replies (plain AR ones too)."""
     return [numbered for numbered in numbered_replies(session)
-            if numbered.whole.request.settings.mode is Mode.SPEC and numbered.whole.events]
+            if numbered.whole.speculative and numbered.whole.events]
 
 
 def chat_length(session: Session) -> int:

@@ -49,9 +49,10 @@ MEASURED_HOW = "undrawn"  # after the estimate's "vs AR": Compare with AR's meas
 
 def comparison_caveat(comparison: Comparison) -> str:
     """Why a measured speedup is not a fair number, if it is not (the estimate allows for load; this does not);
-    where it is, that it is one run of each."""
-    return (UNFAIR if comparison.machine_busy else UNEQUAL if comparison.unequal_loads
-            else SHORT if comparison.short else UNDRAFTED if comparison.drafted_little
+    where it is, that it is one run of each. Too few tokens comes before unequal loads: a few tens of milliseconds
+    cannot tell one load from another."""
+    return (UNFAIR if comparison.machine_busy else SHORT if comparison.short
+            else UNEQUAL if comparison.unequal_loads else UNDRAFTED if comparison.drafted_little
             else BEYOND_ROUNDS if comparison.beyond_rounds else ONE_RUN)
 
 
@@ -108,7 +109,7 @@ def stats_figures(reply: Reply) -> list[Figure]:
     figures = [Figure(f"{s.n_tokens} tokens in {s.n_rounds} rounds", Keep.SIZE),
                Figure(f"{s.tokens_per_s:.1f} tok/s" + (BUSY if reply.machine_busy and estimate_fair else ""),
                       Keep.SPEED)]
-    if reply.request.settings.mode is Mode.SPEC:
+    if reply.speculative:
         figures += [Figure(alpha_wording(s), Keep.ALPHA), Figure(f"{s.tokens_per_round:.2f} tok/round", Keep.RATE),
                     Figure(f"est. {reply.estimated_speedup:.2f}× vs AR, {ESTIMATED_HOW}"
                            + ("" if estimate_fair else UNFAIR),
@@ -127,16 +128,23 @@ def stats_line(reply: Reply) -> str:
 def load_cause(reply: Reply) -> str:
     """What slowed a reply's steps, as far as the CPU use measured meanwhile says: other programs', a virtual
     machine's host's (steal time), or neither, and then this window's own drawing on few cores."""
-    others, host = reply.others_cores, reply.host_cores
-    if others is None:
+    if reply.others_cores is None:
         return "other programs, or on few cores this window's own drawing"
-    causes = [f"other programs used {others:.1f} cores on average meanwhile"] if others > OTHERS_IDLE_CORES else []
+    if causes := outside_causes(reply):
+        return "; ".join(causes)
+    return (f"other programs were idle, {reply.others_cores:.2f} cores on average: on few cores this window's own "
+            "drawing and the display's")
+
+
+def outside_causes(reply: Reply) -> list[str]:
+    """The load from outside this window that the CPU use measured while a reply decoded names: other programs',
+    a virtual machine's host's; none where neither was notable or neither was measured."""
+    others, host = reply.others_cores, reply.host_cores
+    causes = ([f"other programs used {others:.1f} cores on average meanwhile"]
+              if others is not None and others > OTHERS_IDLE_CORES else [])
     if host is not None and host >= HOST_NOTABLE_CORES:
         causes.append(f"this virtual machine's host withheld {host:.2f} cores on average (steal time)")
-    if causes:
-        return "; ".join(causes)
-    return (f"other programs were idle, {others:.2f} cores on average: on few cores this window's own drawing "
-            "and the display's")
+    return causes
 
 
 def busy_note(reply: Reply) -> str | None:

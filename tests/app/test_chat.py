@@ -11,7 +11,7 @@ from app.chat import ChatController
 from app.chat_store import to_json
 from engine.events import DecodeSettings, Drafting, EmittedToken, Fate, ModelInfo, PairInfo, RoundEvent
 from tests.ui.synthetic import accepted_round, rejected_round
-from ui.session import Comparison, DrafterComparison, DrafterRun, Reply, TurnOptions, TurnState
+from ui.session import Comparison, DrafterComparison, DrafterRun, Reply, ReplyRequest, TurnOptions, TurnState
 from ui.transcript import ENDED_REPEATING, reply_notes
 
 PAIR = PairInfo(ModelInfo("t", "/t", 1, 64), ModelInfo("d", "/d", 1, 64), "cpu", "float32", target_step_s=0.02)
@@ -440,6 +440,32 @@ def test_a_confidence_stop_compare_drafters_keeps_the_cost_aware_one_and_replace
     assert chat.session.drafters == (cost_aware, confidence)
     later = compared(True, "z")
     assert chat.session.drafters == (confidence, later)
+
+
+def test_a_compare_drafters_is_reported_with_the_chats_last_one_of_the_same_prompt_and_settings(chat):
+    """Run twice on the same prompt and settings, also across a reopen: the second comes with the first. The
+    control: the first comes alone, and one of other settings comes alone too."""
+    worker = FakeWorker(chat)
+    worker.replies.append(two_rounds())
+    chat.send("hi", SPEC)
+    request = chat.turns[-1].request
+    shown = []
+    chat.drafters_compared.connect(shown.append)
+
+    def compared(request: ReplyRequest) -> DrafterComparison:
+        comparison = DrafterComparison(request, (DrafterRun(Drafting.NONE, tuple(ar_step(i, "x") for i in range(3))),))
+        chat._set_state(TurnState.COMPARING)
+        chat.on_drafters_compared(comparison)
+        return comparison
+
+    first = compared(request)
+    chat_id = chat.chat_id
+    chat.new_chat()
+    chat.open_chat(chat_id)
+    second = compared(request)
+    other_settings = dataclasses.replace(request.settings, gamma=request.settings.gamma + 1)
+    other = compared(dataclasses.replace(request, settings=other_settings))
+    assert [(s.comparison, s.previous) for s in shown] == [(first, None), (second, first), (other, None)]
 
 
 def test_a_chat_saved_with_one_compare_drafters_object_reopens_with_it(chat):

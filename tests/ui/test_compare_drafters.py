@@ -93,3 +93,23 @@ def test_a_drafting_keeps_its_fastest_whole_run_and_the_others_speeds(qapp):
         assert kept.spread == pytest.approx(1.0)
     assert DrafterRun.fastest(Drafting.NONE, [stopped, DrafterRun(Drafting.NONE, (), stopped=True)]) == stopped
     assert DrafterRun.fastest(Drafting.NONE, [slow]).spread == 0.0
+
+
+def test_a_second_compare_drafters_of_the_same_prompt_says_how_far_it_moved_from_the_first(qapp):
+    """The twenty-fourth walk: run twice, every row 12-28 % slower the second time, "up to 4 % apart" within it.
+    The second run's note says how far the rows moved and that they rank alike; a swapped order says neither is
+    sure. The control: a first run, or one of other settings, says nothing of another."""
+    from ui.main_window import drafters_dialog
+
+    def run(drafting: Drafting, slower: float) -> DrafterRun:
+        rounds = tuple(dataclasses.replace(accepted_round(i, ["a"], "b"), round_s=0.03 * slower) for i in range(4))
+        return DrafterRun(drafting, rounds)
+
+    request = ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings())
+    first = DrafterComparison(request, (run(Drafting.LOOKUP, 1.0), run(Drafting.NONE, 1.4)))
+    again = DrafterComparison(request, (run(Drafting.LOOKUP, 1.25), run(Drafting.NONE, 1.6)))
+    swapped = DrafterComparison(request, (run(Drafting.LOOKUP, 1.6), run(Drafting.NONE, 1.4)))
+    dialogs = [drafters_dialog(again, None, first), drafters_dialog(swapped, None, first), drafters_dialog(first, None)]
+    alike, differently, alone = (dialog.note.text() for dialog in dialogs)
+    assert "moved up to 20%" in alike and "rank alike" in alike
+    assert "rank differently" in differently and "last Compare drafters" not in alone

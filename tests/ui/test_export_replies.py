@@ -8,9 +8,9 @@ import dataclasses
 import json
 
 from app.machine import described
-from engine.events import ContextNotice, DecodeSettings, ModelInfo, PairInfo
+from engine.events import ContextNotice, DecodeSettings, Mode, ModelInfo, PairInfo
 from tests.ui.helpers import shown_window
-from tests.ui.synthetic import accepted_round, rejected_round
+from tests.ui.synthetic import accepted_round, plain_steps, rejected_round
 from ui.export import export_session, hard_line_breaks
 from ui.gamma_charts import why_panel
 from ui.session import (Comparison, ComparisonShown, Reply, ReplyRequest, ReplyShown, RoundShown, Runtime, Session,
@@ -91,6 +91,21 @@ def test_the_rounds_csv_numbers_replies_as_the_json_with_the_part_of_each_round(
     assert [(r["reply"], r["part"], r["round"]) for r in rounds] == [
         ("1", "1", "0"), ("2", "1", "0"), ("2", "1", "1"), ("2", "2", "0"), ("2", "2", "1"), ("2", "2", "2")]
     assert "".join(r["text"] for r in rounds if r["reply"] == "2") == data["replies"][1]["text"]
+
+
+def test_a_plain_ar_reply_is_exported_with_no_speedup_estimate_as_the_window_gives_none(tmp_path):
+    """Plain AR is what the estimate compares with: the JSON and CSV leave it empty. The control: the speculative
+    reply beside it has one in both."""
+    plain = Reply(ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings(mode=Mode.AR)), plain_steps(3),
+                  "xxx", False, reference_s=0.01)
+    session = hash_table_then_a_continued_story()
+    session.replies.insert(0, plain)
+    session.comparisons = {}
+    data, rounds, _, _ = exported(tmp_path, session)
+    assert data["replies"][0]["stats"]["estimated_speedup"] is None
+    assert data["replies"][1]["stats"]["estimated_speedup"] > 0
+    assert {r["estimated_speedup"] for r in rounds if r["reply"] == "1"} == {""}
+    assert all(float(r["estimated_speedup"]) > 0 for r in rounds if r["reply"] == "2")
 
 
 def test_the_positions_csv_has_one_row_for_a_continued_reply(tmp_path):
@@ -191,3 +206,10 @@ def test_the_markdown_keeps_a_poems_lines_and_leaves_code_as_it_is():
     assert hard_line_breaks(poem) == ("Roses are red,  \nviolets are blue.\n\n```\nx = 1\ny = 2\n```\n- one  \n"
                                       "- two")
     assert hard_line_breaks("one line") == "one line"
+
+
+def test_the_markdown_closes_a_code_block_a_reply_cut_at_max_tokens_left_open():
+    """The reply ends inside its C code: the block is closed, so the notes and turns after it read as text. The
+    control: a closed block gets no second fence."""
+    assert hard_line_breaks("Here:\n```c\nint main() {\n  return") == "Here:  \n```c\nint main() {\n  return\n```"
+    assert hard_line_breaks("```c\nint x;\n```") == "```c\nint x;\n```"

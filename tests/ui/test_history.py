@@ -102,6 +102,9 @@ def test_a_reopened_chat_brings_back_the_settings_its_last_reply_was_decoded_wit
     window.statusBar().clearMessage()
     click_chat(qtbot, window, 0)
     assert window.statusBar().currentMessage() == ""
+    window.new_chat()  # a new chat keeps the restored settings, and says so
+    assert window.statusBar().currentMessage() == (
+        "New chat, decoding as: speculative, sampling T=0.7, γ ≤ 3, stop 0.3, up to 24 tokens, seed 0")
     make_window.close(second)
 
 

@@ -19,7 +19,7 @@ from ui.chat_view import ACTION_ROW
 from ui.compare import comparison_view, explain, first_difference
 from app.chat import ChatController
 from app.timing import RECENT, StepReference, machine_was_busy, unequal_loads
-from ui.session import Comparison, Reply, ReplyRequest
+from ui.session import MEASURED_TOKENS, Comparison, Reply, ReplyRequest
 from ui.timing import estimated_speedup
 from ui.wording import UNFAIR, busy_note, comparison_line, stats_line
 
@@ -347,7 +347,7 @@ def test_a_plain_ar_reply_charts_no_speedup():
 def test_a_comparison_whose_runs_met_different_loads_says_it_is_not_a_fair_number():
     reply_rounds = [dataclasses.replace(costed(accepted_round(i, ["a", "b"], "c"), 0.015), load=1.4) for i in range(4)]
     # plain steps: their load is what they took in full over their quiet cost (1.0, then 1.2)
-    ar_steps = [costed(ar_step(i, 5, "w5", 0.9, step_s=0.010), 0.01) for i in range(12)]
+    ar_steps = [costed(ar_step(i, 5, "w5", 0.9, step_s=0.010), 0.01) for i in range(MEASURED_TOKENS)]
     assert unequal_loads(reply_rounds, ar_steps) and unequal_loads(ar_steps, reply_rounds)
     alike = [costed(ar_step(i, 5, "w5", 0.9, step_s=0.012), 0.01) for i in range(12)]
     assert not unequal_loads(reply_rounds, alike)

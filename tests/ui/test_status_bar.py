@@ -239,6 +239,27 @@ def test_a_comparison_of_a_few_tokens_is_said_too_short_and_not_drawn_as_measure
 
 
 
+def test_a_sampled_comparison_whose_speculative_rerun_is_short_is_too_short():
+    """A sampled rerun is its own length: 70 plain AR tokens against 21 speculative ones is too short to time. The
+    control: 32 speculative ones are timed."""
+    for n, fair in ((21, False), (MEASURED_TOKENS, True)):
+        rerun = tuple(accepted_round(i, ["a"], "b") for i in range(n // 2)) + plain_steps(n % 2)
+        comparison = Comparison(ar_events=plain_steps(70), ar_text="", spec_wall_s=0.21, ar_wall_s=0.79,
+                                spec_tokens_per_s=98.6, ar_tokens_per_s=88.3, identical=None, spec_events=rerun)
+        assert len(comparison.spec_tokens) == n and comparison.short is not fair and comparison.fair is fair
+
+
+def test_a_short_comparison_at_unequal_loads_is_said_too_short():
+    """12 tokens (a continued part's) whose runs met different loads: too few to tell loads apart, so too short is
+    what it says. The control: as many tokens as MEASURED_TOKENS at unequal loads are said unequal."""
+    from ui.wording import SHORT, UNEQUAL, comparison_caveat
+
+    for n, said in ((12, SHORT), (MEASURED_TOKENS, UNEQUAL)):
+        comparison = Comparison(ar_events=plain_steps(n), ar_text="x" * n, spec_wall_s=0.2, ar_wall_s=0.16,
+                                spec_tokens_per_s=60.1, ar_tokens_per_s=74.6, identical=True, unequal_loads=True)
+        assert not comparison.fair and comparison_caveat(comparison) == said
+
+
 def test_a_comparison_whose_rerun_drafted_little_or_nothing_is_plain_ars_work_and_no_speedup():
     """No draft, and one in 34 tokens (under DRAFTED_SHARE), are plain AR's work; the control: four drafts in 40
     tokens are a fair measurement."""

@@ -78,6 +78,30 @@ def test_a_reply_that_went_on_with_fewer_threads_says_from_which_round():
     assert fewer_threads_note(on([2, 2, 2])) is None and fewer_threads_note(on([0, 0])) is None
 
 
+def test_a_continued_replys_parts_say_their_own_threads_and_load():
+    """Part 1 stopped on one thread with other programs idle; part 2, continued, began on 2 threads again while they
+    used 1.0 cores: part 1's rounds keep part 1's cause, and part 2's start is no "went back". The control: the
+    same rounds and the larger load as one reply sent once read as a return to 2 threads, and part 2 dropping to
+    one thread too is said after part 1's note, with its own load."""
+    from ui.transcript import fewer_threads_note
+
+    def part(threads, others_cores, start=0):
+        events = tuple(dataclasses.replace(accepted_round(start + i, ["a"], "b"), threads=t)
+                       for i, t in enumerate(threads))
+        return Reply(ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings()), events, "", False,
+                     others_cores=others_cores)
+
+    first, second = part([2, 2, 1, 1], 0.03), part([2, 2], 1.0, start=4)
+    note = fewer_threads_note(first.extended_by(second))
+    assert note.startswith("Decoded on one thread in rounds 3–4, to the end of part 1:")
+    assert "other programs were idle, 0.03 cores" in note and "1.0 cores" not in note and "went back" not in note
+    sent_once = fewer_threads_note(part([2, 2, 1, 1, 2, 2], 1.0))
+    assert "went back to 2 from round 5" in sent_once and "1.0 cores" in sent_once
+    both = fewer_threads_note(first.extended_by(part([2, 1], 1.0, start=4)))
+    assert both.startswith(note) and "Decoded on one thread from round 6:" in both
+    assert both.index("0.03 cores") < both.index("1.0 cores")
+
+
 def test_what_slowed_a_reply_is_what_the_measured_cpu_use_says():
     """Other programs used 1.3 cores while the reply decoded, or the virtual machine's host withheld 0.46: its notes
     say so; the control, 0.04 cores and an idle host: the slowness was this window's own."""
@@ -100,3 +124,18 @@ def test_what_slowed_a_reply_is_what_the_measured_cpu_use_says():
     assert "other programs were idle, 0.04 cores on average: on few cores this window's own drawing" in idle
     assert "used" not in idle and "host" not in idle
     assert "host" not in fewer_threads_note(reply(0.04, host_cores=None))  # not reported: not named
+
+
+def test_the_thread_note_warns_only_of_load_from_outside_the_window():
+    """Other programs' 1.3 cores, the host's 0.46 or a load not measured: a warning. The control: on a quiet
+    machine the window's own drawing stalled the threads, which says why, in the notes' own colour."""
+    from ui.transcript import reply_notes
+
+    def thread_note(others_cores, host_cores=0.02):
+        events = tuple(dataclasses.replace(accepted_round(i, ["a"], "b"), threads=t) for i, t in enumerate([2, 1]))
+        reply = Reply(ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings()), events, "", False,
+                      others_cores=others_cores, host_cores=host_cores)
+        return next(note for note in reply_notes(reply) if note.text.startswith("Decoded on"))
+
+    assert thread_note(1.3).warning and thread_note(0.01, host_cores=0.46).warning and thread_note(None).warning
+    assert not thread_note(0.04).warning

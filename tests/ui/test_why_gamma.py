@@ -222,7 +222,7 @@ def test_compare_drafters_gives_four_rows_on_the_tiny_pair(make_studio, mixed_de
             studio.window.compare_drafters_action.trigger()
     finally:
         QApplication.setFont(font)
-    comparison = compared.args[0]
+    comparison = compared.args[0].comparison
     assert [run.drafting for run in comparison.runs] == [Drafting.MODEL, Drafting.LOOKUP, Drafting.BOTH,
                                                          Drafting.NONE]
     rows = comparison.rows()
