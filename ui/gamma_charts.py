@@ -217,12 +217,11 @@ class WhyGammaPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
-        for index, (plot, header) in enumerate(self.headers.items()):
-            if index:
-                layout.addSpacing(CHART_GAP)
+        layout.addWidget(self.explanation)  # the conclusion first: in view where the tab scrolls to its plots
+        for plot, header in self.headers.items():
+            layout.addSpacing(CHART_GAP)
             layout.addWidget(header)
             layout.addWidget(plot, 1)  # the pane's height beyond the text goes to the plots
-        layout.addWidget(self.explanation)
         self.show_why(None)
         self._show_acceptance()
         self.timer = QTimer(self)
@@ -365,7 +364,7 @@ def why_panel(session: Session, why: WhyGamma, size: QSize) -> WhyGammaPanel:
     panel.refresh()
     width = max(size.width(), EXPORT_WHY_SIZE.width())
     text = sum(label.heightForWidth(width) for label in (*panel.headers.values(), panel.explanation))
-    spacing = CHART_GAP * (len(panel.headers) - 1)
+    spacing = CHART_GAP * len(panel.headers)
     panel.resize(width, max(size.height(), text + spacing + len(panel.headers) * EXPORT_WHY_SIZE.height()))
     panel.layout().activate()  # a widget never shown is laid out only when asked
     return panel

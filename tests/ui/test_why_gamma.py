@@ -453,7 +453,7 @@ def test_at_1000_by_700_the_why_tab_charts_are_tall_and_whole(qtbot, every_kind_
         assert plot.isVisible() and plot.height() >= MIN_WHY_HEIGHT, (header.title, plot.height())
         assert not header.geometry().intersects(plot.geometry())
         assert header.height() >= header.heightForWidth(header.width()), f"{header.title}: legend cut"
-    stacked = [w for pair in charts.headers.items() for w in (pair[1], pair[0])] + [charts.explanation]
+    stacked = [charts.explanation] + [w for pair in charts.headers.items() for w in (pair[1], pair[0])]
     for upper, lower in zip(stacked, stacked[1:]):  # the tab scrolls rather than laying them over each other
         assert upper.geometry().bottom() < lower.geometry().top(), (upper, lower)
     viewport = charts.parentWidget()  # the tab's scroll area shows no horizontal bar: wider would be cut off
@@ -461,6 +461,7 @@ def test_at_1000_by_700_the_why_tab_charts_are_tall_and_whole(qtbot, every_kind_
     label = charts.explanation
     assert label.isVisible() and label.geometry().bottom() <= charts.height()
     assert label.height() >= label.heightForWidth(label.width()), "the explanation is cut"
+    assert label.geometry().bottom() < viewport.height(), "the explanation is out of view until the tab scrolls"
     side = window.panes["side"]
     assert not side.horizontalScrollBar().isVisible(), "the controls should fit the side pane's width"
     recommended = window.controls.recommended
