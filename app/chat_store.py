@@ -274,6 +274,7 @@ class ChatStore:
             # NORMAL in WAL mode: a committed round survives the process being killed (only a power cut may
             # lose the last commits), without an fsync per round.
             db.execute("PRAGMA synchronous = NORMAL")
+            db.execute("PRAGMA secure_delete = ON")  # a deleted chat's text does not stay in the file's free pages
             # A file that cannot be written may still open: SQLite falls back to reading it. Take the write lock
             # once, so that shows now and not at the first round saved.
             db.execute("BEGIN IMMEDIATE")
@@ -383,8 +384,12 @@ class ChatStore:
             self.db.execute("UPDATE chats SET title = ?, renamed = 1 WHERE id = ?", (title.strip(), chat_id))
 
     def delete_chat(self, chat_id: int) -> None:
-        with self._writing(), self.db:
-            self.db.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
+        """The chat and its replies, gone from the disk too: secure_delete zeroes the freed pages, and the
+        checkpoint empties the write-ahead log that still held the chat's pages as they were written."""
+        with self._writing():
+            with self.db:
+                self.db.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     @contextmanager
     def _writing(self):

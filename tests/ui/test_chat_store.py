@@ -119,6 +119,25 @@ def test_rename_and_delete(tmp_path):
     assert store.db.execute("SELECT COUNT(*) FROM turns").fetchone() == (0,)  # cascaded
 
 
+def test_a_deleted_chats_text_is_gone_from_the_files_on_disk(tmp_path):
+    """The control: before the delete its text is in the database or its write-ahead log."""
+    path = tmp_path / "chats.sqlite3"
+    store = ChatStore(path)
+    recorder = ChatRecorder(store)
+    secret = "my-bank-pin-is-48213"
+    recorder.turn_started(0, request(secret), PAIR)
+    recorder.reply_finished(Reply(request(secret), (round_event(0, text=secret),), secret, False))
+
+    def on_disk() -> bytes:
+        return b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith(path.name))
+
+    assert secret.encode() in on_disk()
+    store.delete_chat(recorder.chat_id)
+    assert secret.encode() not in on_disk()
+    store.close()
+    assert secret.encode() not in on_disk()
+
+
 def test_a_title_is_the_whole_first_message_and_follows_its_edits_until_renamed():
     store = ChatStore(":memory:")
     recorder = ChatRecorder(store)
