@@ -464,6 +464,7 @@ def main(argv: list[str] | None = None, splash: QSplashScreen | None = None) -> 
     app.aboutToQuit.connect(studio.shutdown)
     interrupt = quit_on_interrupt(studio.window)
     studio.start()
+    studio.window.announce_load()
     studio.window.show()
     if splash is not None:
         splash.finish(studio.window)

@@ -28,7 +28,7 @@ from engine.decoding.recommend import cost_model_from_dict
 from engine.events import ContextNotice, Drafting, Mode, PrefillProgress
 from engine.models.loading import ModelLoadError
 from engine.models.pairing import PairingError
-from engine.stats import BUSY_FACTOR, reply_stats
+from engine.stats import BUSY_FACTOR, LOADED_ROUNDS, reply_stats, went_faster
 from ui.session import Comparison, DrafterComparison, DrafterRun, Reply, ReplyRequest
 
 # Compare drafters runs these in this order; none is plain AR, the baseline of the others
@@ -42,10 +42,13 @@ DRAFTER_PASSES = 2
 # every parallel loop, each waiting for the one that lost its core: on 2 cores with one busy loop a plain step ran
 # at 36-44 tok/s on two threads and at 103-105 on one (167 quiet on two, 107-109 quiet on one). Every decode starts
 # again on all of the machine's threads; the output is the same bits on any number of them. The switch checks itself:
-# where its next LOADED_ROUNDS rounds on one thread made their tokens no faster than the last ones on all did, the
-# rounds read as loaded without another program (a long context the cost model prices low: a 3,327-token prompt's
-# reply ran at half plain AR's speed on one thread of a quiet machine), and the decode goes back to all its threads.
-LOADED_ROUNDS = 8
+# where its next LOADED_ROUNDS rounds on one thread made their tokens no faster (engine.stats.went_faster) than the
+# last ones on all did, the rounds read as loaded without another program (a long context the cost model prices low:
+# a 3,327-token prompt's reply ran at half plain AR's speed on one thread of a quiet machine), and the decode goes
+# back to all its threads.
+# Only a drawn decode (a reply) switches: the undrawn runs that are measured against each other (Compare with AR,
+# Compare drafters) keep all their threads, as a switch in one run of a pair and not in the other makes their ratio
+# the switch's (the twenty-fifth walk, a quiet machine: 1.28x, then 0.66x, one run of each pair on one thread).
 # Compare with AR's runs wait for the window to have drawn the reply they follow (at most this long): that drawing
 # (its text, notes and charts, the stored reply: 8-20 ms here) would otherwise meet plain AR's run alone, which
 # comes first.
@@ -53,11 +56,6 @@ DRAWN_WAIT_S = 2.0
 # An undrawn run reports its progress at most this often: the window's progress bar and status bar paint at each
 # report, in Python, and a report per round (one per 10 ms step) took the interpreter from the run at every step.
 PROGRESS_EVERY_S = 0.1
-
-
-def went_faster(pace_before_s: float, pace_after_s: float) -> bool:
-    """Whether tokens came faster after the switch to one thread (seconds a token, the rounds' medians)."""
-    return pace_after_s < pace_before_s
 
 
 def user_message(exc: BaseException) -> str:
@@ -192,15 +190,16 @@ class DecodeWorker(QObject):
 
     def _decode(self, request: ReplyRequest, emit: bool, progress: Callable[[int], None] = lambda _tokens: None,
                 reading: Callable[[PrefillProgress], None] = lambda _read: None) -> tuple[list, str, bool]:
-        """Run the engine's stream to its end or to a stop request (checked between rounds and prefill chunks),
-        on one thread from where the machine's load stalls its threads (LOADED_ROUNDS). Unless `emit`, the tokens so
-        far are reported to `progress` after a round, and the prompt read so far to `reading` after a chunk but the
-        last (whose report the window would draw beside the first, timed, round), at most every PROGRESS_EVERY_S."""
+        """Run the engine's stream to its end or to a stop request (checked between rounds and prefill chunks);
+        drawn (`emit`), on one thread from where the machine's load stalls its threads (LOADED_ROUNDS). Unless
+        `emit`, the tokens so far are reported to `progress` after a round, and the prompt read so far to `reading`
+        after a chunk but the last (whose report the window would draw beside the first, timed, round), at most
+        every PROGRESS_EVERY_S."""
         events, pieces, n_tokens, reported_at = [], [], 0, time.monotonic()
         self.threads = self.threads or torch.get_num_threads()  # read on the thread that decodes: it is that thread's
         torch.set_num_threads(self.threads)
-        loads, paces = deque(maxlen=LOADED_ROUNDS), deque(maxlen=LOADED_ROUNDS)  # of the last rounds; s a token
-        paced_on_all = None  # the pace before the switch to one thread, while the rounds after it are judged
+        recent = deque(maxlen=LOADED_ROUNDS)  # the last rounds
+        on_all = None  # the rounds before the switch to one thread, while the rounds after it are judged
         switched = False  # once judged, the decode keeps its threads
         if emit and request.settings.mode is Mode.SPEC:
             self.decoder.measure_target_step()  # fresh, so the live AR-speedup estimate tracks machine load
@@ -221,17 +220,16 @@ class DecodeWorker(QObject):
                 else:
                     item = dataclasses.replace(with_byte_labels(item, self.decoder.tokenizer),
                                                threads=torch.get_num_threads())
-                    loads.append(item.load)
-                    paces.append(item.round_s / max(1, len(item.emitted)))
-                    if (not switched and len(loads) == LOADED_ROUNDS and median(loads) > BUSY_FACTOR
-                            and torch.get_num_threads() > 1):
+                    recent.append(item)
+                    if (emit and not switched and len(recent) == LOADED_ROUNDS
+                            and median(e.load for e in recent) > BUSY_FACTOR and torch.get_num_threads() > 1):
                         torch.set_num_threads(1)
-                        paced_on_all, switched = median(paces), True
-                        paces.clear()
-                    elif paced_on_all is not None and len(paces) == LOADED_ROUNDS:
-                        if not went_faster(paced_on_all, median(paces)):
+                        on_all, switched = list(recent), True
+                        recent.clear()
+                    elif on_all is not None and len(recent) == LOADED_ROUNDS:
+                        if not went_faster(on_all, recent):
                             torch.set_num_threads(self.threads)
-                        paced_on_all = None
+                        on_all = None
                     events.append(item)
                     pieces.append(item.text_delta)
                     finished = item.finish_reason is not None

@@ -53,6 +53,22 @@ PLAIN_ROUNDS = 8  # from this many plain target steps among a reply's rounds, wh
 LOCAL_PLAIN_ROUNDS = 32  # the last plain steps whose median prices a round: the machine's load near it in time
 BUSY_FACTOR = 2.0  # a timing this many times the reference is a stall, not the model's speed
 BUSY_SHARE = 0.2  # the share of a reply's time in stalled rounds above which its numbers are flagged
+# A reply the machine's load stalled goes on with one thread (app.worker) and keeps it where, over its next
+# LOADED_ROUNDS rounds, its tokens came ONE_THREAD_GAIN times as fast as over the LOADED_ROUNDS before: a smaller
+# gain is one run's spread (±10 % here), and all threads are where every decode starts. (The twenty-fifth walk saw a
+# reply stay on one thread, "faster", at 21.5-21.9 ms a step against 21.7 on two.)
+LOADED_ROUNDS = 8
+ONE_THREAD_GAIN = 1.1
+
+
+def token_pace_s(events: Sequence[RoundEvent]) -> float:
+    """Seconds a token over these rounds, their median round's: what a switch of threads is judged by."""
+    return median(e.round_s / max(1, len(e.emitted)) for e in events) if events else 0.0
+
+
+def went_faster(before: Sequence[RoundEvent], after: Sequence[RoundEvent]) -> bool:
+    """Whether the rounds `after` a switch to one thread made their tokens enough faster than those `before` it."""
+    return token_pace_s(after) * ONE_THREAD_GAIN < token_pace_s(before)
 
 
 class ArTime:

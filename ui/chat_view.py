@@ -559,8 +559,9 @@ class ChatView(QTextBrowser):
         table_format.setBorder(0.5)
         table_format.setWidth(QTextLength(QTextLength.Type.PercentageLength, 100))
         table = self._end().insertTable(2, 2, table_format)
+        ar_title = "plain AR (its timed run: another sample)" if comparison.sampled else "plain AR"
         for column, (title, tokens) in enumerate((("this reply (speculative)", comparison.reply_tokens),
-                                                  ("plain AR", comparison.ar_tokens))):
+                                                  (ar_title, comparison.ar_tokens))):
             title_cursor = table.cellAt(0, column).firstCursorPosition()
             title_cursor.insertText(title, self._label_format(NOTE_COLOUR))
             self._draw_column(table.cellAt(1, column).firstCursorPosition(), tokens, comparison.first_difference)

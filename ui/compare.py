@@ -69,4 +69,4 @@ def comparison_view(comparison: Comparison, reply: Reply, summary: str, pair: Pa
     at = parting(comparison, reply)
     return ComparisonView(summary=summary, explanation=explain(comparison, reply, greedy_is_exact(pair)),
                           reply_tokens=tuple(t.text for t in ours), ar_tokens=tuple(t.text for t in theirs),
-                          first_difference=at, label=label)
+                          first_difference=at, label=label, sampled=not reply.request.settings.greedy)

@@ -994,6 +994,11 @@ class MainWindow(QMainWindow):
 
     # -- helpers -----------------------------------------------------------------------------------------
 
+    def announce_load(self) -> None:
+        """A pair will load once the window has painted (at start): its first paint says so already, as the load,
+        which holds Python's lock for long stretches, can hold back the status bar's later updates by seconds."""
+        self._open_progress()
+
     def _open_progress(self) -> None:
         """Loading shows in the status bar, not in a dialog: the guide and its example prompts stay in view."""
         if self.load_progress.isHidden():

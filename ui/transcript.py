@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.events import Fate, RoundEvent
+from engine.stats import LOADED_ROUNDS, token_pace_s
 from ui.markdown import Block, inline_runs, parse_blocks
 from ui.session import Reply
 from ui.tokens import TokenSpan, remote_span, reply_text, round_spans
@@ -72,13 +73,20 @@ def _part_fewer_threads_note(part: Reply, before: int, ends_part: int | None) ->
     back = next((n for n, e in enumerate(events, start=1) if n > number and e.threads == first), None)
     why = (f"its steps on {first} threads ran over twice as slow as this machine's quiet ones "
            f"({load_cause(part)})")
+    # the rounds the worker judged the switch by: the LOADED_ROUNDS before it and the LOADED_ROUNDS after
+    on_all = events[max(0, number - 1 - LOADED_ROUNDS):number - 1]
+    on_fewer = events[number - 1:number - 1 + LOADED_ROUNDS]
+    paces = (f"a token every {token_pace_s(on_fewer) * 1000:.1f} ms against {token_pace_s(on_all) * 1000:.1f} ms "
+             f"on {first}")
     if back is not None:
         return (f"Decoded on {fewer} in rounds {before + number}–{before + back - 1}: {why}; {fewer} made its tokens "
-                f"no faster, so it went back to {first} from round {before + back}.")
+                f"no faster ({paces}), so it went back to {first} from round {before + back}.")
+    verdict = (f"{fewer} made its tokens faster ({paces})" if len(on_fewer) == LOADED_ROUNDS
+               else f"it ended before {fewer} was judged faster or not")
     if ends_part is not None:
         return (f"Decoded on {fewer} in rounds {before + number}–{before + len(events)}, to the end of part "
-                f"{ends_part}: {why}, and {fewer} made its tokens faster.")
-    return f"Decoded on {fewer} from round {before + number}: {why}, and {fewer} made its tokens faster."
+                f"{ends_part}: {why}, and {verdict}.")
+    return f"Decoded on {fewer} from round {before + number}: {why}, and {verdict}."
 
 
 def reply_notes(reply: Reply) -> list[Note]:
@@ -113,6 +121,7 @@ class ComparisonView:
     ar_tokens: tuple[str, ...]
     first_difference: int | None  # token index; None when the texts agree
     label: str = ""  # before the summary: the part it measured, once the reply is continued (wording.part_label)
+    sampled: bool = False  # its plain AR run is another sample of the reply's settings, not the reply's text
 
 
 @dataclass

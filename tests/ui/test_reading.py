@@ -82,6 +82,16 @@ def test_the_ar_comparison_columns_read_like_the_clean_view(qtbot):
     assert cursor.charFormat().background().color().name() == DIFFERENCE_BACKGROUND  # where the texts part
 
 
+def test_a_sampled_comparisons_plain_ar_column_says_it_is_another_sample(qtbot):
+    """Sampled, plain AR's timed run is another sample of the settings beside the reply's own text. The control:
+    a greedy comparison's column is plain AR's text, titled so."""
+    for sampled, title in ((True, "plain AR (its timed run: another sample)"), (False, "plain AR\n")):
+        chat = shown_reply(qtbot)
+        chat.add_comparison(ComparisonView("summary", "why", ("A", " b"), ("A", " c"), first_difference=1,
+                                           sampled=sampled))
+        assert ("another sample" in chat.toPlainText()) is sampled and title in chat.toPlainText()
+
+
 def test_the_trace_draws_code_in_the_monospace_font_like_the_clean_view(qtbot):
     chat = shown_reply(qtbot)
     chat.set_view(TRACE)

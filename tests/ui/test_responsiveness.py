@@ -53,3 +53,14 @@ def test_a_window_never_painted_loads_the_models_all_the_same(qtbot, monkeypatch
     AfterFirstPaint(window, lambda: loads.append(window.paints))
     qtbot.waitUntil(lambda: bool(loads), timeout=2000)
     assert loads == [0]
+
+
+def test_a_window_that_will_load_at_start_says_so_from_its_first_paint(qtbot):
+    """The load, holding Python's lock, can hold back the status bar by seconds (the twenty-fifth walk saw "no model
+    loaded" 7 s in): the window says it is loading before it shows. The control: one not told says no model."""
+    from tests.ui.helpers import shown_window
+
+    window = shown_window(qtbot, 1600, 1000)
+    assert window.pair_label.text() == "no model loaded" and window.load_progress.isHidden()
+    window.announce_load()
+    assert window.pair_label.text() == "Loading models…" and not window.load_progress.isHidden()

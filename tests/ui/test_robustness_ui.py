@@ -435,6 +435,28 @@ def test_a_decode_the_machines_load_stalls_goes_on_with_one_thread_and_the_same_
     assert [t.token_id for t in replies[1e-7].tokens] == [t.token_id for t in replies[10.0].tokens]
 
 
+def test_compare_with_ars_runs_keep_all_their_threads_where_the_reply_went_on_with_one(make_studio, qtbot,
+                                                                                    monkeypatch):
+    """Every round reads as stalled: the drawn reply goes on with one thread (the control), and both undrawn runs
+    measured against each other keep their two, so their ratio is no thread switch's."""
+    from app.worker import LOADED_ROUNDS
+    from engine.decoding.costs import CostModel
+    from tests.tiny import tiny_decoder
+
+    monkeypatch.setattr("app.worker.went_faster", lambda *_: True)
+    decoder = tiny_decoder()
+    decoder.set_costs(CostModel([1e-7 * (1 + k / 10) for k in range(9)], draft_step_s=1e-8, copy_s=1e-9,
+                                overhead_s=1e-8))
+    studio = make_studio(decoder, greedy=True, max_new_tokens=40, stop_below=0.0, lookup=False)
+    studio.worker.threads = 2
+    studio.window.controls.compare_ar.setChecked(True)
+    reply = send(qtbot, studio)
+    comparison = studio.chat.session.comparisons[0]
+    assert len(reply.events) > LOADED_ROUNDS and reply.events[-1].threads == 1
+    assert len(comparison.ar_events) > LOADED_ROUNDS and len(comparison.spec_events) > LOADED_ROUNDS
+    assert {e.threads for e in comparison.ar_events + comparison.spec_events} == {2}
+
+
 def test_a_decode_whose_one_thread_ran_no_faster_goes_back_to_all_its_threads(make_studio, qtbot, monkeypatch):
     """Every round reads as stalled; after eight rounds on one thread that made their tokens no faster, the decode
     goes back to its two and stays there (judged once), and the note names the rounds on one."""

@@ -72,10 +72,32 @@ def test_a_reply_that_went_on_with_fewer_threads_says_from_which_round():
     note = fewer_threads_note(on([2, 2, 1, 1]))
     assert note.startswith("Decoded on one thread from round 3:") and "its steps on 2 threads ran" in note
     assert "(other programs, or on few cores this window's own drawing)" in note  # not measured: either
-    assert note.endswith("one thread made its tokens faster.")
+    assert note.endswith("it ended before one thread was judged faster or not.")  # two rounds on one thread
     back = fewer_threads_note(on([2, 2, 1, 1, 2]))  # one thread was no faster: the decode went back
     assert back.startswith("Decoded on one thread in rounds 3–4:") and back.endswith("back to 2 from round 5.")
     assert fewer_threads_note(on([2, 2, 2])) is None and fewer_threads_note(on([0, 0])) is None
+
+
+def test_a_thread_switch_is_said_with_the_paces_it_was_judged_by():
+    """Eight rounds on 2 threads at 30 ms a token, then eight on one at 12 ms: one thread made its tokens faster,
+    by the figures the note gives. The control: at 29 ms on one (under ONE_THREAD_GAIN), the worker's judgement
+    is no faster, which is what such a decode's note reads once it went back."""
+    from engine.stats import LOADED_ROUNDS, ONE_THREAD_GAIN, went_faster
+    from ui.transcript import fewer_threads_note
+
+    def rounds(threads: int, token_s: float, n: int = LOADED_ROUNDS, start: int = 0):
+        return [dataclasses.replace(accepted_round(start + i, ["a"], "b"), threads=threads, round_s=2 * token_s)
+                for i in range(n)]
+
+    on_two, fast, slow = rounds(2, 0.030), rounds(1, 0.012, start=8), rounds(1, 0.029, start=8)
+    assert went_faster(on_two, fast) and not went_faster(on_two, slow) and 0.030 / 0.029 < ONE_THREAD_GAIN
+    stayed = Reply(ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings()), tuple(on_two + fast), "",
+                   False)
+    assert fewer_threads_note(stayed).endswith(
+        "one thread made its tokens faster (a token every 12.0 ms against 30.0 ms on 2).")
+    went_back = dataclasses.replace(stayed, events=tuple(on_two + slow + rounds(2, 0.03, 2, start=16)))
+    assert "no faster (a token every 29.0 ms against 30.0 ms on 2), so it went back to 2 from round 17" in (
+        fewer_threads_note(went_back))
 
 
 def test_a_continued_replys_parts_say_their_own_threads_and_load():
