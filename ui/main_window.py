@@ -6,8 +6,8 @@ from importlib import metadata
 from pathlib import Path
 
 from PySide6.QtCore import QElapsedTimer, QMargins, QRect, QSettings, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import (QAction, QGuiApplication, QImage, QKeySequence, QPainter, QTextCursor,
-                           QTextDocument)
+from PySide6.QtGui import (QAction, QGuiApplication, QImage, QKeySequence, QPainter, QTextBlockFormat,
+                           QTextCursor, QTextDocument)
 from PySide6.QtWidgets import (QApplication, QDialog, QDialogButtonBox, QDockWidget, QFileDialog, QHBoxLayout,
                                QInputDialog, QLabel, QMainWindow, QMenu, QMessageBox, QProgressBar, QPushButton,
                                QScrollArea, QSizePolicy, QSplitter, QTableWidget, QTableWidgetItem, QTabWidget,
@@ -86,13 +86,18 @@ def user_guide() -> tuple[str, Path | None]:
         return "", None
 
 
-def fit_pictures(browser: QTextBrowser) -> None:
-    """Draws each picture wider than the browser at its width, keeping its shape: at its own 1,600 px the README's
-    screenshot was cut by the guide's edge and looked like a second window inside it."""
+def fit_to_width(browser: QTextBrowser) -> None:
+    """Draws each picture wider than the browser at its width, keeping its shape (at its own 1,600 px the README's
+    screenshot was cut by the guide's edge and looked like a second window inside it), and lets code lines wrap (a
+    README command line and its comment scrolled the guide sideways)."""
     document = browser.document()
     width = browser.viewport().width() - 2 * document.documentMargin()
     block = document.begin()
     while block.isValid():
+        if block.blockFormat().nonBreakableLines():
+            wrapping = QTextBlockFormat()
+            wrapping.setNonBreakableLines(False)
+            QTextCursor(block).mergeBlockFormat(wrapping)
         for piece in block:
             fragment = piece.fragment()
             picture = fragment.charFormat().toImageFormat()
@@ -626,7 +631,7 @@ class MainWindow(QMainWindow):
         layout.addWidget(buttons)
         self.guide.resize(min(900, self.width()), min(800, self.height()))
         self.guide.show()
-        fit_pictures(browser)
+        fit_to_width(browser)
 
     def show_about(self) -> None:
         self.help_box = QMessageBox(QMessageBox.Icon.Information, "About SpecDec Studio",
@@ -1175,7 +1180,7 @@ def _passes_said(comparison: DrafterComparison) -> str:
         return "One run each: on a machine with few cores runs of the same work differ by tens of per cent."
     spread = max(row["spread"] for row in rows)
     return (f"Each drafting ran {passes} times, all of them in turn, and its row is its fastest run, the one the "
-            f"machine's other work slowed least; runs of the same work here were up to {spread:.0%} apart.")
+            f"machine slowed least; runs of the same work here were up to {spread:.0%} apart.")
 
 
 def nothing_drafted_said(comparison: DrafterComparison) -> str:

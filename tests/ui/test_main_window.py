@@ -348,6 +348,8 @@ def test_the_user_guide_shows_the_readme_with_its_pictures_and_without_a_checkou
     pictures = [piece.fragment().charFormat().toImageFormat() for block in blocks(document) for piece in block]
     [width] = [p.width() for p in pictures if p.isValid()]  # the screenshot (1,600 px) drawn within the guide
     assert 0 < width <= window.guide.browser.viewport().width()
+    QApplication.processEvents()
+    assert window.guide.browser.horizontalScrollBar().maximum() == 0  # code lines wrap: no sideways scrolling
     window.guide.close()
     monkeypatch.setattr(main_window, "__file__", str(tmp_path / "ui" / "main_window.py"))
     text, folder = main_window.user_guide()
