@@ -127,13 +127,15 @@ def stats_line(reply: Reply) -> str:
 
 def load_cause(reply: Reply) -> str:
     """What slowed a reply's steps, as far as the CPU use measured meanwhile says: other programs', a virtual
-    machine's host's (steal time), or neither, and then this window's own drawing on few cores."""
+    machine's host's (steal time), or neither, and then this window's own drawing on few cores or the machine
+    itself running slower than when the pair was timed (the twenty-sixth walk: an idle VM whose undrawn runs fell
+    from 155-168 to 98-104 tok/s in minutes, with no steal)."""
     if reply.others_cores is None:
         return "other programs, or on few cores this window's own drawing"
     if causes := outside_causes(reply):
         return "; ".join(causes)
     return (f"other programs were idle, {reply.others_cores:.2f} cores on average: on few cores this window's own "
-            "drawing and the display's")
+            "drawing and the display's, or this machine running slower than when the pair was timed")
 
 
 def outside_causes(reply: Reply) -> list[str]:
