@@ -435,20 +435,28 @@ def test_a_decode_the_machines_load_stalls_goes_on_with_one_thread_and_the_same_
     assert [t.token_id for t in replies[1e-7].tokens] == [t.token_id for t in replies[10.0].tokens]
 
 
+def stalled_studio(make_studio, monkeypatch, faster: bool, max_new_tokens: int):
+    """A studio on two threads whose every round reads as stalled (blocks priced at 0.1 µs), drafting with the
+    draft model every round; `faster`: whether one thread is then judged to make the tokens faster."""
+    from engine.decoding.costs import CostModel
+    from tests.tiny import tiny_decoder
+
+    monkeypatch.setattr("app.worker.went_faster", lambda *_: faster)
+    decoder = tiny_decoder()
+    decoder.set_costs(CostModel([1e-7 * (1 + k / 10) for k in range(9)], draft_step_s=1e-8, copy_s=1e-9,
+                                overhead_s=1e-8))
+    studio = make_studio(decoder, greedy=True, max_new_tokens=max_new_tokens, stop_below=0.0, lookup=False)
+    studio.worker.threads = 2
+    return studio
+
+
 def test_compare_with_ars_runs_keep_all_their_threads_where_the_reply_went_on_with_one(make_studio, qtbot,
                                                                                     monkeypatch):
     """Every round reads as stalled: the drawn reply goes on with one thread (the control), and both undrawn runs
     measured against each other keep their two, so their ratio is no thread switch's."""
     from app.worker import LOADED_ROUNDS
-    from engine.decoding.costs import CostModel
-    from tests.tiny import tiny_decoder
 
-    monkeypatch.setattr("app.worker.went_faster", lambda *_: True)
-    decoder = tiny_decoder()
-    decoder.set_costs(CostModel([1e-7 * (1 + k / 10) for k in range(9)], draft_step_s=1e-8, copy_s=1e-9,
-                                overhead_s=1e-8))
-    studio = make_studio(decoder, greedy=True, max_new_tokens=40, stop_below=0.0, lookup=False)
-    studio.worker.threads = 2
+    studio = stalled_studio(make_studio, monkeypatch, faster=True, max_new_tokens=40)
     studio.window.controls.compare_ar.setChecked(True)
     reply = send(qtbot, studio)
     comparison = studio.chat.session.comparisons[0]
@@ -463,15 +471,8 @@ def test_a_decode_whose_one_thread_ran_no_faster_goes_back_to_all_its_threads(ma
     import torch
 
     from app.worker import LOADED_ROUNDS
-    from engine.decoding.costs import CostModel
-    from tests.tiny import tiny_decoder
 
-    monkeypatch.setattr("app.worker.went_faster", lambda *_: False)
-    decoder = tiny_decoder()
-    decoder.set_costs(CostModel([1e-7 * (1 + k / 10) for k in range(9)], draft_step_s=1e-8, copy_s=1e-9,
-                                overhead_s=1e-8))
-    studio = make_studio(decoder, greedy=True, max_new_tokens=160, stop_below=0.0, lookup=False)
-    studio.worker.threads = 2
+    studio = stalled_studio(make_studio, monkeypatch, faster=False, max_new_tokens=160)
     seen = []
     studio.worker.round_finished.connect(lambda _event: seen.append(torch.get_num_threads()),
                                          Qt.ConnectionType.DirectConnection)
