@@ -135,16 +135,20 @@ class Legend(QWidget):
                                      if remote else self.trace_action.toolTip())
 
     def reset(self, greedy: bool) -> None:
-        """An empty chat: the blue chip names what the next reply's mode does."""
+        """An empty chat: the blue chip names what the next reply's mode does, until a reply is on screen (a
+        reopened chat's replayed replies name theirs only, whatever the controls said before they were restored)."""
         self.greedy_modes.clear()
-        self.set_greedy(greedy)
+        self._name({greedy})
 
     def set_greedy(self, greedy: bool) -> None:
-        """Replies in this mode are on screen, or the next one will be: the blue chip names what the target does
-        after a rejection in every mode it has been told of (its argmax when greedy, a draw from the residual when
-        sampling), so switching to sampling leaves the greedy replies above still named."""
+        """Replies in this mode are on screen: the blue chip names what the target does after a rejection in every
+        mode of the replies shown (its argmax when greedy, a draw from the residual when sampling), so switching to
+        sampling leaves the greedy replies above still named."""
         self.greedy_modes.add(greedy)
-        named = [mode for mode in (True, False) if mode in self.greedy_modes]
+        self._name(self.greedy_modes)
+
+    def _name(self, modes: set[bool]) -> None:
+        named = [mode for mode in (True, False) if mode in modes]
         chip = self.chips[Fate.RESAMPLED]
         chip.setText(CORRECTION_NAMES[named[0]] if len(named) == 1 else BOTH_CORRECTIONS)
         chip.setToolTip("\n".join(CORRECTION_TIPS[mode] for mode in named))

@@ -443,7 +443,7 @@ class MainWindow(QMainWindow):
         self.chat.example_chosen.connect(self.on_example_chosen)
         self.chat.action_chosen.connect(self.on_reply_action_chosen)
         self.chat.code_copied.connect(self.on_code_copied)
-        self.legend.set_greedy(self.controls.greedy.isChecked())
+        self.legend.reset(self.controls.greedy.isChecked())
         self.controls.max_new_tokens.valueChanged.connect(self.show_continue_reach)
         self.show_continue_reach(self.controls.max_new_tokens.value())
 

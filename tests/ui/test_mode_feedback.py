@@ -63,6 +63,8 @@ def test_the_legend_names_the_corrections_of_the_replies_on_screen(qtbot):
     assert legend.minimumSizeHint().width() <= legend.width() and chip.sizeHint().height() <= legend.height()
     window.on_conversation_cleared()  # a new chat: what the next reply will do
     assert chip.text() == "resampled"
+    start_reply(window, DecodeSettings(greedy=True))  # a reopened greedy chat replayed, the controls still sampling
+    assert chip.text() == "corrected"
 
 
 def test_a_plain_ar_reply_leaves_the_blue_chip_naming_the_speculative_replies(qtbot):
