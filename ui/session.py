@@ -266,10 +266,14 @@ class NumberedReply:
 
     number: int  # 1, 2, ... in the chat's order: the PNG's "reply N" and every file's `reply`
     whole: Reply  # its parts joined (Reply.extended_by), as the window shows it
-    parts: tuple[Reply, ...]  # the reply first sent, then each continuation of it (part 1, 2, ...)
     comparisons: tuple[Comparison | None, ...]  # each part's AR comparison, where it has one
     context_notice: str  # its last part's (Session.context_notices), "" if none
     pair: PairInfo | None = None  # the local pair that decoded its last part, where known (Session.reply_pairs)
+
+    @property
+    def parts(self) -> tuple[Reply, ...]:
+        """The reply first sent, then each continuation of it (part 1, 2, ...), as the whole keeps them."""
+        return self.whole.parts or (self.whole,)
 
     @property
     def comparison(self) -> Comparison | None:
@@ -280,8 +284,7 @@ class NumberedReply:
 def numbered_replies(session: Session) -> list[NumberedReply]:
     """The session's replies as `Session.shown_replies` joins them, each with its number and its parts."""
     groups = session.reply_groups()
-    return [NumberedReply(number, whole, tuple(session.replies[i] for i in group),
-                          tuple(session.comparisons.get(i) for i in group),
+    return [NumberedReply(number, whole, tuple(session.comparisons.get(i) for i in group),
                           session.context_notices.get(group[-1], ""), session.reply_pairs.get(group[-1]))
             for number, (group, (whole, _)) in enumerate(zip(groups, session.shown_replies(), strict=True), start=1)]
 
