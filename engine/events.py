@@ -159,6 +159,11 @@ class RoundEvent:
     # the machine ran it (other programs, or the window drawing beside the worker on few cores). Plain AR would
     # run as slowly, so the speedup estimate is Σ ar_equivalent_s × load / Σ round_s.
     load: float = 1.0
+    # The load a plain target step met at this round: a plain round's own (its time, its drafting decision left out,
+    # over ar_equivalent_s), a drafted round's load times how much more the pair's recent plain steps were slowed
+    # than its drafted blocks (engine.decoding.costs.LoadGap). What prices plain AR for a reply with too few plain
+    # steps of its own (0: not recorded, as in chats kept before it was: `load` then).
+    plain_load: float = 0.0
     planned_s: float = 0.0  # what the cost model predicted this round would take (its drafts and block)
     draft_kinds: tuple[str, ...] = ()  # "model" or "copy" for each of the γ drafts: what making each one cost
     positions: int = 0  # cached positions the round's block attended to besides itself (the conversation so far)

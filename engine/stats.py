@@ -86,9 +86,10 @@ class ArTime:
     virtual machine's cores) prices plain AR as it would have run at each moment (one load for the whole reply
     read 2.4x for rounds at 1.03 tokens each); a median, as one plain step stalled 81 times over its quiet cost
     by another program must not price the 31 rounds after it (a mean read 1.84x for 35 plain steps).
-    Otherwise every round is priced at the median of the rounds' forward loads (RoundEvent.load), which leaves out
-    what slowed the rest of a round: a median, as a drafted round slowed by what only it met (the draft's run
-    evicting the target's weights) must not make plain AR look dearer. Each round is added in O(log n) for the
+    Otherwise every round is priced at the median of the rounds' loads as a plain step met them
+    (RoundEvent.plain_load: a drafted block's load carried over by how much more the pair's recent plain steps
+    were slowed), which leaves out what slowed the rest of a drafted round: a median, as a drafted round slowed by
+    what only it met (the draft's run evicting the target's weights) must not make plain AR look dearer. Each round is added in O(log n) for the
     window's running estimate.
 
     A continued reply's parts were decoded at other moments (a part's rounds are numbered from 0 again): each part
@@ -123,7 +124,7 @@ class ArTime:
             self.earlier_unmodelled += self.unmodelled_tokens
             self.earlier_priced_by_plain_steps &= self._part_priced_by_plain_steps
             self._start_part()
-        insort(self.loads, event.load)
+        insort(self.loads, event.plain_load or event.load)
         quiet = event.ar_equivalent_s
         plain_s = 0.0
         if not quiet:

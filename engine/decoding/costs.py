@@ -13,8 +13,10 @@ reads the target's p of the round being decided, so every token stays distribute
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from statistics import median
 
 MEASURE_REPEATS = 5  # min of 5 timings per block size at load
 MEASURED_ROWS = 9  # blocks of 1..9 rows are timed (γ ≤ 8); longer ones are extrapolated from the last two
@@ -43,6 +45,7 @@ POSITIONS_SEEN = 512
 # single-row step timed there, the fastest of CONTEXT_REPEATS, and plain steps near it refine that timing.
 CONTEXT_SPAN = 0.25
 CONTEXT_REPEATS = 5
+RECENT_ROUNDS = 64  # the last plain steps, and drafted rounds, whose median loads LoadGap compares
 
 
 @dataclass
@@ -213,6 +216,38 @@ class CostModel:
                 "draft_position_us": round(self.draft_position_s * 1e6, 4),
                 "context_steps_ms": [[p, round(s * 1e3, 3)] for p, s in self.context_steps],
                 "drafted_block_ms": [round(s * 1e3, 3) for s in self.drafted_block_s]}
+
+
+@dataclass
+class LoadGap:
+    """How much more the machine lately slowed a plain target step than a drafted round's block, each against its
+    own fastest timing: a plain step in full against CostModel.ar_step_s, a block's forward against
+    CostModel.verify_s (RoundEvent.load). The fastest single-row step is the least of every plain step the pair
+    ran and stands further below a typical one than a drafted block's fastest does: on one 2-core VM, plain steps
+    ran 1.3x theirs while the drafted blocks of the same minutes ran 1.04x. A reply with too few plain steps of its
+    own prices plain AR at its blocks' load times this gap (RoundEvent.plain_load); priced at the blocks' load
+    alone, replies that drafted every round read 0.60-1.01x where timed against plain AR they ran 0.79-1.35x."""
+
+    plain: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_ROUNDS))
+    drafted: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_ROUNDS))
+
+    @property
+    def ratio(self) -> float:
+        """The recent plain steps' median load over the recent drafted rounds' (1 where either is unknown)."""
+        if not self.plain or not self.drafted:
+            return 1.0
+        return median(self.plain) / median(self.drafted)
+
+    def plain_load(self, drafted: bool, load: float, plain_s: float, quiet_s: float) -> float:
+        """The load a plain step met at a round, learnt from it: a plain step's own (`plain_s`, what it took beside
+        its drafting decision, over `quiet_s`, its cost), a drafted round's `load` times the gap (0: no cost)."""
+        if drafted:
+            self.drafted.append(load)
+            return load * self.ratio
+        if quiet_s <= 0:
+            return 0.0
+        self.plain.append(plain_s / quiet_s)
+        return self.plain[-1]
 
 
 def fastest(run: Callable[[], None], repeats: int = MEASURE_REPEATS, synchronize: Callable[[], None] = lambda: None

@@ -17,7 +17,7 @@ import torch
 from engine.decoding.caches import PREFILL_CHUNK, CachedModel
 from engine.decoding.context import fit, require_text, window_of
 from engine.decoding.costs import (CONTEXT_REPEATS, LONG_POSITIONS, MEASURE_REPEATS, MEASURED_ROWS,
-                                   SCRATCH_POSITIONS, CostModel, RoundPlanner, fastest)
+                                   SCRATCH_POSITIONS, CostModel, LoadGap, RoundPlanner, fastest)
 from engine.decoding.drafters import ContinuationIndex, Drafter, DraftModelDrafter
 from engine.decoding.repetition import LOOKBACK, repeating
 from engine.decoding.text import TextStream, template_system_prompt
@@ -51,6 +51,7 @@ class Decoder:
         self.window = window_of(*(m.model for m in (target, draft) if m is not None))  # None: no limit known
         self.target_step_s = 0.0  # one single-token target forward, measured at warm-up and by AR steps
         self.costs: CostModel | None = None  # measured at warm-up (measure_costs)
+        self.load_gap = LoadGap()  # the machine's, as the pair's rounds meet it (kept across replies and chats)
         self._retimings = 0  # measure_target_step calls so far: which longer block the next one times
         self.planner: RoundPlanner | None = None
         self._gamma_request: int | None = None
@@ -311,6 +312,8 @@ class Decoder:
             load = max(1.0, forward_s / self.costs.verify_s(gamma + 1, "model" in kinds, cached))
             # each token plain AR would emit attends to one more position than the one before it
             ar_equivalent_s = sum(self.costs.ar_step_s(cached + i) for i in range(len(emitted)))
+            plain_load = self.load_gap.plain_load(gamma > 0, load, round_s - (drafted_at - round_start),
+                                                  ar_equivalent_s)
             self.costs.observe_round(kinds, forward_s, round_s, cached)
             yield RoundEvent(
                 index=index, gamma=gamma, drafted=drafted, emitted=tuple(emitted),
@@ -318,7 +321,7 @@ class Decoder:
                 draft_s=drafted_at - round_start, verify_s=verified_at - drafted_at,
                 round_s=round_s, prefill_s=prefill_s if index == 0 else 0.0,
                 target_step_s=self.target_step_s, finish_reason=finish, text_notice=text.left_out if finish else None,
-                ar_equivalent_s=ar_equivalent_s, load=load, planned_s=planned_s,
+                ar_equivalent_s=ar_equivalent_s, load=load, plain_load=plain_load, planned_s=planned_s,
                 draft_kinds=tuple(kinds), positions=cached,
             )
             if finish:

@@ -1,12 +1,13 @@
 """The round loop on tiny random models: losslessness in greedy mode, rollback, EOS, stopping, chat turns."""
 import random
+from collections import deque
 
 import pytest
 import torch
 
 from engine.decoding.caches import CachedModel
-from engine.decoding.costs import MEASURE_REPEATS, CostModel
-from engine.decoding.decoder import Decoder
+from engine.decoding.costs import MEASURE_REPEATS, RECENT_ROUNDS, CostModel, LoadGap
+from engine.decoding.decoder import WARM_UP_STEPS, Decoder
 from engine.decoding.drafters import ContinuationIndex, DraftModelDrafter
 from engine.events import DecodeSettings, Fate, Mode
 from engine.models.pairing import PairingError, check_vocabularies
@@ -65,6 +66,23 @@ def test_a_round_reports_how_much_slower_than_its_quiet_cost_its_forward_ran():
     quiet = list(decoder.generate(PROMPT, settings))
     assert all(e.load > 1e3 for e in slow)
     assert all(e.load == 1.0 for e in quiet)
+
+
+def test_each_round_says_the_load_a_plain_step_met_beside_it():
+    """A plain round's own (its time beside its drafting decision over its quiet cost); a drafted round's load times
+    the gap between the recent plain steps' loads and the drafted rounds' so far (the warm-up's plain steps
+    first)."""
+    decoder = tiny_decoder(draft_seed=0)
+    decoder.warm_up()
+    gap = LoadGap(deque(decoder.load_gap.plain, RECENT_ROUNDS), deque(decoder.load_gap.drafted, RECENT_ROUNDS))
+    assert len(gap.plain) == WARM_UP_STEPS and not gap.drafted
+    for settings in (DecodeSettings(gamma=4, max_new_tokens=24, lookup=False, cost_aware=False),
+                     DecodeSettings(max_new_tokens=8, mode=Mode.AR)):
+        for e in decoder.generate(PROMPT, settings):
+            plain_s = e.round_s - e.draft_s
+            assert e.plain_load == pytest.approx(gap.plain_load(e.gamma > 0, e.load, plain_s, e.ar_equivalent_s))
+    assert list(decoder.load_gap.plain) == pytest.approx(list(gap.plain))
+    assert len(gap.drafted) > 1 and len(gap.plain) == WARM_UP_STEPS + 8
 
 
 def test_what_plain_ar_would_take_grows_with_the_positions_it_would_attend_to(monkeypatch):

@@ -248,6 +248,19 @@ def test_plain_steps_among_the_rounds_price_plain_ar_at_what_they_took_in_full()
     assert estimated_speedup(few, 0.5, 4) == pytest.approx(quiet_s(few) / rounds_s(few))
 
 
+def test_a_reply_without_plain_steps_prices_plain_ar_at_the_load_a_plain_step_met_beside_its_rounds():
+    """Every round drafted, at forward loads of about 1, where a plain step beside them met 1.3x: plain AR is priced
+    at 1.3x (the median), not at the blocks' load. The control: the same rounds as an older chat kept them (no
+    plain load recorded) are priced at their forward loads."""
+    drafted = [dataclasses.replace(costed(accepted_round(i, ["a", "b"], "c"), 0.01), load=1.0 + 0.01 * (i % 3),
+                                   plain_load=1.3 + 0.01 * (i % 3)) for i in range(5)]
+    quiet_s = sum(e.ar_equivalent_s for e in drafted)
+    rounds_s = sum(e.round_s for e in drafted)
+    assert estimated_speedup(drafted, 0.5, 4) == pytest.approx(1.31 * quiet_s / rounds_s)
+    kept_before = [dataclasses.replace(e, plain_load=0.0) for e in drafted]
+    assert estimated_speedup(kept_before, 0.5, 4) == pytest.approx(1.01 * quiet_s / rounds_s)
+
+
 def test_a_continued_part_is_priced_at_its_own_load_not_at_the_first_parts():
     """A first part whose eight plain steps took 4x their quiet cost, then a quiet continuation (its rounds numbered
     from 0 again): plain AR is priced at 4x for the first part's tokens only. The control: the same rounds numbered
