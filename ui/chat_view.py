@@ -83,6 +83,7 @@ class _Live:
     start: int  # document position where the reply's region begins
     marks: list[int] = field(default_factory=list)  # document position before each body block drawn
     stable: int = 0  # clean: Markdown blocks drawn for good; trace: spans drawn
+    reading: str = ""  # while its prompt is read in, how far, after its header (drawn, never kept)
 
 
 def monospace_family() -> str:
@@ -179,6 +180,15 @@ class ChatView(QTextBrowser):
         item.lookup = lookup
         self._live = _Live(item, 0)  # redrawn below as the reply still streaming
         self._draw_all()
+
+    def show_reading(self, text: str) -> None:
+        """How far the streaming reply's prompt has been read in, after its header ("": read, or stopped)."""
+        live = self._live
+        if live is None or live.reading == text:
+            return
+        self._remove_from(live.start)
+        self._live = _Live(live.item, live.start, reading=text)
+        self._draw_reply(self._live)
 
     def set_reply_header(self, header: str) -> None:
         """Change the last reply's header (γ moved mid-reply) in place."""
@@ -413,7 +423,8 @@ class ChatView(QTextBrowser):
             self.scroll_to_bottom()
 
     def _draw_reply(self, state: _Live, final: bool = False) -> None:
-        self._draw_label(state.item.header, top_margin=10)
+        self._draw_label(f"{state.item.header} · {state.reading}" if state.reading else state.item.header,
+                         top_margin=10)
         self._draw_body(state, final)
         if final:
             for note in state.item.notes:

@@ -58,6 +58,7 @@ SYSTEM_PROMPT_SHOWN = 90  # characters of a system prompt named above the chat (
 # Compare with AR's progress bar: its runs' tokens, or a run reading a long prompt in again (%v of %m positions)
 COMPARISON_DECODING = "Compare with AR, undrawn: %v of ~%m tokens"
 COMPARISON_READING = "Compare with AR: reading the prompt in again, %v of %m"
+READING = "reading the prompt: %d of %d tokens…"
 EXPORT_TITLE_HEIGHT = 20  # the exported chart image's row naming each reply and the why tab
 HISTORY_WIDTH = 140  # the history dock's first width: its titles elide, and a small window's chat needs the room
 SERVING_READY_S = 100  # about how long vLLM takes to answer here (engine.benchmark.vllm_peer.READY_TIMEOUT_S bounds it)
@@ -693,6 +694,7 @@ class MainWindow(QMainWindow):
         self.stop_button.setText("Stopping…" if stopping else "Stop")
         if stopping:  # the worker stops between rounds or prompt chunks: say it was heard
             self.prefill_progress.hide()
+            self.chat.show_reading("")
             self.statusBar().showMessage("Stopping… (the round or prompt chunk in progress finishes first)")
         self.picker.load_button.setEnabled(not busy)
         idle_with_reply = ready and not busy and bool(status.n_turns)
@@ -795,6 +797,7 @@ class MainWindow(QMainWindow):
         if reply.remote is not None:
             self._remote_reply_finished(shown)
             return
+        self.chat.show_reading("")  # a reply stopped while its prompt was read
         self.chat.flush()
         self.charts.refresh()
         self._add_reply_notes(reply)
@@ -938,9 +941,13 @@ class MainWindow(QMainWindow):
         self.chat.add_note(CONTEXT + notice.message)
 
     def on_prefill_progressed(self, progress: PrefillProgress) -> None:
+        """How far a long prompt has been read in: in the status bar, and after the header of the reply that waits
+        for it (where the eye is)."""
+        reading = progress.done < progress.total and self.status.state is not TurnState.STOPPING
         self.prefill_progress.setRange(0, max(progress.total, 1))
         self.prefill_progress.setValue(progress.done)
-        self.prefill_progress.setVisible(progress.done < progress.total and self.status.state is not TurnState.STOPPING)
+        self.prefill_progress.setVisible(reading)
+        self.chat.show_reading(READING % (progress.done, progress.total) if reading else "")
 
     def on_turn_completed(self) -> None:
         self.comparison_progress.hide()

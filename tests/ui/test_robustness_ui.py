@@ -140,7 +140,9 @@ def test_stop_during_a_long_prefill_takes_effect_within_one_chunk(make_studio, m
     studio = make_studio(mixed_decoder, max_new_tokens=4)
     shown, progress = [], []
     bar = studio.window.prefill_progress
-    studio.chat.prefill_progressed.connect(lambda _p: shown.append((bar.isVisible(), bar.value(), bar.maximum())))
+    said = lambda: "· reading the prompt: 256 of 899 tokens…" in studio.window.chat.toPlainText()  # noqa: E731
+    studio.chat.prefill_progressed.connect(lambda _p: shown.append((bar.isVisible(), bar.value(), bar.maximum(),
+                                                                    said())))
 
     def stop_at_the_first_chunk(item):
         progress.append(item)
@@ -152,8 +154,8 @@ def test_stop_during_a_long_prefill_takes_effect_within_one_chunk(make_studio, m
     assert reply.stopped and reply.events == ()
     assert [(p.done, p.total) for p in progress] == [(256, 899)]
     assert len(mixed_decoder.runner) == 256  # no second chunk was read
-    assert shown == [(True, 256, 899)]  # the read-in progress is a bar, while it lasts
-    assert not bar.isVisible()
+    assert shown == [(True, 256, 899, True)]  # the read-in progress is a bar and the reply's header, while it lasts
+    assert not bar.isVisible() and not said()
     assert "stopped while reading the prompt: no tokens yet" in studio.window.chat.toPlainText()
     assert "Copy" not in studio.window.chat.toPlainText().rsplit("no tokens yet", 1)[1]  # nothing to copy; Edit stays
     assert "Edit" in studio.window.chat.toPlainText().rsplit("no tokens yet", 1)[1]
@@ -161,6 +163,17 @@ def test_stop_during_a_long_prefill_takes_effect_within_one_chunk(make_studio, m
     studio.worker.prefill_progressed.disconnect(stop_at_the_first_chunk)
     assert send(qtbot, studio).events
     assert studio.window.copy_action.isEnabled()  # the control: a reply with text to copy
+
+
+def test_a_long_prompt_s_read_in_is_said_after_its_reply_s_header_until_it_is_read(make_studio, mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, max_new_tokens=4)
+    seen = []
+    studio.chat.prefill_progressed.connect(lambda p: seen.append(
+        f"· reading the prompt: {p.done} of {p.total} tokens…" in studio.window.chat.toPlainText()))
+    mixed_decoder.runner.seconds_per_position = PREFILL_CHUNK_S / 300  # the prompt is read in several chunks
+    assert send(qtbot, studio, words(900)).events
+    assert len(seen) >= 2 and all(seen[:-1]) and not seen[-1]  # after the last chunk the prompt is read
+    assert "reading the prompt" not in studio.window.chat.toPlainText()
 
 
 def test_stop_says_stopping_until_the_worker_has_stopped(make_studio, mixed_decoder, qtbot):
