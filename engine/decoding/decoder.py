@@ -251,6 +251,8 @@ class Decoder:
         prefill_s = time.perf_counter() - start
 
         sequence = list(prompt)
+        # where the repetition stop starts reading: a loop may begin in the part a Continue carries on
+        reply_start = len(prompt) - (self._continued_tokens(messages) if settings.stop_repeating else 0)
         text = TextStream(self.tokenizer)
         n_generated = 0
         index = 0
@@ -300,7 +302,7 @@ class Decoder:
             drafted = self._drafted(verdict, draft_tokens, draft_probs, target_probs, text.fork())
             emitted, finish = self._emitted(verdict, draft_tokens, target_probs, gamma,
                                             fitted.max_new_tokens - n_generated, text,
-                                            self._reply_tail(sequence, len(prompt), len(new_tokens))
+                                            self._reply_tail(sequence, reply_start, len(new_tokens))
                                             if settings.stop_repeating else None)
             # a reply that ends inside the accepted prefix (EOS, the budget, a loop) keeps the drafts it emitted: the
             # rest never joined it, and counted as kept they would raise α above what its tokens per round show
@@ -343,11 +345,18 @@ class Decoder:
                 yield PrefillProgress(min(cached + PREFILL_CHUNK, total), total)
             self.drafter.prefill(prompt)
 
+    def _continued_tokens(self, messages: list[dict]) -> int:
+        """How many of the prompt's last tokens are the reply a Continue carries on (0: a new reply)."""
+        if len(messages) < 2 or messages[-1]["role"] != "assistant":
+            return 0
+        return max(0, len(self.chat_ids(messages)) - len(self.chat_ids(messages[:-1])))
+
     @staticmethod
-    def _reply_tail(sequence: list[int], prompt_length: int, new: int) -> list[int]:
-        """The reply's last tokens before this round's `new` ones, as many as the repetition stop looks at."""
+    def _reply_tail(sequence: list[int], reply_start: int, new: int) -> list[int]:
+        """The reply's last tokens before this round's `new` ones (from `reply_start`, the part a Continue carries
+        on included), as many as the repetition stop looks at."""
         end = len(sequence) - new
-        return sequence[max(prompt_length, end - LOOKBACK):end]
+        return sequence[max(reply_start, end - LOOKBACK):end]
 
     def _emitted(self, verdict: Verdict, draft_tokens: list[int], target_probs: torch.Tensor, gamma: int,
                  budget: int, text: TextStream, earlier: list[int] | None) -> tuple[list[EmittedToken], str | None]:

@@ -45,3 +45,22 @@ def test_a_greedy_reply_that_loops_ends_at_the_same_token_in_both_modes():
     # without the rule the same decoding goes on to the budget
     plain = DecodeSettings(mode="ar", greedy=True, max_new_tokens=400, stop_repeating=False)
     assert len([t for e in decoder.generate(messages, plain) for t in e.emitted]) == 400
+
+
+def test_a_continued_reply_ends_where_the_loop_its_first_part_began_is_said_a_fourth_time():
+    """Continue carries on a reply cut just before its loop's fourth time: the loop ends it within those few tokens.
+    The control: read from the continuation's first token alone, the loop must be said four times over again."""
+    target = tiny_model(0)
+    decoder = Decoder(target)
+    messages = [{"role": "user", "content": "hello"}]
+    looping = DecodeSettings(mode="ar", greedy=True, max_new_tokens=400, stop_repeating=True)
+    whole = [t for e in decoder.generate(messages, looping) for t in e.emitted]
+    cut = len(whole) - 3
+    first = "".join(t.text for t in whole[:cut])
+    continuing = [*messages, {"role": "assistant", "content": first}]
+    assert decoder.chat_ids(continuing) == decoder.chat_ids(messages) + [t.token_id for t in whole[:cut]]
+    rest = [t for e in decoder.generate(continuing, looping) for t in e.emitted]
+    assert [t.token_id for t in rest] == [t.token_id for t in whole[cut:]]
+    decoder._continued_tokens = lambda _messages: 0  # the control: the first part left unread
+    alone = [t for e in decoder.generate(continuing, looping) for t in e.emitted]
+    assert len(alone) >= SHORTEST_LOOP
