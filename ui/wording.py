@@ -175,6 +175,9 @@ def part_label(part: int, continued: bool) -> str:
     return "part 1: " if continued else ""
 
 
+DRAWN_SLOWER = 0.9  # a greedy reply drawn this much slower than its undrawn rerun: its line says the drawing cost it
+
+
 def comparison_line(comparison: Comparison, reply: Reply) -> str:
     """`reply`: the part of the reply the comparison decoded again (a continuation's own, where it continues); a
     continued reply's lines are named by `part_label`."""
@@ -200,6 +203,12 @@ def comparison_line(comparison: Comparison, reply: Reply) -> str:
                  "both models")
     if comparison.identical is not None:
         line += " · greedy outputs identical" if comparison.identical else " · greedy outputs differ"
+    drawn = reply.stats.tokens_per_s
+    if rerun and reply.request.settings.greedy and drawn < DRAWN_SLOWER * comparison.spec_tokens_per_s:
+        # the estimate prices plain AR as it ran beside the drawing; the measured speedup has neither side drawn
+        line += (f" · drawn as it streamed, the reply made {drawn:.1f} tok/s, "
+                 f"{1 - drawn / comparison.spec_tokens_per_s:.0%} below its undrawn run: its est. × is of the reply "
+                 "as drawn")
     return line
 
 

@@ -204,6 +204,23 @@ def test_a_comparison_measures_the_decoding_and_names_each_read_in():
     assert "read in 1.2 s by AR, 1.5 s by both models" in line
 
 
+def test_a_greedy_reply_drawn_far_slower_than_its_undrawn_rerun_says_what_its_estimate_is_of():
+    """12 tokens drawn in 0.12 s (100 tok/s) against 125 tok/s undrawn: the line says so; against 105 tok/s (the
+    control) it does not, nor for a sampled reply, whose rerun is another sample."""
+    steps = tuple(ar_step(i, 5, "w5", 0.9, step_s=0.02) for i in range(12))
+    rounds = tuple(accepted_round(i, ["a", "b"], "c") for i in range(4))
+    greedy = Reply(ReplyRequest(({"role": "user", "content": "w3"},), DecodeSettings()), rounds, "abc" * 4, False)
+    sampled = Reply(ReplyRequest(({"role": "user", "content": "w3"},), DecodeSettings(greedy=False)), rounds,
+                    "abc" * 4, False)
+    rerun = lambda tokens_per_s: Comparison(  # noqa: E731
+        ar_events=steps, ar_text="w5" * 12, spec_wall_s=12 / tokens_per_s, ar_wall_s=0.24,
+        spec_tokens_per_s=tokens_per_s, ar_tokens_per_s=50.0, identical=None, spec_events=rounds)
+    said = "drawn as it streamed, the reply made 100.0 tok/s, 20% below its undrawn run: its est. × is of the reply"
+    assert said in comparison_line(rerun(125.0), greedy)
+    assert "drawn as it streamed" not in comparison_line(rerun(105.0), greedy)
+    assert "drawn as it streamed" not in comparison_line(rerun(125.0), sampled)
+
+
 def test_a_stopped_ar_comparison_claims_no_speedup():
     steps = tuple(ar_step(i, 5, "w5", 0.9) for i in range(2))
     request = ReplyRequest(messages=({"role": "user", "content": "w3"},), settings=DecodeSettings())
