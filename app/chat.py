@@ -511,7 +511,11 @@ class ChatController(QObject):
         previous = next((kept for kept in self.drafter_comparisons if kept.request == comparison.request), None)
         self.drafter_comparisons = kept_drafters(self.drafter_comparisons, comparison)
         self.recorder.drafters_compared(self.drafter_comparisons)
-        self.drafters_compared.emit(DraftersShown(comparison, previous))
+        drawn_ar = next((turn.reply.stats.tokens_per_s for turn in reversed(self.turns)
+                         if turn.reply is not None and not turn.reply.stopped
+                         and turn.request.settings.mode is Mode.AR
+                         and turn.request.messages == comparison.request.messages), 0.0)
+        self.drafters_compared.emit(DraftersShown(comparison, previous, drawn_ar))
         self._finish_turn()
 
     def on_context_fitted(self, notice: ContextNotice) -> None:

@@ -933,7 +933,7 @@ class MainWindow(QMainWindow):
         self.statusBar().clearMessage()
         if self.drafters_dialog is not None:
             self.drafters_dialog.close()
-        self.drafters_dialog = drafters_dialog(shown.comparison, self, shown.previous)
+        self.drafters_dialog = drafters_dialog(shown.comparison, self, shown.previous, shown.drawn_ar_tokens_per_s)
         self.drafters_dialog.show()
 
     def on_context_fitted(self, notice: ContextNotice) -> None:
@@ -1143,6 +1143,8 @@ def reply_charts(numbered: NumberedReply, size: QSize) -> ChartsPanel:
     return charts
 
 
+# A Compare drafters whose plain AR ran this much slower undrawn than the chat's drawn plain AR reply says so
+AR_SLOWER = 0.95
 DRAFTER_COLUMNS = ("drafters", "tokens", "tokens/s", "α", "tokens/round", "vs plain AR", "runs apart")
 
 
@@ -1220,8 +1222,22 @@ def again_said(comparison: DrafterComparison, previous: DrafterComparison | None
             f"{ranking}.")
 
 
-def drafters_dialog(comparison: DrafterComparison, parent, previous: DrafterComparison | None = None) -> QDialog:
-    """The table and what to read it by; `previous`: the chat's last one of the same prompt and settings."""
+def drawn_ar_said(comparison: DrafterComparison, drawn_ar_tokens_per_s: float) -> str:
+    """Where the table's plain AR ran slower undrawn than the chat's plain AR reply to the same prompt ran drawn
+    (drawing only ever adds work): that the machine was slower, and what to read the rows against."""
+    ar = next((row["tokens_per_s"] for row in comparison.rows()
+               if row["drafting"] == Drafting.NONE.value and row["tokens"] and not row["stopped"]), 0.0)
+    if not ar or not drawn_ar_tokens_per_s or ar >= AR_SLOWER * drawn_ar_tokens_per_s:
+        return ""
+    return (f" Plain AR ran {ar:.1f} tok/s here, undrawn, against {drawn_ar_tokens_per_s:.1f} tok/s as this chat's "
+            "reply to the same prompt, drawn: this machine ran slower during the table than then, so read each row "
+            "against the table's own plain AR, run seconds from it, not against that reply.")
+
+
+def drafters_dialog(comparison: DrafterComparison, parent, previous: DrafterComparison | None = None,
+                    drawn_ar_tokens_per_s: float = 0.0) -> QDialog:
+    """The table and what to read it by; `previous`: the chat's last one of the same prompt and settings;
+    `drawn_ar_tokens_per_s`: the chat's plain AR reply to it, drawn (0: none)."""
     dialog = QDialog(parent)
     dialog.setWindowTitle("Compare drafters")
     layout = QVBoxLayout(dialog)
@@ -1232,7 +1248,7 @@ def drafters_dialog(comparison: DrafterComparison, parent, previous: DrafterComp
                   f"{'greedy' if settings.greedy else 'sampling'}, "
                   f"γ ≤ {settings.gamma}, {rule}, {settings.max_new_tokens} tokens at most; each drafting starts "
                   f"from the acceptance this chat's rounds measured, with no cached prompt. {_passes_said(comparison)}"
-                  f"{again_said(comparison, previous)} "
+                  f"{again_said(comparison, previous)}{drawn_ar_said(comparison, drawn_ar_tokens_per_s)} "
                   "A row that drafted nothing did "
                   "plain AR's work: its rounds judged that no draft would pay for itself at the costs timed for it. "
                   "A speedup above a row's tokens per round is not fair: each round costs a plain step at least, so "

@@ -420,11 +420,12 @@ class DrafterComparison:
 
 @dataclass(frozen=True)
 class DraftersShown:
-    """A Compare drafters as the chat reports it: the table, and the chat's last one of the same messages and
-    settings before it, whose rows it may be read against."""
+    """A Compare drafters as the chat reports it: the table, the chat's last one of the same messages and settings
+    before it, whose rows it may be read against, and how fast the chat's own plain AR reply to them ran."""
 
     comparison: DrafterComparison
     previous: DrafterComparison | None = None
+    drawn_ar_tokens_per_s: float = 0.0  # the chat's last plain AR reply to the same messages, as drawn (0: none)
 
 
 def kept_drafters(kept: tuple[DrafterComparison, ...], comparison: DrafterComparison) -> tuple[DrafterComparison, ...]:

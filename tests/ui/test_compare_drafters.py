@@ -113,3 +113,39 @@ def test_a_second_compare_drafters_of_the_same_prompt_says_how_far_it_moved_from
     alike, differently, alone = (dialog.note.text() for dialog in dialogs)
     assert "moved up to 20%" in alike and "rank alike" in alike
     assert "rank differently" in differently and "last Compare drafters" not in alone
+
+
+def test_a_table_whose_plain_ar_ran_slower_undrawn_than_the_chat_s_drawn_plain_ar_reply_says_the_machine_slowed(qapp):
+    """The twenty-seventh walk: a plain AR reply drawn at 95.9 tok/s, then Compare drafters' plain AR at 82.0
+    undrawn. The note says the machine ran slower and what to read the rows by; the controls: a table whose plain
+    AR ran about as fast, and a chat without a plain AR reply to that prompt, say nothing of it."""
+    from ui.main_window import drafters_dialog
+
+    def run(drafting: Drafting, round_s: float) -> DrafterRun:
+        return DrafterRun(drafting, tuple(dataclasses.replace(accepted_round(i, ["a"], "b"), round_s=round_s)
+                                          for i in range(4)))
+
+    request = ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings())
+    table = DrafterComparison(request, (run(Drafting.LOOKUP, 0.02), run(Drafting.NONE, 0.025)))  # 80 tok/s
+    dialogs = [drafters_dialog(table, None, None, 96.0), drafters_dialog(table, None, None, 82.0),
+               drafters_dialog(table, None)]
+    slower, alike, alone = (dialog.note.text() for dialog in dialogs)
+    assert "Plain AR ran 80.0 tok/s here, undrawn, against 96.0 tok/s as this chat's reply" in slower
+    assert "Plain AR ran" not in alike and "Plain AR ran" not in alone
+
+
+def test_compare_drafters_is_shown_beside_the_chat_s_drawn_plain_ar_reply_to_the_same_prompt(make_studio,
+                                                                                             mixed_decoder, qtbot):
+    studio = make_studio(mixed_decoder, max_new_tokens=6)
+    shown = []
+    studio.chat.drafters_compared.connect(shown.append)
+    studio.window.controls.mode.setCurrentIndex(studio.window.controls.mode.findData("ar"))
+    plain = send(qtbot, studio, "w3 w4")
+    with qtbot.waitSignal(studio.chat.drafters_compared, timeout=REPLY_TIMEOUT_MS):
+        studio.window.compare_drafters_action.trigger()
+    assert shown[-1].drawn_ar_tokens_per_s == plain.stats.tokens_per_s > 0
+    studio.window.controls.mode.setCurrentIndex(studio.window.controls.mode.findData("spec"))
+    send(qtbot, studio, "w5 w6")  # the control: the last prompt has no plain AR reply
+    with qtbot.waitSignal(studio.chat.drafters_compared, timeout=REPLY_TIMEOUT_MS):
+        studio.window.compare_drafters_action.trigger()
+    assert shown[-1].drawn_ar_tokens_per_s == 0.0
