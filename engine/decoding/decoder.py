@@ -19,7 +19,7 @@ from engine.decoding.context import fit, require_text, window_of
 from engine.decoding.costs import (CONTEXT_REPEATS, LONG_POSITIONS, MEASURE_REPEATS, MEASURED_ROWS,
                                    SCRATCH_POSITIONS, CostModel, LoadGap, RoundPlanner, fastest)
 from engine.decoding.drafters import ContinuationIndex, Drafter, DraftModelDrafter
-from engine.decoding.repetition import LOOKBACK, repeating
+from engine.decoding.repetition import LOOKBACK, read_for_loops, repeating
 from engine.decoding.text import TextStream, template_system_prompt
 from engine.events import (ContextNotice, DecodeSettings, DraftedToken, EmittedToken, Fate, Mode, PairInfo,
                            PrefillProgress, RoundEvent, TokenProb)
@@ -55,6 +55,7 @@ class Decoder:
         self._retimings = 0  # measure_target_step calls so far: which longer block the next one times
         self.planner: RoundPlanner | None = None
         self._gamma_request: int | None = None
+        self._token_texts: dict[int, str] = {}
 
     @classmethod
     def load(cls, target: str, draft: str | None, device: str = "auto", dtype: str = "auto", *,
@@ -302,7 +303,8 @@ class Decoder:
             drafted = self._drafted(verdict, draft_tokens, draft_probs, target_probs, text.fork())
             emitted, finish = self._emitted(verdict, draft_tokens, target_probs, gamma,
                                             fitted.max_new_tokens - n_generated, text,
-                                            self._reply_tail(sequence, reply_start, len(new_tokens))
+                                            read_for_loops(self._reply_tail(sequence, reply_start, len(new_tokens)),
+                                                           self._token_text)
                                             if settings.stop_repeating else None)
             # a reply that ends inside the accepted prefix (EOS, the budget, a loop) keeps the drafts it emitted: the
             # rest never joined it, and counted as kept they would raise α above what its tokens per round show
@@ -345,6 +347,12 @@ class Decoder:
                 yield PrefillProgress(min(cached + PREFILL_CHUNK, total), total)
             self.drafter.prefill(prompt)
 
+    def _token_text(self, token: int) -> str:
+        """A token's text alone, decoded once (the repetition stop reads it for every token of a reply's tail)."""
+        if token not in self._token_texts:
+            self._token_texts[token] = self.tokenizer.decode([token])
+        return self._token_texts[token]
+
     def _continued_tokens(self, messages: list[dict]) -> int:
         """How many of the prompt's last tokens are the reply a Continue carries on (0: a new reply)."""
         if len(messages) < 2 or messages[-1]["role"] != "assistant":
@@ -373,7 +381,7 @@ class Decoder:
                 finish = "eos"
             elif len(emitted) >= budget:
                 finish = "length"
-            elif earlier is not None and repeating(earlier + [t.token_id for t in emitted]):
+            elif earlier is not None and repeating(earlier + read_for_loops([t.token_id for t in emitted], self._token_text)):
                 finish = "repeating"
             if finish:
                 last = emitted[-1]

@@ -7,10 +7,27 @@ after every token, not every round.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 REPEATS = 4  # times the span must occur back to back
 LONGEST_SPAN = 64  # tokens; a longer period is not taken for a loop
 SHORTEST_LOOP = 48  # tokens the repetition must cover in all, so that "ha ha ha" or a table's rule is left alone
 LOOKBACK = LONGEST_SPAN * REPEATS  # the most of a reply's last tokens the rule reads
+# Sentence punctuation is one mark to the rule: a small target looping a clause often ends it with "，" and "。" by
+# turns, which no span repeats exactly (walk 27: a Chinese clause five times in a row ran to the budget).
+PAUSES = frozenset(",.;:!?，。、；：！？")
+PAUSE = -1  # what every token that is such a mark alone is read as
+
+
+def is_pause(text: str) -> bool:
+    """Whether a token's text is sentence punctuation alone (spaces and line breaks aside)."""
+    marks = text.strip()
+    return bool(marks) and all(mark in PAUSES for mark in marks)
+
+
+def read_for_loops(tokens: Iterable[int], text_of: Callable[[int], str]) -> list[int]:
+    """`tokens` as the rule compares them: each sentence mark (by its text, `text_of`) as PAUSE."""
+    return [PAUSE if is_pause(text_of(token)) else token for token in tokens]
 
 
 def repeating(tokens: list[int]) -> bool:

@@ -2,7 +2,7 @@
 in speculative and plain AR decoding."""
 from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import DraftModelDrafter
-from engine.decoding.repetition import REPEATS, SHORTEST_LOOP, repeating
+from engine.decoding.repetition import REPEATS, SHORTEST_LOOP, is_pause, read_for_loops, repeating
 from engine.events import DecodeSettings
 from tests.tiny import tiny_model
 
@@ -64,3 +64,14 @@ def test_a_continued_reply_ends_where_the_loop_its_first_part_began_is_said_a_fo
     decoder._continued_tokens = lambda _messages: 0  # the control: the first part left unread
     alone = [t for e in decoder.generate(continuing, looping) for t in e.emitted]
     assert len(alone) >= SHORTEST_LOOP
+
+
+def test_a_clause_looped_with_its_sentence_marks_by_turns_is_a_loop():
+    """Walk 27: a Chinese clause said five times, ended by "，" and "。" by turns, no span repeating exactly. Read
+    with every sentence mark as one, it is a loop; the control: read as its ids, it is not."""
+    clause, comma, stop = list(range(100, 112)), 200, 201
+    text_of = {comma: "，", stop: "。\n"}.get
+    tokens = [1, 2, 3] + [t for mark in (comma, stop, comma, comma, stop) for t in clause + [mark]]
+    assert not repeating(tokens)
+    assert repeating(read_for_loops(tokens, lambda token: text_of(token, f"w{token}")))
+    assert is_pause(" ,") and is_pause("。\n") and not is_pause("a.") and not is_pause("\n")
