@@ -158,9 +158,13 @@ def confidence_note(why: WhyGamma) -> str:
     if not beaten:
         return ""
     best = max(beaten, key=lambda p: p.speedup)
-    return (f"{best.origin} measured {best.drafting.label} at {best.speedup:.2f}× with the confidence stop, above "
-            f"this {recommendation.speedup:.2f}×: its longer drafts paid here, which cost-aware rounds do not try "
-            "(Draft length: confidence).")
+    # the chat's own confidence-stop replies, fairly measured on their prompts, may say otherwise
+    replies = [p.speedup for p in why.points if p.measured and not p.cost_aware and p.origin.startswith("reply")]
+    own = (f" This chat's own confidence-stop replies measured {min(replies):.2f}–{max(replies):.2f}× on their "
+           "prompts: what drafts pay moves with what a prompt lets them copy." if replies else "")
+    return (f"{best.origin} measured {best.drafting.label} at {best.speedup:.2f}× with the confidence stop on its "
+            f"prompt, above this {recommendation.speedup:.2f}×: its longer drafts paid there, which cost-aware rounds "
+            f"do not try (Draft length: confidence).{own}")
 
 
 def measured_short_note(why: WhyGamma) -> str:

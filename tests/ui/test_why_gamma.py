@@ -354,7 +354,16 @@ def test_a_confidence_stop_run_that_beat_the_recommendation_is_said_under_the_ch
         session.drafters = (copying_measured_at(speedup, confidence),)
         notes[speedup] = confidence_note(why_gamma(session))
     assert notes[3.0].startswith("Compare drafters measured copying only at 3.00× with the confidence stop")
-    assert notes[0.7] == ""
+    assert notes[0.7] == "" and "own confidence-stop replies" not in notes[3.0]
+    # the chat's own confidence-stop replies, fairly measured lower, are said beside it (walk 28)
+    session = synthetic_session(2.0)
+    session.drafters = (copying_measured_at(3.0, confidence),)
+    why = why_gamma(session)
+    replies = tuple(MeasuredPoint(Drafting.MODEL, 6, speedup, True, cost_aware=False, origin=f"reply {n}")
+                    for n, speedup in ((3, 0.8), (4, 1.01)))
+    assert confidence_note(dataclasses.replace(why, points=why.points + replies)).endswith(
+        "This chat's own confidence-stop replies measured 0.80–1.01× on their prompts: what drafts pay moves with "
+        "what a prompt lets them copy.")
     panel = WhyGammaPanel()
     qtbot.addWidget(panel)
     session = synthetic_session(2.0)
