@@ -183,12 +183,8 @@ class ChatView(QTextBrowser):
 
     def show_reading(self, text: str) -> None:
         """How far the streaming reply's prompt has been read in, after its header ("": read, or stopped)."""
-        live = self._live
-        if live is None or live.reading == text:
-            return
-        self._remove_from(live.start)
-        self._live = _Live(live.item, live.start, reading=text)
-        self._draw_reply(self._live)
+        if self._live is not None and self._live.reading != text:
+            self._redraw_live(reading=text)
 
     def set_reply_header(self, header: str) -> None:
         """Change the last reply's header (γ moved mid-reply) in place."""
@@ -197,11 +193,16 @@ class ChatView(QTextBrowser):
             return
         item.header = header
         if self._live is not None and self._live.item is item:
-            self._remove_from(self._live.start)
-            self._live = _Live(item, self._live.start)
-            self._draw_reply(self._live)
+            self._redraw_live()
         else:
             self._draw_all()
+
+    def _redraw_live(self, reading: str = "") -> None:
+        """The streaming reply drawn again from its header, in place."""
+        start = self._live.start
+        self._remove_from(start)
+        self._live = _Live(self._live.item, start, reading=reading)
+        self._draw_reply(self._live)
 
     def add_round(self, event: RoundEvent) -> None:
         self.transcript.add_round(event)

@@ -238,16 +238,17 @@ class LoadGap:
             return 1.0
         return median(self.plain) / median(self.drafted)
 
-    def plain_load(self, drafted: bool, load: float, plain_s: float, quiet_s: float) -> float:
-        """The load a plain step met at a round, learnt from it: a plain step's own (`plain_s`, what it took beside
-        its drafting decision, over `quiet_s`, its cost), a drafted round's `load` times the gap (0: no cost)."""
-        if drafted:
-            self.drafted.append(load)
-            return load * self.ratio
+    def plain_step(self, plain_s: float, quiet_s: float) -> float:
+        """A plain step's load, learnt: what it took beside its drafting decision over its cost (0: no cost)."""
         if quiet_s <= 0:
             return 0.0
         self.plain.append(plain_s / quiet_s)
         return self.plain[-1]
+
+    def drafted_round(self, load: float) -> float:
+        """The load a plain step met beside a drafted round whose block met `load`, learnt."""
+        self.drafted.append(load)
+        return load * self.ratio
 
 
 def fastest(run: Callable[[], None], repeats: int = MEASURE_REPEATS, synchronize: Callable[[], None] = lambda: None

@@ -316,13 +316,14 @@ class Decoder:
             load = max(1.0, forward_s / self.costs.verify_s(gamma + 1, "model" in kinds, cached))
             # each token plain AR would emit attends to one more position than the one before it
             ar_equivalent_s = sum(self.costs.ar_step_s(cached + i) for i in range(len(emitted)))
-            plain_load = self.load_gap.plain_load(gamma > 0, load, round_s - (drafted_at - round_start),
-                                                  ar_equivalent_s)
+            draft_s = drafted_at - round_start
+            plain_load = (self.load_gap.drafted_round(load) if gamma
+                          else self.load_gap.plain_step(round_s - draft_s, ar_equivalent_s))
             self.costs.observe_round(kinds, forward_s, round_s, cached)
             yield RoundEvent(
                 index=index, gamma=gamma, drafted=drafted, emitted=tuple(emitted),
                 text_delta="".join(t.text for t in emitted),
-                draft_s=drafted_at - round_start, verify_s=verified_at - drafted_at,
+                draft_s=draft_s, verify_s=verified_at - drafted_at,
                 round_s=round_s, prefill_s=prefill_s if index == 0 else 0.0,
                 target_step_s=self.target_step_s, finish_reason=finish, text_notice=text.left_out if finish else None,
                 ar_equivalent_s=ar_equivalent_s, load=load, plain_load=plain_load, planned_s=planned_s,
@@ -381,7 +382,8 @@ class Decoder:
                 finish = "eos"
             elif len(emitted) >= budget:
                 finish = "length"
-            elif earlier is not None and repeating(earlier + read_for_loops([t.token_id for t in emitted], self._token_text)):
+            elif earlier is not None and repeating(earlier + read_for_loops([t.token_id for t in emitted],
+                                                                            self._token_text)):
                 finish = "repeating"
             if finish:
                 last = emitted[-1]

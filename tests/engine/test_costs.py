@@ -270,12 +270,12 @@ def test_a_drafted_round_carries_its_load_to_a_plain_step_by_the_recent_gap_betw
     """Plain steps ran 1.3x their cost (one stalled 40x) while drafted blocks ran 1.04x theirs: a drafted round at
     load 2 is one where a plain step would have met 2.5x; only the last RECENT_ROUNDS of each kind count."""
     gap = LoadGap()
-    assert gap.plain_load(True, 1.5, 0.0, 0.01) == 1.5  # nothing learnt yet: the block's own load
+    assert gap.drafted_round(1.5) == 1.5  # nothing learnt yet: the block's own load
     for i in range(RECENT_ROUNDS + 4):  # the first four plain steps, from a slower moment, are left behind
         quiet_s = 0.01
         step_s = (40 if i == 10 else 2.0 if i < 4 else 1.3) * quiet_s
-        assert gap.plain_load(False, 1.0, step_s, quiet_s) == pytest.approx(step_s / quiet_s)
-        gap.plain_load(True, 1.04, 0.0, quiet_s)
+        assert gap.plain_step(step_s, quiet_s) == pytest.approx(step_s / quiet_s)
+        gap.drafted_round(1.04)
     assert gap.ratio == pytest.approx(1.3 / 1.04)
-    assert gap.plain_load(True, 2.0, 0.0, 0.01) == pytest.approx(2.0 * 1.3 / 1.04, rel=1e-3)
-    assert gap.plain_load(False, 1.0, 0.01, 0.0) == 0.0  # no cost model: nothing to compare with
+    assert gap.drafted_round(2.0) == pytest.approx(2.0 * 1.3 / 1.04, rel=1e-3)
+    assert gap.plain_step(0.01, 0.0) == 0.0  # no cost model: nothing to compare with

@@ -80,7 +80,8 @@ def test_each_round_says_the_load_a_plain_step_met_beside_it():
                      DecodeSettings(max_new_tokens=8, mode=Mode.AR)):
         for e in decoder.generate(PROMPT, settings):
             plain_s = e.round_s - e.draft_s
-            assert e.plain_load == pytest.approx(gap.plain_load(e.gamma > 0, e.load, plain_s, e.ar_equivalent_s))
+            assert e.plain_load == pytest.approx(gap.drafted_round(e.load) if e.gamma
+                                                 else gap.plain_step(plain_s, e.ar_equivalent_s))
     assert list(decoder.load_gap.plain) == pytest.approx(list(gap.plain))
     assert len(gap.drafted) > 1 and len(gap.plain) == WARM_UP_STEPS + 8
 
