@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 REPEATS = 4  # times the span must occur back to back
-LONGEST_SPAN = 64  # tokens; a longer period is not taken for a loop
+# tokens; a longer period is not taken for a loop. A small target loops whole paragraphs of 70-odd tokens too
+# (walk 29: one said twelve times after Continue), and a verbatim 128-token span four times over is no answer.
+LONGEST_SPAN = 128
 SHORTEST_LOOP = 48  # tokens the repetition must cover in all, so that "ha ha ha" or a table's rule is left alone
 LOOKBACK = LONGEST_SPAN * REPEATS  # the most of a reply's last tokens the rule reads
 # Sentence punctuation is one mark to the rule: a small target looping a clause often ends it with "，" and "。" by

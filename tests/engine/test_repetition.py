@@ -2,7 +2,7 @@
 in speculative and plain AR decoding."""
 from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import DraftModelDrafter
-from engine.decoding.repetition import REPEATS, SHORTEST_LOOP, is_pause, read_for_loops, repeating
+from engine.decoding.repetition import LONGEST_SPAN, REPEATS, SHORTEST_LOOP, is_pause, read_for_loops, repeating
 from engine.events import DecodeSettings
 from tests.tiny import tiny_model
 
@@ -13,6 +13,18 @@ def test_a_line_said_four_times_is_a_loop_and_three_times_is_not():
     opening = [1, 2, 3, 4, 5]
     assert repeating(opening + LINE * REPEATS)
     assert not repeating(opening + LINE * (REPEATS - 1))
+
+
+def test_a_paragraph_said_four_times_is_a_loop_up_to_the_longest_span():
+    """Walk 29: a 70-token paragraph looped after Continue. The control: a span one token past LONGEST_SPAN is not
+    taken for a loop however often it is said."""
+    paragraph = list(range(100, 170))
+    assert repeating([1, 2] + paragraph * REPEATS)
+    assert not repeating([1, 2] + paragraph * (REPEATS - 1))
+    longest = list(range(1000, 1000 + LONGEST_SPAN))
+    assert repeating(longest * REPEATS)
+    too_long = list(range(1000, 1001 + LONGEST_SPAN))
+    assert not repeating(too_long * (REPEATS + 2))
 
 
 def test_a_short_span_must_cover_the_shortest_loop():
