@@ -176,6 +176,8 @@ def part_label(part: int, continued: bool) -> str:
 
 
 DRAWN_SLOWER = 0.9  # a greedy reply drawn this much slower than its undrawn rerun: its line says the drawing cost it
+# est. × and measured × further apart than one run's spread (engine.decoding.recommend.SPREAD): the line says why
+EST_APART = 1.10
 
 
 def comparison_line(comparison: Comparison, reply: Reply) -> str:
@@ -203,12 +205,17 @@ def comparison_line(comparison: Comparison, reply: Reply) -> str:
                  "both models")
     if comparison.identical is not None:
         line += " · greedy outputs identical" if comparison.identical else " · greedy outputs differ"
-    drawn = reply.stats.tokens_per_s
-    if rerun and reply.request.settings.greedy and drawn < DRAWN_SLOWER * comparison.spec_tokens_per_s:
-        # the estimate prices plain AR as it ran beside the drawing; the measured speedup has neither side drawn
+    drawn, estimate = reply.stats.tokens_per_s, reply.estimated_speedup
+    apart = estimate > 0 and comparison.speedup > 0 and not 1 / EST_APART <= estimate / comparison.speedup <= EST_APART
+    if rerun and reply.request.settings.greedy and (drawn < DRAWN_SLOWER * comparison.spec_tokens_per_s or apart):
+        # est. / measured = (drawn / undrawn reply) × (undrawn AR / AR as the estimate priced it): both factors said
+        slower = 1 - drawn / comparison.spec_tokens_per_s
         line += (f" · drawn as it streamed, the reply made {drawn:.1f} tok/s, "
-                 f"{1 - drawn / comparison.spec_tokens_per_s:.0%} below its undrawn run: its est. × is of the reply "
-                 "as drawn")
+                 f"{abs(slower):.0%} {'below' if slower >= 0 else 'above'} its undrawn run: its est. × is of the "
+                 "reply as drawn")
+        if estimate > 0:
+            line += (f" ({estimate:.2f}×, pricing plain AR at about {drawn / estimate:.1f} tok/s by the load its "
+                     f"rounds met, where undrawn it made {comparison.ar_tokens_per_s:.1f})")
     return line
 
 

@@ -221,6 +221,24 @@ def test_a_greedy_reply_drawn_far_slower_than_its_undrawn_rerun_says_what_its_es
     assert "drawn as it streamed" not in comparison_line(rerun(125.0), sampled)
 
 
+def test_an_estimate_far_from_its_measurement_says_both_factors_though_drawing_cost_little():
+    """Walk 29: est. 0.81× beside measured 0.96×, drawn only 9 % slower, and no word why. Here the reply's est. is
+    2.00× at 100 tok/s drawn (plain AR priced at 50 tok/s) and its undrawn run made 105 tok/s against plain AR's
+    40: measured 2.62×, so the line names both factors. The control: plain AR at 50 undrawn (2.10×) says nothing."""
+    rounds = tuple(accepted_round(i, ["a", "b"], "c") for i in range(4))
+    greedy = Reply(ReplyRequest(({"role": "user", "content": "w3"},), DecodeSettings()), rounds, "abc" * 4, False)
+    steps = tuple(ar_step(i, 5, "w5", 0.9, step_s=0.02) for i in range(12))
+    rerun = lambda ar_tokens_per_s: Comparison(  # noqa: E731
+        ar_events=steps, ar_text="w5" * 12, spec_wall_s=12 / 105.0, ar_wall_s=12 / ar_tokens_per_s,
+        spec_tokens_per_s=105.0, ar_tokens_per_s=ar_tokens_per_s, identical=None, spec_events=rounds)
+    assert greedy.estimated_speedup == pytest.approx(2.0)
+    line = comparison_line(rerun(40.0), greedy)
+    assert "measured 2.62×" in line
+    assert ("the reply made 100.0 tok/s, 5% below its undrawn run: its est. × is of the reply as drawn (2.00×, "
+            "pricing plain AR at about 50.0 tok/s by the load its rounds met, where undrawn it made 40.0)") in line
+    assert "drawn as it streamed" not in comparison_line(rerun(50.0), greedy)
+
+
 def test_a_stopped_ar_comparison_claims_no_speedup():
     steps = tuple(ar_step(i, 5, "w5", 0.9) for i in range(2))
     request = ReplyRequest(messages=({"role": "user", "content": "w3"},), settings=DecodeSettings())
