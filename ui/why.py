@@ -97,14 +97,19 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
     recommendation, its predictions scaled to agree with the measured points; `costs_note` says where the pair's
     costs come from, when not from its timing at load."""
     shown = speculative_replies(session)
-    events = {}
+    # The lines predict cost-aware rounds, so a drafting's acceptance is its cost-aware rounds' where the chat has
+    # any: the confidence stop drafts where they would not (walk 29: its rounds held copying's line under a fair
+    # cost-aware reply's 1.16×). A drafting only ever run with the confidence stop is predicted from those rounds.
+    cost_aware, confidence = {}, {}
     for numbered in shown:
-        events.setdefault(drafting_of(numbered.whole.request.settings), []).extend(numbered.whole.events)
-    # a confidence-stop run's rounds stay out: its rule drafts where cost-aware rounds would not, so its acceptance
-    # would move the lines that predict cost-aware rounds, as its speedup would if it scaled them
+        settings = numbered.whole.request.settings
+        rounds = cost_aware if settings.cost_aware else confidence
+        rounds.setdefault(drafting_of(settings), []).extend(numbered.whole.events)
+    # a confidence-stop Compare drafters run stays out, with its speedup: the chat's own replies say how it drafts
     for run in (run for comparison in session.drafters if comparison.cost_aware for run in comparison.runs):
         if run.drafting is not Drafting.NONE and run.events:
-            events.setdefault(run.drafting, []).extend(run.events)
+            cost_aware.setdefault(run.drafting, []).extend(run.events)
+    events = {**confidence, **cost_aware}
     profiles = {drafting: position_acceptance(rounds) for drafting, rounds in events.items()}
     points = []  # each with the rounds whose speed it is
     for numbered in shown:
@@ -185,16 +190,21 @@ def measured_short_note(why: WhyGamma) -> str:
 
 
 def estimate_note(why: WhyGamma) -> str:
-    """Where plain AR is recommended but the last reply's own estimate (no fair Compare with AR, cost-aware rounds)
-    reached the MARGIN a recommendation needs, why the two differ: the estimate is the rounds' time against plain
-    AR priced at the load they met, the lines are predicted at this machine's quietest timings (a walk saw "Best
-    here: plain AR" beside a reply's "est. 1.15×") ("" otherwise)."""
+    """Where plain AR is recommended but the last reply (cost-aware rounds) reached the MARGIN a recommendation
+    needs, by its own estimate or a fair Compare with AR, why the two differ: the estimate is the rounds' time
+    against plain AR priced at the load they met, a measurement is of that one prompt, and the lines predict the
+    chat's cost-aware rounds as a whole at this machine's quietest timings (walks saw "Best here: plain AR" beside
+    a reply's "est. 1.15×", and beside one measured 1.16×) ("" otherwise)."""
     recommendation = why.recommendation
     if recommendation is None or recommendation.drafting is not Drafting.NONE:
         return ""
     last = next((p for p in reversed(why.points) if p.origin.startswith("reply")), None)
-    if last is None or last.measured or not last.cost_aware or last.speedup < MARGIN:
+    if last is None or not last.cost_aware or last.speedup < MARGIN:
         return ""
+    if last.measured:
+        return (f"{last.origin.capitalize()} measured {last.speedup:.2f}× on its own prompt (a fair Compare with "
+                "AR); the lines predict this chat's cost-aware rounds as a whole, at this machine's quietest "
+                f"timings, where no drafting gains {MARGIN - 1:.0%}: what drafts pay moves with the prompt.")
     return (f"{last.origin.capitalize()}'s own estimate, {last.speedup:.2f}× (hollow dot), is its rounds' time "
             "against plain AR priced at the load they met; the lines are predicted from this machine's quietest "
             "timings, where no drafting gains that much. Compare with AR measures which holds here.")

@@ -278,6 +278,27 @@ def test_a_compare_drafters_measurement_is_a_point_and_the_recommendation_agrees
     assert [row["drafting"] for row in data["drafters"][0]["rows"]] == ["lookup", "none"]
 
 
+def test_a_confidence_stop_reply_moves_no_line_where_the_drafting_has_cost_aware_rounds():
+    """Walk 29: "Best here: plain AR" beside a fair cost-aware reply at 1.16×, the draft model's line held down by
+    confidence-stop rounds that drafted 8 and kept none. With a cost-aware reply of the drafting, its rounds alone
+    make the line; the control: with that reply gone the confidence-stop rounds are all there is, and they do."""
+    session = synthetic_session(2.0)
+    alone = why_gamma(session)
+    assert alone.recommendation.drafting is Drafting.MODEL
+    confidence = dataclasses.replace(MODEL_ONLY, gamma=8, cost_aware=False, stop_below=0.3)
+    wasted = tuple(rejected_round(i, [], "x", "y", gamma=8) for i in range(12))
+    stopped = Reply(ReplyRequest(({"role": "user", "content": "hey"},), confidence), wasted, "", False,
+                    reference_s=0.01)
+    session.replies.append(stopped)
+    both = why_gamma(session)
+    assert both.profiles[Drafting.MODEL] == alone.profiles[Drafting.MODEL]
+    assert both.recommendation.speedups == alone.recommendation.speedups
+    session.replies.pop(0)
+    only_confidence = why_gamma(session)
+    assert only_confidence.profiles[Drafting.MODEL] == position_acceptance(wasted)
+    assert only_confidence.recommendation.drafting is Drafting.NONE
+
+
 def test_a_run_drafted_by_the_confidence_stop_is_drawn_apart_and_scales_no_cost_aware_line(qtbot):
     from ui.gamma_charts import CONFIDENCE_SAID, CONFIDENCE_SYMBOL, WhyGammaPanel
 
@@ -511,8 +532,9 @@ def test_a_recommendation_that_every_fair_run_of_its_drafting_fell_short_of_says
 
 def test_plain_ar_recommended_beside_a_reply_estimated_faster_says_why_they_differ(qtbot):
     """Recommended: plain AR; the last reply's own estimate (hollow, cost-aware) 1.15x: the line under the chart
-    says that the estimate is at the load the rounds met and the lines at the quietest timings. The controls: an
-    estimate of 1.02x, a measured 1.15x, and a recommended drafting say nothing."""
+    says that the estimate is at the load the rounds met and the lines at the quietest timings; measured 1.16x
+    (walk 29), that the measurement is of its prompt. The controls: 1.02x, estimated or measured, and a recommended
+    drafting say nothing."""
     from ui.gamma_charts import WhyGammaPanel
     from ui.why import MeasuredPoint, estimate_note
 
@@ -527,7 +549,10 @@ def test_plain_ar_recommended_beside_a_reply_estimated_faster_says_why_they_diff
     assert note.startswith("Reply 2's own estimate, 1.15× (hollow dot), is its rounds' time against plain AR priced "
                            "at the load they met")
     assert estimate_note(last_reply_at(1.02)) == ""
-    assert estimate_note(last_reply_at(1.15, measured=True)) == ""
+    measured = estimate_note(last_reply_at(1.16, measured=True))
+    assert measured.startswith("Reply 2 measured 1.16× on its own prompt (a fair Compare with AR); the lines "
+                               "predict this chat's cost-aware rounds as a whole")
+    assert estimate_note(last_reply_at(1.02, measured=True)) == ""
     drafting = why_gamma(synthetic_session(2.0))
     assert drafting.recommendation.drafting is Drafting.MODEL
     assert estimate_note(last_reply_at(1.15, base=drafting)) == ""
