@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from engine.decoding.costs import SCRATCH_POSITIONS
 from engine.decoding.recommend import (MARGIN, MAX_GAMMA, SPREAD, Measured, Recommendation, cost_model_from_dict,
-                                       recommend)
+                                       recommend, round_tokens)
 from engine.events import DecodeSettings, Drafting, Mode, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance
 from ui.session import DrafterComparison, NumberedReply, Session, numbered_replies
@@ -55,6 +55,8 @@ class WhyGamma:
     recommendation: Recommendation | None = None  # None: no cost model, or no speculative reply yet
     profiles: dict[Drafting, PositionAcceptance] = field(default_factory=dict)
     costs_note: str = ""  # where the costs come from, when not from this load's timing
+    # each drafting's fair cost-aware measurements with the acceptance their own rounds met (what scales the lines)
+    measured: dict[Drafting, tuple[Measured, ...]] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {"costs": self.costs, "costs_note": self.costs_note, "session_acceptance": self.session.as_dict(),
@@ -133,6 +135,7 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
     for point, rounds in points:
         if point.measured and point.cost_aware:
             measured_points.setdefault(point.drafting, []).append(measured_run(point, rounds))
+    measured_points = {drafting: tuple(runs) for drafting, runs in measured_points.items()}
     costs = dict(session.pair.costs) if session.pair is not None and session.pair.costs else {}
     model = cost_model_from_dict(costs) if costs else None
     # a model with no time for an AR step (an injected one, in tests) has no rate to compare drafts with
@@ -140,7 +143,8 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
     recommendation = (recommend(model, profiles, MAX_GAMMA, chat_length(session), measured_points)
                       if timed and profiles else None)
     session_profile = position_acceptance(e for numbered in shown for e in numbered.whole.events)
-    return WhyGamma(costs, session_profile, tuple(point for point, _ in points), recommendation, profiles, costs_note)
+    return WhyGamma(costs, session_profile, tuple(point for point, _ in points), recommendation, profiles, costs_note,
+                    measured_points)
 
 
 def recommendation_text(recommendation: Recommendation | None) -> str:
@@ -174,19 +178,34 @@ def confidence_note(why: WhyGamma) -> str:
 
 def measured_short_note(why: WhyGamma) -> str:
     """Where every fair measurement of the recommended drafting (cost-aware rounds, as the lines predict) fell short
-    of the MARGIN a recommendation needs, that they did: the prediction rests on the rounds' acceptance, and within
-    one run's spread of it a measurement does not rescale it, so the two may disagree on whether drafting pays (a
-    walk saw copying recommended at 1.11× beside a Compare drafters run of it at 1.01×) ("" otherwise)."""
+    of the MARGIN a recommendation needs, or of the recommendation by more than one run's spread, that they did and
+    why the prediction stands apart: it rests on the chat's rounds as a whole, and within one run's spread of a run's
+    own prediction a measurement does not rescale it (walks saw copying recommended at 1.11× beside a run of it at
+    1.01×, and the draft model's prediction rise to 1.32× after runs of it at 0.81-0.95×) ("" otherwise)."""
     recommendation = why.recommendation
     if recommendation is None or recommendation.drafting is Drafting.NONE:
         return ""
-    runs = [p for p in why.points if p.measured and p.cost_aware and p.drafting is recommendation.drafting]
-    if not runs or any(p.speedup >= MARGIN for p in runs):
+    drafting = recommendation.drafting
+    runs = [p for p in why.points if p.measured and p.cost_aware and p.drafting is drafting]
+    if not runs:
         return ""
-    best = max(runs, key=lambda p: p.speedup)
-    return (f"Measured: {best.drafting.label} at {best.speedup:.2f}× ({best.origin}), short of the "
-            f"{MARGIN - 1:.0%} gain this recommendation needs; a run can be {SPREAD - 1:.0%} off, so Compare "
-            "drafters again before counting on it.")
+    best, worst = max(runs, key=lambda p: p.speedup), min(runs, key=lambda p: p.speedup)
+    short = best.speedup < MARGIN
+    if not short and recommendation.speedup <= best.speedup * SPREAD:
+        return ""
+    figures = (f"{best.speedup:.2f}× ({best.origin})" if len(runs) == 1
+               else f"{worst.speedup:.2f}–{best.speedup:.2f}× ({len(runs)} runs)")
+    gap = (f"short of the {MARGIN - 1:.0%} gain this recommendation needs" if short
+           else f"below this {recommendation.speedup:.2f}×")
+    rounds = ""
+    measured, profile = why.measured.get(drafting, ()), why.profiles.get(drafting)
+    if measured and profile is not None:
+        theirs = sum(round_tokens(run.profile, min(run.gamma, MAX_GAMMA)) for run in measured) / len(measured)
+        ours = round_tokens(profile, recommendation.gamma)
+        rounds = (f"; the prediction is of this chat's rounds as a whole, {ours:.2f} tokens a round at "
+                  f"γ ≤ {recommendation.gamma}, where the measured runs made {theirs:.2f}")
+    return (f"Measured: {drafting.label} at {figures}, {gap}{rounds}; a run can be {SPREAD - 1:.0%} off, so "
+            "Compare drafters again before counting on it.")
 
 
 def estimate_note(why: WhyGamma) -> str:

@@ -84,13 +84,9 @@ def cost_model_from_dict(costs: dict) -> CostModel:
 def draft_cost_s(costs: CostModel, profile: PositionAcceptance, position: int, drafting: Drafting,
                  positions: int = SCRATCH_POSITIONS) -> float:
     """What a draft at `position` (1-based) costs on average after `positions` cached positions: copies at the
-    copy cost, the rest as model steps; past the measured positions, what this drafting's drafts cost."""
-    i = position - 1
-    step_s = costs.draft_model_step_s(positions)
-    if i < len(profile.drafted) and profile.drafted[i] > 0:
-        copies = profile.copied[i] / profile.drafted[i]
-        return copies * costs.copy_s + (1 - copies) * step_s + costs.per_draft_s
-    return (costs.copy_s if drafting is Drafting.LOOKUP else step_s) + costs.per_draft_s
+    copy cost, the rest as model steps (engine.decoding.recommend.copied_share)."""
+    copies = copied_share(profile, position, drafting)
+    return copies * costs.copy_s + (1 - copies) * costs.draft_model_step_s(positions) + costs.per_draft_s
 
 
 def round_tokens(profile: PositionAcceptance, gamma: int) -> float:
@@ -132,12 +128,29 @@ def stop_threshold(costs: CostModel, profile: PositionAcceptance, gamma: int, dr
             * extra_draft_s(costs, profile, gamma, drafting, positions))
 
 
-def _costs_said(draft_s: float, costs: CostModel, positions: int) -> str:
+def _costs_said(draft_s: float, costs: CostModel, positions: int, position: int, copies: float) -> str:
     """All told: the draft's step, its bookkeeping and its row in the target's block (the cost chart's draft step
-    is the first of these alone); in a chat, at its length (each cached position makes both dearer)."""
+    is the first of these alone); in a chat, at its length (each cached position makes both dearer). `position`:
+    which draft of a round it is, `copies`: the share of such drafts that were copies, which cost next to nothing
+    (so the figure moves with what the chat's rounds copied: a walk saw it go from 1.8 to 6.8 ms)."""
     where = f" after this chat's {positions:,} tokens" if positions > SCRATCH_POSITIONS else ""
-    return (f"here{where} a draft costs {draft_s * 1e3:.2g} ms all told (its draft step, bookkeeping and row in "
-            f"the target's block) and a step {costs.ar_step_s(positions) * 1e3:.3g} ms")
+    which = "a draft" if position == 1 else f"a {_ordinal(position)} draft"
+    copied = f", {copies:.0%} of them copies" if copies >= 0.005 else ""
+    return (f"here{where} {which} costs {draft_s * 1e3:.2g} ms all told (its draft step, bookkeeping and row in "
+            f"the target's block{copied}) and a step {costs.ar_step_s(positions) * 1e3:.3g} ms")
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def copied_share(profile: PositionAcceptance, position: int, drafting: Drafting) -> float:
+    """The share of the drafts at `position` (1-based) that are copies: as measured, and past the measured
+    positions all of copying's and none of the draft model's."""
+    i = position - 1
+    if i < len(profile.drafted) and profile.drafted[i] > 0:
+        return profile.copied[i] / profile.drafted[i]
+    return 1.0 if drafting is Drafting.LOOKUP else 0.0
 
 
 def calibration(costs: CostModel, drafting: Drafting, runs: Sequence[Measured],
@@ -189,6 +202,7 @@ def recommend(costs: CostModel, profiles: Mapping[Drafting, PositionAcceptance],
         empty = PositionAcceptance(0, (), (), (), (), 0.0, 0.0, 1.0, 1.0)
         threshold = stop_threshold(costs, empty, 0, chosen_drafting, positions)
         draft_s = extra_draft_s(costs, empty, 0, chosen_drafting, positions)
+        costs_said = _costs_said(draft_s, costs, positions, 1, copied_share(empty, 1, chosen_drafting))
         need = (f"one would need a chance above {threshold:.2f} of being kept" if threshold < 1.0
                 else "not even a draft that is always kept")
         near_rate, near_drafting, near_gamma = best_within_margin
@@ -196,9 +210,9 @@ def recommend(costs: CostModel, profiles: Mapping[Drafting, PositionAcceptance],
             near = floor(near_rate / ar_rate * 100) / 100  # rounded down: 1.047 is no "1.05×" beside "not 5 % faster"
             line = (f"no drafting is predicted {MARGIN - 1:.0%} faster than plain AR, as much as the predictions can "
                     f"be off (the best, {near_drafting.label} at γ ≤ {near_gamma}, {near:.2f}×); "
-                    f"{_costs_said(draft_s, costs, positions)}")
+                    f"{costs_said}")
         else:
-            line = f"no draft pays: {need}; {_costs_said(draft_s, costs, positions)}"
+            line = f"no draft pays: {need}; {costs_said}"
         return Recommendation(Drafting.NONE, 0, rate, 1.0, threshold, line + _scaled_said(scaled), speedups,
                               scaled)
     threshold = stop_threshold(costs, chosen, gamma, drafting, positions)
@@ -207,7 +221,8 @@ def recommend(costs: CostModel, profiles: Mapping[Drafting, PositionAcceptance],
     stop = (f"drafts stop when the chance of keeping the next token falls below {threshold:.2f}" if threshold < 1.0
             else f"drafts stop at {gamma}: a further draft would not pay even if it were always kept, as it costs "
                  f"more than the round's tokens do ({1e3 / rate:.2g} ms each)")
-    line = f"{stop}: {_costs_said(draft_s, costs, positions)}"
+    copies = copied_share(chosen, gamma + 1, drafting)
+    line = f"{stop}: {_costs_said(draft_s, costs, positions, gamma + 1, copies)}"
     if not measured_beyond:
         # Said as what is known: the rounds' own stop (not the γ cap) may be what kept them short
         line += f" (no round drafted more than {gamma}, so what a further draft would keep is not measured)"

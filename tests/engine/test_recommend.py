@@ -65,9 +65,23 @@ def test_the_threshold_named_is_where_the_next_draft_stops_paying():
     keep_next = 0.8 ** (advice.gamma + 1)  # the chance that the next draft, and all before it, are kept
     keep_last = 0.8 ** advice.gamma
     assert keep_next < advice.stop_below < keep_last
-    assert re.fullmatch(r"drafts stop when the chance of keeping the next token falls below 0\.\d\d: here a draft "
-                        r"costs [\d.]+ ms all told \(its draft step, bookkeeping and row in the target's block\) "
-                        r"and a step [\d.]+ ms", advice.explanation)
+    assert re.fullmatch(rf"drafts stop when the chance of keeping the next token falls below 0\.\d\d: here a "
+                        rf"{advice.gamma + 1}th draft costs [\d.]+ ms all told \(its draft step, bookkeeping and row "
+                        r"in the target's block\) and a step [\d.]+ ms", advice.explanation)
+
+
+def test_the_draft_cost_named_is_of_the_next_draft_with_its_share_of_copies():
+    """Walk 29 saw "a draft costs" go from 1.8 to 6.8 ms in one chat: it is the next draft's cost, and copies cost
+    next to nothing, so the line says which draft it is and how many of them were copies. The control: rounds that
+    never copy name no copies, and their draft costs the model's step."""
+    model = costs(3.0)
+    half = fixed_rounds([0.8] * 8)
+    half = PositionAcceptance(**{**half.__dict__, "copied": (0.5,) * 8})
+    said = recommend(model, {Drafting.BOTH: half}).explanation
+    assert re.search(r"here a \d+th draft costs [\d.]+ ms all told \(its draft step, bookkeeping and row in the "
+                     r"target's block, 50% of them copies\)", said)
+    never = recommend(model, {Drafting.MODEL: fixed_rounds([0.8] * 8)}).explanation
+    assert "copies" not in never
 
 
 def test_plain_ar_is_recommended_where_no_draft_pays():
