@@ -201,6 +201,7 @@ class DecodingControls(QGroupBox):
         self.gamma = QSlider(Qt.Orientation.Horizontal)
         self.gamma.setRange(1, GAMMA_MAX)
         self.gamma.setValue(defaults.gamma)
+        self.gamma.setPageStep(1)  # a click on the groove moves γ by one, not by ten (to 16 from 6)
         self.gamma.setToolTip("γ: the most drafts proposed per round; a change applies from the next round")
         self.gamma_label = QLabel(str(defaults.gamma))
         self.gamma_label.setMinimumWidth(18)

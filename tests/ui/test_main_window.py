@@ -466,3 +466,14 @@ def test_a_system_prompt_in_effect_is_named_above_the_chat_and_opens_its_dialog(
     assert asked == [window.system_prompt]
     window.system_prompt = ""
     assert not line.isVisible()
+
+
+def test_a_click_on_the_gamma_groove_moves_gamma_by_one(qtbot):
+    """Walk 29: a click on the groove right of the handle jumped γ from 6 to 16 (Qt's page step of ten)."""
+    from PySide6.QtTest import QTest
+
+    window = shown_window(qtbot, 1400, 900)
+    slider = window.controls.gamma
+    slider.setValue(6)
+    QTest.mouseClick(slider, Qt.MouseButton.LeftButton, pos=QPoint(slider.width() - 3, slider.height() // 2))
+    assert slider.value() == 7
