@@ -245,7 +245,9 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, *, shard: bo
     with accelerate; `weights` (TARGET_WEIGHTS) says whether a GGUF keeps its int4 blocks."""
     source = resolve(name)
     path = Path(source).expanduser()
-    kwargs: dict = {"dtype": dtype}
+    # use_kernels: transformers otherwise swaps layers for kernels fetched from the hub on first use (on CUDA: its
+    # RMSNorm, SiLU and rotary ones), a download at run time and another implementation of the target's layers.
+    kwargs: dict = {"dtype": dtype, "use_kernels": False}
     if shard and device.type == "cuda":
         kwargs["device_map"] = "auto"
     with _user_facing_errors(name):

@@ -373,3 +373,15 @@ def test_models_without_the_fast_path_decode_through_transformers_in_both_modes(
     assert [t.token_id for t in emitted(events)] == ar
     sampled = list(decoder.generate(PROMPT, DecodeSettings(greedy=False, gamma=4, max_new_tokens=30)))
     assert len(emitted(sampled)) == 30
+
+
+def test_a_loaded_model_keeps_its_own_layers_rather_than_kernels_fetched_from_the_hub(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from engine.models.loading import load_model
+
+    tiny = tiny_decoder(draft_seed=None).target
+    tiny.model.save_pretrained(tmp_path / "m")
+    tiny.tokenizer.save_pretrained(tmp_path / "m")
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "m").use_kernels  # transformers' default: hub kernels
+    assert not load_model(str(tmp_path / "m"), torch.device("cpu"), torch.float32).model.use_kernels
