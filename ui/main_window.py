@@ -5,7 +5,7 @@ from html import escape
 from importlib import metadata
 from pathlib import Path
 
-from PySide6.QtCore import QElapsedTimer, QMargins, QRect, QSettings, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QElapsedTimer, QMargins, QRect, QSettings, QSize, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (QAction, QGuiApplication, QImage, QKeySequence, QPainter, QTextBlockFormat,
                            QTextCursor, QTextDocument)
 from PySide6.QtWidgets import (QApplication, QDialog, QDialogButtonBox, QDockWidget, QFileDialog, QHBoxLayout,
@@ -90,9 +90,12 @@ def user_guide() -> tuple[str, Path | None]:
 def fit_to_width(browser: QTextBrowser) -> None:
     """Draws each picture wider than the browser at its width, keeping its shape (at its own 1,600 px the README's
     screenshot was cut by the guide's edge and looked like a second window inside it), and lets code lines wrap (a
-    README command line and its comment scrolled the guide sideways)."""
+    README command line and its comment scrolled the guide sideways). The changes are one edit: made one by one, the
+    layout left a third of the README's paragraphs unlaid, drawn as blank space."""
     document = browser.document()
     width = browser.viewport().width() - 2 * document.documentMargin()
+    edit = QTextCursor(document)
+    edit.beginEditBlock()
     block = document.begin()
     while block.isValid():
         if block.blockFormat().nonBreakableLines():
@@ -113,6 +116,7 @@ def fit_to_width(browser: QTextBrowser) -> None:
                 cursor.setPosition(fragment.position() + fragment.length(), QTextCursor.MoveMode.KeepAnchor)
                 cursor.setCharFormat(picture)
         block = block.next()
+    edit.endEditBlock()
 
 
 def app_version() -> str:
@@ -622,17 +626,24 @@ class MainWindow(QMainWindow):
         layout = QVBoxLayout(self.guide)
         browser = QTextBrowser(self.guide)
         browser.setOpenExternalLinks(True)
-        if folder is not None:
-            browser.setSearchPaths([str(folder)])
-        browser.setMarkdown(text)
+        if folder is not None:  # loaded from its file, so its links to docs/ open with a history to go back by
+            browser.setSource(QUrl.fromLocalFile(str(folder / "README.md")))
+        else:
+            browser.setMarkdown(text)
         layout.addWidget(browser)
         self.guide.browser = browser
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.guide.close)
+        back = buttons.addButton("Back to the guide", QDialogButtonBox.ButtonRole.ActionRole)  # after a link to docs/
+        back.setEnabled(False)
+        back.clicked.connect(browser.backward)
+        browser.backwardAvailable.connect(back.setEnabled)
+        self.guide.back = back
         layout.addWidget(buttons)
         self.guide.resize(min(900, self.width()), min(800, self.height()))
         self.guide.show()
         fit_to_width(browser)
+        browser.sourceChanged.connect(lambda: fit_to_width(browser))
 
     def show_about(self) -> None:
         self.help_box = QMessageBox(QMessageBox.Icon.Information, "About SpecDec Studio",

@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from PySide6.QtCore import QPoint, QSettings, Qt
+from PySide6.QtCore import QPoint, QSettings, Qt, QUrl
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QApplication, QMenu
 
@@ -350,6 +350,17 @@ def test_the_user_guide_shows_the_readme_with_its_pictures_and_without_a_checkou
     assert 0 < width <= window.guide.browser.viewport().width()
     QApplication.processEvents()
     assert window.guide.browser.horizontalScrollBar().maximum() == 0  # code lines wrap: no sideways scrolling
+    layout = document.documentLayout()
+    unlaid = [b.text()[:40] for b in blocks(document) if b.text().strip() and not layout.blockBoundingRect(b).height()]
+    assert unlaid == []  # every paragraph is laid out, so drawn: none left blank after the pictures were resized
+    assert not window.guide.back.isEnabled()
+    window.guide.browser.setSource(window.guide.browser.source().resolved(QUrl("docs/speed-figures.md")))  # a click
+    assert window.guide.browser.toPlainText().startswith("How the window's speed figures are computed")
+    window.guide.back.click()
+    assert window.guide.browser.toPlainText().startswith("SpecDec Studio") and not window.guide.back.isEnabled()
+    assert [b.text()[:40] for b in blocks(document) if b.text().strip() and not layout.blockBoundingRect(b).height()] == []
+    QApplication.processEvents()
+    assert window.guide.browser.horizontalScrollBar().maximum() == 0  # fitted again
     window.guide.close()
     monkeypatch.setattr(main_window, "__file__", str(tmp_path / "ui" / "main_window.py"))
     text, folder = main_window.user_guide()
