@@ -11,7 +11,7 @@ from html import escape
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtGui import QPen
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
@@ -21,7 +21,7 @@ from ui.session import Reply
 
 REFRESH_MS = 250  # charts redraw at most 4 times a second while a reply streams (why: chat_view.FLUSH_MS)
 X_STEP = 20  # the x axis grows in steps of this many rounds
-MIN_CHART_HEIGHT = 120
+MIN_CHART_HEIGHT = 112
 AXIS_END_ROOM = 16  # pixels right of the x axis: half of a four-digit tick label
 AXIS_TOP_ROOM = 7  # pixels above the y axis: half of a tick label's height, for the label at its top
 CHART_INK = "#333"  # titles and legends on the charts' white background
@@ -169,6 +169,8 @@ class ChartHeader(QLabel):
     def show_legend(self, legend: str) -> None:
         self.setText(f"<span style='font-size:9pt'>{escape(self.title)}</span><br>"
                      f"<span style='font-size:7pt'>{legend}</span>")
+        if self.parentWidget() is not None:
+            self.parentWidget().updateGeometry()  # its minimum counts this header as wrapped now (ChartsPanel)
 
 
 def measured_said(parts: list[tuple[int, int, float, int]]) -> str:
@@ -248,6 +250,19 @@ class ChartsPanel(QWidget):
         self.timer.setInterval(REFRESH_MS)
         self.timer.timeout.connect(self.refresh)
         self.timer.start()
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        """The headers as they wrap at this width, not at their own widest: a legend wrapped to one more line than
+        the layout reckoned pushed the last chart's axis out of a small pane."""
+        hint = super().minimumSizeHint()
+        wrapped = sum(max(0, header.heightForWidth(self.width()) - header.minimumSizeHint().height())
+                      for header in self.headers.values())
+        return QSize(hint.width(), hint.height() + wrapped)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        if event.size().width() != event.oldSize().width():
+            self.updateGeometry()  # the headers wrap anew: the pane holding the charts asks their minimum again
 
     def start_reply(self, gamma: int = 1, speculative: bool = True) -> None:
         """A plain AR reply is the baseline itself: its speedup chart says so and stays empty."""

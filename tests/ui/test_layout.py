@@ -24,6 +24,16 @@ SMALL_SCREEN = QRect(0, 0, 1000, 700)
 SMALL_SCREEN_CLIENT = SMALL_SCREEN.size().shrunkBy(OPENBOX_FRAME)
 
 
+def whole_in_view(widget: QWidget) -> bool:
+    """Nothing of the widget lies outside any widget that holds it (which would cut that part off)."""
+    holder = widget.parentWidget()
+    while holder is not None:
+        if not holder.rect().contains(QRect(widget.mapTo(holder, QPoint(0, 0)), widget.size())):
+            return False
+        holder = holder.parentWidget()
+    return True
+
+
 def pane_widths(window: MainWindow) -> dict[str, int]:
     return dict(zip(window.panes, window.splitter.sizes()))
 
@@ -229,6 +239,7 @@ def test_chart_legends_name_every_line_whole_and_cover_no_data(qtbot, size):
         assert header.isVisible() and not header.geometry().intersects(plot.geometry())
         assert header.height() >= header.heightForWidth(header.width()), f"{header.title}: legend cut at {size}"
         assert plot.height() >= MIN_CHART_HEIGHT
+        assert whole_in_view(plot), f"{header.title}: cut off at {size}"
     speedup_legend = QTextDocumentFragment.fromHtml(charts.headers[charts.speedup_plot].text()).toPlainText()
     assert "measured 1.95×" in speedup_legend  # the red line's entry, with its value
     charts.start_reply()  # a new reply has no measurement yet: neither its line nor its entry
