@@ -6,8 +6,8 @@ from importlib import metadata
 from pathlib import Path
 
 from PySide6.QtCore import QElapsedTimer, QMargins, QRect, QSettings, QSize, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import (QAction, QGuiApplication, QImage, QKeySequence, QPainter, QTextBlockFormat,
-                           QTextCursor, QTextDocument)
+from PySide6.QtGui import (QAction, QDesktopServices, QGuiApplication, QImage, QKeySequence, QPainter,
+                           QTextBlockFormat, QTextCursor, QTextDocument)
 from PySide6.QtWidgets import (QApplication, QDialog, QDialogButtonBox, QDockWidget, QFileDialog, QHBoxLayout,
                                QInputDialog, QLabel, QMainWindow, QMenu, QMessageBox, QProgressBar, QPushButton,
                                QScrollArea, QSizePolicy, QSplitter, QTableWidget, QTableWidgetItem, QTabWidget,
@@ -117,6 +117,16 @@ def fit_to_width(browser: QTextBrowser) -> None:
                 cursor.setCharFormat(picture)
         block = block.next()
     edit.endEditBlock()
+
+
+def follow_guide_link(browser: QTextBrowser, url: QUrl) -> None:
+    """A Markdown page opens in the guide (Back returns); anything else, a web page or a folder of screenshots,
+    opens in the desktop's own program for it: the guide would draw a folder as a blank page."""
+    url = browser.source().resolved(url)
+    if url.isLocalFile() and url.path().endswith(".md"):
+        browser.setSource(url)
+    else:
+        QDesktopServices.openUrl(url)
 
 
 def app_version() -> str:
@@ -625,7 +635,8 @@ class MainWindow(QMainWindow):
         self.guide.setWindowTitle("SpecDec Studio: user guide")
         layout = QVBoxLayout(self.guide)
         browser = QTextBrowser(self.guide)
-        browser.setOpenExternalLinks(True)
+        browser.setOpenLinks(False)
+        browser.anchorClicked.connect(lambda url: follow_guide_link(browser, url))
         if folder is not None:  # loaded from its file, so its links to docs/ open with a history to go back by
             browser.setSource(QUrl.fromLocalFile(str(folder / "README.md")))
         else:

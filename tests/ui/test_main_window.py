@@ -354,7 +354,12 @@ def test_the_user_guide_shows_the_readme_with_its_pictures_and_without_a_checkou
     unlaid = [b.text()[:40] for b in blocks(document) if b.text().strip() and not layout.blockBoundingRect(b).height()]
     assert unlaid == []  # every paragraph is laid out, so drawn: none left blank after the pictures were resized
     assert not window.guide.back.isEnabled()
-    window.guide.browser.setSource(window.guide.browser.source().resolved(QUrl("docs/speed-figures.md")))  # a click
+    opened = []
+    monkeypatch.setattr(main_window.QDesktopServices, "openUrl", opened.append)
+    window.guide.browser.anchorClicked.emit(QUrl("docs/screenshots/"))  # a folder: the desktop's file manager
+    assert [url.toLocalFile() for url in opened] == [str(Path(__file__).parents[2] / "docs" / "screenshots") + "/"]
+    assert window.guide.browser.toPlainText().startswith("SpecDec Studio")
+    window.guide.browser.anchorClicked.emit(QUrl("docs/speed-figures.md"))
     assert window.guide.browser.toPlainText().startswith("How the window's speed figures are computed")
     window.guide.back.click()
     assert window.guide.browser.toPlainText().startswith("SpecDec Studio") and not window.guide.back.isEnabled()
