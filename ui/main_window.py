@@ -477,6 +477,8 @@ class MainWindow(QMainWindow):
         if self.status.ready:
             self.message_box.clear()
         self.send_requested.emit(text, self.options())
+        if self.preferences is not None:  # the settings a reply was sent with outlast a killed app, not only a quit
+            save_preferences(self.preferences, self)
 
     def stop(self) -> None:
         self.stop_requested.emit()

@@ -423,6 +423,17 @@ def test_a_pair_timed_far_slower_than_its_last_quiet_timing_plans_on_that_and_th
     assert "busy while the pair was timed" in cost_header and "6.0 ms, 1.0 ms when timed here" in cost_header
 
 
+def test_the_settings_a_message_was_sent_with_are_kept_before_the_app_quits(make_studio, mixed_decoder, qtbot,
+                                                                              tmp_path):
+    preferences = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    studio = make_studio(mixed_decoder, preferences=preferences, max_new_tokens=4)
+    studio.window.controls.gamma.setValue(3)
+    assert not QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat).contains("decoding/gamma")
+    send(qtbot, studio)
+    kept = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)  # as a killed app leaves it
+    assert kept.value("decoding/gamma", type=int) == 3
+
+
 def test_compare_with_ar_on_a_native_gguf_target_decodes_one_target_identically(make_studio, qtbot, tmp_path):
     from engine.decoding.decoder import Decoder
     from engine.decoding.drafters import DraftModelDrafter
