@@ -54,7 +54,6 @@ STATUS_RIGHT_MARGIN = 8  # between the status bar's last widget and the window's
 PAIR_SHARE = 0.23
 UNLIMITED_WIDTH = 16777215  # Qt's QWIDGETSIZE_MAX, which PySide6 does not export
 LAST_REPLY = "last reply: "  # the status bar's summary of the last reply begins so
-SYSTEM_PROMPT_SHOWN = 90  # characters of a system prompt named above the chat (all of it in the tooltip)
 # Compare with AR's progress bar: its runs' tokens, or a run reading a long prompt in again (%v of %m positions)
 COMPARISON_DECODING = "Compare with AR, undrawn: %v of ~%m tokens"
 COMPARISON_READING = "Compare with AR: reading the prompt in again, %v of %m"
@@ -73,6 +72,36 @@ ABOUT = ("<h3>SpecDec Studio {version}</h3><p>A chat app that makes speculative 
          "exactly the target's (Leviathan et al., 2023; Chen et al., 2023). Every token is coloured by its fate; the "
          "charts show α, tokens per round and the speedup over plain autoregressive decoding.</p><p>Chats are saved "
          "as they happen (History, Ctrl+H); F1 lists the shortcuts.</p>")
+
+
+class SystemPromptLine(QLabel):
+    """'System prompt (change): “…”' above the chat, the prompt on one line cut with … at the label's width (the
+    whole in its tooltip); the link comes first, so it is never what is cut. Hidden while there is none."""
+
+    LEAD, END = "System prompt (change): “", "”"
+
+    def __init__(self):
+        super().__init__()
+        self.prompt = ""
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # it never widens the pane
+        self.hide()
+
+    def show_prompt(self, text: str) -> None:
+        self.prompt = text
+        self.setToolTip(text)
+        self.setVisible(bool(text))
+        self._fit()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._fit()
+
+    def _fit(self) -> None:
+        metrics = self.fontMetrics()
+        room = self.contentsRect().width() - metrics.horizontalAdvance(self.LEAD + self.END) - 2 * self.margin()
+        shown = metrics.elidedText(" ".join(self.prompt.split()), Qt.TextElideMode.ElideRight, max(0, room))
+        self.setText(f"<span style='color:{NOTE_COLOUR}'>System prompt (<a href='change'>change</a>): "
+                     f"“{escape(shown)}”</span>")
 
 
 def user_guide() -> tuple[str, Path | None]:
@@ -185,8 +214,7 @@ class MainWindow(QMainWindow):
         self.error_box: QMessageBox | None = None
         self.preferences = preferences
         # the chat's system prompt, named above the chat while one is set: nothing else there says it is sent
-        self.system_prompt_line = QLabel()
-        self.system_prompt_line.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.system_prompt_line = SystemPromptLine()
         self.system_prompt_line.linkActivated.connect(lambda _link: self.ask_system_prompt())
         self.system_prompt = ""
         self.default_system_prompt = ""  # what the target's chat template sends where the chat sets none
@@ -593,12 +621,7 @@ class MainWindow(QMainWindow):
     @system_prompt.setter
     def system_prompt(self, text: str) -> None:
         self._system_prompt = text
-        shown = text if len(text) <= SYSTEM_PROMPT_SHOWN else text[:SYSTEM_PROMPT_SHOWN - 1].rstrip() + "…"
-        # the link before the text: a narrow pane clips the text's end
-        self.system_prompt_line.setText(f"<span style='color:{NOTE_COLOUR}'>System prompt (<a href='change'>change"
-                                        f"</a>): “{escape(shown)}”</span>")
-        self.system_prompt_line.setToolTip(text)
-        self.system_prompt_line.setVisible(bool(text))
+        self.system_prompt_line.show_prompt(text)
 
     def ask_system_prompt(self) -> None:
         default = (f"the model's own: “{self.default_system_prompt}”" if self.default_system_prompt

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from PySide6.QtCore import QPoint, QSettings, Qt, QUrl
-from PySide6.QtGui import QTextCursor
+from PySide6.QtGui import QTextCursor, QTextDocument
 from PySide6.QtWidgets import QApplication, QMenu
 
 from engine.events import DecodeSettings, Fate, ModelInfo, PairInfo
@@ -335,7 +335,6 @@ def test_the_user_guide_shows_the_readme_with_its_pictures_and_without_a_checkou
     """Help > User guide: the README, its headings as headings and its screenshots found beside it; the control, a
     package installed without the checkout, shows the package's description; with neither, the entry is off."""
     import ui.main_window as main_window
-    from PySide6.QtGui import QTextDocument
 
     window = make_studio(mixed_decoder, max_new_tokens=4).window
     assert "Shift+F1" in dict(window.shortcuts())
@@ -478,6 +477,13 @@ def test_the_system_prompt_dialog_names_what_the_model_sends_when_it_is_left_emp
     assert asked[0].endswith("(empty: the model's own: “Be kind.”):") and asked[1].endswith("(empty: none):")
 
 
+def drawn_width(label) -> float:
+    document = QTextDocument()
+    document.setDefaultFont(label.font())
+    document.setHtml(label.text())
+    return document.idealWidth() - 2 * document.documentMargin()
+
+
 def test_a_system_prompt_in_effect_is_named_above_the_chat_and_opens_its_dialog(qtbot, monkeypatch):
     """The control: with none set, nothing is shown."""
     asked = []
@@ -489,6 +495,8 @@ def test_a_system_prompt_in_effect_is_named_above_the_chat_and_opens_its_dialog(
     window.system_prompt = "You are a pirate. " * 10
     assert line.isVisible() and "System prompt (" in line.text() and "): “You are a pirate." in line.text() and "…”" in line.text()
     assert line.toolTip() == window.system_prompt and line.width() <= window.chat.width()  # it never widens the pane
+    window.system_prompt = "You are a pirate who speaks only in rhymes. Always answer like a pirate would."  # walk 31
+    assert "…”" in line.text() and drawn_width(line) <= line.contentsRect().width()  # cut where it is cut, with …
     line.linkActivated.emit("change")
     assert asked == [window.system_prompt]
     window.system_prompt = ""
