@@ -169,8 +169,6 @@ class ChartHeader(QLabel):
     def show_legend(self, legend: str) -> None:
         self.setText(f"<span style='font-size:9pt'>{escape(self.title)}</span><br>"
                      f"<span style='font-size:7pt'>{legend}</span>")
-        if self.parentWidget() is not None:
-            self.parentWidget().updateGeometry()  # its minimum counts this header as wrapped now (ChartsPanel)
 
 
 def measured_said(parts: list[tuple[int, int, float, int]]) -> str:
@@ -291,6 +289,7 @@ class ChartsPanel(QWidget):
         said = measured_said(self.measured_parts)
         self.headers[self.speedup_plot].show_entries(curve_entries(self.speedup_plot)
                                                      + ([(self.measured.opts["pen"], said)] if said else []))
+        self.updateGeometry()  # the legend may wrap to another line: the pane asks this panel's minimum again
         self._dirty = True
 
     def refresh(self) -> None:
