@@ -104,16 +104,16 @@ class SystemPromptLine(QLabel):
                      f"“{escape(shown)}”</span>")
 
 
-def user_guide() -> tuple[str, Path | None]:
-    """The README as Markdown and the folder its pictures are found in: the checkout's own beside the package (its
-    screenshots show), else the installed package's description (text only), else none."""
+def user_guide() -> Path | str:
+    """The README: the checkout's own file beside the package (its screenshots and docs/ links resolve from it), else
+    the installed package's description as Markdown (text only), else ""."""
     beside = Path(__file__).resolve().parent.parent / "README.md"
     if beside.is_file():
-        return beside.read_text(encoding="utf-8"), beside.parent
+        return beside
     try:
-        return metadata.metadata("specdec-studio").get_payload() or "", None
+        return metadata.metadata("specdec-studio").get_payload() or ""
     except metadata.PackageNotFoundError:
-        return "", None
+        return ""
 
 
 def fit_to_width(browser: QTextBrowser) -> None:
@@ -463,7 +463,7 @@ class MainWindow(QMainWindow):
             self.pane_actions[name] = act
         help_menu = self.menuBar().addMenu("&Help")
         self.guide_action = action(help_menu, "&User guide", "Shift+F1", self.show_guide)
-        self.guide_action.setEnabled(bool(user_guide()[0]))
+        self.guide_action.setEnabled(bool(user_guide()))
         action(help_menu, "&Keyboard shortcuts", "F1", self.show_shortcuts)
         action(help_menu, "&About SpecDec Studio", "", self.show_about)
 
@@ -655,17 +655,17 @@ class MainWindow(QMainWindow):
 
     def show_guide(self) -> None:
         """The README in a window of its own beside the chat: what each colour, chart and number means."""
-        text, folder = user_guide()
+        guide = user_guide()
         self.guide = QDialog(self)
         self.guide.setWindowTitle("SpecDec Studio: user guide")
         layout = QVBoxLayout(self.guide)
         browser = QTextBrowser(self.guide)
         browser.setOpenLinks(False)
         browser.anchorClicked.connect(lambda url: follow_guide_link(browser, url))
-        if folder is not None:  # loaded from its file, so its links to docs/ open with a history to go back by
-            browser.setSource(QUrl.fromLocalFile(str(folder / "README.md")))
+        if isinstance(guide, Path):  # loaded from its file, so its links to docs/ open with a history to go back by
+            browser.setSource(QUrl.fromLocalFile(str(guide)))
         else:
-            browser.setMarkdown(text)
+            browser.setMarkdown(guide)
         layout.addWidget(browser)
         self.guide.browser = browser
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)

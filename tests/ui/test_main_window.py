@@ -367,11 +367,11 @@ def test_the_user_guide_shows_the_readme_with_its_pictures_and_without_a_checkou
     assert window.guide.browser.horizontalScrollBar().maximum() == 0  # fitted again
     window.guide.close()
     monkeypatch.setattr(main_window, "__file__", str(tmp_path / "ui" / "main_window.py"))
-    text, folder = main_window.user_guide()
-    assert folder is None and text.startswith("# SpecDec Studio")
+    text = main_window.user_guide()
+    assert isinstance(text, str) and text.startswith("# SpecDec Studio")
     monkeypatch.setattr(main_window.metadata, "metadata", lambda name: (_ for _ in ()).throw(
         main_window.metadata.PackageNotFoundError(name)))
-    assert main_window.user_guide() == ("", None)
+    assert main_window.user_guide() == ""
 
 
 def test_loading_a_pair_leaves_the_guide_in_view(make_studio, mixed_decoder, qtbot, tmp_path):
