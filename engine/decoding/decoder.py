@@ -69,7 +69,8 @@ class Decoder:
             return cls(load_model(target, dev, dt, shard=True, weights=target_weights))
         target_tok, draft_tok = preflight(target, draft)
         target_model = load_model(target, dev, dt, shard=True, tokenizer=target_tok, weights=target_weights)
-        return cls(target_model, draft=load_model(draft, dev, dt, tokenizer=draft_tok), draft_int8=draft_int8)
+        draft_model = load_model(draft, dev, dt, tokenizer=draft_tok, weights=target_weights)
+        return cls(target_model, draft=draft_model, draft_int8=draft_int8)
 
     def info(self) -> PairInfo:
         draft = self.draft.info() if self.draft else None

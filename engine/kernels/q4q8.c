@@ -1,18 +1,18 @@
-/* Q4 / Q8 weights times Q8 activations, the way llama.cpp multiplies a Q4_1 model: integer dot products over
- * groups of 32 inputs, scaled in float32.
+/* 4- and 8-bit weights times Q8 activations, the way llama.cpp multiplies a quantised model: integer dot products
+ * over groups of 32 inputs, scaled in float32.
  *
- * Weights (N outputs x K inputs) come in blocks of 16 output rows, each with one scale d and one offset m per
- * (row, group of 32 inputs): w = d·u + m with u in 0..15 (4 bits) or 0..255 (8 bits). Activations are quantised
- * per row and group as llama.cpp's Q8_0 does: x ≈ dx·xq, xq = round(x / dx) in -127..127, dx = max|x| / 127.
- * Output (row r, column n) is, summed over the groups g in order:
- *     acc = fma(float(Σ u·xq) · dx, d, acc);  acc = fma(m, sx, acc)       with sx = dx · Σ xq (float)
- * Every path below (AVX-512 VNNI, AVX2, portable C) computes exactly these operations in this order, so a row's
- * output is the same bits whatever the instruction set, the number of threads and the number of rows multiplied
- * with it (batch invariance).
+ * Weights (N outputs x K inputs) come in blocks of 16 output rows, each with scales per (row, group of 32 inputs)
+ * of one of three kinds (SCALES_* below): w = d·u + m with fp16 d, m (Q4_0, Q4_1, Q5_0, Q8_0: exact in fp16) or
+ * float32 ones (the K-quants' d·sc and dmin·mn), or w = d_h·(u − zero) with a float32 scale per half of the group
+ * (Q6_K's 16-input sub-blocks); u in 0..15 (4 bits) or 0..255 (8 bits). Activations are quantised per row and
+ * group as llama.cpp's Q8_0 does: x ≈ dx·xq, xq = round(x / dx) in -127..127, dx = max|x| / 127. Each output
+ * adds, per group in order, the float32 operations the kinds' comment gives: every path below (AVX-512 VNNI,
+ * AVX2, portable C) computes exactly those in that order, so a row's output is the same bits whatever the
+ * instruction set, the number of threads and the number of rows multiplied with it (batch invariance).
  *
  * Layout of a 4-bit block (16 rows, one group): 256 bytes = 4 chunks c of 64 bytes; byte 4n + j of chunk c holds
  * row n's input 4c + j in its low nibble and input 16 + 4c + j in its high one. An 8-bit block: 512 bytes = 8
- * chunks, byte 4n + j of chunk c is row n's input 4c + j. Scales: per block and group, 16 d then 16 m (fp16).
+ * chunks, byte 4n + j of chunk c is row n's input 4c + j. Scales: per block and group, 16 of a, then 16 of b.
  */
 #include <math.h>
 #include <omp.h>
@@ -71,11 +71,11 @@ static uint16_t float_to_bf16(float f) { /* round to nearest even, as torch conv
 #define CLONES
 #endif
 
-/* x (rows, K) float32 -> xq (rows, K) int8, dx and sx (rows, K / 32) float32, isx = Σ xq (int32). x / dx is
- * rounded to the nearest integer, ties to even, by adding and subtracting 1.5·2^23: plain IEEE additions, the
- * same on every path. */
+/* x (rows, K) float32 -> xq (rows, K) int8, dx and sx (rows, K / 32) float32, and isxh (rows, K / 16) int32 = Σ xq
+ * over each half of a group. x / dx is rounded to the nearest integer, ties to even, by adding and subtracting
+ * 1.5·2^23: plain IEEE additions, the same on every path. */
 CLONES static void q8_quantize(const float *x, int64_t rows, int64_t K, int8_t *xq, float *dx, float *sx,
-                               int32_t *isx) {
+                               int32_t *isxh) {
     int64_t groups = K / GROUP;
     for (int64_t r = 0; r < rows; r++) {
         for (int64_t g = 0; g < groups; g++) {
@@ -84,23 +84,48 @@ CLONES static void q8_quantize(const float *x, int64_t rows, int64_t K, int8_t *
             for (int j = 0; j < GROUP; j++) amax = fmaxf(amax, fabsf(v[j]));
             float d = amax / 127.0f;
             float inv = d != 0.0f ? 1.0f / d : 0.0f;
-            int32_t sum = 0;
+            int32_t sums[2] = {0, 0};
             int8_t *q = xq + r * K + g * GROUP;
             for (int j = 0; j < GROUP; j++) {
                 q[j] = (int8_t)((v[j] * inv + 12582912.0f) - 12582912.0f);
-                sum += q[j];
+                sums[j / 16] += q[j];
             }
             dx[r * groups + g] = d;
-            sx[r * groups + g] = d * (float)sum;
-            isx[r * groups + g] = sum;
+            sx[r * groups + g] = d * (float)(sums[0] + sums[1]);
+            isxh[2 * (r * groups + g)] = sums[0];
+            isxh[2 * (r * groups + g) + 1] = sums[1];
         }
     }
 }
 
+/* Scale kinds: per block of 16 rows and group of 32 inputs, the block's scales hold two arrays a, b of 16 (one per
+ * row), fp16 (64 bytes) or float32 (128 bytes). With I_h = Σ_{half h of the group} u·xq − zero·Σ_{half h} xq (an
+ * exact integer) every path adds, in this order:
+ *   SCALES_F16, SCALES_F32 (w = a·u + b, zero = 0): acc = fma(float(I_0 + I_1)·dx, a, acc); acc = fma(b, sx, acc)
+ *   SCALES_HALVES (w = a·(u − zero) on inputs 0-15, b·(u − zero) on 16-31): acc = fma(float(I_0)·dx, a, acc);
+ *                                                                          acc = fma(float(I_1)·dx, b, acc) */
+#define SCALES_F16 0
+#define SCALES_F32 1
+#define SCALES_HALVES 2
+
+static inline int64_t scale_bytes(int kind) { return kind == SCALES_F16 ? 64 : 128; }
+
+static inline float scale_at(const uint8_t *s, int kind, int i) {
+    if (kind == SCALES_F16) {
+        half h;
+        memcpy(&h, s + 2 * i, 2);
+        return half_to_float(h);
+    }
+    float f;
+    memcpy(&f, s + 4 * i, 4);
+    return f;
+}
+
 /* ------------------------------------------------------------------------------------------- portable C path */
 
-static void block_scalar(const uint8_t *w, const half *scales, int bits, int64_t groups, const int8_t *xq,
-                         const float *dx, const float *sx, int64_t K, int64_t rows, float *out, int64_t N) {
+static void block_scalar(const uint8_t *w, const uint8_t *scales, int bits, int kind, int zero, int64_t groups,
+                         const int8_t *xq, const float *dx, const float *sx, const int32_t *isxh, int64_t K,
+                         int64_t rows, float *out, int64_t N) {
     int64_t block_bytes = bits == 4 ? 256 : 512;
     for (int64_t r = 0; r < rows; r++) {
         for (int n = 0; n < ROWS; n++) {
@@ -108,21 +133,28 @@ static void block_scalar(const uint8_t *w, const half *scales, int bits, int64_t
             for (int64_t g = 0; g < groups; g++) {
                 const uint8_t *b = w + g * block_bytes;
                 const int8_t *x = xq + r * K + g * GROUP;
-                int32_t isum = 0;
+                int64_t rg = r * groups + g;
+                int32_t I[2] = {-zero * isxh[2 * rg], -zero * isxh[2 * rg + 1]};
                 if (bits == 4) {
                     for (int c = 0; c < 4; c++)
                         for (int j = 0; j < 4; j++) {
                             uint8_t byte = b[c * 64 + 4 * n + j];
-                            isum += (byte & 0x0F) * x[4 * c + j] + (byte >> 4) * x[16 + 4 * c + j];
+                            I[0] += (byte & 0x0F) * x[4 * c + j];
+                            I[1] += (byte >> 4) * x[16 + 4 * c + j];
                         }
                 } else {
                     for (int c = 0; c < 8; c++)
-                        for (int j = 0; j < 4; j++) isum += b[c * 64 + 4 * n + j] * x[4 * c + j];
+                        for (int j = 0; j < 4; j++) I[c / 4] += b[c * 64 + 4 * n + j] * x[4 * c + j];
                 }
-                float d = half_to_float(scales[g * 2 * ROWS + n]), m = half_to_float(scales[g * 2 * ROWS + ROWS + n]);
-                float t = (float)isum * dx[r * groups + g];
-                acc = fmaf(t, d, acc);
-                acc = fmaf(m, sx[r * groups + g], acc);
+                const uint8_t *s = scales + g * scale_bytes(kind);
+                float a = scale_at(s, kind, n), bb = scale_at(s, kind, ROWS + n);
+                if (kind == SCALES_HALVES) {
+                    acc = fmaf((float)I[0] * dx[rg], a, acc);
+                    acc = fmaf((float)I[1] * dx[rg], bb, acc);
+                } else {
+                    acc = fmaf((float)(I[0] + I[1]) * dx[rg], a, acc);
+                    acc = fmaf(bb, sx[rg], acc);
+                }
             }
             out[r * N + n] = acc;
         }
@@ -134,14 +166,14 @@ static void block_scalar(const uint8_t *w, const half *scales, int bits, int64_t
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
 static inline AVX512 __attribute__((always_inline)) void
-block_vnni(const uint8_t *w, const half *scales, int bits, int64_t groups, const int8_t *xq, const float *dx,
-           const float *sx, int64_t K, int R, float *out, int64_t N) {
+block_vnni(const uint8_t *w, const uint8_t *scales, int bits, int kind, int zero, int64_t groups, const int8_t *xq,
+           const float *dx, const float *sx, const int32_t *isxh, int64_t K, int R, float *out, int64_t N) {
     __m512 acc[MAX_CHUNK];
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     const __m512i low = _mm512_set1_epi8(0x0F);
     for (int64_t g = 0; g < groups; g++) {
+        /* chunks 0-3 are inputs 0-15 (4c..4c+3), chunks 4-7 inputs 16-31, in both layouts */
         __m512i u[8];
-        int chunks;
         if (bits == 4) {
             const uint8_t *b = w + g * 256;
             for (int c = 0; c < 4; c++) {
@@ -149,56 +181,68 @@ block_vnni(const uint8_t *w, const half *scales, int bits, int64_t groups, const
                 u[c] = _mm512_and_si512(packed, low);
                 u[4 + c] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low);
             }
-            chunks = 8;
         } else {
             const uint8_t *b = w + g * 512;
             for (int c = 0; c < 8; c++) u[c] = _mm512_loadu_si512((const void *)(b + 64 * c));
-            chunks = 8;
         }
-        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + g * 2 * ROWS)));
-        __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + g * 2 * ROWS + ROWS)));
+        const uint8_t *s = scales + g * scale_bytes(kind);
+        __m512 a, bb;
+        if (kind == SCALES_F16) {
+            a = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)s));
+            bb = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + 32)));
+        } else {
+            a = _mm512_loadu_ps(s);
+            bb = _mm512_loadu_ps(s + 64);
+        }
         for (int r = 0; r < R; r++) {
             const int8_t *x = xq + r * K + g * GROUP;
-            __m512i isum = _mm512_setzero_si512();
-            for (int c = 0; c < chunks; c++) {
-                /* 4-bit: chunks 0-3 are inputs 4c..4c+3, 4-7 are 16 + 4(c-4)...; 8-bit: inputs 4c..4c+3 */
+            int64_t rg = (int64_t)r * groups + g;
+            __m512i I[2] = {_mm512_set1_epi32(-zero * isxh[2 * rg]), _mm512_set1_epi32(-zero * isxh[2 * rg + 1])};
+            for (int c = 0; c < 8; c++) {
                 int32_t four;
                 memcpy(&four, x + 4 * c, 4);
-                isum = _mm512_dpbusd_epi32(isum, u[c], _mm512_set1_epi32(four));
+                I[c / 4] = _mm512_dpbusd_epi32(I[c / 4], u[c], _mm512_set1_epi32(four));
             }
-            __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dx[r * groups + g]));
-            acc[r] = _mm512_fmadd_ps(t, d, acc[r]);
-            acc[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(sx[r * groups + g]), acc[r]);
+            __m512 scale = _mm512_set1_ps(dx[rg]);
+            if (kind == SCALES_HALVES) {
+                acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(I[0]), scale), a, acc[r]);
+                acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(I[1]), scale), bb, acc[r]);
+            } else {
+                __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I[0], I[1])), scale);
+                acc[r] = _mm512_fmadd_ps(t, a, acc[r]);
+                acc[r] = _mm512_fmadd_ps(bb, _mm512_set1_ps(sx[rg]), acc[r]);
+            }
         }
     }
     for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * N, acc[r]);
 }
 
 #define VNNI_CHUNK(R)                                                                                       \
-    static AVX512 void block_vnni_##R(const uint8_t *w, const half *s, int bits, int64_t groups,          \
-                                      const int8_t *xq, const float *dx, const float *sx, int64_t K,     \
-                                      float *out, int64_t N) {                                           \
-        block_vnni(w, s, bits, groups, xq, dx, sx, K, R, out, N);                                        \
+    static AVX512 void block_vnni_##R(const uint8_t *w, const uint8_t *s, int bits, int kind, int zero,    \
+                                      int64_t groups, const int8_t *xq, const float *dx, const float *sx, \
+                                      const int32_t *isxh, int64_t K, float *out, int64_t N) {            \
+        block_vnni(w, s, bits, kind, zero, groups, xq, dx, sx, isxh, K, R, out, N);                      \
     }
 VNNI_CHUNK(1) VNNI_CHUNK(2) VNNI_CHUNK(3) VNNI_CHUNK(4) VNNI_CHUNK(5) VNNI_CHUNK(6) VNNI_CHUNK(7) VNNI_CHUNK(8)
 
-typedef void (*vnni_fn)(const uint8_t *, const half *, int, int64_t, const int8_t *, const float *,
-                        const float *, int64_t, float *, int64_t);
-static const vnni_fn VNNI[MAX_CHUNK + 1] = {0, block_vnni_1, block_vnni_2, block_vnni_3, block_vnni_4,
-                                            block_vnni_5, block_vnni_6, block_vnni_7, block_vnni_8};
+typedef void (*block_fn)(const uint8_t *, const uint8_t *, int, int, int, int64_t, const int8_t *, const float *,
+                         const float *, const int32_t *, int64_t, float *, int64_t);
+static const block_fn VNNI[MAX_CHUNK + 1] = {0, block_vnni_1, block_vnni_2, block_vnni_3, block_vnni_4,
+                                             block_vnni_5, block_vnni_6, block_vnni_7, block_vnni_8};
 
 /* ------------------------------------------------------------------------------------------- AVX2 path */
 /* Without VNNI: u8 x s8 pairs summed to int16 (maddubs), then to int32. 4-bit values fit (2·15·127); 8-bit ones
  * would overflow, so they multiply as signed q = u − 128 (|q| times x with q's sign) and Σ u·x = Σ q·x + 128·Σ x:
- * the same integer as the other paths, hence the same bits. A block's 16 rows are two registers of 8. */
+ * the same integers as the other paths, hence the same bits. A block's 16 rows are two registers of 8. */
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
 static inline AVX2 __attribute__((always_inline)) void
-block_avx2(const uint8_t *w, const half *scales, int bits, int64_t groups, const int8_t *xq, const float *dx,
-           const float *sx, const int32_t *isx, int64_t K, int R, float *out, int64_t N) {
+block_avx2(const uint8_t *w, const uint8_t *scales, int bits, int kind, int zero, int64_t groups, const int8_t *xq,
+           const float *dx, const float *sx, const int32_t *isxh, int64_t K, int R, float *out, int64_t N) {
     __m256 acc[MAX_CHUNK][2];
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     const __m256i low = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    const int32_t shift = (bits == 8 ? 128 : 0) - zero;
     for (int64_t g = 0; g < groups; g++) {
         __m256i u[8][2];
         if (bits == 4) {
@@ -215,14 +259,23 @@ block_avx2(const uint8_t *w, const half *scales, int bits, int64_t groups, const
                 for (int h = 0; h < 2; h++)
                     u[c][h] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 64 * c + 32 * h)), flip);
         }
-        __m256 d[2], m[2];
+        const uint8_t *s = scales + g * scale_bytes(kind);
+        __m256 a[2], bb[2];
         for (int h = 0; h < 2; h++) {
-            d[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scales + g * 2 * ROWS + 8 * h)));
-            m[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scales + g * 2 * ROWS + ROWS + 8 * h)));
+            if (kind == SCALES_F16) {
+                a[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 16 * h)));
+                bb[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 32 + 16 * h)));
+            } else {
+                a[h] = _mm256_loadu_ps((const float *)(s + 32 * h));
+                bb[h] = _mm256_loadu_ps((const float *)(s + 64 + 32 * h));
+            }
         }
         for (int r = 0; r < R; r++) {
             const int8_t *x = xq + r * K + g * GROUP;
-            __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            int64_t rg = (int64_t)r * groups + g;
+            __m256i I[2][2];  /* (input half, row half) */
+            for (int i = 0; i < 2; i++)
+                I[i][0] = I[i][1] = _mm256_set1_epi32(shift * isxh[2 * rg + i]);
             for (int c = 0; c < 8; c++) {
                 int32_t four;
                 memcpy(&four, x + 4 * c, 4);
@@ -231,14 +284,19 @@ block_avx2(const uint8_t *w, const half *scales, int bits, int64_t groups, const
                     __m256i pairs = bits == 4 ? _mm256_maddubs_epi16(u[c][h], xb)
                                               : _mm256_maddubs_epi16(_mm256_sign_epi8(u[c][h], u[c][h]),
                                                                      _mm256_sign_epi8(xb, u[c][h]));
-                    isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(pairs, ones));
+                    I[c / 4][h] = _mm256_add_epi32(I[c / 4][h], _mm256_madd_epi16(pairs, ones));
                 }
             }
+            __m256 scale = _mm256_set1_ps(dx[rg]);
             for (int h = 0; h < 2; h++) {
-                if (bits == 8) isum[h] = _mm256_add_epi32(isum[h], _mm256_set1_epi32(128 * isx[r * groups + g]));
-                __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[h]), _mm256_set1_ps(dx[r * groups + g]));
-                acc[r][h] = _mm256_fmadd_ps(t, d[h], acc[r][h]);
-                acc[r][h] = _mm256_fmadd_ps(m[h], _mm256_set1_ps(sx[r * groups + g]), acc[r][h]);
+                if (kind == SCALES_HALVES) {
+                    acc[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I[0][h]), scale), a[h], acc[r][h]);
+                    acc[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I[1][h]), scale), bb[h], acc[r][h]);
+                } else {
+                    __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(I[0][h], I[1][h])), scale);
+                    acc[r][h] = _mm256_fmadd_ps(t, a[h], acc[r][h]);
+                    acc[r][h] = _mm256_fmadd_ps(bb[h], _mm256_set1_ps(sx[rg]), acc[r][h]);
+                }
             }
         }
     }
@@ -249,17 +307,15 @@ block_avx2(const uint8_t *w, const half *scales, int bits, int64_t groups, const
 }
 
 #define AVX2_CHUNK(R)                                                                                       \
-    static AVX2 void block_avx2_##R(const uint8_t *w, const half *s, int bits, int64_t groups,            \
-                                    const int8_t *xq, const float *dx, const float *sx, const int32_t *isx, \
-                                    int64_t K, float *out, int64_t N) {                                   \
-        block_avx2(w, s, bits, groups, xq, dx, sx, isx, K, R, out, N);                                   \
+    static AVX2 void block_avx2_##R(const uint8_t *w, const uint8_t *s, int bits, int kind, int zero,      \
+                                    int64_t groups, const int8_t *xq, const float *dx, const float *sx,   \
+                                    const int32_t *isxh, int64_t K, float *out, int64_t N) {              \
+        block_avx2(w, s, bits, kind, zero, groups, xq, dx, sx, isxh, K, R, out, N);                      \
     }
 AVX2_CHUNK(1) AVX2_CHUNK(2) AVX2_CHUNK(3) AVX2_CHUNK(4) AVX2_CHUNK(5) AVX2_CHUNK(6) AVX2_CHUNK(7) AVX2_CHUNK(8)
 
-typedef void (*avx2_fn)(const uint8_t *, const half *, int, int64_t, const int8_t *, const float *,
-                        const float *, const int32_t *, int64_t, float *, int64_t);
-static const avx2_fn AVX2_BLOCKS[MAX_CHUNK + 1] = {0, block_avx2_1, block_avx2_2, block_avx2_3, block_avx2_4,
-                                                   block_avx2_5, block_avx2_6, block_avx2_7, block_avx2_8};
+static const block_fn AVX2_BLOCKS[MAX_CHUNK + 1] = {0, block_avx2_1, block_avx2_2, block_avx2_3, block_avx2_4,
+                                                    block_avx2_5, block_avx2_6, block_avx2_7, block_avx2_8};
 #endif
 
 /* Which path runs: 2 = AVX-512 VNNI, 1 = AVX2, 0 = portable C. */
@@ -275,45 +331,43 @@ int q4q8_best_isa(void) {
     return 0;
 }
 
-/* One weight: N outputs x K inputs in blocks of 16 rows (see the layout above). */
+/* One weight: N outputs x K inputs in blocks of 16 rows (see the layout above), its scales of `kind`. */
 typedef struct {
     const uint8_t *blocks;
-    const half *scales;
-    int64_t bits, N, K;
+    const uint8_t *scales;
+    int64_t bits, N, K, kind, zero;
 } qweight;
 
-static int64_t q8_scratch_bytes(int64_t rows, int64_t K) { return rows * K + 3 * rows * (K / GROUP) * 4 + 64; }
+static int64_t q8_scratch_bytes(int64_t rows, int64_t K) { return rows * K + 4 * rows * (K / GROUP) * 4 + 64; }
 
 /* out (rows, N) float32 = x (rows, K) float32 times w. `threads` OpenMP threads split the weight blocks, so a
  * row's result does not depend on them. */
 static void q4q8_run(const qweight *w, const float *x, int64_t rows, float *out, uint8_t *scratch, int isa,
                      int threads) {
     int64_t N = w->N, K = w->K, groups = K / GROUP, blocks = N / ROWS;
-    int64_t block_bytes = groups * (w->bits == 4 ? 256 : 512), scale_count = groups * 2 * ROWS;
+    int64_t block_bytes = groups * (w->bits == 4 ? 256 : 512), block_scale_bytes = groups * scale_bytes((int)w->kind);
+    int bits = (int)w->bits, kind = (int)w->kind, zero = (int)w->zero;
     float *dx = (float *)scratch, *sx = dx + rows * groups;
-    int32_t *isx = (int32_t *)(sx + rows * groups);
-    int8_t *xq = (int8_t *)(isx + rows * groups);
-    q8_quantize(x, rows, K, xq, dx, sx, isx);
+    int32_t *isxh = (int32_t *)(sx + rows * groups);
+    int8_t *xq = (int8_t *)(isxh + 2 * rows * groups);
+    q8_quantize(x, rows, K, xq, dx, sx, isxh);
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t b = 0; b < blocks; b++) {
         const uint8_t *wb = w->blocks + b * block_bytes;
-        const half *sb = w->scales + b * scale_count;
+        const uint8_t *sb = w->scales + b * block_scale_bytes;
         for (int64_t r0 = 0; r0 < rows; r0 += MAX_CHUNK) {
             int64_t R = rows - r0 < MAX_CHUNK ? rows - r0 : MAX_CHUNK;
             const int8_t *xr = xq + r0 * K;
             float *o = out + r0 * N + b * ROWS;
 #if defined(__x86_64__)
-            if (isa == 2) {
-                VNNI[R](wb, sb, (int)w->bits, groups, xr, dx + r0 * groups, sx + r0 * groups, K, o, N);
-                continue;
-            }
-            if (isa == 1) {
-                AVX2_BLOCKS[R](wb, sb, (int)w->bits, groups, xr, dx + r0 * groups, sx + r0 * groups,
-                               isx + r0 * groups, K, o, N);
+            if (isa == 2 || isa == 1) {
+                (isa == 2 ? VNNI : AVX2_BLOCKS)[R](wb, sb, bits, kind, zero, groups, xr, dx + r0 * groups,
+                                                   sx + r0 * groups, isxh + 2 * r0 * groups, K, o, N);
                 continue;
             }
 #endif
-            block_scalar(wb, sb, (int)w->bits, groups, xr, dx + r0 * groups, sx + r0 * groups, K, R, o, N);
+            block_scalar(wb, sb, bits, kind, zero, groups, xr, dx + r0 * groups, sx + r0 * groups,
+                         isxh + 2 * r0 * groups, K, R, o, N);
         }
     }
 }
@@ -346,6 +400,7 @@ typedef struct {
     int64_t layers, hidden, heads, kv_heads, head_dim, intermediate;
     float eps;
     const qweight *qkv, *o, *gate_up, *down; /* one per layer */
+    const float *qkv_bias;                  /* (layers, q + k + v outputs), or NULL (Qwen2 has them) */
     const float *attn_norm, *mlp_norm;      /* (layers, hidden) */
     const float *final_norm;                /* (hidden) */
     const qweight *head;
@@ -624,6 +679,8 @@ void llama_forward(const llama *m, float *x, int64_t rows, int64_t start, uint16
         q4q8_run(&m->qkv[layer], h, rows, qkv, q8, isa, threads);
         for (int64_t r = 0; r < rows; r++) {
             float *row = qkv + r * wqkv;
+            if (m->qkv_bias)
+                for (int64_t i = 0; i < wqkv; i++) row[i] += m->qkv_bias[layer * wqkv + i];
             const float *c = cos + (start + r) * hd, *s = sin + (start + r) * hd;
             for (int64_t head = 0; head < m->heads + m->kv_heads; head++) rope(row + head * hd, c, s, hd);
             for (int64_t kvh = 0; kvh < m->kv_heads; kvh++)

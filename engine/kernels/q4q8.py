@@ -1,4 +1,4 @@
-"""Q4 / Q8 weights times Q8 activations on the CPU (q4q8.c): the native GGUF target's projections.
+"""4- and 8-bit weights times Q8 activations on the CPU (q4q8.c): the native GGUF models' projections.
 
 torch's int4 kernel de-quantises every weight into float32 for each block of 4 rows it multiplies, so a
 verification block of k rows costs about k times a single row's arithmetic. This kernel quantises the
@@ -34,6 +34,9 @@ KV_DTYPE = torch.bfloat16  # the forward's key and value cache (q4q8.c's llama_f
 # exp_approx become vector selects (no value changes: nothing here reads floating-point exceptions).
 FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off", "-fno-trapping-math", "-fPIC", "-shared")
 ISAS = {"vnni": 2, "avx2": 1, "c": 0}  # SPECDEC_Q4Q8_ISA forces one (tests compare them)
+# How a weight's scales are kept (q4q8.c's SCALES_*): w = d·u + m with fp16 or float32 d, m per row and group of
+# 32, or w = d_h·(u − zero) with a float32 d_h per half group of 16 (Q6_K).
+SCALES_F16, SCALES_F32, SCALES_HALVES = 0, 1, 2
 
 
 def _library_path() -> Path:
@@ -106,9 +109,11 @@ def fast() -> bool:
     return available() and isa_name() != "c"
 
 
-def pack(values: np.ndarray, scales: np.ndarray, offsets: np.ndarray, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The kernel's layout of w = d·u + m: `values` u (N, K) uint8 (0..15 for 4 bits, 0..255 for 8), `scales` d and
-    `offsets` m (N, K / 32). Returns the weight blocks (uint8) and their fp16 d, m (see q4q8.c for the order)."""
+def pack(values: np.ndarray, scales: np.ndarray, offsets: np.ndarray, bits: int, kind: int = SCALES_F16
+         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's layout: `values` u (N, K) uint8 (0..15 for 4 bits, 0..255 for 8) and two arrays (N, K / 32) of
+    scales of `kind`: d and m (w = d·u + m), or the halves' d (see SCALES_F16). Returns the weight blocks (uint8)
+    and the scales (fp16 kept as int16, float32 as int32: `model.to(dtype)` leaves integers alone)."""
     n, k = values.shape
     blocks, groups = n // ROWS, k // GROUP
     u = values.reshape(blocks, ROWS, groups, GROUP).transpose(0, 2, 1, 3)  # (block, group, row, input)
@@ -118,10 +123,11 @@ def pack(values: np.ndarray, scales: np.ndarray, offsets: np.ndarray, bits: int)
         packed = (low | (high << 4)).astype(np.uint8)
     else:
         packed = u.reshape(blocks, groups, ROWS, 8, 4).transpose(0, 1, 3, 2, 4).astype(np.uint8)
-    dm = np.stack((scales, offsets)).astype(np.float16)  # (2, N, groups)
-    dm = dm.reshape(2, blocks, ROWS, groups).transpose(1, 3, 0, 2)  # (block, group, d | m, row)
+    dtype, kept_as = (np.float16, np.int16) if kind == SCALES_F16 else (np.float32, np.int32)
+    dm = np.stack((scales, offsets)).astype(dtype)  # (2, N, groups)
+    dm = dm.reshape(2, blocks, ROWS, groups).transpose(1, 3, 0, 2)  # (block, group, a | b, row)
     return torch.from_numpy(np.ascontiguousarray(packed).reshape(-1)), torch.from_numpy(
-        np.ascontiguousarray(dm).reshape(-1).view(np.int16))
+        np.ascontiguousarray(dm).reshape(-1).view(kept_as))
 
 
 _scratch = threading.local()
@@ -137,15 +143,18 @@ def _scratch_buffer(size: int) -> torch.Tensor:
 class Q4Q8Weight:
     """x ↦ x @ wᵀ for x (rows, K) float32 or bfloat16, on the kernel; the result has x's dtype."""
 
-    def __init__(self, blocks: torch.Tensor, scales: torch.Tensor, bits: int, out_features: int, in_features: int):
-        self.blocks, self.scales, self.bits = blocks, scales, bits
+    def __init__(self, blocks: torch.Tensor, scales: torch.Tensor, bits: int, out_features: int, in_features: int,
+                 kind: int = SCALES_F16, zero: int = 0):
+        self.blocks, self.scales, self.bits, self.kind, self.zero = blocks, scales, bits, kind, zero
         self.out_features, self.in_features = out_features, in_features
         self._lib = _library()
 
     @classmethod
-    def from_values(cls, values: np.ndarray, scales: np.ndarray, offsets: np.ndarray, bits: int) -> "Q4Q8Weight":
-        blocks, dm = pack(values, scales, offsets, bits)
-        return cls(blocks, dm, bits, *values.shape)
+    def from_values(cls, values: np.ndarray, scales: np.ndarray, offsets: np.ndarray, bits: int,
+                    kind: int = SCALES_F16, zero: int = 0) -> "Q4Q8Weight":
+        """`offsets` are the halves' scales for SCALES_HALVES (w = d_h·(u − zero)); else w = scales·u + offsets."""
+        blocks, dm = pack(values, scales, offsets, bits, kind)
+        return cls(blocks, dm, bits, *values.shape, kind, zero)
 
     @classmethod
     def from_dense(cls, weight: torch.Tensor) -> "Q4Q8Weight":
@@ -175,20 +184,26 @@ class Q4Q8Weight:
 
 
 def fuse(weights: list["Q4Q8Weight"]) -> "Q4Q8Weight":
-    """One weight for projections of the same input (q/k/v, gate/up): blocks of 16 rows concatenate as they are."""
+    """One weight for projections of the same input (q/k/v, gate/up) stored alike (`fusable`): blocks of 16 rows
+    concatenate as they are."""
     first = weights[0]
     return Q4Q8Weight(torch.cat([w.blocks for w in weights]), torch.cat([w.scales for w in weights]), first.bits,
-                      sum(w.out_features for w in weights), first.in_features)
+                      sum(w.out_features for w in weights), first.in_features, first.kind, first.zero)
+
+
+def fusable(weights: list["Q4Q8Weight"]) -> bool:
+    first = weights[0]
+    return all((w.bits, w.kind, w.zero) == (first.bits, first.kind, first.zero) for w in weights)
 
 
 class _QWeight(ctypes.Structure):
     _fields_ = [("blocks", ctypes.c_void_p), ("scales", ctypes.c_void_p), ("bits", ctypes.c_int64),
-                ("N", ctypes.c_int64), ("K", ctypes.c_int64)]
+                ("N", ctypes.c_int64), ("K", ctypes.c_int64), ("kind", ctypes.c_int64), ("zero", ctypes.c_int64)]
 
     @classmethod
     def of(cls, weight: Q4Q8Weight) -> "_QWeight":
         return cls(weight.blocks.data_ptr(), weight.scales.data_ptr(), weight.bits, weight.out_features,
-                   weight.in_features)
+                   weight.in_features, weight.kind, weight.zero)
 
 
 class _Llama(ctypes.Structure):
@@ -196,7 +211,7 @@ class _Llama(ctypes.Structure):
                 ("kv_heads", ctypes.c_int64), ("head_dim", ctypes.c_int64), ("intermediate", ctypes.c_int64),
                 ("eps", ctypes.c_float), ("qkv", ctypes.POINTER(_QWeight)), ("o", ctypes.POINTER(_QWeight)),
                 ("gate_up", ctypes.POINTER(_QWeight)), ("down", ctypes.POINTER(_QWeight)),
-                ("attn_norm", ctypes.c_void_p), ("mlp_norm", ctypes.c_void_p), ("final_norm", ctypes.c_void_p),
+                ("qkv_bias", ctypes.c_void_p), ("attn_norm", ctypes.c_void_p), ("mlp_norm", ctypes.c_void_p), ("final_norm", ctypes.c_void_p),
                 ("head", ctypes.POINTER(_QWeight))]
 
 
@@ -204,10 +219,11 @@ class LlamaForward:
     """A whole Llama-family forward on the kernel, in float32 (q4q8.c's llama_forward): one call per block of
     tokens instead of a few hundred torch ops, so a verification block's extra rows cost their arithmetic only.
 
-    `layers` holds per layer the Q4Q8 weights (qkv, o, gate_up, down) and float32 norm weights (attn, mlp)."""
+    `layers` holds per layer the Q4Q8 weights (qkv, o, gate_up, down) and float32 norm weights (attn, mlp);
+    `qkv_bias`, where the model has one (Qwen2), is (layers, qkv outputs)."""
 
     def __init__(self, layers: list[tuple], final_norm: torch.Tensor, head: Q4Q8Weight, *, heads: int,
-                 kv_heads: int, head_dim: int, eps: float):
+                 kv_heads: int, head_dim: int, eps: float, qkv_bias: torch.Tensor | None = None):
         self._lib = _library()
         self.head = head
         qkv, o, gate_up, down, attn_norm, mlp_norm = zip(*layers)
@@ -215,11 +231,13 @@ class LlamaForward:
         self.attn_norm = torch.stack(attn_norm).float().contiguous()
         self.mlp_norm = torch.stack(mlp_norm).float().contiguous()
         self.final_norm = final_norm.float().contiguous()
+        self.qkv_bias = None if qkv_bias is None else qkv_bias.float().contiguous()
         arrays = [(_QWeight * len(layers))(*[_QWeight.of(w) for w in ws]) for ws in (qkv, o, gate_up, down)]
         self._head = _QWeight.of(head)
         self._arrays = arrays
         self.spec = _Llama(len(layers), qkv[0].in_features, heads, kv_heads, head_dim, down[0].in_features, eps,
-                           *arrays, self.attn_norm.data_ptr(), self.mlp_norm.data_ptr(), self.final_norm.data_ptr(),
+                           *arrays, None if self.qkv_bias is None else self.qkv_bias.data_ptr(),
+                           self.attn_norm.data_ptr(), self.mlp_norm.data_ptr(), self.final_norm.data_ptr(),
                            ctypes.pointer(self._head))
         self.hidden = qkv[0].in_features
 

@@ -1,4 +1,4 @@
-"""A lean decode-time forward for Llama-family models (Llama 3, SmolLM2, Qwen3): the engine's fast path.
+"""A lean decode-time forward for Llama-family models (Llama 3, SmolLM2, Qwen2, Qwen3): the engine's fast path.
 
 transformers' forward is general: every call builds masks and position tensors, and its DynamicCache grows by
 concatenation. Decoding feeds 1 to γ+1 tokens at a time, so that bookkeeping is a large share of a step
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from engine.kernels import q4q8
 from engine.models import gguf_native
 
-ARCHITECTURES = ("llama", "qwen3")
+ARCHITECTURES = ("llama", "qwen2", "qwen3")  # qwen2: q/k/v biases, which `_Layer.qkv_bias` adds
 POSITION_ONLY_ROPE = ("default", "linear", "llama3")  # RoPE whose angles depend on the position alone
 INT8_ALIGNMENT = 16  # the CPU int8 kernel returns garbage unless the input width is a multiple of 16 (measured)
 # The longest block a decoding round feeds: γ ≤ 64 drafts (DecodeSettings) and the position after them. Blocks up
@@ -138,6 +138,7 @@ def linear(weight: torch.Tensor, int8: bool = False) -> Callable[[torch.Tensor],
 class _Layer:
     attn_norm: torch.Tensor
     qkv: Callable
+    qkv_bias: torch.Tensor | None  # Qwen2's q, k and v biases, concatenated
     q_norm: torch.Tensor | None  # Qwen3 normalises each head's q and k
     k_norm: torch.Tensor | None
     o: Callable
@@ -181,6 +182,7 @@ class _Weights:
             self.layers.append(_Layer(
                 attn_norm=layer.input_layernorm.weight,
                 qkv=_projection([attn.q_proj, attn.k_proj, attn.v_proj], int8),
+                qkv_bias=_bias([attn.q_proj, attn.k_proj, attn.v_proj]),
                 q_norm=attn.q_norm.weight if hasattr(attn, "q_norm") else None,
                 k_norm=attn.k_norm.weight if hasattr(attn, "k_norm") else None,
                 o=_projection([attn.o_proj], int8),
@@ -207,9 +209,11 @@ class _Weights:
         if key not in self._native:
             layers = [(layer.qkv, layer.o, layer.gate_up, layer.down, attn, mlp)
                       for layer, (attn, mlp) in zip(self.layers, self.file_norms)]
+            biases = None if self.layers[0].qkv_bias is None else torch.stack([
+                layer.qkv_bias.float() for layer in self.layers])
             self._native[key] = (head, q4q8.LlamaForward(
                 layers, _file_weight(self._decoder.norm), head, heads=self.heads, kv_heads=self.kv_heads,
-                head_dim=self.head_dim, eps=self.eps))
+                head_dim=self.head_dim, eps=self.eps, qkv_bias=biases))
         return self._native[key][1]
 
     def lm_head(self, weight: torch.Tensor, int8: bool) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -238,6 +242,12 @@ def _embed_float(embed: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
 def _file_weight(norm: torch.nn.Module) -> torch.Tensor:
     """A norm's float32 weight: the GGUF's own values where the loader kept them (gguf_native._set_norm)."""
     return getattr(norm, "file_weight", norm.weight).float()
+
+
+def _bias(modules: list[torch.nn.Module]) -> torch.Tensor | None:
+    """The projections' biases as one vector (in the model's dtype, or float32 for a GGUF's), or None without."""
+    biases = [getattr(m, "bias", None) for m in modules]
+    return None if biases[0] is None else torch.cat([b.detach() for b in biases])
 
 
 def _projection(modules: list[torch.nn.Module], int8: bool) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -349,6 +359,8 @@ class FastLlama:
         q_width, kv_width = w.heads * w.head_dim, w.kv_heads * w.head_dim
         for i, layer in enumerate(w.layers):
             qkv = layer.qkv(_rms_norm(x, layer.attn_norm, w.eps))
+            if layer.qkv_bias is not None:
+                qkv = qkv + layer.qkv_bias.to(qkv.dtype)
             qk = qkv[:, :q_width + kv_width].view(n, w.heads + w.kv_heads, w.head_dim)  # rotated together
             v = qkv[:, q_width + kv_width:].view(n, w.kv_heads, w.head_dim)
             if layer.q_norm is not None:

@@ -1,4 +1,10 @@
-"""GGUF weights at their native precision: Q4_0 / Q4_1 / Q4_K blocks fed to torch's CPU int4 kernel as they are.
+"""GGUF weights at their native precision: the file's blocks multiplied as they are, on our 4/8-bit × Q8 kernel
+(engine.kernels.q4q8: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) or, without it, torch's CPU int4 kernel
+(the 4-bit types alone).
+
+Each block type is unpacked into the kernel's values u and per-group scales exactly (`kernel_values`, tested
+against gguf's de-quantisation): 5- and 6-bit values are stored as bytes, the K-quants' scales d·sc and dmin·mn
+as float32 (exact: an fp16 times a 6-bit integer), Q6_K's 16-input sub-blocks as half-group scales.
 
 `torch._weight_int4pack_mm_for_cpu` multiplies by 4-bit weights q stored in groups of 32 along the input, each
 group with a scale s and a zero z, de-quantising as (q − 8)·s + z (an fma in float32). The GGUF block types map
@@ -30,8 +36,13 @@ GROUP = 32  # weights per Q4_0 / Q4_1 block and per Q4_K sub-block: the kernel's
 # multiples of 64 can be concatenated as they are.
 ROW_BLOCK = 64
 PACK_ROWS = 4096  # rows packed at a time: the kernel's packer wants int32 nibbles, 8x the bytes of the result
-INT4_TYPES = {GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q4_K}
-ARCHITECTURES = ("llama",)  # the GGUF layouts mapped below (llama.cpp permutes llama's q and k rows)
+Q = GGMLQuantizationType
+INT4_TYPES = {Q.Q4_0, Q.Q4_1, Q.Q4_K}  # what torch's int4 kernel takes
+KERNEL_TYPES = {Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q4_K, Q.Q5_K, Q.Q6_K}  # what ours takes (kernel_values)
+# The GGUF layouts mapped below: llama.cpp permutes llama's q and k rows, not qwen2's; qwen2 has q/k/v biases.
+ARCHITECTURES = ("llama", "qwen2")
+PERMUTED_QK = ("llama",)
+BIASES = ("attn_q", "attn_k", "attn_v")
 PROJECTIONS = {  # GGUF name in block i -> (module path in a transformers decoder layer)
     "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
     "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
@@ -212,6 +223,58 @@ def q8_0_values(raw: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.n
     return values, d, -128 * d
 
 
+def _halves(raw: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Q5_0 / Q5_1 blocks' 5-bit values (blocks, 32) and the blocks (blocks, size): weight j's low four bits are
+    nibble j % 16 of qs (low nibbles first), its fifth bit is bit j of the 32-bit qh."""
+    blocks = raw.reshape(-1, size)
+    qs, qh = blocks[:, size - 16:], blocks[:, size - 20:size - 16].copy().view(np.uint32)
+    low = np.concatenate((qs & 0x0F, qs >> 4), axis=1)
+    high = ((qh >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)
+    return low | (high << 4), blocks
+
+
+def _fp16(column: np.ndarray) -> np.ndarray:
+    return column.copy().view(np.float16).astype(np.float32)[:, 0]
+
+
+def kernel_values(raw: np.ndarray, qtype: GGMLQuantizationType, rows: int, cols: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int, int]:
+    """A tensor's blocks (`raw`: one row of blocks per row) as q4q8's weight: values u (rows, cols) uint8, two
+    scale arrays a, b (rows, cols / 32) float32, bits, scale kind and zero, with a·u + b (or, for SCALES_HALVES,
+    a_h·(u − zero)) equal to gguf's de-quantisation."""
+    groups = cols // GROUP
+    if qtype in (Q.Q4_0, Q.Q4_1, Q.Q4_K):
+        kind = q4q8.SCALES_F32 if qtype == Q.Q4_K else q4q8.SCALES_F16
+        return (*q4_values(raw, qtype, rows, cols), 4, kind, 0)
+    if qtype == Q.Q8_0:
+        return (*q8_0_values(raw, rows, cols), 8, q4q8.SCALES_F16, 0)
+    if qtype in (Q.Q5_0, Q.Q5_1):
+        values, blocks = _halves(raw, 22 if qtype == Q.Q5_0 else 24)
+        d = _fp16(blocks[:, 0:2])
+        m = -16 * d if qtype == Q.Q5_0 else _fp16(blocks[:, 2:4])
+        return values.reshape(rows, cols), d.reshape(rows, groups), m.reshape(rows, groups), 8, q4q8.SCALES_F16, 0
+    if qtype == Q.Q5_K:
+        blocks = raw.reshape(-1, 176)  # d, dmin, 12 bytes of 6-bit scales and mins, 32 of fifth bits, 128 of nibbles
+        sc, mn = Q4_K.get_scale_min(blocks[:, 4:16])
+        qh, qs = blocks[:, 16:48].reshape(-1, 1, 32), blocks[:, 48:].reshape(-1, 4, 1, 32)
+        low = np.concatenate((qs & 0x0F, qs >> 4), axis=2).reshape(-1, 8, 32)  # sub-block 2c, 2c + 1 of chunk c
+        high = (qh >> np.arange(8, dtype=np.uint8)[:, None]) & 1  # sub-block i: bit i
+        a = _fp16(blocks[:, 0:2])[:, None] * sc.astype(np.float32)
+        b = -(_fp16(blocks[:, 2:4])[:, None] * mn.astype(np.float32))
+        values = (low | (high << 4)).reshape(rows, cols)
+        return values, a.reshape(rows, groups), b.reshape(rows, groups), 8, q4q8.SCALES_F32, 0
+    if qtype == Q.Q6_K:
+        blocks = raw.reshape(-1, 210)  # 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales, d
+        ql, qh = blocks[:, :128].reshape(-1, 2, 1, 64), blocks[:, 128:192].reshape(-1, 2, 1, 32)
+        low = np.concatenate((ql & 0x0F, ql >> 4), axis=2).reshape(-1, 8, 32)
+        high = ((qh >> np.array([0, 2, 4, 6], dtype=np.uint8)[:, None]) & 3).reshape(-1, 8, 32)
+        scales = _fp16(blocks[:, 208:210])[:, None] * blocks[:, 192:208].view(np.int8).astype(np.float32)
+        halves = scales.reshape(rows, groups, 2)  # the 16-input sub-blocks 2g, 2g + 1 of group g
+        values = (low | (high << 4)).reshape(rows, cols)
+        return values, halves[..., 0].copy(), halves[..., 1].copy(), 8, q4q8.SCALES_HALVES, 32
+    raise NotNative(f"{qtype.name} blocks have no kernel layout")
+
+
 def q8_0_as_int4_groups(raw: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Q8_0 (w = d·q, q int8) as int4 groups over the input fed twice: (rows, 2·cols) nibbles, high ones first."""
     blocks = raw.reshape(rows, cols // GROUP, 34)
@@ -249,7 +312,10 @@ class Int4Weight:
 
 
 class NativeLinear(torch.nn.Module):
-    """A bias-free linear layer holding a GGUF's blocks; `native()` is the kernel's callable (x ↦ x @ wᵀ)."""
+    """A linear layer holding a GGUF's blocks; `native()` is the kernel's callable (x ↦ x @ wᵀ), to which
+    `forward` adds the float32 `bias` where the model has one (set after construction, as Qwen2's q/k/v have)."""
+
+    bias: torch.Tensor | None = None
 
     def __init__(self, in_features: int, out_features: int):
         super().__init__()
@@ -263,7 +329,10 @@ class NativeLinear(torch.nn.Module):
         raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.native()(x.reshape(-1, self.in_features)).reshape(*x.shape[:-1], self.out_features)
+        out = self.native()(x.reshape(-1, self.in_features))
+        if self.bias is not None:
+            out = out + self.bias.to(out.dtype)
+        return out.reshape(*x.shape[:-1], self.out_features)
 
 
 class Int4Linear(NativeLinear):
@@ -288,12 +357,13 @@ class Q4Q8Linear(NativeLinear):
 
     def __init__(self, weight: q4q8.Q4Q8Weight):
         super().__init__(weight.in_features, weight.out_features)
-        self.bits = weight.bits
+        self.bits, self.kind, self.zero = weight.bits, weight.kind, weight.zero
         self.register_buffer("blocks", weight.blocks)
         self.register_buffer("scales", weight.scales)
 
     def native(self) -> q4q8.Q4Q8Weight:
-        return q4q8.Q4Q8Weight(self.blocks, self.scales, self.bits, self.out_features, self.in_features)
+        return q4q8.Q4Q8Weight(self.blocks, self.scales, self.bits, self.out_features, self.in_features, self.kind,
+                               self.zero)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, {self.bits}-bit values × "
@@ -303,7 +373,7 @@ class Q4Q8Linear(NativeLinear):
 def fused(modules: list[NativeLinear]):
     """One kernel for projections of the same input (q/k/v, gate/up), or None where their blocks cannot be
     concatenated. The modules' buffers become views of it, so nothing is stored twice."""
-    if all(isinstance(m, Q4Q8Linear) and m.bits == modules[0].bits for m in modules):
+    if all(isinstance(m, Q4Q8Linear) for m in modules) and q4q8.fusable([m.native() for m in modules]):
         weight = q4q8.fuse([m.native() for m in modules])
         blocks, scales = 0, 0
         for m in modules:
@@ -368,15 +438,12 @@ def _linear(tensor, dtype: torch.dtype, row_order: np.ndarray | None = None, ker
     """The tensor on `kernel`; torch's int4 kernel where the Q4 × Q8 one cannot take its shape."""
     cols, rows = (int(n) for n in tensor.shape)  # GGUF lists the contiguous (input) dimension first
     raw = np.asarray(tensor.data).reshape(rows, -1)
-    if kernel == "q4q8" and q4q8.available() and q4q8.Q4Q8Weight.fits(rows, cols):
-        if tensor.tensor_type == GGMLQuantizationType.Q8_0:
-            values, scales, offsets = q8_0_values(raw, rows, cols)
-        else:
-            values, scales, offsets = q4_values(raw, tensor.tensor_type, rows, cols)
+    if kernel == "q4q8" and q4q8.available() and q4q8.Q4Q8Weight.fits(rows, cols) \
+            and tensor.tensor_type in KERNEL_TYPES:
+        values, a, b, bits, kind, zero = kernel_values(raw, tensor.tensor_type, rows, cols)
         if row_order is not None:
-            values, scales, offsets = values[row_order], scales[row_order], offsets[row_order]
-        bits = 8 if tensor.tensor_type == GGMLQuantizationType.Q8_0 else 4
-        return Q4Q8Linear(q4q8.Q4Q8Weight.from_values(values, scales, offsets, bits))
+            values, a, b = values[row_order], a[row_order], b[row_order]
+        return Q4Q8Linear(q4q8.Q4Q8Weight.from_values(values, a, b, bits, kind, zero))
     if tensor.tensor_type == GGMLQuantizationType.Q8_0:
         nibbles, scales, zeros = q8_0_as_int4_groups(raw, rows, cols)
         copies = 2
@@ -397,15 +464,20 @@ def _set_norm(norm: torch.nn.Module, tensor, dtype: torch.dtype) -> None:
     norm.file_weight = values
 
 
-def check(tensors: dict, architecture: str, device: torch.device) -> None:
-    """Raise NotNative unless every projection can go to the int4 kernel on `device`."""
+def check(tensors: dict, architecture: str, device: torch.device, kernel: str = "q4q8") -> None:
+    """Raise NotNative unless every projection can go to `kernel` (KERNELS) on `device`."""
     if device.type != "cpu":
-        raise NotNative(f"native GGUF weights run on torch's CPU int4 kernel, not on {device.type}")
+        raise NotNative(f"native GGUF weights run on our CPU kernels, not on {device.type}")
     if architecture not in ARCHITECTURES:
         raise NotNative(f"native GGUF weights cover {', '.join(ARCHITECTURES)}, not {architecture}")
+    ours = kernel == "q4q8" and q4q8.available()
+    types = KERNEL_TYPES if ours else INT4_TYPES
     for name, tensor in tensors.items():
-        if name.startswith("blk.") and name.split(".")[2] in PROJECTIONS and tensor.tensor_type not in INT4_TYPES:
-            raise NotNative(f"{name} is {tensor.tensor_type.name}; the int4 kernel takes Q4_0, Q4_1 and Q4_K")
+        if name.startswith("blk.") and name.endswith(".weight") and name.split(".")[2] in PROJECTIONS \
+                and tensor.tensor_type not in types:
+            taken = ", ".join(sorted(t.name for t in types))
+            raise NotNative(f"{name} is {tensor.tensor_type.name}; the {'q4q8' if ours else 'int4'} kernel takes "
+                            f"{taken}")
 
 
 def best_kernel(dtype: torch.dtype) -> str | None:
@@ -428,7 +500,7 @@ def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.de
     from transformers import AutoModelForCausalLM
 
     architecture, tensors = read_tensors(Path(path))
-    check(tensors, architecture, device)
+    check(tensors, architecture, device, kernel)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     decoder = model.model
@@ -436,10 +508,13 @@ def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.de
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     for i, layer in enumerate(decoder.layers):
         for gguf_name, module_path in PROJECTIONS.items():
-            order = {"attn_q": heads, "attn_k": kv_heads}.get(gguf_name)
+            order = {"attn_q": heads, "attn_k": kv_heads}.get(gguf_name) if architecture in PERMUTED_QK else None
             tensor = tensors[f"blk.{i}.{gguf_name}.weight"]
             owner_name, attr = module_path.split(".")
             module = _linear(tensor, dtype, None if order is None else _rows_to_hf(int(tensor.shape[1]), order), kernel)
+            bias = tensors.get(f"blk.{i}.{gguf_name}.bias")
+            if bias is not None:
+                module.bias = torch.from_numpy(np.array(bias.data, dtype=np.float32))
             setattr(getattr(layer, owner_name), attr, module)
         for gguf_name, attr in NORMS.items():
             _set_norm(getattr(layer, attr), tensors[f"blk.{i}.{gguf_name}.weight"], dtype)
@@ -447,9 +522,9 @@ def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.de
     embed = tensors["token_embd.weight"]
     decoder.embed_tokens = GGUFEmbedding(np.asarray(embed.data), embed.tensor_type, config.hidden_size, dtype)
     head = tensors.get("output.weight", embed)
-    if head.tensor_type in INT4_TYPES or head.tensor_type == GGMLQuantizationType.Q8_0:
+    if head.tensor_type in (KERNEL_TYPES if kernel == "q4q8" and q4q8.available() else INT4_TYPES | {Q.Q8_0}):
         model.lm_head = _linear(head, dtype, kernel=kernel)
-    else:  # F16, F32, other k-quants: a dense head, de-quantised once
+    else:  # F16, F32, other types: a dense head, de-quantised once
         weight = dequantize(np.asarray(head.data), head.tensor_type).reshape(int(head.shape[1]), -1)
         model.lm_head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=dtype)
         model.lm_head.weight = torch.nn.Parameter(torch.from_numpy(weight).to(dtype), requires_grad=False)
