@@ -10,6 +10,7 @@ import math
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -167,8 +168,8 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
     parser.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
     parser.add_argument("--draft-weights", default="int8", choices=DRAFT_WEIGHTS,
-                        help="the draft's weights on CPU: weight-only int8 (half the bytes, same α), or kept in "
-                             "--dtype")
+                        help="the draft's weights on CPU: compact (int8 for a dense draft, 4-bit for a GGUF's "
+                             "blocks: fewer bytes, about the same α), or kept as they are")
     parser.add_argument("--target-weights", default="auto", choices=TARGET_WEIGHTS,
                         help=TARGET_WEIGHTS_HELP)
 
@@ -398,8 +399,11 @@ def cmd_generate(args) -> int:
     from engine.decoding.decoder import Decoder  # torch and transformers: only once the input is known to be good
 
     quiet_loading()
+    print(f"specdec: loading {target}" + (f" and {draft}" if args.mode == Mode.SPEC and draft else "") + "...",
+          file=sys.stderr, flush=True)
     decoder = Decoder.load(target, draft if args.mode == Mode.SPEC else None, args.device, args.dtype,
                            draft_int8=args.draft_weights == "int8", target_weights=args.target_weights)
+    decoder.warm_up(timing_progress(), reuse=True)
     events, notice, bar = [], None, PrefillBar()
     colour = sys.stdout.isatty() and not args.json
     try:
@@ -527,6 +531,24 @@ def cmd_train_draft(args) -> int:
     final = record["result"]["history"][-1]
     print(f"held-out top-1 agreement {final['agreement']:.3f} after {record['total_s']}s; run `specdec prepare`")
     return 0
+
+
+def timing_progress():
+    """decoder.warm_up's progress on stderr: a line once timings take longer than a moment (a new pair on this
+    machine; a kept pair's costs are read back at once)."""
+    started = time.perf_counter()
+    shown = -1
+
+    def report(done: int, total: int) -> None:
+        nonlocal shown
+        if done == shown or time.perf_counter() - started < 1.0:
+            return
+        shown = done
+        end = "\n" if done >= total else ""
+        print(f"\rspecdec: timing the pair on this machine (once per pair): {done}/{total}", end=end,
+              file=sys.stderr, flush=True)
+
+    return report
 
 
 def cmd_presets(args) -> int:

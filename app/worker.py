@@ -132,7 +132,7 @@ class DecodeWorker(QObject):
         try:
             decoder = Decoder.load(target, draft, device=device, dtype=dtype, target_weights=weights)
             self.timing_started.emit()
-            decoder.warm_up(self._timing_step)
+            decoder.warm_up(self._timing_step, reuse=True)
         except _Quitting:
             return
         except Exception as exc:  # noqa: BLE001 - every failure becomes a dialog, never a traceback

@@ -219,8 +219,8 @@ class ModelInfo:
     path: str  # what was loaded
     n_params: int
     vocab_size: int
-    # "native": a GGUF target's own int4 blocks (engine.models.loading.LoadedModel.weights); "int8": a draft's
-    # projections run on int8 weights (Decoder.info)
+    # "native": a GGUF model's own blocks (engine.models.loading.LoadedModel.weights); "int8" or "4-bit": a draft's
+    # projections made compact (Decoder.info)
     weights: str = "dtype"
 
 

@@ -229,7 +229,7 @@ class Bench:
         if method not in self.drafters:
             return
         if self.decoder.costs is None:
-            self.decoder.warm_up()
+            self.decoder.warm_up(reuse=False)  # the bench measures the costs it reports
         self.decoder.drafter = self.drafters[method]
         self.decoder.planner = self.planners.setdefault(method, RoundPlanner(self.decoder.costs))
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from engine.kernels import q4q8
 from engine.models import fast_llama, gguf_native
 from engine.models.loading import synchronize
 
@@ -67,7 +68,8 @@ class TransformersCache:
 class CachedModel:
     def __init__(self, model: PreTrainedModel, vocab_size: int, draft_vocab: list[int] | None = None, *,
                  int8: bool = False):
-        """`int8` stores the weights as int8 on the fast path (drafts only: it changes the model's distribution)."""
+        """`int8` stores the weights compactly on the fast path (drafts only: it changes the model's distribution):
+        dense weights as int8, a GGUF's blocks as 4-bit."""
         self.model = model
         self.device = model.device  # read once: transformers finds it by walking the parameters
         self.vocab_size = vocab_size  # logits beyond this (padding rows) are dropped
@@ -75,8 +77,10 @@ class CachedModel:
         # A draft vocabulary (FR-Spec) scores only its frequent tokens: a smaller LM head, same model.
         self.draft_vocab = None if draft_vocab is None else torch.tensor(draft_vocab, device=model.device)
         output = model.get_output_embeddings()
-        if isinstance(output, gguf_native.NativeLinear):  # a native GGUF target's head: its kernel as it is
+        if isinstance(output, gguf_native.NativeLinear):  # a native GGUF head: its kernel, over the draft vocabulary
             head = output.native()
+            if self.draft_vocab is not None and isinstance(head, q4q8.Q4Q8Weight):
+                head = head.rows(self.draft_vocab.cpu())
         else:
             head = output.weight.detach() if self.draft_vocab is None else output.weight[self.draft_vocab].detach()
         if fast_llama.supports(model):
@@ -93,8 +97,8 @@ class CachedModel:
         return len(self.tokens)
 
     @property
-    def int8_weights(self) -> bool:
-        return isinstance(self.cache, fast_llama.FastLlama) and self.cache.int8_weights
+    def compact_weights(self) -> str | None:
+        return self.cache.compact_weights if isinstance(self.cache, fast_llama.FastLlama) else None
 
     @property
     def batch_invariant(self) -> bool:

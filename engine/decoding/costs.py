@@ -12,10 +12,14 @@ reads the target's p of the round being decided, so every token stays distribute
 """
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from statistics import median
 
 MEASURE_REPEATS = 5  # min of 5 timings per block size at load
@@ -216,6 +220,27 @@ class CostModel:
                 "draft_position_us": round(self.draft_position_s * 1e6, 4),
                 "context_steps_ms": [[p, round(s * 1e3, 3)] for p, s in self.context_steps],
                 "drafted_block_ms": [round(s * 1e3, 3) for s in self.drafted_block_s]}
+
+
+def saved_costs(file: Path) -> CostModel | None:
+    """The costs a pair measured at an earlier load on this machine (Decoder.costs_file), or None."""
+    try:
+        fields = json.loads(file.read_text(encoding="utf-8"))
+        fields["context_steps"] = [tuple(step) for step in fields.get("context_steps", [])]
+        return CostModel(**fields)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def save_costs(file: Path, costs: CostModel) -> None:
+    """Best effort: a cache that cannot be written only means measuring again at the next load."""
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        partial = file.with_name(f"{file.name}.{os.getpid()}.tmp")
+        partial.write_text(json.dumps(dataclasses.asdict(costs)), encoding="utf-8")
+        partial.replace(file)
+    except OSError:
+        pass
 
 
 @dataclass

@@ -9,20 +9,26 @@ Invariant between rounds: the target's cache holds every token of the sequence b
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import platform
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import torch
 
 from engine.decoding.caches import PREFILL_CHUNK, CachedModel
 from engine.decoding.context import fit, require_text, window_of
 from engine.decoding.costs import (CONTEXT_REPEATS, LONG_POSITIONS, MEASURE_REPEATS, MEASURED_ROWS,
-                                   SCRATCH_POSITIONS, CostModel, LoadGap, RoundPlanner, fastest)
+                                   SCRATCH_POSITIONS, CostModel, LoadGap, RoundPlanner, fastest, save_costs,
+                                   saved_costs)
 from engine.decoding.drafters import ContinuationIndex, Drafter, DraftModelDrafter
 from engine.decoding.repetition import LOOKBACK, read_for_loops, repeating
 from engine.decoding.text import TextStream, template_system_prompt
 from engine.events import (ContextNotice, DecodeSettings, DraftedToken, EmittedToken, Fate, Mode, PairInfo,
                            PrefillProgress, RoundEvent, TokenProb)
+from engine.kernels import q4q8
+from engine.models.embedded import home
 from engine.models.loading import LoadedModel, load_model, pick_device, pick_dtype, synchronize
 from engine.models.pairing import check_vocabularies, preflight
 from engine.decoding.sampling import warp
@@ -69,13 +75,13 @@ class Decoder:
             return cls(load_model(target, dev, dt, shard=True, weights=target_weights))
         target_tok, draft_tok = preflight(target, draft)
         target_model = load_model(target, dev, dt, shard=True, tokenizer=target_tok, weights=target_weights)
-        draft_model = load_model(draft, dev, dt, tokenizer=draft_tok, weights=target_weights)
+        draft_model = load_model(draft, dev, dt, tokenizer=draft_tok, weights=target_weights, compact=draft_int8)
         return cls(target_model, draft=draft_model, draft_int8=draft_int8)
 
     def info(self) -> PairInfo:
         draft = self.draft.info() if self.draft else None
-        if draft is not None and isinstance(self.drafter, DraftModelDrafter) and self.drafter.runner.int8_weights:
-            draft = dataclasses.replace(draft, weights="int8")
+        if draft is not None and isinstance(self.drafter, DraftModelDrafter) and self.drafter.runner.compact_weights:
+            draft = dataclasses.replace(draft, weights=self.drafter.runner.compact_weights)
         return PairInfo(
             target=self.target.info(), draft=draft,
             device=str(self.target.device), dtype=str(self.target.model.dtype).removeprefix("torch."),
@@ -205,12 +211,43 @@ class Decoder:
         self.target_step_s = costs.block_s(1)
         return costs
 
-    def warm_up(self, progress: Progress | None = None) -> None:
+    def costs_file(self) -> Path | None:
+        """Where this pair's costs measured at load are kept: one file per machine (CPU, threads, kernel path),
+        models (their files' size and time), drafter, device and dtype; None for a model that is no file on disk.
+        A step's and a draft's costs are timed again before each reply, so a kept measurement that no longer holds
+        does not last."""
+        def identity(model: LoadedModel | None) -> str | None:
+            if model is None:
+                return "none"
+            path = Path(model.path)
+            if not path.exists():
+                return None
+            stat = path.stat()
+            return f"{path.resolve()}:{model.weights}:{stat.st_size}:{stat.st_mtime_ns}"
+
+        models = [identity(self.target), identity(self.draft)]
+        if None in models:
+            return None
+        parts = [*models, type(self.drafter).__name__, str(self.target.device),
+                 str(self.target.model.dtype), str(torch.get_num_threads()), _kernel_path(), platform.machine(),
+                 _cpu_name()]
+        return home() / "costs" / f"{hashlib.sha256('|'.join(parts).encode()).hexdigest()[:20]}.json"
+
+    def warm_up(self, progress: Progress | None = None, *, reuse: bool = False) -> None:
         """Run each model (first calls are slow) while measuring the pair's costs: every cost is the fastest of
-        several timings, so the slow first ones never count. A few plain steps then time a round's bookkeeping:
-        the fastest stands, so a round that met something else later (a draft catching up, a collection of
-        garbage: 4 ms against 0.5) cannot make every AR step look dearer. `progress`: as measure_costs's."""
-        self.measure_costs(progress)
+        several timings, so the slow first ones never count; with `reuse`, costs this pair measured at an earlier
+        load on this machine are taken instead (`costs_file`: a large target's timings take seconds). A few plain
+        steps then time a round's bookkeeping: the fastest stands, so a round that met something else later (a
+        draft catching up, a collection of garbage: 4 ms against 0.5) cannot make every AR step look dearer.
+        `progress`: as measure_costs's."""
+        file = self.costs_file() if reuse else None
+        kept = saved_costs(file) if file else None
+        if kept is not None:
+            self.set_costs(kept)
+        else:
+            costs = self.measure_costs(progress)
+            if file:
+                save_costs(file, costs)
         for _ in self.generate([{"role": "user", "content": "Hi"}],
                                DecodeSettings(mode=Mode.AR, max_new_tokens=WARM_UP_STEPS)):
             pass
@@ -437,3 +474,18 @@ def _eos_ids(model: LoadedModel) -> set[int]:
     configured = model.model.generation_config.eos_token_id if model.model.generation_config else None
     ids.update(configured if isinstance(configured, list) else [configured])
     return {i for i in ids if i is not None}
+
+
+def _kernel_path() -> str:
+    return q4q8.isa_name() if q4q8.available() else "none"
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo; elsewhere what `platform` says)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()

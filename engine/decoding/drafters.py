@@ -19,6 +19,10 @@ from engine.events import DecodeSettings
 from engine.models.loading import LoadedModel
 from engine.decoding.sampling import choose, warp
 
+# A native GGUF draft with a large vocabulary and no draft vocabulary of its own drafts from its first token ids: BPE
+# vocabularies number tokens in merge order, roughly by frequency, and the Qwen2.5 tokenizer's first 65,536 ids
+# cover 97.6 % of held-out code and 98.1 % of held-out prose (docs/qwen-pair.md), at under half the head's rows.
+MERGE_ORDER_VOCAB = 65536
 LOOKUP_NGRAM = 3  # a context match must cover the last 3 tokens
 LOOKUP_PRECISION = 0.83  # how often such a copy equals the target's choice (measured on the evaluation answers)
 
@@ -114,7 +118,7 @@ class DraftModelDrafter:
 
     def __init__(self, draft: LoadedModel, vocab_size: int, draft_vocab: list[int] | None = None, *,
                  int8: bool = True):
-        """`int8`: weight-only int8 on CPU, where a draft step costs what its weights weigh (half of bf16)."""
+        """`int8`: compact weights on CPU (caches.CachedModel), where a draft step costs what its weights weigh."""
         self.draft = draft
         self.runner = CachedModel(draft.model, vocab_size, draft_vocab, int8=int8)
         self._proposed_from = 0  # sequence length when the last proposal started
@@ -127,9 +131,12 @@ class DraftModelDrafter:
 
     @classmethod
     def for_model(cls, draft: LoadedModel, vocab_size: int, *, int8: bool = True) -> "DraftModelDrafter":
-        """Use the draft vocabulary shipped beside the model's weights, if there is one."""
+        """Use the draft vocabulary shipped beside the model's weights, if there is one (a native GGUF's: its
+        first MERGE_ORDER_VOCAB ids, where it has more)."""
         vocab_file = Path(draft.path) / DRAFT_VOCAB_FILE
         draft_vocab = json.loads(vocab_file.read_text()) if vocab_file.is_file() else None
+        if draft_vocab is None and draft.weights == "native" and vocab_size > MERGE_ORDER_VOCAB:
+            draft_vocab = list(range(MERGE_ORDER_VOCAB))
         return cls(draft, vocab_size, draft_vocab, int8=int8)
 
     def prefill(self, prompt: list[int]) -> None:

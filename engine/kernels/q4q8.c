@@ -340,11 +340,11 @@ typedef struct {
 
 static int64_t q8_scratch_bytes(int64_t rows, int64_t K) { return rows * K + 4 * rows * (K / GROUP) * 4 + 64; }
 
-/* out (rows, N) float32 = x (rows, K) float32 times w. `threads` OpenMP threads split the weight blocks, so a
- * row's result does not depend on them. */
-static void q4q8_run(const qweight *w, const float *x, int64_t rows, float *out, uint8_t *scratch, int isa,
-                     int threads) {
-    int64_t N = w->N, K = w->K, groups = K / GROUP, blocks = N / ROWS;
+/* out (rows, N) float32, rows `ldo` floats apart, = x (rows, K) float32 times w. `threads` OpenMP threads split
+ * the weight blocks, so a row's result does not depend on them. */
+static void q4q8_run_into(const qweight *w, const float *x, int64_t rows, float *out, int64_t ldo, uint8_t *scratch,
+                          int isa, int threads) {
+    int64_t K = w->K, groups = K / GROUP, blocks = w->N / ROWS;
     int64_t block_bytes = groups * (w->bits == 4 ? 256 : 512), block_scale_bytes = groups * scale_bytes((int)w->kind);
     int bits = (int)w->bits, kind = (int)w->kind, zero = (int)w->zero;
     float *dx = (float *)scratch, *sx = dx + rows * groups;
@@ -358,18 +358,24 @@ static void q4q8_run(const qweight *w, const float *x, int64_t rows, float *out,
         for (int64_t r0 = 0; r0 < rows; r0 += MAX_CHUNK) {
             int64_t R = rows - r0 < MAX_CHUNK ? rows - r0 : MAX_CHUNK;
             const int8_t *xr = xq + r0 * K;
-            float *o = out + r0 * N + b * ROWS;
+            float *o = out + r0 * ldo + b * ROWS;
 #if defined(__x86_64__)
             if (isa == 2 || isa == 1) {
                 (isa == 2 ? VNNI : AVX2_BLOCKS)[R](wb, sb, bits, kind, zero, groups, xr, dx + r0 * groups,
-                                                   sx + r0 * groups, isxh + 2 * r0 * groups, K, o, N);
+                                                   sx + r0 * groups, isxh + 2 * r0 * groups, K, o, ldo);
                 continue;
             }
 #endif
             block_scalar(wb, sb, bits, kind, zero, groups, xr, dx + r0 * groups, sx + r0 * groups,
-                         isxh + 2 * r0 * groups, K, R, o, N);
+                         isxh + 2 * r0 * groups, K, R, o, ldo);
         }
     }
+}
+
+/* out (rows, N) float32 = x (rows, K) float32 times w, rows packed. */
+static void q4q8_run(const qweight *w, const float *x, int64_t rows, float *out, uint8_t *scratch, int isa,
+                     int threads) {
+    q4q8_run_into(w, x, rows, out, w->N, scratch, isa, threads);
 }
 
 /* Bytes of scratch q4q8_linear needs for `rows` rows of width K into N outputs. */
@@ -399,7 +405,10 @@ void q4q8_linear(const qweight *w, const void *x, int bf16, int64_t rows, void *
 typedef struct {
     int64_t layers, hidden, heads, kv_heads, head_dim, intermediate;
     float eps;
-    const qweight *qkv, *o, *gate_up, *down; /* one per layer */
+    /* per layer: q, k, v as one weight or as parts (Q4_K_M files mix types), then o, gate and up likewise, down */
+    const qweight *qkv, *gate_up;            /* layer i's parts are [first[i], first[i + 1]) */
+    const int64_t *qkv_first, *gate_up_first;
+    const qweight *o, *down;                 /* one per layer */
     const float *qkv_bias;                  /* (layers, q + k + v outputs), or NULL (Qwen2 has them) */
     const float *attn_norm, *mlp_norm;      /* (layers, hidden) */
     const float *final_norm;                /* (hidden) */
@@ -652,6 +661,16 @@ static void rope(float *v, const float *cos, const float *sin, int64_t head_dim)
     }
 }
 
+/* Layer `layer`'s parts of a projection, side by side in out (rows of `width`). */
+static void run_parts(const qweight *parts, const int64_t *first, int64_t layer, const float *x, int64_t rows,
+                      float *out, int64_t width, uint8_t *scratch, int isa, int threads) {
+    int64_t column = 0;
+    for (int64_t p = first[layer]; p < first[layer + 1]; p++) {
+        q4q8_run_into(&parts[p], x, rows, out + column, width, scratch, isa, threads);
+        column += parts[p].N;
+    }
+}
+
 int64_t llama_scratch_bytes(const llama *m, int64_t rows, int64_t capacity) {
     int64_t qkv = (m->heads + 2 * m->kv_heads) * m->head_dim, widest = m->hidden;
     if (m->intermediate > widest) widest = m->intermediate;
@@ -676,7 +695,7 @@ void llama_forward(const llama *m, float *x, int64_t rows, int64_t start, uint16
     for (int64_t layer = 0; layer < m->layers; layer++) {
         uint16_t *kc = kcache + layer * m->kv_heads * capacity * hd, *vc = vcache + layer * m->kv_heads * capacity * hd;
         rms_norm(x, m->attn_norm + layer * H, rows, H, m->eps, h);
-        q4q8_run(&m->qkv[layer], h, rows, qkv, q8, isa, threads);
+        run_parts(m->qkv, m->qkv_first, layer, h, rows, qkv, wqkv, q8, isa, threads);
         for (int64_t r = 0; r < rows; r++) {
             float *row = qkv + r * wqkv;
             if (m->qkv_bias)
@@ -693,7 +712,7 @@ void llama_forward(const llama *m, float *x, int64_t rows, int64_t start, uint16
         q4q8_run(&m->o[layer], attn, rows, h, q8, isa, threads);
         add_into(x, h, rows * H);
         rms_norm(x, m->mlp_norm + layer * H, rows, H, m->eps, h);
-        q4q8_run(&m->gate_up[layer], h, rows, gu, q8, isa, threads);
+        run_parts(m->gate_up, m->gate_up_first, layer, h, rows, gu, 2 * I, q8, isa, threads);
         silu_mul(gu, rows, I, act);
         q4q8_run(&m->down[layer], act, rows, h, q8, isa, threads);
         add_into(x, h, rows * H);

@@ -166,6 +166,46 @@ class Q4Q8Weight:
         d16 = d.half().float()  # the kernel keeps scales in fp16
         return cls.from_values(q.to(torch.uint8).reshape(weight.shape).numpy(), d16.numpy(), (-128 * d16).numpy(), 8)
 
+    @classmethod
+    def from_dense_4bit(cls, weight: torch.Tensor) -> "Q4Q8Weight":
+        """A dense weight quantised as Q4_1 is (per 32 inputs d = (max − min) / 15, m = min, u = round((w − m) / d)):
+        for drafts, a step of whose costs what its weights weigh, never for a target."""
+        w = weight.detach().float().reshape(weight.shape[0], -1, GROUP)
+        low, high = w.amin(-1), w.amax(-1)
+        m = low.half().float()  # the kernel keeps scales in fp16
+        d = ((high - m) / 15).half().float().clamp_min(1e-7)
+        u = torch.round((w - m[..., None]) / d[..., None]).clamp(0, 15).to(torch.uint8)
+        return cls.from_values(u.reshape(weight.shape).numpy(), d.numpy(), m.numpy(), 4)
+
+    def unpacked(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`pack`'s inverse: values u (N, K) uint8 and the scale arrays a, b (N, K / 32) float32."""
+        n, k = self.out_features, self.in_features
+        blocks, groups = n // ROWS, k // GROUP
+        if self.bits == 4:
+            packed = self.blocks.view(blocks, groups, 4, ROWS, 4).permute(0, 3, 1, 2, 4)  # (block, row, g, chunk, j)
+            u = torch.cat(((packed & 0x0F).reshape(blocks, ROWS, groups, 16), (packed >> 4).reshape(
+                blocks, ROWS, groups, 16)), -1)
+        else:
+            u = self.blocks.view(blocks, groups, 8, ROWS, 4).permute(0, 3, 1, 2, 4)
+        float_type = torch.float16 if self.kind == SCALES_F16 else torch.float32
+        ab = self.scales.view(float_type).view(blocks, groups, 2, ROWS).permute(2, 0, 3, 1).float()
+        return u.reshape(n, k).contiguous(), ab[0].reshape(n, groups), ab[1].reshape(n, groups)
+
+    def dense(self) -> torch.Tensor:
+        """The weight (N, K) float32 as the kernel multiplies it (before the activations' quantisation)."""
+        u, a, b = self.unpacked()
+        n, k = u.shape
+        if self.kind == SCALES_HALVES:
+            halves = (u.float().view(n, -1, 2, GROUP // 2) - self.zero) * torch.stack((a, b), -1)[..., None]
+            return halves.reshape(n, k)
+        return (u.float().view(n, -1, GROUP) * a[..., None] + b[..., None]).reshape(n, k)
+
+    def rows(self, ids: torch.Tensor) -> "Q4Q8Weight":
+        """The weight of output rows `ids` alone, in their order (a multiple of ROWS of them): a draft's head over
+        its draft vocabulary."""
+        u, a, b = (t[ids].numpy() for t in self.unpacked())
+        return Q4Q8Weight.from_values(u, a, b, self.bits, self.kind, self.zero)
+
     @staticmethod
     def fits(out_features: int, in_features: int) -> bool:
         return out_features % ROWS == 0 and in_features % GROUP == 0
@@ -209,17 +249,29 @@ class _QWeight(ctypes.Structure):
 class _Llama(ctypes.Structure):
     _fields_ = [("layers", ctypes.c_int64), ("hidden", ctypes.c_int64), ("heads", ctypes.c_int64),
                 ("kv_heads", ctypes.c_int64), ("head_dim", ctypes.c_int64), ("intermediate", ctypes.c_int64),
-                ("eps", ctypes.c_float), ("qkv", ctypes.POINTER(_QWeight)), ("o", ctypes.POINTER(_QWeight)),
-                ("gate_up", ctypes.POINTER(_QWeight)), ("down", ctypes.POINTER(_QWeight)),
-                ("qkv_bias", ctypes.c_void_p), ("attn_norm", ctypes.c_void_p), ("mlp_norm", ctypes.c_void_p), ("final_norm", ctypes.c_void_p),
+                ("eps", ctypes.c_float), ("qkv", ctypes.POINTER(_QWeight)), ("gate_up", ctypes.POINTER(_QWeight)),
+                ("qkv_first", ctypes.POINTER(ctypes.c_int64)), ("gate_up_first", ctypes.POINTER(ctypes.c_int64)),
+                ("o", ctypes.POINTER(_QWeight)), ("down", ctypes.POINTER(_QWeight)), ("qkv_bias", ctypes.c_void_p),
+                ("attn_norm", ctypes.c_void_p), ("mlp_norm", ctypes.c_void_p), ("final_norm", ctypes.c_void_p),
                 ("head", ctypes.POINTER(_QWeight))]
+
+
+def _parts(per_layer: list) -> tuple[list[Q4Q8Weight], ctypes.Array]:
+    """Each layer's weight or list of weights (side by side in the output) as one flat list and its layers'
+    offsets into it."""
+    flat, first = [], [0]
+    for weights in per_layer:
+        flat.extend(weights if isinstance(weights, (list, tuple)) else [weights])
+        first.append(len(flat))
+    return flat, (ctypes.c_int64 * len(first))(*first)
 
 
 class LlamaForward:
     """A whole Llama-family forward on the kernel, in float32 (q4q8.c's llama_forward): one call per block of
     tokens instead of a few hundred torch ops, so a verification block's extra rows cost their arithmetic only.
 
-    `layers` holds per layer the Q4Q8 weights (qkv, o, gate_up, down) and float32 norm weights (attn, mlp);
+    `layers` holds per layer the Q4Q8 weights (qkv, o, gate_up, down) and float32 norm weights (attn, mlp); qkv and
+    gate_up may each be a list of weights whose outputs lie side by side (projections stored in different types);
     `qkv_bias`, where the model has one (Qwen2), is (layers, qkv outputs)."""
 
     def __init__(self, layers: list[tuple], final_norm: torch.Tensor, head: Q4Q8Weight, *, heads: int,
@@ -227,16 +279,19 @@ class LlamaForward:
         self._lib = _library()
         self.head = head
         qkv, o, gate_up, down, attn_norm, mlp_norm = zip(*layers)
+        (qkv, qkv_first), (gate_up, gate_up_first) = _parts(qkv), _parts(gate_up)
         self._keep = [*qkv, *o, *gate_up, *down, head]  # the structs below point into these tensors
         self.attn_norm = torch.stack(attn_norm).float().contiguous()
         self.mlp_norm = torch.stack(mlp_norm).float().contiguous()
         self.final_norm = final_norm.float().contiguous()
         self.qkv_bias = None if qkv_bias is None else qkv_bias.float().contiguous()
-        arrays = [(_QWeight * len(layers))(*[_QWeight.of(w) for w in ws]) for ws in (qkv, o, gate_up, down)]
+        qkv_array, gate_up_array, o_array, down_array = [(_QWeight * len(ws))(*[_QWeight.of(w) for w in ws])
+                                                         for ws in (qkv, gate_up, o, down)]
         self._head = _QWeight.of(head)
-        self._arrays = arrays
+        self._arrays = (qkv_array, gate_up_array, o_array, down_array, qkv_first, gate_up_first)
         self.spec = _Llama(len(layers), qkv[0].in_features, heads, kv_heads, head_dim, down[0].in_features, eps,
-                           *arrays, None if self.qkv_bias is None else self.qkv_bias.data_ptr(),
+                           qkv_array, gate_up_array, qkv_first, gate_up_first, o_array, down_array,
+                           None if self.qkv_bias is None else self.qkv_bias.data_ptr(),
                            self.attn_norm.data_ptr(), self.mlp_norm.data_ptr(), self.final_norm.data_ptr(),
                            ctypes.pointer(self._head))
         self.hidden = qkv[0].in_features

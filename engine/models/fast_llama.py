@@ -190,6 +190,11 @@ class _Weights:
                 gate_up=_projection([mlp.gate_proj, mlp.up_proj], int8),
                 down=_projection([mlp.down_proj], int8),
             ))
+        down, native = self.layers[0].down, decoder.layers[0].mlp.down_proj
+        if isinstance(native, gguf_native.NativeLinear):
+            self.compaction = "4-bit" if getattr(native, "compacted", False) else None
+        else:
+            self.compaction = "int8" if int8 and isinstance(down, (Int8Weight, q4q8.Q4Q8Weight)) else None
 
     @cached_property
     def file_norms(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -200,14 +205,14 @@ class _Weights:
     def native_forward(self, head: Callable) -> q4q8.LlamaForward | None:
         """The whole forward in one kernel call, where every projection and the head are Q4 × Q8 weights (a
         native GGUF target): built once per head."""
-        if not isinstance(head, q4q8.Q4Q8Weight) or not all(
-                isinstance(getattr(layer, name), q4q8.Q4Q8Weight) for layer in self.layers
+        if not isinstance(head, q4q8.Q4Q8Weight) or any(
+                _q4q8_parts(getattr(layer, name)) is None for layer in self.layers
                 for name in ("qkv", "o", "gate_up", "down")) or self.layers[0].q_norm is not None \
                 or self.head_dim % 16 or self.head_dim > q4q8.MAX_HEAD_DIM or self.heads // self.kv_heads > q4q8.MAX_GROUP:
             return None
         key = id(head)
         if key not in self._native:
-            layers = [(layer.qkv, layer.o, layer.gate_up, layer.down, attn, mlp)
+            layers = [(_q4q8_parts(layer.qkv), layer.o, _q4q8_parts(layer.gate_up), layer.down, attn, mlp)
                       for layer, (attn, mlp) in zip(self.layers, self.file_norms)]
             biases = None if self.layers[0].qkv_bias is None else torch.stack([
                 layer.qkv_bias.float() for layer in self.layers])
@@ -244,6 +249,25 @@ def _file_weight(norm: torch.nn.Module) -> torch.Tensor:
     return getattr(norm, "file_weight", norm.weight).float()
 
 
+class _Parts:
+    """Projections of one input whose weights cannot be fused (a GGUF stores them in different types): run one by
+    one, their outputs side by side."""
+
+    def __init__(self, kernels: list[Callable]):
+        self.kernels = kernels
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([k(x) for k in self.kernels], -1)
+
+
+def _q4q8_parts(projection: Callable) -> q4q8.Q4Q8Weight | list[q4q8.Q4Q8Weight] | None:
+    """What the native forward takes for a projection: its Q4 × Q8 weight or list of parts, else None."""
+    parts = projection.kernels if isinstance(projection, _Parts) else [projection]
+    if not all(isinstance(p, q4q8.Q4Q8Weight) for p in parts):
+        return None
+    return parts if isinstance(projection, _Parts) else projection
+
+
 def _bias(modules: list[torch.nn.Module]) -> torch.Tensor | None:
     """The projections' biases as one vector (in the model's dtype, or float32 for a GGUF's), or None without."""
     biases = [getattr(m, "bias", None) for m in modules]
@@ -251,11 +275,11 @@ def _bias(modules: list[torch.nn.Module]) -> torch.Tensor | None:
 
 
 def _projection(modules: list[torch.nn.Module], int8: bool) -> Callable[[torch.Tensor], torch.Tensor]:
-    """One callable for projections of the same input: a native GGUF model's int4 weights as they are (`int8`
-    does not apply: they are the target's own), else one weight fused from the modules'."""
+    """One callable for projections of the same input: a native GGUF model's weights as they are (a draft's were
+    made compact as they loaded: gguf_native.load), else one weight fused from the modules'."""
     if isinstance(modules[0], gguf_native.NativeLinear):
         kernels = [m.native() for m in modules]
-        return gguf_native.fused(modules) or (lambda x: torch.cat([k(x) for k in kernels], -1))
+        return gguf_native.fused(modules) or (_Parts(kernels) if len(kernels) > 1 else kernels[0])
     return linear(_fused(modules) if len(modules) > 1 else modules[0].weight, int8)
 
 
@@ -302,10 +326,9 @@ class FastLlama:
         return self.weights.layers[0].down
 
     @property
-    def int8_weights(self) -> bool:
-        """Whether the projections multiply int8 weights (asked for, and a kernel for them here)."""
-        down = self.projection
-        return isinstance(down, Int8Weight) or isinstance(down, q4q8.Q4Q8Weight) and down.bits == 8
+    def compact_weights(self) -> str | None:
+        """What a draft's projections were made into to cost less ("int8", "4-bit"), or None: kept as they are."""
+        return self.weights.compaction
 
     def _reserve(self, needed: int) -> None:
         """Grow the cache (by doubling, copying what it holds) so that it has room for `needed` positions."""

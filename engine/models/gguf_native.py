@@ -20,14 +20,21 @@ forward (`fast_llama`) calls the same kernels.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import struct
+import sys
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import torch
 from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType
 from gguf.quants import Q4_K, dequantize
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
 from engine.kernels import q4q8
 
@@ -85,8 +92,14 @@ def read_tensors(path: Path) -> tuple[str, dict[str, GGUFTensor]]:
     """The architecture and the tensors (memory-mapped) of a GGUF. gguf.GGUFReader parses every metadata value
     into numpy views first, ~4 s for SmolLM2's 100k tokenizer strings; this skips them. Every count and offset the
     header claims is checked against the file's size before it is used, so a damaged or truncated file raises
-    GGUFError (naming the file) and nothing of the claimed size is allocated."""
-    size = path.stat().st_size
+    GGUFError (naming the file) and nothing of the claimed size is allocated. The last few files read are kept
+    (a load checks the file, then reads it: ~0.4 s a walk over a 151k-token vocabulary)."""
+    stat = path.stat()
+    return _read_tensors(path.resolve(), stat.st_size, stat.st_mtime_ns)
+
+
+@lru_cache(maxsize=4)
+def _read_tensors(path: Path, size: int, mtime_ns: int) -> tuple[str, dict[str, GGUFTensor]]:
     if size < 24:
         raise GGUFError(f"{path} is damaged or truncated: {size} bytes, fewer than a GGUF header")
     mapped = np.memmap(path, mode="r")
@@ -352,11 +365,13 @@ class Int4Linear(NativeLinear):
 
 
 class Q4Q8Linear(NativeLinear):
-    """The file's 4- or 8-bit values on the Q4 × Q8 kernel (engine.kernels.q4q8); its integer buffers, fp16
-    scales stored as int16 included, are left alone by `model.to(dtype)`: the weights are the file's in any dtype."""
+    """The file's 4- or 8-bit values on the Q4 × Q8 kernel (engine.kernels.q4q8); its integer buffers, scales
+    stored as integers included, are left alone by `model.to(dtype)`: the weights are the file's in any dtype.
+    `compacted`: a draft's weight re-quantised to 4 bits as it loaded (`compact`), no longer the file's."""
 
-    def __init__(self, weight: q4q8.Q4Q8Weight):
+    def __init__(self, weight: q4q8.Q4Q8Weight, compacted: bool = False):
         super().__init__(weight.in_features, weight.out_features)
+        self.compacted = compacted
         self.bits, self.kind, self.zero = weight.bits, weight.kind, weight.zero
         self.register_buffer("blocks", weight.blocks)
         self.register_buffer("scales", weight.scales)
@@ -489,18 +504,87 @@ def best_kernel(dtype: torch.dtype) -> str | None:
     return "torch-int4" if dtype == torch.bfloat16 else None
 
 
+def compact(weight: q4q8.Q4Q8Weight) -> q4q8.Q4Q8Weight:
+    """A draft's weight stored in bytes (5-, 6- and 8-bit blocks) re-quantised to 4 bits: a draft step costs what
+    its weights weigh, and verification keeps the output the target's whatever the draft proposes."""
+    return q4q8.Q4Q8Weight.from_dense_4bit(weight.dense()) if weight.bits == 8 else weight
+
+
+# ---------------------------------------------------------------------------------------------------- prepared
+
+PREPARED_LAYOUT = 1  # the version of q4q8's packed layout and kernel_values' mapping that a prepared file holds
+
+
+def prepared_path(path: Path, compacted: bool) -> Path:
+    """Where the kernel's weights of a GGUF are kept once made (keyed on the file's path, size and time, and on
+    PREPARED_LAYOUT): unpacking and packing a 1.5B model's blocks takes ~7 s, reading them back about one."""
+    from engine.models.embedded import home
+
+    stat = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{PREPARED_LAYOUT}:{compacted}".encode())
+    return home() / "prepared" / f"{path.stem}{'-compact' if compacted else ''}-{key.hexdigest()[:16]}.safetensors"
+
+
+def _read_prepared(file: Path) -> dict[str, q4q8.Q4Q8Weight]:
+    if not file.is_file():
+        return {}
+    try:
+        with safe_open(file, "pt") as f:
+            layout = json.loads(f.metadata()["layout"])
+            return {name: q4q8.Q4Q8Weight(f.get_tensor(f"{name}:blocks"), f.get_tensor(f"{name}:scales"), *shape)
+                    for name, shape in layout.items()}
+    except (OSError, KeyError, ValueError, SafetensorError):  # damaged: made again
+        return {}
+
+
+def _write_prepared(file: Path, weights: dict[str, q4q8.Q4Q8Weight]) -> None:
+    """Best effort (a full disk or a read-only cache leaves the next load to make them again)."""
+    layout = {name: [w.bits, w.out_features, w.in_features, w.kind, w.zero] for name, w in weights.items()}
+    tensors = {f"{name}:{part}": getattr(w, part).contiguous() for name, w in weights.items()
+               for part in ("blocks", "scales")}
+    partial = file.with_name(f"{file.name}.{os.getpid()}.tmp")
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        save_file(tensors, str(partial), metadata={"layout": json.dumps(layout)})
+        partial.replace(file)
+    except OSError:
+        partial.unlink(missing_ok=True)
+
+
 def fallback_kernel() -> str:
     """The kernel for native weights asked for where none is fast: ours on its portable path, if it built."""
     return "q4q8" if q4q8.available() else "torch-int4"
 
 
-def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.device("cpu"), kernel: str = "q4q8"):
+def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.device("cpu"), kernel: str = "q4q8",
+         compacted: bool = False):
     """A transformers model for `config` whose weights are read from the GGUF at `path` without de-quantising:
-    4-bit projections (and a Q4 / Q8_0 head) on `kernel` (KERNELS), embeddings as file blocks, norms in `dtype`."""
+    projections (and the head) on `kernel` (KERNELS), embeddings as file blocks, norms in `dtype`. `compacted`
+    (a draft's): weights kept in bytes on our kernel are re-quantised to 4 bits (`compact`). Our kernel's weights
+    are kept prepared in the user's cache (`prepared_path`) and read from there on later loads."""
     from transformers import AutoModelForCausalLM
 
-    architecture, tensors = read_tensors(Path(path))
+    path = Path(path)
+    architecture, tensors = read_tensors(path)
     check(tensors, architecture, device, kernel)
+    ours = kernel == "q4q8" and q4q8.available()
+    prepared_file = prepared_path(path, compacted) if ours else None
+    prepared = _read_prepared(prepared_file) if ours else {}
+    if ours and not prepared:
+        print(f"specdec: preparing {path.name}'s weights for the kernel (once for this file)...", file=sys.stderr,
+              flush=True)
+    made: dict[str, q4q8.Q4Q8Weight] = {}
+
+    def linear(tensor, row_order: np.ndarray | None = None) -> NativeLinear:
+        if tensor.name in prepared:
+            return Q4Q8Linear(prepared[tensor.name], compacted)
+        module = _linear(tensor, dtype, row_order, kernel)
+        if isinstance(module, Q4Q8Linear):
+            weight = compact(module.native()) if compacted else module.native()
+            made[tensor.name] = weight
+            module = Q4Q8Linear(weight, compacted)
+        return module
+
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     decoder = model.model
@@ -511,7 +595,7 @@ def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.de
             order = {"attn_q": heads, "attn_k": kv_heads}.get(gguf_name) if architecture in PERMUTED_QK else None
             tensor = tensors[f"blk.{i}.{gguf_name}.weight"]
             owner_name, attr = module_path.split(".")
-            module = _linear(tensor, dtype, None if order is None else _rows_to_hf(int(tensor.shape[1]), order), kernel)
+            module = linear(tensor, None if order is None else _rows_to_hf(int(tensor.shape[1]), order))
             bias = tensors.get(f"blk.{i}.{gguf_name}.bias")
             if bias is not None:
                 module.bias = torch.from_numpy(np.array(bias.data, dtype=np.float32))
@@ -522,13 +606,14 @@ def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.de
     embed = tensors["token_embd.weight"]
     decoder.embed_tokens = GGUFEmbedding(np.asarray(embed.data), embed.tensor_type, config.hidden_size, dtype)
     head = tensors.get("output.weight", embed)
-    if head.tensor_type in (KERNEL_TYPES if kernel == "q4q8" and q4q8.available() else INT4_TYPES | {Q.Q8_0}):
-        model.lm_head = _linear(head, dtype, kernel=kernel)
+    if head.tensor_type in (KERNEL_TYPES if ours else INT4_TYPES | {Q.Q8_0}):
+        model.lm_head = linear(head)
     else:  # F16, F32, other types: a dense head, de-quantised once
         weight = dequantize(np.asarray(head.data), head.tensor_type).reshape(int(head.shape[1]), -1)
         model.lm_head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=dtype)
         model.lm_head.weight = torch.nn.Parameter(torch.from_numpy(weight).to(dtype), requires_grad=False)
-    del tensors  # closes the file's memory map: everything kept was copied out
+    if made:
+        _write_prepared(prepared_file, {**{name: w for name, w in prepared.items()}, **made})
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
         raise NotNative(f"no GGUF tensor for {left[0]}")

@@ -5,7 +5,9 @@ The short names `embedded` and `embedded-draft` resolve to the prepared local co
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -174,11 +176,35 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     with _user_facing_errors(name):
         hub = _check_source(name, source, path, TOKENIZER_MARKERS)
         if path.suffix == ".gguf":
-            return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+            return AutoTokenizer.from_pretrained(gguf_metadata(path))
         if path.is_dir() and not any(any(path.glob(pattern)) for pattern in TOKENIZER_FILES):
             raise ModelLoadError(f"{path} has no tokenizer files (tokenizer.json, vocab.json, tokenizer.model, ...): "
                                  "copy them from the model it was saved from")
         return AutoTokenizer.from_pretrained(source, **hub)
+
+
+def gguf_metadata(path: Path) -> Path:
+    """A folder holding the GGUF's config and tokenizer as transformers saves them, made once per file (keyed on
+    its path, size and time) in the user's cache: transformers' GGUF reader parses all the metadata, ~13 s for a
+    151k-token vocabulary each time a config or a tokenizer is read, where the saved files load in about one."""
+    from transformers import AutoConfig
+
+    from engine.models.embedded import home
+
+    stat = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    folder = home() / "gguf-metadata" / f"{path.stem}-{key}"
+    if (folder / "config.json").is_file():
+        return folder
+    print(f"specdec: reading {path.name}'s tokenizer and config (once for this file)...", file=sys.stderr, flush=True)
+    partial = folder.with_name(f"{folder.name}.{os.getpid()}.tmp")
+    AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(partial)
+    AutoConfig.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(partial)
+    try:
+        partial.rename(folder)
+    except OSError:  # another process made it first
+        shutil.rmtree(partial, ignore_errors=True)
+    return folder
 
 
 def _refuse_pickle(name: str, path: Path) -> dict:
@@ -209,9 +235,10 @@ def gguf_file(name: str) -> Path | None:
     return path if path.suffix == ".gguf" else None
 
 
-def _native_model(name: str, device: torch.device, dtype: torch.dtype, weights: str) -> PreTrainedModel | None:
-    """The GGUF target with its int4 blocks as they are, or None (and a one-line notice where native weights
-    were asked for) when it cannot run that way."""
+def _native_model(name: str, device: torch.device, dtype: torch.dtype, weights: str,
+                  compact: bool = False) -> PreTrainedModel | None:
+    """The GGUF model with its blocks as they are (a draft's made `compact`: gguf_native.load), or None (and a
+    one-line notice where native weights were asked for) when it cannot run that way."""
     from transformers import AutoConfig
 
     from engine.models import embedded, gguf_native
@@ -231,18 +258,20 @@ def _native_model(name: str, device: torch.device, dtype: torch.dtype, weights: 
     if name == "embedded":
         config = AutoConfig.from_pretrained(embedded.target_dir())
     else:
-        config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        config = AutoConfig.from_pretrained(gguf_metadata(gguf))
     try:
-        return gguf_native.load(gguf, config, dtype, device, kernel or gguf_native.fallback_kernel())
+        return gguf_native.load(gguf, config, dtype, device, kernel or gguf_native.fallback_kernel(), compact)
     except gguf_native.NotNative as exc:
         print(f"specdec: {exc}: {name} is de-quantised into {dtype}", file=sys.stderr)
         return None
 
 
 def load_model(name: str, device: torch.device, dtype: torch.dtype, *, shard: bool = False,
-               tokenizer: PreTrainedTokenizerBase | None = None, weights: str = "dtype") -> LoadedModel:
+               tokenizer: PreTrainedTokenizerBase | None = None, weights: str = "dtype",
+               compact: bool = False) -> LoadedModel:
     """Load a causal LM and its tokenizer (unless already loaded); `shard` spreads a model too large for one GPU
-    with accelerate; `weights` (TARGET_WEIGHTS) says whether a GGUF keeps its int4 blocks."""
+    with accelerate; `weights` (TARGET_WEIGHTS) says whether a GGUF keeps its blocks; `compact`: a draft's
+    native blocks are re-quantised to 4 bits."""
     source = resolve(name)
     path = Path(source).expanduser()
     # use_kernels: transformers otherwise swaps layers for kernels fetched from the hub on first use (on CUDA: its
@@ -253,7 +282,7 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, *, shard: bo
     with _user_facing_errors(name):
         tokenizer = tokenizer or load_tokenizer(name)
         kwargs.update(_check_source(name, source, path))
-        native = _native_model(name, device, dtype, weights)
+        native = _native_model(name, device, dtype, weights, compact)
         if native is not None:
             model = native
         elif path.suffix == ".gguf":
