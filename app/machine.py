@@ -14,7 +14,7 @@ from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import DraftModelDrafter
 from engine.events import PairInfo
 from engine.kernels import q4q8
-from engine.models import fast_llama, gguf_native
+from engine.models import fast_llama, gguf_native, packaged
 from engine.models.pairing import Preset
 from ui.session import Runtime
 
@@ -43,6 +43,8 @@ def on_disk(name: str) -> bool:
     """Whether a model (hub id or local path) can load without the network: config and weights cached."""
     if name in LOCAL_NAMES or name.startswith(("/", ".", "~")):
         return True
+    if name in packaged.MODELS:
+        return packaged.MODELS[name].installed()
     cached = [try_to_load_from_cache(name, filename) for filename in ("config.json",) + WEIGHT_FILES]
     return isinstance(cached[0], str) and any(isinstance(path, str) for path in cached[1:])
 

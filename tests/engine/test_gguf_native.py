@@ -34,10 +34,10 @@ def q4_k_blocks(rows: int, cols: int, seed: int = 0, scale: float = 1e-3) -> np.
     return np.concatenate((d, rest), axis=1).reshape(rows, -1)
 
 
-def write_gguf(path, tensors: dict[str, tuple[np.ndarray, Q]]) -> None:
+def write_gguf(path, tensors: dict[str, tuple[np.ndarray, Q]], architecture: str = "llama") -> None:
     """A GGUF holding each float32 array quantised to its type (the gguf package's own quantiser); uint8 arrays
     are taken as the type's bytes already."""
-    writer = GGUFWriter(str(path), "llama")
+    writer = GGUFWriter(str(path), architecture)
     for name, (array, qtype) in tensors.items():
         writer.add_tensor(name, array if array.dtype == np.uint8 else quantize(array, qtype), raw_dtype=qtype)
     writer.write_header_to_file()
@@ -258,9 +258,14 @@ def test_greedy_speculative_equals_greedy_ar_with_native_weights(tmp_path):
 
 
 def test_projections_of_other_types_are_refused_in_one_line(tmp_path):
+    q2_k = np.random.default_rng(0).integers(0, 256, (64, 84), dtype=np.uint8)  # one 256-weight block a row
+    write_gguf(tmp_path / "q2.gguf", {"blk.0.attn_q.weight": (q2_k, Q.Q2_K)})
+    with pytest.raises(gguf_native.NotNative, match="Q2_K"):
+        gguf_native.check(read(tmp_path / "q2.gguf"), "llama", torch.device("cpu"))
     write_gguf(tmp_path / "q8.gguf", {"blk.0.attn_q.weight": (np.zeros((64, 64), np.float32), Q.Q8_0)})
+    gguf_native.check(read(tmp_path / "q8.gguf"), "llama", torch.device("cpu"))  # our kernel takes it
     with pytest.raises(gguf_native.NotNative, match="Q8_0"):
-        gguf_native.check(read(tmp_path / "q8.gguf"), "llama", torch.device("cpu"))
+        gguf_native.check(read(tmp_path / "q8.gguf"), "llama", torch.device("cpu"), kernel="torch-int4")
 
 
 def test_bench_goes_on_without_the_llama_cpp_rows_when_the_package_is_missing(monkeypatch, capsys, tmp_path):
