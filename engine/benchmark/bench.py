@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.benchmark.llama_binaries import METHODS as LLAMA_BINARIES
 from engine.benchmark.vllm_peer import VLLM_METHODS
 from engine.events import Drafting, RoundEvent
 from engine.remote import EngineSpecStats
@@ -27,9 +28,11 @@ from engine.stats import (PositionAcceptance, expected_tokens_per_round, modelle
 # spec: our decoder with its default drafter (draft model + context lookup); spec_draft: the draft model alone;
 # spec_lookup: context lookup alone, no draft model (drafters.LookupDrafter);
 # llama_cpp(_lookup): llama.cpp through llama-cpp-python on the target's GGUF, plain or with its prompt lookup;
-# vllm(_ngram): a real vLLM server on the target's directory, plain or with its n-gram prompt lookup (vllm_peer).
+# vllm(_ngram): a real vLLM server on the target's directory, plain or with its n-gram prompt lookup (vllm_peer);
+# llama_bench, llama_spec: llama.cpp's own llama-bench (plain) and llama-speculative-simple on the pair's GGUFs,
+# greedy only (llama_binaries).
 METHODS = ("ar", "spec", "spec_draft", "spec_lookup", "hf_generate", "hf_assisted", "naive", "llama_cpp",
-           "llama_cpp_lookup", *VLLM_METHODS)
+           "llama_cpp_lookup", *LLAMA_BINARIES, *VLLM_METHODS)
 # What runs when --methods is not given: not spec_lookup (`--drafters` runs it beside the others) and not the vLLM
 # rows, each of which starts a server (minutes)
 DEFAULT_METHODS = tuple(m for m in METHODS if m != "spec_lookup" and m not in VLLM_METHODS)
@@ -37,11 +40,11 @@ DEFAULT_METHODS = tuple(m for m in METHODS if m != "spec_lookup" and m not in VL
 DRAFTER_METHODS = {Drafting.MODEL: "spec_draft", Drafting.LOOKUP: "spec_lookup", Drafting.BOTH: "spec",
                    Drafting.NONE: "ar"}
 LLAMA_CPP = ("llama_cpp", "llama_cpp_lookup")
-ONE_TOKEN_PER_ROUND = ("ar", "hf_generate", "llama_cpp", "vllm")
+ONE_TOKEN_PER_ROUND = ("ar", "hf_generate", "llama_cpp", "vllm", "llama_bench")
 PEERS_INSTALL = "pip install -e '.[peers]' (or make peers)"
 ENGINE_DRAFTING = ("spec", "spec_draft", "spec_lookup")
 DECODINGS = ("greedy", "sample")
-NEEDS_DRAFT = ("spec", "spec_draft", "hf_assisted", "naive")  # a draft model
+NEEDS_DRAFT = ("spec", "spec_draft", "hf_assisted", "naive", "llama_spec")  # a draft model
 WARM_UP_TOKENS = 8
 # hf_assisted rows besides one per γ (constant schedule, no early stop: exactly γ drafts, like ours):
 HF_SCHEDULES = {
@@ -125,7 +128,10 @@ def plan(methods: Sequence[str], decodings: Sequence[str], gammas: Sequence[int]
         for method in METHODS:  # a fixed order, whatever order the user named them in
             if method not in methods:
                 continue
-            if method in ("ar", "hf_generate", *LLAMA_CPP, *VLLM_METHODS):
+            if method in LLAMA_BINARIES:
+                if decoding == "greedy":
+                    configs.append(Config(method, decoding))
+            elif method in ("ar", "hf_generate", *LLAMA_CPP, *VLLM_METHODS):
                 configs.append(Config(method, decoding))
             elif method == "hf_assisted":
                 configs += [Config(method, decoding, g, "constant") for g in gammas]
@@ -193,7 +199,8 @@ class Bench:
         method = {"ar": self._engine, "spec": self._engine, "spec_draft": self._engine, "spec_lookup": self._engine,
                   "hf_generate": self._hf,
                   "hf_assisted": self._hf, "naive": self._naive, "llama_cpp": self._llama_cpp,
-                  "llama_cpp_lookup": self._llama_cpp, "vllm": self._vllm, "vllm_ngram": self._vllm}[config.method]
+                  "llama_cpp_lookup": self._llama_cpp, "vllm": self._vllm, "vllm_ngram": self._vllm,
+                  "llama_bench": self._llama_binary, "llama_spec": self._llama_binary}[config.method]
         return method(config, messages, seed, max_new)
 
     def _engine(self, config: Config, messages: list[dict], seed: int, max_new: int) -> Run:
@@ -323,6 +330,24 @@ class Bench:
         wall_s = time.perf_counter() - start
         return Run(config, 0, 0, tokens, wall_s)
 
+    def _llama_binary(self, config: Config, messages: list[dict], seed: int, max_new: int) -> Run:
+        """llama.cpp's own programs on the pair's GGUFs with as many threads as ours: llama-bench's tg figure for
+        `max_new` tokens (no prompt: its own standard measurement), or llama-speculative-simple's greedy reply to
+        the prompt in our chat template, timed as it reports its decoding. Neither gives token ids: the row
+        counts the tokens they say they made."""
+        import torch
+
+        from engine.benchmark import llama_binaries
+        from engine.models.loading import gguf_file
+
+        target, threads = gguf_file(self.decoder.target.name), torch.get_num_threads()
+        if config.method == "llama_bench":
+            seconds = max_new / llama_binaries.plain_tokens_per_s(target, max_new, threads, repeats=1)
+            return Run(config, 0, 0, [-1] * max_new, seconds)
+        text = self.decoder.tokenizer.decode(self.decoder.chat_ids(messages))
+        reply = llama_binaries.speculate(target, gguf_file(self.decoder.draft.name), text, max_new, threads)
+        return Run(config, 0, 0, [-1] * reply.tokens, reply.seconds)
+
     def _vllm_server(self, method: str):
         """The vLLM server for `method`, started on first use (in the warm-up, so never inside a timed run)."""
         from engine.benchmark.vllm_peer import SPECULATIVE, VllmServer, log, servable_dir
@@ -369,6 +394,13 @@ def available_methods(methods: Sequence[str], target_name: str) -> list[str]:
         if reason:
             print(f"specdec bench: no vllm rows ({reason})", file=sys.stderr)
             methods = [m for m in methods if m not in VLLM_METHODS]
+    if any(m in LLAMA_BINARIES for m in methods):
+        from engine.benchmark import llama_binaries
+
+        reason = llama_binaries.missing() or (None if gguf_file(target_name) else f"{target_name} is not a GGUF file")
+        if reason:
+            print(f"specdec bench: no llama_bench / llama_spec rows ({reason})", file=sys.stderr)
+            methods = [m for m in methods if m not in LLAMA_BINARIES]
     if not any(m in LLAMA_CPP for m in methods):
         return list(methods)
     if llama_cpp_missing():

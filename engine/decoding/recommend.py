@@ -176,11 +176,13 @@ def recommend(costs: CostModel, profiles: Mapping[Drafting, PositionAcceptance],
     """The drafting and γ (1..max_gamma) with the most predicted tokens per second after `positions` cached
     positions (a chat's length: each cached position makes a step and each draft's row dearer), or plain AR where
     no drafting beats it by MARGIN; the smallest γ among equals. `profiles`: the acceptance measured with each
-    drafting; `measured`: the runs measured with it, which may scale its prediction (see `calibration`)."""
+    drafting; `measured`: the runs measured with it, which may scale its prediction (see `calibration`). A drafting
+    every fair run of which measured slower than plain AR is not recommended on a prediction of less than MARGIN
+    beyond one run's SPREAD: a measured loss outranks a gain that small, which the window would show beside it."""
     ar_rate = 1.0 / costs.ar_step_s(positions)
     best = (ar_rate, Drafting.NONE, 0)
     best_within_margin = (ar_rate, Drafting.NONE, 0)  # the best drafting, where it beats AR by less than MARGIN
-    speedups, scaled = {}, {}
+    speedups, scaled, outranked = {}, {}, {}
     for drafting, profile in profiles.items():
         if drafting is Drafting.NONE:
             continue
@@ -191,7 +193,10 @@ def recommend(costs: CostModel, profiles: Mapping[Drafting, PositionAcceptance],
             rates = [rate * factor for rate in rates]
         speedups[drafting] = [rate / ar_rate for rate in rates]
         gamma = max(range(1, max_gamma + 1), key=lambda g: (rates[g - 1], -g))
-        if rates[gamma - 1] > best[0] and rates[gamma - 1] >= MARGIN * ar_rate:
+        runs = [run.speedup for run in (measured or {}).get(drafting, ()) if run.speedup > 0]
+        if runs and max(runs) < 1.0 and rates[gamma - 1] < MARGIN * SPREAD * ar_rate:
+            outranked[drafting] = max(runs)
+        elif rates[gamma - 1] > best[0] and rates[gamma - 1] >= MARGIN * ar_rate:
             best = (rates[gamma - 1], drafting, gamma)
         elif rates[gamma - 1] > best_within_margin[0]:
             best_within_margin = (rates[gamma - 1], drafting, gamma)
@@ -213,8 +218,10 @@ def recommend(costs: CostModel, profiles: Mapping[Drafting, PositionAcceptance],
                     f"{costs_said}")
         else:
             line = f"no draft pays: {need}; {costs_said}"
-        return Recommendation(Drafting.NONE, 0, rate, 1.0, threshold, line + _scaled_said(scaled), speedups,
-                              scaled)
+        measured_said = "".join(f"; {d.label} measured slower than plain AR in every fair run here (best "
+                                f"{fastest:.2f}×), which outranks its prediction" for d, fastest in outranked.items())
+        return Recommendation(Drafting.NONE, 0, rate, 1.0, threshold, line + measured_said + _scaled_said(scaled),
+                              speedups, scaled)
     threshold = stop_threshold(costs, chosen, gamma, drafting, positions)
     draft_s = extra_draft_s(costs, chosen, gamma, drafting, positions)
     measured_beyond = gamma < len(chosen.drafted) and chosen.drafted[gamma] > 0

@@ -210,3 +210,15 @@ def test_a_measurement_past_the_predicted_gammas_is_taken_at_the_last_one():
     assert far.calibration[Drafting.MODEL] == pytest.approx(2.0 / alone.speedups[Drafting.MODEL][-1] * SPREAD)
 
 
+def test_a_fair_measured_loss_outranks_a_small_predicted_gain():
+    """The walk's case: a drafting predicted ~1.08× for the chat's rounds beside a fair run of it at 0.88× (whose
+    own rounds kept fewer drafts, so calibration leaves the prediction alone) is not recommended, and the line
+    says the measurement is why; the same run measured at 1.04× (the control) leaves the recommendation."""
+    model, chat, run = costs(3.0, row_ms=2.0), fixed_rounds([0.6] * 8), fixed_rounds([0.3] * 8)
+    predicted = recommend(model, {Drafting.BOTH: chat})
+    assert predicted.drafting is Drafting.BOTH and 1.05 <= predicted.speedup < 1.05 * SPREAD
+    lost = recommend(model, {Drafting.BOTH: chat}, measured={Drafting.BOTH: [Measured(1, 0.88, run)]})
+    assert not lost.calibration and lost.drafting is Drafting.NONE
+    assert "measured slower than plain AR in every fair run here (best 0.88×)" in lost.explanation
+    gained = recommend(model, {Drafting.BOTH: chat}, measured={Drafting.BOTH: [Measured(1, 1.04, run)]})
+    assert gained.drafting is Drafting.BOTH
