@@ -250,6 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "model), lookup (copying from the conversation), both, none (plain AR); from "
                             f"{', '.join(DRAFTINGS)} (default: no such table)")
     bench.add_argument("--seed", metavar="S", type=seed_below(SEED_LIMIT), default=0, help="seed of the sampled rows")
+    bench.add_argument("--shapes", metavar="T:D", default=None,
+                       help="a synthetic pair of random weights built here instead of --target/--draft: TARGET:DRAFT "
+                            "or perfect:TARGET (the draft is the target's first layers, α = 1), from qwen3-4b, "
+                            "qwen3-0.6b, tiny; speed is the machine's, acceptance is not (default: none)")
     bench.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     bench.add_argument("--out", metavar="DIR", type=Path, default=None,
                        help="write PNG plots and results.json here (default: no files)")

@@ -891,6 +891,11 @@ def bench_methods(methods: Sequence[str] | None, drafters: Sequence[str] | None)
 def run_cli(args, target_name: str, draft_name: str | None) -> int:
     from engine.decoding.decoder import Decoder
 
+    shapes = getattr(args, "shapes", None)
+    if shapes:
+        from engine.models import synthetic
+
+        target_name = f"synthetic {synthetic.parse(shapes)[0]}"
     methods = bench_methods(args.methods, getattr(args, "drafters", None))
     configs = plan(available_methods(methods, target_name), args.decoding, args.gammas, args.stop_below)
     if args.repeats < 1:
@@ -903,9 +908,18 @@ def run_cli(args, target_name: str, draft_name: str | None) -> int:
     needs_draft = any(c.method in NEEDS_DRAFT for c in configs)
     if needs_draft and draft_name is None:
         raise ValueError(f"the {', '.join(NEEDS_DRAFT)} methods need a draft model (--draft)")
-    print(f"loading {target_name}" + (f" + draft {draft_name}" if needs_draft else ""), file=sys.stderr)
-    decoder = Decoder.load(target_name, draft_name if needs_draft else None, args.device, args.dtype,
-                           draft_int8=args.draft_weights == "int8", target_weights=args.target_weights)
+    if shapes:  # random weights of named shapes, built here: every row is of a synthetic pair
+        from engine.models.loading import pick_device, pick_dtype
+
+        device = pick_device(args.device)
+        target, draft = synthetic.pair(shapes, device, pick_dtype(device, args.dtype))
+        target_name, draft_name = target.name, draft.name
+        print(f"built {target_name} + draft {draft_name} (random weights)", file=sys.stderr)
+        decoder = Decoder(target, draft=draft if needs_draft else None, draft_int8=args.draft_weights == "int8")
+    else:
+        print(f"loading {target_name}" + (f" + draft {draft_name}" if needs_draft else ""), file=sys.stderr)
+        decoder = Decoder.load(target_name, draft_name if needs_draft else None, args.device, args.dtype,
+                               draft_int8=args.draft_weights == "int8", target_weights=args.target_weights)
 
     from transformers.utils import logging as hf_logging
 

@@ -60,7 +60,7 @@ def speculate(target: Path, draft: Path, prompt: str, new_tokens: int, threads: 
     the decoding time excludes its prompt's."""
     out = _run([str(LLAMA_SPECULATIVE), "-m", str(target), "-md", str(draft), "--spec-type", "draft-simple",
                 "--spec-draft-n-max", str(DRAFT_MAX), "-t", str(threads), "-td", str(threads), "--temp", "0",
-                "--top-k", "1", "-n", str(new_tokens), "-c", "4096", "--no-display-prompt", "-p", prompt])
+                "--top-k", "1", "-n", str(new_tokens), "-c", "4096", "-p", prompt])
     decoded = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", out)
     drafted, accepted = re.search(r"n_drafted = (\d+)", out), re.search(r"n_accept\s+= (\d+)", out)
     if not (decoded and drafted and accepted):
