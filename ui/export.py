@@ -9,6 +9,7 @@ only once all of them are written, so a failure leaves no partial export (and no
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
@@ -319,5 +320,7 @@ def export_session(session: Session, base: Path, chart_image=None) -> list[Path]
                 raise ExportError(f"could not write {destination}: {exc.strerror or exc}") from exc
     finally:
         for temporary, _ in written:
-            temporary.unlink(missing_ok=True)
+            # a folder that refused the write (read-only) may refuse this too: the ExportError above says why
+            with contextlib.suppress(OSError):
+                temporary.unlink(missing_ok=True)
     return [destination for _, destination in written]

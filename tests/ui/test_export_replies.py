@@ -213,3 +213,22 @@ def test_the_markdown_closes_a_code_block_a_reply_cut_at_max_tokens_left_open():
     control: a closed block gets no second fence."""
     assert hard_line_breaks("Here:\n```c\nint main() {\n  return") == "Here:  \n```c\nint main() {\n  return\n```"
     assert hard_line_breaks("```c\nint x;\n```") == "```c\nint x;\n```"
+
+
+def test_an_export_into_a_read_only_folder_fails_with_an_export_error_not_the_cleanup_s(tmp_path, monkeypatch):
+    """The probe's case: the write fails with EROFS, and so does removing the partial file; the caller gets the
+    ExportError that names the file (before, the cleanup's raw OSError replaced it)."""
+    import errno
+    import pathlib
+
+    import pytest
+
+    from ui.export import ExportError
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(pathlib.Path, "write_text", read_only)
+    monkeypatch.setattr(pathlib.Path, "unlink", read_only)
+    with pytest.raises(ExportError, match="Read-only file system"):
+        export_session(hash_table_then_a_continued_story(), tmp_path / "chat")
