@@ -473,7 +473,7 @@ def cmd_generate_remote(args) -> int:
     """`generate --target URL`: the reply streamed from a running engine, with our tokens/s and the engine's own
     acceptance counts (it drafts with its own speculative config; it says nothing about single tokens)."""
     from engine.events import DecodeSettings
-    from engine.remote import RemoteEngine, RemoteReply, describe
+    from engine.remote import CUT, RemoteEngine, RemoteReply, describe
 
     if args.draft is not None or args.preset is not None:
         raise ValueError("a --target URL drafts with the engine's own speculative config: --draft and --preset do "
@@ -502,14 +502,14 @@ def cmd_generate_remote(args) -> int:
             "first_token_s": reply.first_token_s, "tokens_per_s": reply.tokens_per_s,
             "spec": reply.spec.as_dict() if reply.spec else None, "note": reply.note,
         }, allow_nan=False))
-        return 0
+        return 1 if reply.finish_reason == CUT else 0
     print()
     print(f"\n[{describe(reply)}]", file=sys.stderr)
     if reply.note:
         print(f"specdec: note: {reply.note}", file=sys.stderr)
     print("[a remote engine reports counts only: which tokens it drafted, accepted or rejected is not known here]",
           file=sys.stderr)
-    return 0
+    return 1 if reply.finish_reason == CUT else 0  # a cut reply is not a finished one, whatever came of it
 
 
 def event_dict(event) -> dict:

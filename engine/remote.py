@@ -401,13 +401,14 @@ class RemoteEngine:
         connection, response = self._open("POST", self.api_path + "/chat/completions", body)
         pieces, token_ids, first_token_s = [], [], None
         usage, finish_reason, timings = None, None, None
+        stream = StreamState()
         try:
-            for chunk in _server_sent_events(response, self._slow_message):
+            for chunk in _server_sent_events(response, self._slow_message, stream):
                 usage = chunk.get("usage") or usage
                 timings = chunk.get("timings") or timings
                 for choice in chunk.get("choices") or []:
                     finish_reason = choice.get("finish_reason") or finish_reason
-                    text = (choice.get("delta") or {}).get("content") or ""
+                    text = stream.valid_text((choice.get("delta") or {}).get("content") or "")
                     ids = choice.get("token_ids")
                     if ids:
                         token_ids += ids
@@ -421,6 +422,9 @@ class RemoteEngine:
         wall_s = time.perf_counter() - start
         n_tokens = (usage or {}).get("completion_tokens") or len(token_ids) or len(pieces)
         spec, note = self._reply_stats(before, timings)
+        if not (stream.done or finish_reason):
+            finish_reason = CUT
+        note = "; ".join(n for n in (stream.problems(finish_reason == CUT), note) if n) or None
         yield RemoteReply(text="".join(pieces), token_ids=tuple(token_ids) if token_ids else None,
                           n_tokens=n_tokens, wall_s=wall_s, first_token_s=first_token_s,
                           finish_reason=finish_reason, model=self.model, spec=spec, note=note)
@@ -459,8 +463,44 @@ class RemoteEngine:
         return spec, note
 
 
-def _server_sent_events(response: http.client.HTTPResponse, slow_message) -> Iterator[dict]:
-    """The JSON objects of an SSE stream (`data: {...}` lines) up to `data: [DONE]`."""
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # json.loads leaves an unpaired \\uD8xx escape as one
+CUT = "cut"  # RemoteReply.finish_reason of a stream that closed before [DONE] or a finish_reason
+
+
+@dataclass
+class StreamState:
+    """What a reply's stream did besides its text: whether it ended with [DONE], the events that were not JSON,
+    and the pieces whose text was not valid Unicode (a lone surrogate, U+D800 to U+DFFF, cannot be written out)."""
+
+    done: bool = False
+    malformed: int = 0
+    invalid_text: int = 0
+
+    def valid_text(self, text: str) -> str:
+        """`text` with each lone surrogate replaced by U+FFFD (counted)."""
+        try:
+            text.encode("utf-8")
+            return text
+        except UnicodeEncodeError:
+            self.invalid_text += 1
+            return LONE_SURROGATE.sub("\ufffd", text)
+
+    def problems(self, cut: bool) -> str | None:
+        said = []
+        if cut:
+            said.append("the engine closed the stream before the reply ended (no [DONE], no finish reason): the "
+                        "text is what came before")
+        if self.malformed:
+            said.append(f"{self.malformed} event{'s' if self.malformed > 1 else ''} of the stream were not JSON "
+                        "and were skipped")
+        if self.invalid_text:
+            said.append("the engine sent text that is not valid Unicode (a lone surrogate), shown as �")
+        return "; ".join(said) or None
+
+
+def _server_sent_events(response: http.client.HTTPResponse, slow_message, state: StreamState) -> Iterator[dict]:
+    """The JSON objects of an SSE stream (`data: {...}` lines) up to `data: [DONE]`; `state` learns whether that
+    came and how many events were no JSON."""
     while True:
         try:
             line = response.readline()
@@ -473,10 +513,12 @@ def _server_sent_events(response: http.client.HTTPResponse, slow_message) -> Ite
             continue
         data = line[len(b"data:"):].strip()
         if data == b"[DONE]":
+            state.done = True
             return
         try:
             chunk = json.loads(data)
         except ValueError:
+            state.malformed += 1
             continue
         if isinstance(chunk, dict) and "error" in chunk:
             error = chunk["error"]

@@ -22,6 +22,7 @@ class FakeEngine:
         self.pieces = [("Hello", [11]), (" there, friend", [12, 13, 14]), ("!", [15])]
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "pos": [0, 0, 0, 0], "done": 0}
         self.requests: list[dict] = []
+        self.raw_stream: list[bytes] | None = None  # sent as it is instead of the reply, then the stream closes
 
     def metrics(self) -> str:
         c = self.counters
@@ -90,6 +91,11 @@ def handler_for(engine: FakeEngine):
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
+            if engine.raw_stream is not None:
+                self.wfile.write(b"".join(engine.raw_stream))
+                self.wfile.flush()
+                self.close_connection = True
+                return
             for text, ids in engine.pieces:
                 time.sleep(engine.piece_delay_s)
                 chunk = {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None,

@@ -176,3 +176,41 @@ def test_cli_generate_against_a_closed_port_is_one_line(capsys):
     assert main(["generate", "hi", "--target", f"http://127.0.0.1:{closed_port()}/v1"]) == 1
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "connection refused" in err
+
+
+def streamed(raw: list[bytes]) -> RemoteReply:
+    engine = FakeEngine()
+    engine.raw_stream = raw
+    with serving(engine) as url:
+        return list(RemoteEngine(url).stream_chat([{"role": "user", "content": "hi"}], DecodeSettings()))[-1]
+
+
+def test_a_lone_surrogate_in_the_stream_keeps_the_text_and_says_the_engine_sent_bad_text():
+    reply = streamed([b'data: {"choices":[{"delta":{"content":"ok\\u0000\\ud800"}}]}\n\n',
+                      b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n', b"data: [DONE]\n\n"])
+    assert reply.text == "ok\x00\ufffd" and reply.text.encode("utf-8")
+    assert "not valid Unicode" in reply.note and reply.finish_reason == "stop"
+
+
+def test_a_stream_cut_after_a_malformed_event_is_said_to_be_cut_and_keeps_what_came():
+    reply = streamed([b'data: {"choices":[{"delta":{"content":"Hello"}}]}\n\n', b"data: garbage\n\n"])
+    assert reply.text == "Hello" and reply.finish_reason == "cut"
+    assert "closed the stream before the reply ended" in reply.note and "1 event" in reply.note
+
+
+def test_a_whole_stream_is_not_said_to_be_cut():
+    """Control: the same first event, then a finish reason and [DONE]: no note of a cut."""
+    reply = streamed([b'data: {"choices":[{"delta":{"content":"Hello"}}]}\n\n',
+                      b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n', b"data: [DONE]\n\n"])
+    assert reply.finish_reason == "stop" and "cut" not in (reply.note or "") and "closed" not in (reply.note or "")
+
+
+def test_cli_generate_exits_1_on_a_cut_stream_after_printing_what_came(capsys):
+    from app.cli import main
+
+    engine = FakeEngine()
+    engine.raw_stream = [b'data: {"choices":[{"delta":{"content":"Hello"}}]}\n\n', b"data: garbage\n\n"]
+    with serving(engine) as url:
+        assert main(["generate", "hi", "--target", url]) == 1
+    out, err = capsys.readouterr()
+    assert out.startswith("Hello") and "closed the stream before the reply ended" in err
