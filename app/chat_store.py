@@ -85,6 +85,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
 }
 
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
 class ChatStoreError(Exception):
     """The database cannot be used: written by a newer version, or not a chat database at all."""
 
@@ -212,7 +215,10 @@ class ChatStore:
         if path == ":memory:":
             self._open_writable()
             return
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(path).parent
+        if folder.exists() and not folder.is_dir():
+            raise ChatStoreError(f"{folder} is a file, not a folder: chats are kept in memory (give a folder)")
+        folder.mkdir(parents=True, exist_ok=True)
         try:
             version = self._version_on_disk()
         except DamagedFile as exc:
@@ -238,6 +244,13 @@ class ChatStore:
         path = Path(self.path)
         if not path.is_file() or path.stat().st_size == 0:
             return 0
+        with path.open("rb") as f:
+            header = f.read(100)
+        # A newer schema is refused from the file's own header (user_version: 4 bytes at 60): even a read-only
+        # SQLite connection to a WAL database leaves -wal and -shm files beside it.
+        if header.startswith(SQLITE_MAGIC) and len(header) == 100:
+            if (stamped := int.from_bytes(header[60:64], "big")) > SCHEMA_VERSION:
+                return stamped
         try:
             db = connect_read_only(path)
             try:

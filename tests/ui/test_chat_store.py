@@ -176,6 +176,29 @@ def test_a_newer_schema_is_refused_with_every_byte_of_the_file_unchanged(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chats.sqlite3"]  # no journal files either
 
 
+def test_a_newer_schema_in_wal_mode_is_refused_without_journal_files_appearing(tmp_path):
+    """The fault probe's case: our own WAL database stamped one version ahead; before, the read-only look at it
+    left chats.sqlite3-wal and -shm beside the file it said it left untouched."""
+    path = tmp_path / "chats.sqlite3"
+    ChatStore(path).close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.close()
+    before = path.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chats.sqlite3"]
+    with pytest.raises(ChatStoreError, match="newer SpecDec Studio.*left untouched"):
+        ChatStore(path)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chats.sqlite3"]
+
+
+def test_a_data_folder_that_is_a_file_is_named_as_one(tmp_path):
+    (tmp_path / "data").write_text("not a folder")
+    with pytest.raises(ChatStoreError, match=r"data is a file, not a folder"):
+        ChatStore(tmp_path / "data" / "chats.sqlite3")
+
+
 def test_an_empty_file_is_upgraded(tmp_path):
     empty = tmp_path / "empty.sqlite3"
     empty.touch()
