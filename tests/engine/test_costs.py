@@ -279,3 +279,17 @@ def test_a_drafted_round_carries_its_load_to_a_plain_step_by_the_recent_gap_betw
     assert gap.ratio == pytest.approx(1.3 / 1.04)
     assert gap.drafted_round(2.0) == pytest.approx(2.0 * 1.3 / 1.04, rel=1e-3)
     assert gap.plain_step(0.01, 0.0) == 0.0  # no cost model: nothing to compare with
+
+
+def test_on_a_gpu_s_flat_block_costs_rounds_draft_to_the_cap_and_a_target_sized_draft_is_refused():
+    """Issue 50's H200 shapes: a 4B-shaped target's block costs ~21 ms for any rows, the perfect pair's 4-layer
+    draft 3.2 ms a step at α 0.99: every round drafts γ; a draft as dear as the target at α 0.6 drafts nothing."""
+    flat = RoundPlanner(costs(draft_ms=3.2, row_ms=0.05, step_ms=21.0), Acceptance(kept=[99.0] * 8, reached=[100.0] * 8))
+    kinds, drafted = [], []
+    while flat.draft_more(kinds, drafted, 8):
+        kinds.append("model")
+        drafted.append(flat.acceptance.at(len(drafted) + 1))
+    assert len(kinds) == 8 and flat.best_length(kinds, drafted) == 8
+    dear = RoundPlanner(costs(draft_ms=21.0, row_ms=0.05, step_ms=21.0), Acceptance(kept=[60.0] * 8,
+                                                                                      reached=[100.0] * 8))
+    assert not dear.draft_more([], [], 8)
