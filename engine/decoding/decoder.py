@@ -28,7 +28,7 @@ from engine.decoding.text import TextStream, template_system_prompt
 from engine.events import (ContextNotice, DecodeSettings, DraftedToken, EmittedToken, Fate, Mode, PairInfo,
                            PrefillProgress, RoundEvent, TokenProb)
 from engine.kernels import q4q8
-from engine.models.embedded import home
+from engine.models.embedded import cache_dir
 from engine.models.loading import LoadedModel, load_model, pick_device, pick_dtype, synchronize
 from engine.models.pairing import check_vocabularies, preflight
 from engine.decoding.sampling import warp
@@ -231,7 +231,7 @@ class Decoder:
         parts = [*models, type(self.drafter).__name__, str(self.target.device),
                  str(self.target.model.dtype), str(torch.get_num_threads()), _kernel_path(), platform.machine(),
                  _cpu_name()]
-        return home() / "costs" / f"{hashlib.sha256('|'.join(parts).encode()).hexdigest()[:20]}.json"
+        return cache_dir() / "costs" / f"{hashlib.sha256('|'.join(parts).encode()).hexdigest()[:20]}.json"
 
     def warm_up(self, progress: Progress | None = None, *, reuse: bool = False) -> None:
         """Run each model (first calls are slow) while measuring the pair's costs: every cost is the fastest of
@@ -243,15 +243,18 @@ class Decoder:
         file = self.costs_file() if reuse else None
         kept = saved_costs(file) if file else None
         if kept is not None:
+            # timed again now (a second): a kept timing caught by a busy moment would price short blocks too dear for
+            # good where no reply re-times them (the CLI); a faster timing, and the plain steps below, improve it
             self.set_costs(kept)
+            self.measure_target_step()
         else:
-            costs = self.measure_costs(progress)
-            if file:
-                save_costs(file, costs)
+            self.measure_costs(progress)
         for _ in self.generate([{"role": "user", "content": "Hi"}],
                                DecodeSettings(mode=Mode.AR, max_new_tokens=WARM_UP_STEPS)):
             pass
         self.reset()
+        if file:
+            save_costs(file, self.costs)
 
     def _scratch_ids(self, n: int = 32) -> list[int]:
         return [i % self.vocab_size for i in range(1000, 1000 + n)]  # any ids: only the timing matters

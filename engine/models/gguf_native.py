@@ -518,11 +518,11 @@ PREPARED_LAYOUT = 1  # the version of q4q8's packed layout and kernel_values' ma
 def prepared_path(path: Path, compacted: bool) -> Path:
     """Where the kernel's weights of a GGUF are kept once made (keyed on the file's path, size and time, and on
     PREPARED_LAYOUT): unpacking and packing a 1.5B model's blocks takes ~7 s, reading them back about one."""
-    from engine.models.embedded import home
+    from engine.models.embedded import cache_dir
 
     stat = path.stat()
     key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{PREPARED_LAYOUT}:{compacted}".encode())
-    return home() / "prepared" / f"{path.stem}{'-compact' if compacted else ''}-{key.hexdigest()[:16]}.safetensors"
+    return cache_dir() / "prepared" / f"{path.stem}{'-compact' if compacted else ''}-{key.hexdigest()[:16]}.safetensors"
 
 
 def _read_prepared(file: Path) -> dict[str, q4q8.Q4Q8Weight]:

@@ -197,11 +197,11 @@ def gguf_metadata(path: Path) -> Path:
     151k-token vocabulary each time a config or a tokenizer is read, where the saved files load in about one."""
     from transformers import AutoConfig
 
-    from engine.models.embedded import home
+    from engine.models.embedded import cache_dir
 
     stat = path.stat()
     key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    folder = home() / "gguf-metadata" / f"{path.stem}-{key}"
+    folder = cache_dir() / "gguf-metadata" / f"{path.stem}-{key}"
     if (folder / "config.json").is_file():
         return folder
     announce(f"specdec: reading {path.name}'s tokenizer and config (once for this file)...")

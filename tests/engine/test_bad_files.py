@@ -144,12 +144,9 @@ def test_a_gguf_path_that_is_a_folder_is_named_as_a_folder(tmp_path):
         load_tokenizer(str(tmp_path / "model.gguf"))
 
 
-def test_a_gguf_without_tokenizer_metadata_names_the_file_and_what_it_lacks(tmp_path, monkeypatch):
-    from engine.models.embedded import home
+def test_a_gguf_without_tokenizer_metadata_names_the_file_and_what_it_lacks(tmp_path):
     from engine.models.loading import ModelLoadError, load_tokenizer
 
-    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
-    assert home() == tmp_path / "home"
     write_gguf(tmp_path / "bare.gguf", {"token_embd.weight": (np.zeros((64, 32), np.float32), Q.F32)})
     with pytest.raises(ModelLoadError, match=r"bare\.gguf lacks a complete tokenizer"):
         load_tokenizer(str(tmp_path / "bare.gguf"))
