@@ -89,6 +89,10 @@ def _part_fewer_threads_note(part: Reply, before: int, ends_part: int | None) ->
     return f"Decoded on {fewer} from round {before + number}: {why}, and {verdict}."
 
 
+# A stopped reply is part of one: plain AR run to as many tokens would be timed against a reply nobody finished
+COMPARE_SKIPPED = "Compare with AR skipped: the reply was stopped (Continue or Regenerate it to compare)"
+
+
 def reply_notes(reply: Reply) -> list[Note]:
     """The lines the chat shows under a finished reply, before its AR comparison: its figures first, then what
     to know about them (the Markdown export writes the same lines)."""
@@ -102,6 +106,8 @@ def reply_notes(reply: Reply) -> list[Note]:
         notes.append(Note(fewer, warning=reply.others_cores is None or bool(outside_causes(reply))))
     if source is not None and source.reply is not None and source.reply.note:
         notes.append(Note(source.reply.note, warning=True))
+    if source is None and reply.stopped and reply.request.compare_ar:
+        notes.append(Note(COMPARE_SKIPPED))
     if reply.finish_reason == "length":
         notes.append(Note(CUT_AT_MAX_TOKENS, warning=True))
     elif reply.finish_reason == "repeating":

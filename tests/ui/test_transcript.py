@@ -161,3 +161,15 @@ def test_the_thread_note_warns_only_of_load_from_outside_the_window():
 
     assert thread_note(1.3).warning and thread_note(0.01, host_cores=0.46).warning and thread_note(None).warning
     assert not thread_note(0.04).warning
+
+
+def test_a_stopped_reply_says_its_compare_with_ar_was_skipped_and_a_finished_one_does_not():
+    from ui.transcript import COMPARE_SKIPPED, reply_notes
+
+    request = ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings(), compare_ar=True)
+    stopped = Reply(request, (accepted_round(0, ["a"], "b"),), "ab", stopped=True, reference_s=0.01)
+    assert COMPARE_SKIPPED in [note.text for note in reply_notes(stopped)]
+    finished = dataclasses.replace(stopped, stopped=False)
+    assert COMPARE_SKIPPED not in [note.text for note in reply_notes(finished)]
+    unasked = dataclasses.replace(stopped, request=dataclasses.replace(request, compare_ar=False))
+    assert COMPARE_SKIPPED not in [note.text for note in reply_notes(unasked)]
