@@ -504,6 +504,7 @@ class MainWindow(QMainWindow):
             return
         if self.status.ready:
             self.message_box.clear()
+        self.statusBar().clearMessage()  # "New chat, decoding as: …" would outlive settings changed before this send
         self.send_requested.emit(text, self.options())
         if self.preferences is not None:  # the settings a reply was sent with outlast a killed app, not only a quit
             save_preferences(self.preferences, self)

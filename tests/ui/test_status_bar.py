@@ -298,3 +298,14 @@ def test_a_sampled_comparison_says_its_runs_are_other_samples_than_the_reply():
                       reply_rounds, "ab" * MEASURED_TOKENS, False)
         said = "other samples of these settings, not this reply's text" in comparison_line(comparison, reply)
         assert said is not greedy
+
+
+def test_the_new_chat_line_does_not_outlive_a_send_with_other_settings(qtbot):
+    """A newcomer's finding: "New chat, decoding as: … up to 128 tokens" stayed while a reply sent with 1,024
+    streamed."""
+    window = shown_window(qtbot, 1600, 1000)
+    window.new_chat()
+    assert window.statusBar().currentMessage().startswith("New chat, decoding as:")
+    window.controls.max_new_tokens.setValue(1024)
+    window.send("hi")
+    assert window.statusBar().currentMessage() == ""
