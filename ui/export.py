@@ -17,17 +17,16 @@ import os
 import platform
 import re
 import sys
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
 from importlib import metadata
 from pathlib import Path
 
-from engine.events import Mode, PairInfo, RoundEvent
+from engine.events import Mode, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance, round_alpha
 from ui.compare import explain, greedy_is_exact
 from ui.markdown import FENCE
-from ui.session import Comparison, DrafterComparison, RemoteSource, Reply, Runtime, Session, numbered_replies
+from ui.session import DrafterComparison, RemoteSource, Reply, Runtime, Session, numbered_replies
 from ui.timing import estimated_speedup
 from ui.tokens import SPECIAL_TOKEN
 from ui.transcript import CONTEXT, reply_notes
