@@ -340,34 +340,48 @@ typedef struct {
 
 static int64_t q8_scratch_bytes(int64_t rows, int64_t K) { return rows * K + 4 * rows * (K / GROUP) * 4 + 64; }
 
-/* out (rows, N) float32, rows `ldo` floats apart, = x (rows, K) float32 times w. `threads` OpenMP threads split
- * the weight blocks, so a row's result does not depend on them. */
-static void q4q8_run_into(const qweight *w, const float *x, int64_t rows, float *out, int64_t ldo, uint8_t *scratch,
-                          int isa, int threads) {
+/* x (rows, K) float32 quantised as Q8 (q8_quantize), laid out in a scratch buffer of q8_scratch_bytes. */
+typedef struct {
+    int8_t *xq;
+    float *dx, *sx;
+    int32_t *isxh;
+} q8_rows;
+
+static q8_rows q8_rows_of(const float *x, int64_t rows, int64_t K, uint8_t *scratch) {
+    int64_t groups = K / GROUP;
+    q8_rows q;
+    q.dx = (float *)scratch;
+    q.sx = q.dx + rows * groups;
+    q.isxh = (int32_t *)(q.sx + rows * groups);
+    q.xq = (int8_t *)(q.isxh + 2 * rows * groups);
+    q8_quantize(x, rows, K, q.xq, q.dx, q.sx, q.isxh);
+    return q;
+}
+
+/* out (rows, N) float32, rows `ldo` floats apart, = the quantised rows `q` (K wide) times w. `threads` OpenMP
+ * threads split the weight blocks, so a row's result does not depend on them. */
+static void q4q8_multiply(const qweight *w, const q8_rows *q, int64_t rows, float *out, int64_t ldo, int isa,
+                          int threads) {
     int64_t K = w->K, groups = K / GROUP, blocks = w->N / ROWS;
     int64_t block_bytes = groups * (w->bits == 4 ? 256 : 512), block_scale_bytes = groups * scale_bytes((int)w->kind);
     int bits = (int)w->bits, kind = (int)w->kind, zero = (int)w->zero;
-    float *dx = (float *)scratch, *sx = dx + rows * groups;
-    int32_t *isxh = (int32_t *)(sx + rows * groups);
-    int8_t *xq = (int8_t *)(isxh + 2 * rows * groups);
-    q8_quantize(x, rows, K, xq, dx, sx, isxh);
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t b = 0; b < blocks; b++) {
         const uint8_t *wb = w->blocks + b * block_bytes;
         const uint8_t *sb = w->scales + b * block_scale_bytes;
         for (int64_t r0 = 0; r0 < rows; r0 += MAX_CHUNK) {
             int64_t R = rows - r0 < MAX_CHUNK ? rows - r0 : MAX_CHUNK;
-            const int8_t *xr = xq + r0 * K;
+            const int8_t *xr = q->xq + r0 * K;
+            const float *dx = q->dx + r0 * groups, *sx = q->sx + r0 * groups;
+            const int32_t *isxh = q->isxh + 2 * r0 * groups;
             float *o = out + r0 * ldo + b * ROWS;
 #if defined(__x86_64__)
             if (isa == 2 || isa == 1) {
-                (isa == 2 ? VNNI : AVX2_BLOCKS)[R](wb, sb, bits, kind, zero, groups, xr, dx + r0 * groups,
-                                                   sx + r0 * groups, isxh + 2 * r0 * groups, K, o, ldo);
+                (isa == 2 ? VNNI : AVX2_BLOCKS)[R](wb, sb, bits, kind, zero, groups, xr, dx, sx, isxh, K, o, ldo);
                 continue;
             }
 #endif
-            block_scalar(wb, sb, bits, kind, zero, groups, xr, dx + r0 * groups, sx + r0 * groups,
-                         isxh + 2 * r0 * groups, K, R, o, ldo);
+            block_scalar(wb, sb, bits, kind, zero, groups, xr, dx, sx, isxh, K, R, o, ldo);
         }
     }
 }
@@ -375,7 +389,8 @@ static void q4q8_run_into(const qweight *w, const float *x, int64_t rows, float 
 /* out (rows, N) float32 = x (rows, K) float32 times w, rows packed. */
 static void q4q8_run(const qweight *w, const float *x, int64_t rows, float *out, uint8_t *scratch, int isa,
                      int threads) {
-    q4q8_run_into(w, x, rows, out, w->N, scratch, isa, threads);
+    q8_rows q = q8_rows_of(x, rows, w->K, scratch);
+    q4q8_multiply(w, &q, rows, out, w->N, isa, threads);
 }
 
 /* Bytes of scratch q4q8_linear needs for `rows` rows of width K into N outputs. */
@@ -661,12 +676,13 @@ static void rope(float *v, const float *cos, const float *sin, int64_t head_dim)
     }
 }
 
-/* Layer `layer`'s parts of a projection, side by side in out (rows of `width`). */
+/* Layer `layer`'s parts of a projection, side by side in out (rows of `width`): x is quantised once for all. */
 static void run_parts(const qweight *parts, const int64_t *first, int64_t layer, const float *x, int64_t rows,
                       float *out, int64_t width, uint8_t *scratch, int isa, int threads) {
+    q8_rows q = q8_rows_of(x, rows, parts[first[layer]].K, scratch);
     int64_t column = 0;
     for (int64_t p = first[layer]; p < first[layer + 1]; p++) {
-        q4q8_run_into(&parts[p], x, rows, out + column, width, scratch, isa, threads);
+        q4q8_multiply(&parts[p], &q, rows, out + column, width, isa, threads);
         column += parts[p].N;
     }
 }
