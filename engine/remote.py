@@ -477,13 +477,10 @@ class StreamState:
     invalid_text: int = 0
 
     def valid_text(self, text: str) -> str:
-        """`text` with each lone surrogate replaced by U+FFFD (counted)."""
-        try:
-            text.encode("utf-8")
-            return text
-        except UnicodeEncodeError:
-            self.invalid_text += 1
-            return LONE_SURROGATE.sub("\ufffd", text)
+        """`text` with each lone surrogate replaced by U+FFFD (a piece with any is counted)."""
+        text, replaced = LONE_SURROGATE.subn("\ufffd", text)
+        self.invalid_text += replaced > 0
+        return text
 
     def problems(self, cut: bool) -> str | None:
         said = []

@@ -28,7 +28,7 @@ from engine.decoding.text import TextStream, template_system_prompt
 from engine.events import (ContextNotice, DecodeSettings, DraftedToken, EmittedToken, Fate, Mode, PairInfo,
                            PrefillProgress, RoundEvent, TokenProb)
 from engine.kernels import q4q8
-from engine.models.embedded import cache_dir
+from engine.models.kept import cache_dir, file_key
 from engine.models.loading import LoadedModel, load_model, pick_device, pick_dtype, synchronize
 from engine.models.pairing import check_vocabularies, preflight
 from engine.decoding.sampling import warp
@@ -220,10 +220,7 @@ class Decoder:
             if model is None:
                 return "none"
             path = Path(model.path)
-            if not path.exists():
-                return None
-            stat = path.stat()
-            return f"{path.resolve()}:{model.weights}:{stat.st_size}:{stat.st_mtime_ns}"
+            return file_key(path, model.weights) if path.exists() else None
 
         models = [identity(self.target), identity(self.draft)]
         if None in models:

