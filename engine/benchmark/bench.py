@@ -30,17 +30,21 @@ from engine.stats import (PositionAcceptance, expected_tokens_per_round, modelle
 # llama_cpp(_lookup): llama.cpp through llama-cpp-python on the target's GGUF, plain or with its prompt lookup;
 # vllm(_ngram): a real vLLM server on the target's directory, plain or with its n-gram prompt lookup (vllm_peer);
 # llama_bench, llama_spec: llama.cpp's own llama-bench (plain) and llama-speculative-simple on the pair's GGUFs,
-# greedy only (llama_binaries).
-METHODS = ("ar", "spec", "spec_draft", "spec_lookup", "hf_generate", "hf_assisted", "naive", "llama_cpp",
+# greedy only (llama_binaries); hf_compiled: transformers' generate with its static cache, which it compiles
+# (torch.compile) on a GPU, the compile left to the warm-up run.
+METHODS = ("ar", "spec", "spec_draft", "spec_lookup", "hf_generate", "hf_compiled", "hf_assisted", "naive", "llama_cpp",
            "llama_cpp_lookup", *LLAMA_BINARIES, *VLLM_METHODS)
-# What runs when --methods is not given: not spec_lookup (`--drafters` runs it beside the others) and not the vLLM
-# rows, each of which starts a server (minutes)
-DEFAULT_METHODS = tuple(m for m in METHODS if m != "spec_lookup" and m not in VLLM_METHODS)
+# What runs when --methods is not given: not spec_lookup (`--drafters` runs it beside the others), not the vLLM
+# rows, each of which starts a server (minutes), and not hf_compiled, which compiles only on a GPU
+DEFAULT_METHODS = tuple(m for m in METHODS if m not in ("spec_lookup", "hf_compiled", *VLLM_METHODS))
 # `--drafters`: the same target and settings with each drafting choice (none: plain AR)
 DRAFTER_METHODS = {Drafting.MODEL: "spec_draft", Drafting.LOOKUP: "spec_lookup", Drafting.BOTH: "spec",
                    Drafting.NONE: "ar"}
 LLAMA_CPP = ("llama_cpp", "llama_cpp_lookup")
-ONE_TOKEN_PER_ROUND = ("ar", "hf_generate", "llama_cpp", "vllm", "llama_bench")
+ONE_TOKEN_PER_ROUND = ("ar", "hf_generate", "hf_compiled", "llama_cpp", "vllm", "llama_bench")
+# hf_compiled's static cache holds this many positions at least: one size for every reply, so its compiled step
+# is not compiled again for a longer one
+HF_STATIC_POSITIONS = 2048
 PEERS_INSTALL = "pip install -e '.[peers]' (or make peers)"
 ENGINE_DRAFTING = ("spec", "spec_draft", "spec_lookup")
 DECODINGS = ("greedy", "sample")
@@ -131,7 +135,7 @@ def plan(methods: Sequence[str], decodings: Sequence[str], gammas: Sequence[int]
             if method in LLAMA_BINARIES:
                 if decoding == "greedy":
                     configs.append(Config(method, decoding))
-            elif method in ("ar", "hf_generate", *LLAMA_CPP, *VLLM_METHODS):
+            elif method in ("ar", "hf_generate", "hf_compiled", *LLAMA_CPP, *VLLM_METHODS):
                 configs.append(Config(method, decoding))
             elif method == "hf_assisted":
                 configs += [Config(method, decoding, g, "constant") for g in gammas]
@@ -197,7 +201,7 @@ class Bench:
         max_new = max_new_tokens or self.max_new_tokens
         messages = [{"role": "user", "content": prompt}]
         method = {"ar": self._engine, "spec": self._engine, "spec_draft": self._engine, "spec_lookup": self._engine,
-                  "hf_generate": self._hf,
+                  "hf_generate": self._hf, "hf_compiled": self._hf,
                   "hf_assisted": self._hf, "naive": self._naive, "llama_cpp": self._llama_cpp,
                   "llama_cpp_lookup": self._llama_cpp, "vllm": self._vllm, "vllm_ngram": self._vllm,
                   "llama_bench": self._llama_binary, "llama_spec": self._llama_binary}[config.method]
@@ -277,6 +281,8 @@ class Bench:
             kwargs.update(temperature=self.temperature, top_k=0, top_p=1.0)
         counters = {}
         hooks = []
+        if config.method == "hf_compiled":
+            kwargs.update(cache_implementation="static", max_cache_len=HF_STATIC_POSITIONS)
         if config.method == "hf_assisted":
             draft = self.decoder.draft.model
             _configure_assistant(draft.generation_config, config)

@@ -1,7 +1,8 @@
 """A model with its KV cache and the token ids that cache holds: the one owner of rollback.
 
-Llama-family models run on `engine.fast_llama` (a preallocated cache rolled back by moving its length); any
-other model keeps transformers' forward with a DynamicCache, whose `crop(-n)` drops the last n positions. The
+Llama-family models run on `engine.fast_llama` (a preallocated cache rolled back by moving its length), on a GPU
+on `engine.graphed` (the same forward in captured CUDA graphs); any other model keeps transformers' forward with a
+DynamicCache, whose `crop(-n)` drops the last n positions. The
 ids kept beside the cache let a new chat turn reuse the longest cached prefix of the conversation.
 """
 from __future__ import annotations
@@ -13,9 +14,10 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from engine.kernels import q4q8
-from engine.models import fast_llama, gguf_native
+from engine.models import fast_llama, gguf_native, graphed
 from engine.models.loading import synchronize
 
+STATIC_DEVICES = ("cuda",)  # where Llama-family models run on graphed.StaticLlama (tests add "cpu")
 # Stop is heard between prefill chunks, so a chunk is sized to take at most this long at the speed the previous
 # chunks were read at on this machine, whatever its CPU and its load.
 PREFILL_CHUNK_S = 0.3
@@ -83,7 +85,9 @@ class CachedModel:
                 head = head.rows(self.draft_vocab.cpu())
         else:
             head = output.weight.detach() if self.draft_vocab is None else output.weight[self.draft_vocab].detach()
-        if fast_llama.supports(model):
+        if fast_llama.supports(model) and self.device.type in STATIC_DEVICES:
+            self.cache = graphed.StaticLlama(model, head, graphs=self.device.type == "cuda")
+        elif fast_llama.supports(model):
             self.cache = fast_llama.FastLlama(model, head, int8=int8)
         else:
             self.cache = TransformersCache(model, None if self.draft_vocab is None else head)
@@ -114,9 +118,27 @@ class CachedModel:
     def forward_rows(self, new_tokens: list[int], keep: int = 1) -> torch.Tensor:
         """As `forward`, over the rows the head scores: the draft vocabulary if there is one, which is cheaper to
         warp and sample from than the whole vocabulary (`token_id` maps a row back)."""
-        logits = self.cache.forward(torch.tensor(new_tokens, dtype=torch.long, device=self.device), keep)
+        logits = self.feed(torch.tensor(new_tokens, dtype=torch.long, device=self.device), keep)
         self.tokens.extend(new_tokens)
+        return logits
+
+    @property
+    def on_device(self) -> bool:
+        """Whether a step's ids can come from the device's own tensors without a wait (`feed`): on a GPU, where
+        reading a token back to the host stalls the launches behind it."""
+        return isinstance(self.cache, graphed.StaticLlama)
+
+    @torch.inference_mode()
+    def feed(self, ids: torch.Tensor, keep: int = 1) -> torch.Tensor:
+        """As `forward_rows` for ids already on the device, which are not read here: the caller adds them to
+        `tokens` once it has them on the host."""
+        logits = self.cache.forward(ids, keep)
         return logits if self.draft_vocab is not None else logits[:, : self.vocab_size]
+
+    def expect(self, positions: int) -> None:
+        """The reply about to be decoded ends within `positions` (graphed.StaticLlama reads one span for it)."""
+        if isinstance(self.cache, graphed.StaticLlama):
+            self.cache.expect(positions)
 
     def to_vocab(self, rows: torch.Tensor, fill: float) -> torch.Tensor:
         """Logits or probabilities over the head's rows, spread over the whole vocabulary."""

@@ -305,6 +305,18 @@ class Acceptance:
         reached = self.reached[i] if i < len(self.reached) else 0.0
         return (kept + PRIOR * PRIOR_WEIGHT) / (reached + PRIOR_WEIGHT)
 
+    def expected_at(self, positions: int) -> list[float]:
+        """`at` for positions 1..`positions`, each estimate's prior being the chance at the position before (PRIOR
+        at the first) rather than PRIOR: a position rounds have rarely reached is expected to keep drafts as the
+        ones before it do, so rounds whose drafts are all kept lengthen quickly where drafting is cheap."""
+        chances, chance = [], PRIOR
+        for i in range(positions):
+            kept = self.kept[i] if i < len(self.kept) else 0.0
+            reached = self.reached[i] if i < len(self.reached) else 0.0
+            chance = (kept + chance * PRIOR_WEIGHT) / (reached + PRIOR_WEIGHT)
+            chances.append(chance)
+        return chances
+
     def calibrated(self, estimate: float, kind: str) -> float:
         kept, estimated = self.calibration[kind]
         return min(1.0, estimate * kept / estimated)
@@ -370,6 +382,12 @@ class RoundPlanner:
         """How many of the drafts made so far to verify: the d ≤ len(kinds) with the most tokens per second,
         their drafting being paid already."""
         return max(range(len(kinds) + 1), key=lambda d: self._rate(kinds, chances, d))
+
+    def planned_length(self, cap: int) -> int:
+        """How many model drafts (up to `cap`) a round makes when it cannot read each before making the next (on a
+        GPU): the length with the most tokens per second by the acceptance expected at each position."""
+        chances = self.acceptance.expected_at(cap)
+        return max(range(cap + 1), key=lambda d: self._rate(["model"] * d, chances, d))
 
     def draft_more(self, kinds: Sequence[str], chances: Sequence[float], cap: int, next_kind: str = "model",
                    later_kind: str = "model") -> bool:

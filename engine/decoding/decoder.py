@@ -28,6 +28,7 @@ from engine.decoding.text import TextStream, template_system_prompt
 from engine.events import (ContextNotice, DecodeSettings, DraftedToken, EmittedToken, Fate, Mode, PairInfo,
                            PrefillProgress, RoundEvent, TokenProb)
 from engine.kernels import q4q8
+from engine.models import graphed
 from engine.models.kept import cache_dir, file_key
 from engine.models.loading import LoadedModel, load_model, pick_device, pick_dtype, synchronize
 from engine.models.pairing import check_vocabularies, preflight
@@ -52,6 +53,7 @@ class Decoder:
             drafter = DraftModelDrafter.for_model(draft, self.vocab_size, int8=draft_int8)
         self.drafter = drafter
         self.runner = CachedModel(target.model, self.vocab_size)
+        self._scratch: CachedModel | None = None  # where the target's blocks are timed
         self.tokenizer = target.tokenizer
         self.eos_ids = _eos_ids(target)
         self.window = window_of(*(m.model for m in (target, draft) if m is not None))  # None: no limit known
@@ -193,7 +195,9 @@ class Decoder:
         steps = steps or _Steps(None, 0)
         ids = self._scratch_ids(positions + max(sizes))
         sync = lambda: synchronize(self.target.device)  # noqa: E731
-        runner = CachedModel(self.target.model, self.vocab_size)
+        runner = self._scratch or CachedModel(self.target.model, self.vocab_size)
+        if runner.on_device:  # kept with its cache and graphs; elsewhere it would only hold memory
+            self._scratch = runner
         for _ in runner.prefill_chunks(ids[:positions + 1]):
             steps.still()
         times = [float("inf")] * len(sizes)
@@ -276,8 +280,12 @@ class Decoder:
         if fitted.notice is not None:
             yield fitted.notice
         speculative = settings.mode == "spec" and self.drafter is not None
+        # the longest the reply's caches can grow: its prompt, its budget and a block of drafts past it
+        self.runner.expect(len(fitted.ids) + fitted.max_new_tokens + graphed.BLOCK_ROWS)
         if speculative:
             self.planner.decode(settings.greedy)
+            if isinstance(self.drafter, DraftModelDrafter):
+                self.drafter.runner.expect(len(fitted.ids) + fitted.max_new_tokens + graphed.BLOCK_ROWS)
         self._gamma_request = settings.gamma
         generator = torch.Generator(device=self.target.device).manual_seed(settings.seed)
         device = self.target.device
@@ -304,6 +312,8 @@ class Decoder:
                 asked = self._gamma_request
                 if self.window is not None:  # a draft past the window would have no position to go to
                     asked = min(asked, self.window - len(sequence))
+                if self.runner.on_device:  # a longer block would leave the graphs, and the bits of single steps
+                    asked = min(asked, graphed.BLOCK_ROWS - 1)
                 self.planner.positions = len(sequence) - 1  # what this round's block attends to besides itself
                 proposal = self.drafter.propose(sequence, asked, settings, generator, self.planner)
                 draft_tokens, draft_probs, kinds = proposal.tokens, proposal.probs.to(device), proposal.kinds
@@ -434,13 +444,15 @@ class Decoder:
         """The drafts the target looked at: the accepted prefix and the first rejection, if any; `text` is the
         reply's text so far (consumed)."""
         looked_at = min(verdict.n_accepted + 1, len(draft_tokens))
+        rows, ids = torch.arange(looked_at), torch.tensor(draft_tokens[:looked_at], dtype=torch.long)
+        # read in one transfer each (a GPU waits for every read)
+        p, q = (probs[rows.to(probs.device), ids.to(probs.device)].tolist() for probs in (target_probs, draft_probs))
         drafted = []
         for i in range(looked_at):
             token = draft_tokens[i]
             accepted = i < verdict.n_accepted
             drafted.append(DraftedToken(
-                token_id=token, text=text.push(token) if accepted else text.peek(token),
-                p=float(target_probs[i, token]), q=float(draft_probs[i, token]),
+                token_id=token, text=text.push(token) if accepted else text.peek(token), p=p[i], q=q[i],
                 r=verdict.draws[i] if verdict.draws else None, accepted=accepted,
                 top_p=() if accepted else self._top(target_probs[i], text),
                 top_q=() if accepted else self._top(draft_probs[i], text),

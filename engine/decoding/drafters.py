@@ -17,7 +17,7 @@ from engine.decoding.costs import Acceptance, RoundPlanner
 from engine.models.embedded import DRAFT_VOCAB_FILE
 from engine.events import DecodeSettings
 from engine.models.loading import LoadedModel
-from engine.decoding.sampling import choose, warp
+from engine.decoding.sampling import choose, sample_on_device, warp
 
 # A native GGUF draft with a large vocabulary and no draft vocabulary of its own drafts from its first token ids: BPE
 # vocabularies number tokens in merge order, roughly by frequency, and the Qwen2.5 tokenizer's first 65,536 ids
@@ -151,6 +151,8 @@ class DraftModelDrafter:
                 planner: RoundPlanner) -> Proposal:
         self._proposed_from = len(sequence)
         self._acceptance = planner.acceptance
+        if self.runner.on_device:
+            return self._propose_on_device(sequence, gamma, settings, generator, planner)
         tokens, kinds, chances, q_rows = [], [], [], []
         self._estimates = []
         all_kept = 1.0  # the confidence rule's estimate that every draft so far will be kept
@@ -181,6 +183,45 @@ class DraftModelDrafter:
         self._kinds = kinds[: len(tokens)]
         self._dropped = len(kinds) > len(tokens)
         return self._proposal(tokens, q_rows[: len(tokens)], self._kinds)
+
+    def _propose_on_device(self, sequence: list[int], gamma: int, settings: DecodeSettings,
+                           generator: torch.Generator, planner: RoundPlanner) -> Proposal:
+        """`propose` on a GPU: how many drafts to make is decided before the first (from the acceptance measured at
+        each position), each draft is fed to the next step as a device tensor, and the drafts and their keep
+        estimates are read back once, at the end: a read per draft would stall the GPU between steps. What the
+        drafts' own estimates say is applied after they are made (the cost-aware length, the confidence stop), so
+        the tokens proposed are the ones the host loop would propose but for the drafts a step later it drops.
+        Copies (`settings.lookup`) need the drafts on the host, and a model draft here costs less than that read."""
+        planned = planner.planned_length(gamma) if settings.cost_aware else gamma
+        if not planned:
+            self._kinds, self._estimates, self._dropped = [], [], False
+            return Proposal([], self._no_drafts, [])
+        runner = self.runner
+        fed = sequence[len(runner):]  # what the draft has not seen, then each draft but the last
+        pending = torch.tensor(fed, dtype=torch.long, device=runner.device)
+        q_rows, drafted, estimates = [], [], []
+        for _ in range(planned):
+            q = warp(runner.feed(pending), settings)[0]
+            row = q.argmax() if settings.greedy else sample_on_device(q, generator)
+            pending = (row if runner.draft_vocab is None else runner.draft_vocab[row]).view(1)
+            q_rows.append(q)
+            drafted.append(pending)
+            estimates.append(q.max() if settings.greedy else q.square().sum())
+        tokens = torch.cat(drafted).tolist()  # the round's one wait for the device
+        estimates = torch.stack(estimates).tolist()
+        runner.tokens.extend(fed + tokens[:-1])
+        kinds = ["model"] * planned
+        chances = [planner.acceptance.calibrated(e, "model") for e in estimates]
+        if settings.cost_aware:
+            kept = planner.best_length(kinds, chances)
+        else:
+            kept, all_kept = 0, 1.0
+            while kept < planned and all_kept >= settings.stop_below:
+                all_kept *= chances[kept]
+                kept += 1
+        self._kinds, self._estimates = kinds[:kept], estimates
+        self._dropped = settings.cost_aware and kept < planned  # as the host loop's: made, not worth verifying
+        return self._proposal(tokens[:kept], q_rows[:kept], self._kinds)
 
     def _proposal(self, tokens: list[int], q_rows: list[torch.Tensor | None], kinds: list[str]) -> Proposal:
         """q over the whole vocabulary: the warped draft rows spread from the head's rows, 1 on a copied token."""
