@@ -39,3 +39,21 @@ print('greedy_exact reported:', r['env'].get('greedy_exact'), '| greedy identica
 }
 bench perfect 200 --shapes "perfect:$BIG" --methods ar,spec_draft --gammas 2,4,8,15 --stop-below 0,cost
 bench pair 300 --shapes "$BIG:$SMALL" --methods ar,spec_draft,hf_generate,hf_compiled --gammas 4 --stop-below 0,cost
+# what padding every block to 16 rows costs a single step, against graphs of 1 row
+timeout 120 $PY - "$DEVICE" "$BIG" <<'STEPS' 2>&1 | tail -5
+import sys, time, torch
+from engine.models import graphed, synthetic
+device = torch.device(sys.argv[1])
+model = synthetic._model(synthetic.config(sys.argv[2]), device, torch.bfloat16, seed=0)
+for rows in (graphed.BLOCK_ROWS, 1):
+    cache = graphed.StaticLlama(model, model.lm_head.weight, graphs=device.type == "cuda", rows=rows)
+    ids = torch.tensor([5], device=device)
+    with torch.inference_mode():
+        for step in range(60):
+            if step == 10:
+                torch.cuda.synchronize() if device.type == "cuda" else None
+                start = time.perf_counter()
+            cache.forward(ids, 1)
+        torch.cuda.synchronize() if device.type == "cuda" else None
+    print(f"{sys.argv[2]} step, graphs of {rows} rows: {(time.perf_counter() - start) / 50 * 1e3:.2f} ms")
+STEPS
