@@ -25,6 +25,7 @@ from __future__ import annotations
 from functools import cached_property
 
 import torch
+import torch.nn.functional as F
 
 from engine.models import fast_llama
 
@@ -46,9 +47,12 @@ class StaticLlama:
         self.k = self.v = self.cos = self.sin = None
         self._position = torch.zeros((), dtype=torch.long, device=w.device)  # the block's first position
         self._offsets = torch.arange(rows, device=w.device)
+        # Qwen3's per-head q and k norm weights, side by side for q's heads and k's: one multiply for both
+        self._qk_norms = [None if layer.q_norm is None else torch.cat((layer.q_norm.expand(w.heads, -1),
+                                                                        layer.k_norm.expand(w.kv_heads, -1)))
+                          for layer in w.layers]
         self._span = MIN_SPAN  # of the reply being decoded (`expect`)
         self._captured: dict[int, tuple] = {}  # span -> (graph, ids, logits)
-        self._pool = torch.cuda.graph_pool_handle() if graphs else None
         self._reserve(MIN_CAPACITY)
 
     projection = property(lambda self: self.weights.layers[0].down)
@@ -111,7 +115,7 @@ class StaticLlama:
                     self._run(ids, span)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool):
+            with torch.cuda.graph(graph):  # its own memory pool: a shared one is freed with the graphs using it
                 logits = self._run(ids, span)
             self._captured[span] = (graph, ids, logits)
         return self._captured[span]
@@ -123,16 +127,34 @@ class StaticLlama:
         n = len(ids)
         positions = self._position + (self._offsets if n == self.rows else torch.arange(n, device=ids.device))
         hidden = self._span_positions[:span] > positions[:, None]  # (n, span): later positions, masked
-        mask = torch.zeros(hidden.shape, dtype=torch.float32, device=ids.device).masked_fill_(hidden, float("-inf"))
+        mask = torch.zeros(hidden.shape, dtype=w.dtype, device=ids.device).masked_fill_(hidden, float("-inf"))
+        mask = mask.repeat(w.heads // w.kv_heads, 1)  # a row per query head of a key head's group
         cos, sin = self.cos[positions], self.sin[positions]
         x = w.embed(ids)
         for i, layer in enumerate(w.layers):
-            q, k, v = fast_llama.attention_inputs(w, layer, x, cos, sin)
-            self.k[i].index_copy_(1, positions, k.transpose(0, 1))
-            self.v[i].index_copy_(1, positions, v.transpose(0, 1))
-            x = fast_llama.mlp(w, layer, x + layer.o(masked_attention(q, self.k[i, :, :span], self.v[i, :, :span],
-                                                                      mask)))
-        return self.head(fast_llama.final_norm(w, x)).float()
+            x = self._layer(i, layer, x, positions, cos, sin, mask, span)
+        return self.head(F.rms_norm(x, (w.hidden,), w.final_norm, w.eps)).float()
+
+    def _layer(self, i: int, layer, x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               mask: torch.Tensor, span: int) -> torch.Tensor:
+        """Layer i over rows x: fast_llama's layer in fewer kernels (a step is as many launches as it has kernels):
+        norms in the model's dtype by torch's fused kernel, q and k normalised as one tensor, attention by
+        scaled_dot_product_attention over each key head's group of query heads."""
+        w = self.weights
+        n, q_width, kv_width = len(x), w.heads * w.head_dim, w.kv_heads * w.head_dim
+        qkv = layer.qkv(F.rms_norm(x, (w.hidden,), layer.attn_norm, w.eps))
+        if layer.qkv_bias is not None:
+            qkv = qkv + layer.qkv_bias.to(qkv.dtype)
+        qk = qkv[:, :q_width + kv_width].view(n, w.heads + w.kv_heads, w.head_dim)
+        if self._qk_norms[i] is not None:
+            qk = F.rms_norm(qk, (w.head_dim,), eps=w.eps) * self._qk_norms[i]
+        qk = fast_llama._rope(qk, cos, sin)
+        self.k[i].index_copy_(1, positions, qk[:, w.heads:].transpose(0, 1))
+        self.v[i].index_copy_(1, positions, qkv[:, q_width + kv_width:].view(n, w.kv_heads, w.head_dim).transpose(0, 1))
+        attn = grouped_attention(qk[:, : w.heads], self.k[i, :, :span], self.v[i, :, :span], mask)
+        x = x + layer.o(attn)
+        gate, up = layer.gate_up(F.rms_norm(x, (w.hidden,), layer.mlp_norm, w.eps)).split(w.intermediate, -1)
+        return x + layer.down(F.silu(gate) * up)
 
     @cached_property
     def batch_invariant(self) -> bool:
@@ -154,15 +176,13 @@ class StaticLlama:
             self.crop(base)
 
 
-def masked_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(n, heads·head_dim) attention of queries q (n, heads, head_dim) over one layer's keys and values
-    (kv_heads, span, head_dim), `mask` (n, span) added to the scores. The heads that share a key head are one
-    matrix product with it (no copy of the keys per head); softmax in float32."""
+    (kv_heads, span, head_dim), `mask` (group·n, span) added to the scores of each key head's group of query
+    heads, which attend to it as one block of rows: no copy of the keys per query head."""
     n, heads, head_dim = q.shape
-    kv_heads, span, _ = keys.shape
+    kv_heads = keys.shape[0]
     group = heads // kv_heads
-    grouped = q.view(n, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(kv_heads, group * n, head_dim)
-    scores = torch.bmm(grouped, keys.transpose(1, 2)).float().view(kv_heads, group, n, span)
-    weights = (scores * head_dim ** -0.5 + mask).softmax(-1).to(values.dtype).view(kv_heads, group * n, span)
-    out = torch.bmm(weights, values).view(kv_heads, group, n, head_dim)
-    return out.permute(2, 0, 1, 3).reshape(n, heads * head_dim)
+    grouped = q.reshape(n, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(1, kv_heads, group * n, head_dim)
+    out = F.scaled_dot_product_attention(grouped, keys[None], values[None], attn_mask=mask)
+    return out.view(kv_heads, group, n, head_dim).permute(2, 0, 1, 3).reshape(n, heads * head_dim)
