@@ -157,6 +157,7 @@ class StaticLlama:
         return x + layer.down(F.silu(gate) * up)
 
     @cached_property
+    @torch.inference_mode()  # the cache may have grown in inference mode (a forward's), and is written here
     def batch_invariant(self) -> bool:
         """Whether blocks score each position with the same bits as single steps: probed with scratch ids past what
         the cache holds (written there and forgotten), for blocks of a few lengths up to `rows`."""

@@ -301,3 +301,21 @@ def test_the_vllm_server_counts_as_idle_only_once_its_processes_stop_spinning():
         for server in servers:
             server.process.kill()
             server.process.wait()
+
+
+def test_hf_compiled_runs_after_every_other_row_warm_up_included():
+    """torch.compile's graphs free cuBLAS's workspaces that our captured graphs use: nothing of ours runs after."""
+    order = []
+
+    class Recording:
+        max_new_tokens = 4
+
+        def run(self, config, prompt, seed, max_new_tokens=None):
+            order.append(config.method)
+            return Run(config, 0, 0, [1], 0.1)
+
+    configs = bench.plan(["ar", "hf_compiled", "spec"], ["greedy"], [2])
+    rows = bench.run_all(Recording(), configs, ["a", "b"], 1, 0, progress=False)
+    first_compiled = order.index("hf_compiled")
+    assert set(order[first_compiled:]) == {"hf_compiled"} and len(order) == 3 * 3
+    assert [len(r.runs) for r in rows] == [2, 2, 2]

@@ -125,3 +125,11 @@ def test_decoding_on_the_static_forward_equals_greedy_ar_in_blocks_of_at_most_on
     assert max(e.gamma for e in events) == graphed.BLOCK_ROWS - 1  # γ 64 asked: one graphed block at most
     assert tokens["spec"] == tokens["ar"] and len(tokens["ar"]) == 40
     assert (len(events) <= 3) == (spec == "perfect:tiny")
+
+
+def test_the_probe_runs_outside_inference_mode_after_the_cache_grew_inside_it(static_on_cpu):
+    """The decoder reads greedy_exact (the probe) outside inference mode; a forward grows the cache inside it."""
+    runner = CachedModel(build("llama"), 64)
+    runner.forward([i % 64 for i in range(graphed.MIN_CAPACITY + 8)])
+    assert runner.cache.capacity > graphed.MIN_CAPACITY and torch.is_inference(runner.cache.k)
+    assert runner.batch_invariant
