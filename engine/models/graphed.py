@@ -52,7 +52,7 @@ class StaticLlama:
                                                                         layer.k_norm.expand(w.kv_heads, -1)))
                           for layer in w.layers]
         self._span = MIN_SPAN  # of the reply being decoded (`expect`)
-        self._captured: dict[int, tuple] = {}  # span -> (graph, ids, logits)
+        self._captured: dict[int, tuple] = {}  # span -> (graph, ids, logits, the stream it was captured on)
         self._reserve(MIN_CAPACITY)
 
     projection = property(lambda self: self.weights.layers[0].down)
@@ -97,7 +97,7 @@ class StaticLlama:
         if n > self.rows:
             logits = self._run(ids, span)
         elif self.graphs:
-            graph, static_ids, logits = self._graph(span)
+            graph, static_ids, logits, _ = self._graph(span)
             static_ids[:n].copy_(ids)
             graph.replay()
         else:
@@ -108,16 +108,18 @@ class StaticLlama:
     def _graph(self, span: int) -> tuple:
         if span not in self._captured:
             ids = torch.zeros(self.rows, dtype=torch.long, device=self._position.device)
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):  # first calls set up cuBLAS and the allocator: not in the graph
+            # Each graph is captured on a stream of its own: destroying a graph frees the cuBLAS workspaces of the
+            # stream it was captured on, which other graphs captured there still use (pytorch/pytorch#193402).
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):  # first calls set up cuBLAS and the allocator: not in the graph
                 for _ in range(2):
                     self._run(ids, span)
-            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):  # its own memory pool: a shared one is freed with the graphs using it
+            with torch.cuda.graph(graph, stream=stream):  # and its own memory pool: a shared one is freed with them
                 logits = self._run(ids, span)
-            self._captured[span] = (graph, ids, logits)
+            self._captured[span] = (graph, ids, logits, stream)
         return self._captured[span]
 
     def _run(self, ids: torch.Tensor, span: int) -> torch.Tensor:
