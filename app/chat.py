@@ -15,15 +15,15 @@ from pathlib import Path
 from PySide6.QtCore import QAbstractEventDispatcher, QObject, Qt, QTimer, Signal
 
 from app.chat_store import ChatRecorder, ChatStore, ChatStoreError, ChatSummary, title_for
+from app.export import ExportError, export_session
 from app.timing import OtherPrograms, QuietTimings, StepReference, TimingAtLoad, machine_was_busy, unequal_loads
 from engine.events import ContextNotice, Mode, PairInfo, PrefillProgress, RoundEvent
 from engine.remote import RemoteReply, TextDelta, is_url, public_url
-from ui.export import ExportError, export_session
-from ui.session import (SEED_LIMIT, ChatStatus, Comparison, ComparisonShown, DrafterComparison, DraftersShown,
+from app.session import (SEED_LIMIT, ChatStatus, Comparison, ComparisonShown, DrafterComparison, DraftersShown,
                         EngineTarget, RemoteSource, Reply, ReplyRequest, ReplyShown, RoundShown, Runtime, Session,
                         TurnOptions, TurnStarted, TurnState, kept_drafters)
-from ui.timing import OTHERS_IDLE_CORES
-from ui.why import WhyGamma, why_gamma
+from app.speedup import OTHERS_IDLE_CORES
+from app.why import WhyGamma, why_gamma
 
 
 @dataclass(frozen=True)

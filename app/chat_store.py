@@ -18,8 +18,8 @@ from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
 
+from app.session import Comparison, DrafterComparison, RemoteSource, Reply, ReplyRequest, Runtime
 from engine.events import DecodeSettings, PairInfo, RoundEvent
-from ui.session import Comparison, DrafterComparison, RemoteSource, Reply, ReplyRequest, Runtime
 
 # `PRAGMA user_version` holds the schema version. Opening an older database runs the steps from its version up;
 # a newer one (written by a later release) is refused untouched rather than misread.
@@ -62,16 +62,16 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     3: (
         # A reply written by a remote engine: its URL (no credentials), served model and what it reported
-        # (ui.session.RemoteSource as JSON); NULL for the local pair's replies
+        # (app.session.RemoteSource as JSON); NULL for the local pair's replies
         "ALTER TABLE turns ADD COLUMN remote TEXT",
     ),
     4: (
-        # What ran the local pair (ui.session.Runtime as JSON: CPU capability, threads, kernels), for the export of
+        # What ran the local pair (app.session.Runtime as JSON: CPU capability, threads, kernels), for the export of
         # a saved chat; NULL where it was not known, and in chats saved before
         "ALTER TABLE chats ADD COLUMN runtime TEXT",
     ),
     5: (
-        # The chat's last Compare drafters of each draft-length rule (a JSON list of ui.session.DrafterComparison;
+        # The chat's last Compare drafters of each draft-length rule (a JSON list of app.session.DrafterComparison;
         # one object, not in a list, in chats saved before): their runs are measured points of the why-γ tab and
         # scale its predictions, so a reopened chat shows what the live one did
         "ALTER TABLE chats ADD COLUMN drafters TEXT",

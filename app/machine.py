@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from huggingface_hub import try_to_load_from_cache
 
+from app.session import Runtime
 from engine.decoding.caches import CachedModel
 from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import DraftModelDrafter
@@ -16,7 +17,6 @@ from engine.events import PairInfo
 from engine.kernels import q4q8
 from engine.models import fast_llama, gguf_native, packaged
 from engine.models.pairing import PRESETS, Preset
-from ui.session import Runtime
 
 LOCAL_NAMES = ("embedded", "embedded-draft")  # built from files shipped with the app, never downloaded
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")

@@ -9,11 +9,11 @@ import threading
 
 from PySide6.QtCore import QObject, Signal, Slot
 
+from app.why import WhyGamma
 from engine.benchmark.vllm_peer import VllmServer
 from engine.events import Drafting
 from engine.remote import RemoteError
 from engine.serving import TunedPair, vllm_speculative_config
-from ui.why import WhyGamma
 
 
 def tuned_choice(why: WhyGamma, gamma: int) -> tuple[Drafting, int]:

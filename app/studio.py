@@ -21,10 +21,12 @@ from transformers.utils import logging as transformers_logging
 from app import machine
 from app.chat import ChatController
 from app.remote_worker import RemoteWorker
-from app.timing import QuietTimings
 from app.serving_peer import ServingPeer, tuned_choice
+from app.timing import QuietTimings
 from app.cli import (DEVICE_HELP, DTYPE_HELP, STOP_BELOW_HELP, TARGET_WEIGHTS_HELP, HelpFormatter,
                      finite_float, length_rule, seed_below, setting, whole_number)
+from app.chat_store import ChatStore, ChatStoreError
+from app.session import SEED_LIMIT
 from app.worker import DecodeWorker
 from engine.benchmark.vllm_peer import SERVED_NAME, missing_reason
 from engine.choices import DEVICES, DTYPES, TARGET_WEIGHTS
@@ -32,10 +34,8 @@ from engine.decoding.decoder import Decoder
 from engine.events import DecodeSettings
 from engine.models.pairing import PRESETS
 from engine.remote import API_KEY_ENV, DEFAULT_TIMEOUT_S, is_url, public_url
-from app.chat_store import ChatStore, ChatStoreError
 from ui.main_window import MainWindow
 from ui.preferences import apply_pair, apply_settings
-from ui.session import SEED_LIMIT
 
 
 # The window's defaults: sampling at T = 0.7, where the embedded pair writes real words and the README measures,

@@ -5,7 +5,7 @@ target pass ran (`RoundEvent.load`, the cached positions it attended to reckoned
 many of its rounds ran far slower. Without a cost model (a pair announced without one, chats saved before), the
 reference is the median of recent single-token target steps (the fresh measurement before each speculative
 reply, and every step of a plain AR run); a machine that stays busy makes that median slow too, so the check
-compares against the fastest step seen since the pair was loaded. The speedup estimate (ui/timing.py) charges
+compares against the fastest step seen since the pair was loaded. The speedup estimate (app/speedup.py) charges
 plain AR the load the reply's own steps met (engine.stats.ArTime); the flag says that the reply's tokens/s, and
 any comparison run after it, met a machine far slower than its quiet speed. The cost model itself is judged when
 the pair loads, against the pair's last quiet timing on this machine (`QuietTimings`).
@@ -24,9 +24,9 @@ from statistics import median
 import psutil
 from PySide6.QtCore import QSettings
 
+from app.session import Runtime
 from engine.events import PairInfo, RoundEvent
 from engine.stats import BUSY_FACTOR, BUSY_SHARE, ArTime
-from ui.session import Runtime
 
 RECENT = 32  # samples kept: enough for a stable median, few enough to follow a change of machine load
 # A reply and its AR comparison whose rounds' typical loads differ by more than this factor met different machines:

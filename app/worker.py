@@ -21,6 +21,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from app.labels import with_byte_labels
 from app.machine import described
+from app.session import Comparison, DrafterComparison, DrafterRun, Reply, ReplyRequest
 from engine.decoding.costs import RoundPlanner
 from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import LookupDrafter
@@ -29,7 +30,6 @@ from engine.events import ContextNotice, Drafting, Mode, PrefillProgress
 from engine.models.loading import ModelLoadError
 from engine.models.pairing import PairingError
 from engine.stats import BUSY_FACTOR, LOADED_ROUNDS, reply_stats, went_faster
-from ui.session import Comparison, DrafterComparison, DrafterRun, Reply, ReplyRequest
 
 # Compare drafters runs these in this order; none is plain AR, the baseline of the others
 COMPARED_DRAFTINGS = (Drafting.MODEL, Drafting.LOOKUP, Drafting.BOTH, Drafting.NONE)

@@ -15,9 +15,9 @@ from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtGui import QPen
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
+from app.session import Reply
 from engine.events import RoundEvent
 from engine.stats import ArTime, expected_tokens_per_round, round_alpha
-from ui.session import Reply
 
 REFRESH_MS = 250  # charts redraw at most 4 times a second while a reply streams (why: chat_view.FLUSH_MS)
 X_STEP = 20  # the x axis grows in steps of this many rounds
@@ -85,7 +85,7 @@ class RoundBuffers:
 
     def _price_part(self, reference_s: float, most_per_round: float) -> None:
         """The speedup estimates of the part's rounds so far, each round's and the whole reply's up to it, as
-        `ui.timing.estimated_speedup` prices them: the part's rounds as ArTime does, earlier parts' as they ended."""
+        `app.speedup.estimated_speedup` prices them: the part's rounds as ArTime does, earlier parts' as they ended."""
         part = slice(self.part_start, self.n)
         rounds_s, unmodelled = self.round_time[part], self.unmodelled[part]
         ar_s = np.asarray(self.ar.part_prices) + unmodelled * reference_s

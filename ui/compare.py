@@ -7,9 +7,9 @@ and a near-tie between the two best tokens then flips. Sampling runs draw differ
 """
 from __future__ import annotations
 
+from app.session import Comparison, Reply
 from engine.events import EmittedToken, PairInfo
 from ui.transcript import ComparisonView
-from ui.session import Comparison, Reply
 
 
 def first_difference(left: list[int], right: list[int]) -> int | None:

@@ -11,10 +11,10 @@ from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QDoubleSpinBo
                                QGroupBox, QHBoxLayout, QLabel, QLineEdit, QMenu, QPushButton, QRadioButton,
                                QSizePolicy, QSlider, QSpinBox, QToolButton, QVBoxLayout, QWidget)
 
+from app.session import SEED_LIMIT
 from engine.choices import DEVICES, DTYPES, TARGET_WEIGHTS
 from engine.events import DecodeSettings, Mode
 from engine.remote import URL_EXAMPLE, is_url
-from ui.session import SEED_LIMIT
 
 CUSTOM = "custom"
 GAMMA_MAX = 16
@@ -206,7 +206,7 @@ class DecodingControls(QGroupBox):
         self.gamma.setToolTip("γ: the most drafts proposed per round; a change applies from the next round")
         self.gamma_label = QLabel(str(defaults.gamma))
         self.gamma_label.setMinimumWidth(18)
-        # What the pair's cost model recommends under this session's acceptance (ui.why), after each reply
+        # What the pair's cost model recommends under this session's acceptance (app.why), after each reply
         self.recommended = QLabel("recommended γ: after a speculative reply")
         self.recommended.setWordWrap(True)
         small = self.recommended.font()

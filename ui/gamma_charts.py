@@ -2,7 +2,7 @@
 machine, and the predicted speedup as a function of γ under the session's acceptance, with the replies measured.
 
 Acceptance counts are appended per round into preallocated arrays and drawn by the same ~100 ms timer as the live
-charts; the cost model and the prediction change once per reply (ui.why.WhyGamma from the chat controller).
+charts; the cost model and the prediction change once per reply (app.why.WhyGamma from the chat controller).
 Titles and legends sit above the plots, as in ui.charts.
 """
 from __future__ import annotations
@@ -15,13 +15,13 @@ from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtGui import QPixmap
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
+from app.session import Session
+from app.why import WhyGamma, confidence_note, estimate_note, measured_short_note
 from engine.decoding.costs import MEASURED_ROWS
 from engine.decoding.recommend import MAX_GAMMA
 from engine.events import Drafting, RoundEvent
 from engine.stats import expected_tokens_per_round
 from ui.charts import AXIS_END_ROOM, CHART_INK, REFRESH_MS, ChartHeader, _plot, legend_entry
-from ui.session import Session
-from ui.why import WhyGamma, confidence_note, estimate_note, measured_short_note
 
 MIN_WHY_HEIGHT = 170  # the least at which a plot shows its x ticks and axis title whole; at 1000×700 the tab scrolls
 EXPORT_WHY_SIZE = QSize(420, 200)  # in the export's image: the tab's least width, and each plot's least height

@@ -10,7 +10,7 @@ from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import (QFileDialog, QInputDialog, QLabel, QListWidget, QListWidgetItem, QMenu, QMessageBox,
                                QStyle, QStyledItemDelegate, QStyleOptionViewItem, QVBoxLayout, QWidget)
 
-from ui.export import ExportError, file_stem, written_said
+from app.export import ExportError, file_stem, written_said
 from ui.preferences import export_folder, remember_export_folder
 
 CHAT_ID = Qt.ItemDataRole.UserRole

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QApplication, QDialog, QDialogButtonBox, QDockWid
                                QScrollArea, QSizePolicy, QSplitter, QTableWidget, QTableWidgetItem, QTabWidget,
                                QTextBrowser, QVBoxLayout, QWidget)
 
+from app.export import file_stem, written_said
 from engine.choices import DEVICES, DTYPES
 from engine.events import ContextNotice, DecodeSettings, Drafting, Fate, Mode, PairInfo, PrefillProgress
 from engine.remote import TextDelta, is_url
@@ -21,7 +22,6 @@ from ui.chat_view import CLEAN, TRACE, ChatView, continue_reach
 from ui.compare import comparison_view
 from ui.controls import DecodingControls, ModelPicker
 from ui.engine_report import FATES_NOTE, EngineReport
-from ui.export import file_stem, written_said
 from ui.gamma_charts import WhyGammaPanel, why_image
 from ui.history import HistoryPanel
 from ui.inspector import TokenInspector, first_rejection_note
@@ -30,9 +30,9 @@ from ui.message_box import MessageBox
 from ui.palette import NOTE_COLOUR
 from ui.preferences import (apply_settings, export_folder, remember_export_folder, restore_preferences,
                             save_preferences)
-from ui.session import (ChatStatus, ComparisonShown, DrafterComparison, DraftersShown, EngineTarget, NumberedReply,
+from app.session import (ChatStatus, ComparisonShown, DrafterComparison, DraftersShown, EngineTarget, NumberedReply,
                         Reply, ReplyShown, RoundShown, Session, TurnOptions, TurnStarted, TurnState, numbered_replies)
-from ui.why import WhyGamma, recommendation_text, why_gamma
+from app.why import WhyGamma, recommendation_text, why_gamma
 from ui.status_bar import ElidedLabel, PartsLabel, StatusBar
 from ui.transcript import CONTEXT, reply_notes
 from ui.wording import (comparison_line, measured_figures, pair_said, part_label, remote_header, remote_line,
@@ -188,7 +188,7 @@ class MainWindow(QMainWindow):
     edit_requested = Signal(int)  # the turn whose message to edit and resend
     gamma_requested = Signal(int)
     new_chat_requested = Signal()
-    export_requested = Signal(object)  # Path: the chat on screen, as ui.export.export_paths names its files
+    export_requested = Signal(object)  # Path: the chat on screen, as app.export.export_paths names its files
     compare_drafters_requested = Signal(object)  # TurnOptions: the last prompt with each drafting choice
     serve_requested = Signal()  # Model ▸ Serve the embedded pair on vLLM
     local_requested = Signal()  # Model ▸ Back to the local pair

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from app.session import Reply
 from engine.events import Fate, RoundEvent
 from engine.stats import LOADED_ROUNDS, token_pace_s
 from ui.markdown import Block, inline_runs, parse_blocks
-from ui.session import Reply
 from ui.tokens import TokenSpan, remote_span, reply_text, round_spans
 from ui.wording import busy_note, load_cause, outside_causes, remote_line, stats_line
 

@@ -5,10 +5,10 @@ from enum import IntEnum
 from pathlib import Path
 from typing import NamedTuple
 
+from app.session import Comparison, Reply
+from app.speedup import HOST_NOTABLE_CORES, OTHERS_IDLE_CORES
 from engine.events import DecodeSettings, Mode, PairInfo
 from engine.stats import ReplyStats
-from ui.session import Comparison, Reply
-from ui.timing import HOST_NOTABLE_CORES, OTHERS_IDLE_CORES
 
 
 def reply_header(settings: DecodeSettings, gammas: tuple[int, ...] = ()) -> str:

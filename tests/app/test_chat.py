@@ -9,9 +9,9 @@ import pytest
 
 from app.chat import ChatController
 from app.chat_store import to_json
+from app.session import Comparison, DrafterComparison, DrafterRun, Reply, ReplyRequest, TurnOptions, TurnState
 from engine.events import DecodeSettings, Drafting, EmittedToken, Fate, ModelInfo, PairInfo, RoundEvent
 from tests.ui.synthetic import accepted_round, rejected_round
-from ui.session import Comparison, DrafterComparison, DrafterRun, Reply, ReplyRequest, TurnOptions, TurnState
 from ui.transcript import ENDED_REPEATING, reply_notes
 
 PAIR = PairInfo(ModelInfo("t", "/t", 1, 64), ModelInfo("d", "/d", 1, 64), "cpu", "float32", target_step_s=0.02)

@@ -8,10 +8,10 @@ import pytest
 
 from app.chat_store import request_from_json, request_json
 from app.cli import build_parser
+from app.session import ReplyRequest
 from app.studio import parse_args
 from engine.choices import DEVICES, DTYPES, TARGET_WEIGHTS
 from engine.events import DecodeSettings, Mode
-from ui.session import ReplyRequest
 
 
 def test_a_mode_given_as_a_string_becomes_the_enum():

@@ -9,11 +9,11 @@ import pytest
 
 from app.chat import ChatController
 from app.chat_store import ChatStore
+from app.session import TurnState
 from app.studio import wire_remote_worker
 from engine.remote import API_KEY_ENV
 from tests.app.test_chat import PAIR, SPEC, FakeWorker, two_rounds
 from tests.fake_engine import FakeEngine, closed_port, serving
-from ui.session import TurnState
 
 TIMEOUT_MS = 15_000
 

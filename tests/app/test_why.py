@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 from app.chat import ChatController
+from app.session import DrafterComparison, DrafterRun, TurnState
 from engine.events import Drafting
 from tests.app.test_chat import PAIR, SPEC, FakeWorker, Recorder, two_rounds
 from tests.ui.synthetic import rejected_round
-from ui.session import DrafterComparison, DrafterRun, TurnState
 
 COSTS = {"target_block_ms": [10.0] * 9, "draft_step_ms": 2.0, "copy_ms": 0.01, "overhead_ms": 0.0}
 

@@ -20,7 +20,7 @@ import pytest
 from engine.events import (DecodeSettings, DraftedToken, EmittedToken, Fate, ModelInfo, PairInfo, RoundEvent,
                            TokenProb)
 from app.chat_store import MIGRATIONS, SCHEMA_VERSION, ChatRecorder, ChatStore, ChatStoreError
-from ui.session import Comparison, Reply, ReplyRequest
+from app.session import Comparison, Reply, ReplyRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 PAIR = PairInfo(ModelInfo("embedded", "/m/t", 135, 49152), ModelInfo("embedded-draft", "/m/d", 20, 49152), "cpu",
@@ -244,7 +244,7 @@ READ_ONLY = textwrap.dedent("""
     import json, sys
     from tests.ui.test_chat_store import request, round_event
     from app.chat_store import ChatRecorder, ChatStore, ChatStoreError
-    from ui.session import Reply
+    from app.session import Reply
 
     store = ChatStore(sys.argv[1])
     failures = []
@@ -315,7 +315,7 @@ WRITER = textwrap.dedent("""
     import sys
     from tests.ui.test_chat_store import request, round_event
     from app.chat_store import ChatRecorder, ChatStore
-    from ui.session import Reply
+    from app.session import Reply
 
     recorder = ChatRecorder(ChatStore(sys.argv[1]))
     for position in range(2):  # two complete turns
@@ -364,7 +364,7 @@ REPLIES = textwrap.dedent("""
     import sys
     from tests.ui.test_chat_store import request, round_event
     from app.chat_store import ChatRecorder, ChatStore
-    from ui.session import Reply
+    from app.session import Reply
 
     store = ChatStore(sys.argv[1])
     recorder = ChatRecorder(store)

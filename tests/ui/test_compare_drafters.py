@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 
 import app.worker as app_worker
+from app.session import DrafterComparison, DrafterRun, ReplyRequest
 from engine.events import DecodeSettings, Drafting
 from tests.ui.helpers import REPLY_TIMEOUT_MS, send
 from tests.ui.synthetic import accepted_round
 from ui.main_window import drafters_table
-from ui.session import DrafterComparison, DrafterRun, ReplyRequest
 
 
 def test_compare_drafters_starts_each_planner_from_what_the_chat_taught_and_leaves_it_as_it_was(

@@ -7,16 +7,16 @@ import csv
 import dataclasses
 import json
 
+from app.export import export_session, hard_line_breaks
 from app.machine import described
 from engine.events import ContextNotice, DecodeSettings, Mode, ModelInfo, PairInfo
 from tests.ui.helpers import shown_window
 from tests.ui.synthetic import accepted_round, plain_steps, rejected_round
-from ui.export import export_session, hard_line_breaks
 from ui.gamma_charts import why_panel
-from ui.session import (Comparison, ComparisonShown, Reply, ReplyRequest, ReplyShown, RoundShown, Runtime, Session,
+from app.session import (Comparison, ComparisonShown, Reply, ReplyRequest, ReplyShown, RoundShown, Runtime, Session,
                         TurnStarted)
+from app.why import why_gamma
 from ui.transcript import ComparisonView
-from ui.why import why_gamma
 from ui.wording import comparison_line
 
 SPEC = DecodeSettings(gamma=4, lookup=False)
@@ -223,7 +223,7 @@ def test_an_export_into_a_read_only_folder_fails_with_an_export_error_not_the_cl
 
     import pytest
 
-    from ui.export import ExportError
+    from app.export import ExportError
 
     def read_only(*args, **kwargs):
         raise OSError(errno.EROFS, "Read-only file system")

@@ -9,15 +9,15 @@ import pytest
 from PySide6.QtCore import QRect, QSize
 from PySide6.QtGui import QColor, QImage
 
+from app.export import export_session
+from app.session import Reply, ReplyRequest, Session
+from app.why import why_gamma
 from engine.events import DecodeSettings, EmittedToken, Fate, ModelInfo, PairInfo, RoundEvent
 from engine.stats import expected_tokens_per_round
 from tests.ui.helpers import shown_window
 from tests.ui.synthetic import accepted_round, rejected_round
-from ui.export import export_session
 from ui.gamma_charts import COLOURS, EXPORT_WHY_SIZE, why_panel
 from ui.main_window import EXPORT_TITLE_HEIGHT
-from ui.session import Reply, ReplyRequest, Session
-from ui.why import why_gamma
 
 SPEC = DecodeSettings(gamma=4, lookup=False)
 AR = DecodeSettings(mode="ar")

@@ -17,11 +17,11 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QApplication, QInputDialog, QLineEdit, QMessageBox
 
+from app.chat_store import ChatStore
+from app.export import ExportError
 from tests.tiny import tiny_decoder
 from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, token_fragments
-from app.chat_store import ChatStore
 from ui.chat_view import ACTION_SCHEME, TRACE
-from ui.export import ExportError
 from ui.history import CHAT_ID, SUBTITLE, when
 from ui.wording import stats_line
 
@@ -606,13 +606,13 @@ def test_a_reopened_chat_charts_the_points_charted_live_and_ends_on_its_footer(m
 def test_a_continued_replys_measured_lines_are_the_same_live_reopened_and_in_the_export(make_window, mixed_decoder,
                                                                                        qtbot, monkeypatch):
     """Each part compared: a line over each part's rounds, the same three ways."""
-    from ui.session import numbered_replies
+    from app.session import numbered_replies
     from ui.main_window import reply_charts
-    from ui.session import MEASURED_TOKENS
+    from app.session import MEASURED_TOKENS
 
     monkeypatch.setattr("app.chat.machine_was_busy", lambda *_: False)  # the tiny models' timings are all noise
     monkeypatch.setattr("app.chat.unequal_loads", lambda *_: False)
-    monkeypatch.setattr("ui.session.beyond_rounds", lambda *_: False)  # nor can bound a noisy ratio
+    monkeypatch.setattr("app.session.beyond_rounds", lambda *_: False)  # nor can bound a noisy ratio
     studio = make_window(mixed_decoder, greedy=True, max_new_tokens=MEASURED_TOKENS, cost_aware=False,
                          stop_below=0.0)
     window = studio.window

@@ -10,11 +10,11 @@ from PySide6.QtCore import QPoint, QSettings, Qt, QUrl
 from PySide6.QtGui import QTextCursor, QTextDocument
 from PySide6.QtWidgets import QApplication, QMenu
 
+from app.session import MEASURED_TOKENS
 from engine.events import DecodeSettings, Fate, ModelInfo, PairInfo
 from tests.ui.helpers import REPLY_TIMEOUT_MS, expected_colours, send, shown_window, text_of, token_fragments
-from ui.session import MEASURED_TOKENS
-from ui.wording import reply_header
 from ui.palette import STYLES
+from ui.wording import reply_header
 
 
 def test_reply_shows_a_colour_for_each_fate_that_occurred(make_studio, mixed_decoder, qtbot):
@@ -127,7 +127,7 @@ def test_compare_with_ar_reports_identical_greedy_output_and_keeps_history(make_
     # the tiny models' timings are all noise beside their cost model: judged here as a quiet machine's
     monkeypatch.setattr("app.chat.machine_was_busy", lambda *_: False)
     monkeypatch.setattr("app.chat.unequal_loads", lambda *_: False)
-    monkeypatch.setattr("ui.session.beyond_rounds", lambda *_: False)  # nor can bound a noisy ratio
+    monkeypatch.setattr("app.session.beyond_rounds", lambda *_: False)  # nor can bound a noisy ratio
     studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=MEASURED_TOKENS)  # long enough to time
     studio.window.controls.compare_ar.setChecked(True)
     runner, read = greedy_mixed_decoder.runner, []  # the positions each prompt read-in ends at

@@ -5,10 +5,10 @@ from __future__ import annotations
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QApplication
 
+from app.session import ReplyRequest, TurnStarted
 from engine.events import DecodeSettings, Fate, Mode
 from tests.ui.helpers import shown_window
 from ui.controls import DecodingControls
-from ui.session import ReplyRequest, TurnStarted
 
 
 def gamma_row(controls: DecodingControls) -> list[bool]:

@@ -9,6 +9,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from app.chat import ChatController
+from app.session import MEASURED_TOKENS, Comparison, Reply, ReplyRequest
+from app.speedup import estimated_speedup
+from app.timing import RECENT, StepReference, machine_was_busy, unequal_loads
 from engine.decoding.costs import CostModel, RoundPlanner
 from engine.events import DecodeSettings, EmittedToken, Fate, ModelInfo, PairInfo, RoundEvent
 from engine.stats import ArTime, reply_stats
@@ -17,10 +21,6 @@ from tests.ui.synthetic import accepted_round
 from ui.charts import RoundBuffers
 from ui.chat_view import ACTION_ROW
 from ui.compare import comparison_view, explain, first_difference
-from app.chat import ChatController
-from app.timing import RECENT, StepReference, machine_was_busy, unequal_loads
-from ui.session import MEASURED_TOKENS, Comparison, Reply, ReplyRequest
-from ui.timing import estimated_speedup
 from ui.wording import UNFAIR, busy_note, comparison_line, stats_line
 
 

@@ -15,10 +15,10 @@ import pytest
 from PySide6.QtCore import QSettings, QStandardPaths, Qt, QTimer
 from PySide6.QtWidgets import QFileDialog
 
+from app.export import markdown
 from engine.decoding.caches import PREFILL_CHUNK_S
 from tests.tiny import WORDS
 from tests.ui.helpers import REPLY_TIMEOUT_MS, send
-from ui.export import markdown
 from ui.preferences import export_folder
 
 
@@ -91,7 +91,7 @@ def test_an_export_starts_in_documents_or_home_where_there_is_none(monkeypatch, 
 
 
 def test_a_write_failing_half_way_leaves_nothing_behind(make_studio, mixed_decoder, qtbot, tmp_path, monkeypatch):
-    from ui import export
+    from app import export
 
     studio = make_studio(mixed_decoder, max_new_tokens=4)
     send(qtbot, studio)
@@ -400,7 +400,7 @@ def test_the_chart_image_holds_every_reply(make_studio, mixed_decoder, qtbot, tm
 
 
 def test_a_long_title_makes_a_file_name_of_whole_words():
-    from ui.export import STEM_MAX, file_stem
+    from app.export import STEM_MAX, file_stem
 
     title = "Write a Python function that checks whether a word is a palindrome, then test it"
     stem = file_stem(title)

@@ -10,10 +10,10 @@ import threading
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal
 
+from app.session import ReplyRequest
 from app.worker import DecodeWorker
 from engine.events import DecodeSettings
 from tests.tiny import WORDS, tiny_decoder
-from ui.session import ReplyRequest
 
 REPLIES = 200
 WARM_UP = 20  # replies before the memory baseline: first calls allocate caches and kernels for good

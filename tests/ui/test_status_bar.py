@@ -10,11 +10,11 @@ import pytest
 from PySide6.QtCore import QPoint, QRect
 from PySide6.QtWidgets import QApplication
 
+from app.session import MEASURED_TOKENS, Comparison, ComparisonShown, Reply, ReplyRequest, ReplyShown
 from engine.events import DecodeSettings, ModelInfo, PairInfo, PrefillProgress
 from tests.ui.helpers import shown_window
 from tests.ui.synthetic import accepted_round, plain_steps, rejected_round
 from ui.main_window import INT4_NOTE
-from ui.session import MEASURED_TOKENS, Comparison, ComparisonShown, Reply, ReplyRequest, ReplyShown
 from ui.wording import UNFAIR
 
 LONG_SUMMARY = ("last reply: 128 tokens in 120 rounds · 71.9 tok/s · α 0.62 · 1.07 tok/round · est. 1.13× vs AR"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from app.session import Reply, ReplyRequest
 from engine.events import DecodeSettings, Fate
 from tests.ui.synthetic import accepted_round, markdown_reply, rejected_round
-from ui.session import Reply, ReplyRequest
 from ui.transcript import OPENING_CHARS, Transcript, UserItem
 
 

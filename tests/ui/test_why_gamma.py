@@ -9,6 +9,7 @@ import pytest
 from PySide6.QtGui import QFont, QTextDocumentFragment
 from PySide6.QtWidgets import QApplication
 
+from app.export import session_json
 from engine.decoding.recommend import MAX_GAMMA, SPREAD
 from engine.events import DecodeSettings, Drafting, ModelInfo, PairInfo
 from engine.stats import expected_tokens_per_round, position_acceptance
@@ -16,10 +17,9 @@ from tests.ui.helpers import REPLY_TIMEOUT_MS, send, shown_window
 from tests.ui.synthetic import accepted_round, plain_steps, rejected_round
 from ui.gamma_charts import COLOURS, MIN_WHY_HEIGHT
 from ui.main_window import MIN_HEIGHT, MIN_WIDTH, MainWindow
-from ui.export import session_json
-from ui.session import (MEASURED_TOKENS, Comparison, DrafterComparison, DrafterRun, Reply, ReplyRequest, RoundShown,
+from app.session import (MEASURED_TOKENS, Comparison, DrafterComparison, DrafterRun, Reply, ReplyRequest, RoundShown,
                         Session, TurnStarted)
-from ui.why import MeasuredPoint, why_gamma
+from app.why import MeasuredPoint, why_gamma
 
 MODEL_ONLY = DecodeSettings(gamma=4, lookup=False)
 
@@ -366,7 +366,7 @@ def test_a_confidence_stop_run_that_beat_the_recommendation_is_said_under_the_ch
     """Copying by the confidence stop measured at 3x, above the draft model's recommended speedup: the line under
     the chart says so. The control: measured at 0.7x it says nothing."""
     from ui.gamma_charts import WhyGammaPanel
-    from ui.why import confidence_note
+    from app.why import confidence_note
 
     confidence = dataclasses.replace(MODEL_ONLY, cost_aware=False)
     notes = {}
@@ -511,7 +511,7 @@ def test_a_recommendation_that_every_fair_run_of_its_drafting_fell_short_of_says
     line under the chart says so; measured at 1.20x, more than one run's spread below the 1.61x recommended, it says
     that. The controls: measured at 1.50x, or at 1.01x by the confidence stop, it says nothing."""
     from ui.gamma_charts import WhyGammaPanel
-    from ui.why import MeasuredPoint, measured_short_note
+    from app.why import MeasuredPoint, measured_short_note
 
     why = why_gamma(synthetic_session(2.0))
     assert why.recommendation.drafting is Drafting.MODEL and why.recommendation.speedup > 1.05
@@ -536,7 +536,7 @@ def test_a_prediction_far_above_the_measured_runs_says_the_chats_rounds_keep_mor
     """Walk 29: runs of every drafting measured below plain AR, then the draft model predicted at 1.32×, unexplained.
     A run whose rounds kept nothing, measured at 0.9×, scales the chat's line (its own rounds predicted it slower
     still), so the chat's rounds, 2.5 tokens a round, are predicted far above it: the note says both."""
-    from ui.why import measured_short_note
+    from app.why import measured_short_note
 
     session = synthetic_session(2.0)
     nothing_kept = [rejected_round(i, [], "x", "y", gamma=4) for i in range(8)]
@@ -560,7 +560,7 @@ def test_plain_ar_recommended_beside_a_reply_estimated_faster_says_why_they_diff
     (walk 29), that the measurement is of its prompt. The controls: 1.02x, estimated or measured, and a recommended
     drafting say nothing."""
     from ui.gamma_charts import WhyGammaPanel
-    from ui.why import MeasuredPoint, estimate_note
+    from app.why import MeasuredPoint, estimate_note
 
     why = why_gamma(synthetic_session(9.0))
     assert why.recommendation.drafting is Drafting.NONE

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from engine.decoding.costs import SCRATCH_POSITIONS
 from engine.decoding.recommend import (MARGIN, MAX_GAMMA, SPREAD, Measured, Recommendation, cost_model_from_dict,
                                        recommend, round_tokens)
+from app.session import DrafterComparison, NumberedReply, Session, numbered_replies
 from engine.events import DecodeSettings, Drafting, Mode, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance
-from ui.session import DrafterComparison, NumberedReply, Session, numbered_replies
 
 
 def drafting_of(settings: DecodeSettings) -> Drafting:

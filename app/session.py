@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from app.speedup import estimated_speedup
 from engine.events import DecodeSettings, Drafting, EmittedToken, Mode, PairInfo, RoundEvent
 from engine.remote import RemoteReply
 from engine.stats import ArTime, ReplyStats, reply_stats
-from ui.timing import estimated_speedup
 
 # Seeds the window's seed box can hold (a QSpinBox is a signed 32-bit int); Regenerate's next seed wraps below it
 SEED_LIMIT = 2 ** 31

@@ -22,15 +22,15 @@ from enum import Enum
 from importlib import metadata
 from pathlib import Path
 
+from app.session import DrafterComparison, RemoteSource, Reply, Runtime, Session, numbered_replies
+from app.speedup import estimated_speedup
+from app.why import why_gamma
 from engine.events import Mode, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance, round_alpha
 from ui.compare import explain, greedy_is_exact
 from ui.markdown import FENCE
-from ui.session import DrafterComparison, RemoteSource, Reply, Runtime, Session, numbered_replies
-from ui.timing import estimated_speedup
 from ui.tokens import SPECIAL_TOKEN
 from ui.transcript import CONTEXT, reply_notes
-from ui.why import why_gamma
 from ui.wording import comparison_line, pair_said, part_label, remote_header, reply_header
 
 CSV_COLUMNS = ("reply", "part", "round", "mode", "gamma", "n_verified", "n_accepted", "n_emitted", "round_alpha",
