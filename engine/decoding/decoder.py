@@ -29,7 +29,8 @@ from engine.events import (ContextNotice, DecodeSettings, DraftedToken, EmittedT
                            PrefillProgress, RoundEvent, TokenProb)
 from engine.kernels import q4q8
 from engine.models import graphed
-from engine.models.kept import cache_dir, file_key
+from engine.models.kept import file_key
+from engine.paths import cache_dir
 from engine.models.loading import LoadedModel, load_model, pick_device, pick_dtype, synchronize
 from engine.models.pairing import check_vocabularies, preflight
 from engine.decoding.sampling import warp

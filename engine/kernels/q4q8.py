@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engine.paths import home
+
 SOURCE = Path(__file__).with_name("q4q8.c")
 GROUP = 32  # inputs per scale (the GGUF block size)
 ROWS = 16  # output rows per weight block: a weight's outputs must be a multiple of this
@@ -44,8 +46,6 @@ def _library_path() -> Path:
     local = SOURCE.parent / "build"
     if os.access(SOURCE.parent, os.W_OK):
         return local / f"libq4q8-{digest}.so"
-    from engine.models.embedded import home
-
     return home() / "kernels" / f"libq4q8-{digest}.so"
 
 

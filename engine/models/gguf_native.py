@@ -518,7 +518,8 @@ PREPARED_LAYOUT = 1  # the version of q4q8's packed layout and kernel_values' ma
 def prepared_path(path: Path, compacted: bool) -> Path:
     """Where the kernel's weights of a GGUF are kept once made (keyed on the file's path, size and time, and on
     PREPARED_LAYOUT): unpacking and packing a 1.5B model's blocks takes ~7 s, reading them back about one."""
-    from engine.models.kept import cache_dir, file_key
+    from engine.models.kept import file_key
+    from engine.paths import cache_dir
 
     key = file_key(path, PREPARED_LAYOUT, compacted)
     return cache_dir() / "prepared" / f"{path.stem}{'-compact' if compacted else ''}-{key}.safetensors"

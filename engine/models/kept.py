@@ -1,18 +1,9 @@
-"""What a load keeps per model file (a GGUF's tokenizer and prepared weights, a pair's measured costs): where it
-lives, and the key that ties it to one version of the file."""
+"""What a load keeps per model file (a GGUF's tokenizer and prepared weights, a pair's measured costs, under
+engine.paths.cache_dir): the key that ties it to one version of the file."""
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
-
-from engine.models.embedded import home
-
-
-def cache_dir() -> Path:
-    """SPECDEC_CACHE_DIR, else the home folder. The tests point it at their own folder, for the programs they start
-    too."""
-    return Path(os.environ.get("SPECDEC_CACHE_DIR", home()))
 
 
 def file_key(path: Path, *more: object) -> str:

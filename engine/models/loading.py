@@ -196,7 +196,8 @@ def gguf_metadata(path: Path) -> Path:
     151k-token vocabulary each time a config or a tokenizer is read, where the saved files load in about one."""
     from transformers import AutoConfig
 
-    from engine.models.kept import cache_dir, file_key
+    from engine.models.kept import file_key
+    from engine.paths import cache_dir
 
     folder = cache_dir() / "gguf-metadata" / f"{path.stem}-{file_key(path)}"
     if (folder / "config.json").is_file():

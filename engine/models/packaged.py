@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.models.embedded import home
+from engine.paths import home
 
 CHUNK = 1 << 22  # bytes copied and hashed at a time
 
