@@ -17,6 +17,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from engine.events import DecodeSettings
 
 API_KEY_ENV = "SPECDEC_API_KEY"  # sent as a bearer token; read from the environment on every request, never stored
@@ -67,29 +69,19 @@ class Sample:
         return dict(self.labels).get(key)
 
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$")
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
-
-
 def parse_metrics(text: str) -> list[Sample]:
-    """The samples of a Prometheus text exposition; comments (# HELP, # TYPE) and lines that do not parse are
-    skipped, so one odd line from a newer server does not hide the counters we need."""
+    """The samples of a Prometheus text exposition, read by prometheus_client's parser a line at a time: it refuses
+    a whole exposition at its first line it cannot read, and one odd line from a newer server must not hide the
+    counters we need, so such a line alone is skipped. Comments (# HELP, # TYPE) carry no samples."""
     samples = []
     for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
+        if not line.strip() or line.lstrip().startswith("#"):
             continue
-        match = _SAMPLE.match(line)
-        if match is None:
-            continue
-        name, label_text, value_text = match.groups()
         try:
-            value = float(value_text)
+            families = list(text_string_to_metric_families(line + "\n"))
         except ValueError:
             continue
-        labels = tuple((key, bytes(raw, "utf-8").decode("unicode_escape"))
-                       for key, raw in _LABEL.findall(label_text or ""))
-        samples.append(Sample(name, labels, value))
+        samples += [Sample(s.name, tuple(s.labels.items()), s.value) for family in families for s in family.samples]
     return samples
 
 
