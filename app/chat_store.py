@@ -229,9 +229,16 @@ class ChatStore:
         if version > SCHEMA_VERSION:
             raise ChatStoreError(f"{path} was written by a newer SpecDec Studio (schema {version}; this one "
                                  f"reads up to {SCHEMA_VERSION}); it was left untouched")
+        started = not Path(path).exists()
         try:
             self._open_writable()
         except sqlite3.OperationalError as exc:
+            if started:  # a file this start made and could not set up (a full disk leaves a 4 KB header): gone
+                for suffix in ("", "-wal", "-shm"):
+                    Path(f"{path}{suffix}").unlink(missing_ok=True)
+            if getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL":
+                raise ChatStoreError(f"the disk holding {path} is full: chats are kept in memory (free some space, "
+                                     "then restart)") from exc
             if not cannot_write(exc) or version == 0:
                 raise ChatStoreError(f"{path} cannot be opened ({exc}): chats are kept in memory") from exc
             self._open_read_only(version)

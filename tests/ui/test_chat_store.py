@@ -193,6 +193,47 @@ def test_a_newer_schema_in_wal_mode_is_refused_without_journal_files_appearing(t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chats.sqlite3"]
 
 
+def disk_full() -> sqlite3.OperationalError:
+    """SQLite's own full-disk error: a database limited to one page, asked for a second."""
+    db = sqlite3.connect(":memory:")
+    db.execute("PRAGMA max_page_count = 1")
+    try:
+        db.execute("CREATE TABLE t (x)")
+        db.execute("INSERT INTO t VALUES (zeroblob(8192))")
+    except sqlite3.OperationalError as exc:
+        return exc
+    raise AssertionError("one page held 8 KB")
+
+
+def test_a_start_on_a_full_disk_says_so_and_leaves_no_file_behind(tmp_path, monkeypatch):
+    path = tmp_path / "chats.sqlite3"
+    full = disk_full()
+    assert full.sqlite_errorname == "SQLITE_FULL"
+
+    def upgrade(store):  # the header is written (WAL mode), the tables are not
+        raise full
+
+    monkeypatch.setattr(ChatStore, "_upgrade", upgrade)
+    with pytest.raises(ChatStoreError, match="disk holding .* is full: chats are kept in memory"):
+        ChatStore(path)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()  # room again: the next start makes the database
+    ChatStore(path).close()
+    assert path.stat().st_size > 0
+
+
+def test_a_failed_start_leaves_a_database_that_was_there_alone(tmp_path, monkeypatch):
+    """The control: only a file this start made is removed."""
+    path = tmp_path / "chats.sqlite3"
+    ChatStore(path).close()
+    before = path.read_bytes()
+    full = disk_full()
+    monkeypatch.setattr(ChatStore, "_upgrade", lambda store: (_ for _ in ()).throw(full))
+    with pytest.raises(ChatStoreError, match="is full"):
+        ChatStore(path)
+    assert path.read_bytes() == before
+
+
 def test_a_data_folder_that_is_a_file_is_named_as_one(tmp_path):
     (tmp_path / "data").write_text("not a folder")
     with pytest.raises(ChatStoreError, match=r"data is a file, not a folder"):
