@@ -522,9 +522,9 @@ def event_dict(event) -> dict:
 
 
 def cmd_prepare(args) -> int:
-    from engine.models import embedded
+    from engine.models import preparing
 
-    embedded.prepare(force=args.force)
+    preparing.prepare(force=args.force)
     return 0
 
 

@@ -1,7 +1,7 @@
 """The draft recipe's pieces on tiny models: initialisation, draft vocabulary, the loss, saving and assembling."""
 import torch
 
-from engine.models import embedded
+from engine.models import embedded, preparing
 from engine.decoding.decoder import Decoder
 from engine.training.distill import Sample, _loss_and_agreement, build_draft, draft_vocabulary, save_assets
 from engine.events import DecodeSettings
@@ -63,7 +63,7 @@ def test_saved_assets_hold_no_shared_tensor_and_assemble_into_a_working_draft(tm
     assert "model.embed_tokens.weight" not in stored and "lm_head.weight" not in stored
     assert all(t.dtype == torch.bfloat16 for t in stored.values())
 
-    embedded.prepare_draft()
+    preparing.prepare_draft()
     # the prepared copy: the package's GGUF is the real target, not this test's tiny one
     decoder = Decoder.load("embedded", "embedded-draft", device="cpu", dtype="float32", target_weights="dtype")
     assert decoder.drafter.runner.draft_vocab.tolist() == list(range(40))
