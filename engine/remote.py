@@ -1,22 +1,29 @@
 """The studio as a client of a running OpenAI-compatible engine (vLLM, SGLang, llama-server): streamed chat
 completions, and the engine's own speculative-decoding counters turned into per-reply statistics.
 
-Standard-library HTTP only; no torch and no Qt here, so the UI thread, the CLI and the bench can all use it. What a
-remote engine does not report (which token was drafted, accepted or resampled) is not invented: a reply carries
-the engine's counts, and `EngineSpecStats.source` says where they came from.
+HTTP by httpx; no torch and no Qt here, so the UI thread, the CLI and the bench can all use it. What a remote engine
+does not report (which token was drafted, accepted or resampled) is not invented: a reply carries the engine's
+counts, and `EngineSpecStats.source` says where they came from.
+
+Two pieces are kept by hand. The stream is split into lines at "\n" alone: httpx's `iter_lines` splits as
+str.splitlines does, also at U+0085, U+2028 and U+2029, which vLLM's JSON leaves unescaped inside a string, so an
+event holding one would be lost as not JSON. A request's body is json.dumps' ASCII, not httpx's `json=`, whose UTF-8
+cannot hold a lone surrogate (a command line's bytes that are not UTF-8 become those).
 """
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import re
 import socket
+import ssl
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine.events import DecodeSettings
@@ -240,9 +247,6 @@ class RemoteEngine:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise RemoteError(f"{base_url!r} is not an engine URL: give one like {URL_EXAMPLE}")
         self.url = public_url(base_url)  # what error messages name: never a password or query
-        self.https = parts.scheme == "https"
-        self.host = parts.hostname
-        self.port = parts.port or (443 if self.https else 80)
         self.api_path = parts.path.rstrip("/") or "/v1"
         root = self.api_path[: -len("/v1")] if self.api_path.endswith("/v1") else self.api_path
         self.metrics_path = root + "/metrics"
@@ -250,12 +254,14 @@ class RemoteEngine:
         self.requested_model = model
         self.model: str | None = None  # resolved by connect()
         self.engine: str | None = None  # "vllm" where /v1/models says so
+        # The origin without the URL's user info (httpx would send it as a password); a timeout for each wait
+        # (connecting, every read), not a whole reply. As http.client did: no proxy from the environment, the
+        # system's certificates (not certifi's), a connection per request (none left open between replies).
+        self._client = httpx.Client(base_url=public_url(f"{parts.scheme}://{parts.netloc}"), timeout=timeout_s,
+                                    trust_env=False, verify=ssl.create_default_context(),
+                                    limits=httpx.Limits(max_keepalive_connections=0))
 
     # -- HTTP
-
-    def _connection(self) -> http.client.HTTPConnection:
-        kind = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
-        return kind(self.host, self.port, timeout=self.timeout_s)
 
     def _headers(self) -> dict:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -264,49 +270,36 @@ class RemoteEngine:
             headers["Authorization"] = f"Bearer {key}"
         return headers
 
-    def _open(self, method: str, path: str, body: dict | None = None) -> tuple[http.client.HTTPConnection,
-                                                                                http.client.HTTPResponse]:
-        """Send a request and return the response with its status checked; every failure is a RemoteError."""
-        connection = self._connection()
+    @contextmanager
+    def _response(self, method: str, path: str, body: dict | None = None) -> Iterator[httpx.Response]:
+        """The response to a request, its status checked and its body not yet read; every failure, also while the
+        body is read inside the `with`, is a RemoteError. Leaving the `with` early closes the connection."""
         try:
-            connection.request(method, path, body=None if body is None else json.dumps(body),
-                               headers=self._headers())
-            response = connection.getresponse()
-        except (ConnectionRefusedError, socket.gaierror) as exc:
-            connection.close()
-            reason = "connection refused" if isinstance(exc, ConnectionRefusedError) else "unknown host"
-            raise RemoteError(f"no engine answers at {self.url} ({reason}): is the server running?") from None
-        except (TimeoutError, socket.timeout):
-            connection.close()
+            with self._client.stream(method, path, content=None if body is None else json.dumps(body),
+                                     headers=self._headers()) as response:
+                if response.status_code != 200:
+                    detail = _error_detail(next(response.iter_bytes(4096), b""))
+                    raise RemoteError(self._status_message(response.status_code, path, detail))
+                yield response
+        except httpx.TimeoutException:
             raise RemoteError(self._slow_message()) from None
-        except OSError as exc:
-            connection.close()
-            raise RemoteError(f"cannot reach the engine at {self.url}: {exc.strerror or exc}") from None
-        if response.status != 200:
-            detail = _error_detail(response.read(4096))
-            connection.close()
-            raise RemoteError(self._status_message(response.status, path, detail))
-        return connection, response
+        except httpx.HTTPError as exc:
+            cause = _socket_error(exc)
+            if isinstance(cause, (ConnectionRefusedError, socket.gaierror)):
+                reason = "connection refused" if isinstance(cause, ConnectionRefusedError) else "unknown host"
+                raise RemoteError(f"no engine answers at {self.url} ({reason}): is the server running?") from None
+            raise RemoteError(f"cannot reach the engine at {self.url}: {cause and cause.strerror or exc}") from None
 
     def _get_text(self, path: str) -> str:
-        connection, response = self._open("GET", path)
-        try:
+        with self._response("GET", path) as response:
             return response.read().decode("utf-8", "replace")
-        except (TimeoutError, socket.timeout):
-            raise RemoteError(self._slow_message()) from None
-        finally:
-            connection.close()
 
     def _post_json(self, path: str, body: dict) -> dict:
-        connection, response = self._open("POST", path, body)
-        try:
-            return json.loads(response.read())
-        except (TimeoutError, socket.timeout):
-            raise RemoteError(self._slow_message()) from None
-        except ValueError:
-            raise RemoteError(f"the engine at {self.url} sent something that is not JSON for {path}") from None
-        finally:
-            connection.close()
+        with self._response("POST", path, body) as response:
+            try:
+                return json.loads(response.read())
+            except ValueError:
+                raise RemoteError(f"the engine at {self.url} sent something that is not JSON for {path}") from None
 
     def _slow_message(self) -> str:
         return f"the engine at {self.url} sent nothing for {self.timeout_s:g} s (busy or stuck); try again or raise --timeout"
@@ -390,12 +383,11 @@ class RemoteEngine:
             # llama-server continues a final assistant message by itself)
             body.update(continue_final_message=True, add_generation_prompt=False)
         start = time.perf_counter()
-        connection, response = self._open("POST", self.api_path + "/chat/completions", body)
         pieces, token_ids, first_token_s = [], [], None
         usage, finish_reason, timings = None, None, None
         stream = StreamState()
-        try:
-            for chunk in _server_sent_events(response, self._slow_message, stream):
+        with self._response("POST", self.api_path + "/chat/completions", body) as response:
+            for chunk in _server_sent_events(response, stream):
                 usage = chunk.get("usage") or usage
                 timings = chunk.get("timings") or timings
                 for choice in chunk.get("choices") or []:
@@ -409,8 +401,6 @@ class RemoteEngine:
                         first_token_s = at_s if first_token_s is None else first_token_s
                         pieces.append(text)
                         yield TextDelta(text, len(ids) if ids else None, at_s)
-        finally:
-            connection.close()
         wall_s = time.perf_counter() - start
         n_tokens = (usage or {}).get("completion_tokens") or len(token_ids) or len(pieces)
         spec, note = self._reply_stats(before, timings)
@@ -487,16 +477,10 @@ class StreamState:
         return "; ".join(said) or None
 
 
-def _server_sent_events(response: http.client.HTTPResponse, slow_message, state: StreamState) -> Iterator[dict]:
+def _server_sent_events(response: httpx.Response, state: StreamState) -> Iterator[dict]:
     """The JSON objects of an SSE stream (`data: {...}` lines) up to `data: [DONE]`; `state` learns whether that
     came and how many events were no JSON."""
-    while True:
-        try:
-            line = response.readline()
-        except (TimeoutError, socket.timeout):
-            raise RemoteError(slow_message()) from None
-        if not line:
-            return
+    for line in _lines(response):
         line = line.strip()
         if not line.startswith(b"data:"):
             continue
@@ -514,6 +498,28 @@ def _server_sent_events(response: http.client.HTTPResponse, slow_message, state:
             raise RemoteError(f"the engine stopped the reply: {error.get('message', error) if isinstance(error, dict) else error}")
         if isinstance(chunk, dict):
             yield chunk
+
+
+def _lines(response: httpx.Response) -> Iterator[bytes]:
+    """The body's lines, split at b"\\n" alone (the module's docstring says why). A connection lost midway (an
+    engine that died sends no end of its chunked body) ends them as a closed stream does: the reply is cut."""
+    rest = b""
+    try:
+        for piece in response.iter_bytes():
+            *lines, rest = (rest + piece).split(b"\n")
+            yield from lines
+    except (httpx.RemoteProtocolError, httpx.ReadError):
+        pass
+    yield rest  # a last line without its newline
+
+
+def _socket_error(exc: httpx.HTTPError) -> OSError | None:
+    """The socket's own error, where the kind of failure shows, or None where the failure was none of the socket's.
+    httpx raises its error from httpcore's, which holds the socket's as its argument (its `from` is dropped on the
+    way out of httpcore's pool; the context is no guide, as it may be any error being handled around the call)."""
+    below = exc.__cause__
+    cause = below.args[0] if below is not None and below.args else None
+    return cause if isinstance(cause, OSError) else None
 
 
 def _error_detail(raw: bytes) -> str:
