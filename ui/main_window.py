@@ -2,27 +2,26 @@
 from __future__ import annotations
 
 from html import escape
-from importlib import metadata
 from pathlib import Path
 
-from PySide6.QtCore import QElapsedTimer, QMargins, QRect, QSettings, QSize, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import (QAction, QDesktopServices, QGuiApplication, QImage, QKeySequence, QPainter,
-                           QTextBlockFormat, QTextCursor, QTextDocument)
-from PySide6.QtWidgets import (QApplication, QDialog, QDialogButtonBox, QDockWidget, QFileDialog, QHBoxLayout,
-                               QInputDialog, QLabel, QMainWindow, QMenu, QMessageBox, QProgressBar, QPushButton,
-                               QScrollArea, QSizePolicy, QSplitter, QTableWidget, QTableWidgetItem, QTabWidget,
-                               QTextBrowser, QVBoxLayout, QWidget)
+from PySide6.QtCore import QElapsedTimer, QMargins, QRect, QSettings, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QGuiApplication, QImage, QKeySequence, QPainter
+from PySide6.QtWidgets import (QApplication, QDialog, QDockWidget, QFileDialog, QHBoxLayout, QInputDialog, QLabel,
+                               QMainWindow, QMenu, QMessageBox, QProgressBar, QPushButton, QScrollArea, QSizePolicy,
+                               QSplitter, QTabWidget, QVBoxLayout, QWidget)
 
 from app.export import file_stem, written_said
 from engine.choices import DEVICES, DTYPES
-from engine.events import ContextNotice, DecodeSettings, Drafting, Fate, Mode, PairInfo, PrefillProgress
+from engine.events import ContextNotice, DecodeSettings, Fate, Mode, PairInfo, PrefillProgress
 from engine.remote import TextDelta, is_url
 from ui.charts import ChartsPanel
 from ui.chat_view import CLEAN, TRACE, ChatView, continue_reach
 from ui.compare import comparison_view
 from ui.controls import DecodingControls, ModelPicker
+from ui.drafters_dialog import DraftersDialog
 from ui.engine_report import FATES_NOTE, EngineReport
 from ui.gamma_charts import WhyGammaPanel, why_image
+from ui.guide import GuideDialog, about_box, shortcuts_box, user_guide
 from ui.history import HistoryPanel
 from ui.inspector import TokenInspector, first_rejection_note
 from ui.legend import Legend
@@ -30,8 +29,8 @@ from ui.message_box import MessageBox
 from ui.palette import NOTE_COLOUR
 from ui.preferences import (apply_settings, export_folder, remember_export_folder, restore_preferences,
                             save_preferences)
-from app.session import (ChatStatus, ComparisonShown, DrafterComparison, DraftersShown, EngineTarget, NumberedReply,
-                        Reply, ReplyShown, RoundShown, Session, TurnOptions, TurnStarted, TurnState, numbered_replies)
+from app.session import (ChatStatus, ComparisonShown, DraftersShown, EngineTarget, NumberedReply, Reply, ReplyShown,
+                         RoundShown, Session, TurnOptions, TurnStarted, TurnState, numbered_replies)
 from app.why import WhyGamma, recommendation_text, why_gamma
 from ui.status_bar import ElidedLabel, PartsLabel, StatusBar
 from ui.transcript import CONTEXT, reply_notes
@@ -67,11 +66,6 @@ INT4_NOTE = ("The target runs on its GGUF's own 4-bit blocks (as llama.cpp runs 
 # A few seconds on a quiet machine; many times that beside another busy program, which the timing must not mistake
 # for this machine's speed (every cost is the fastest of several timings).
 TIMING_TEXT = "Timing this machine's speed{} (a few seconds; longer while other programs are busy)…"
-ABOUT = ("<h3>SpecDec Studio {version}</h3><p>A chat app that makes speculative decoding visible: a small draft "
-         "model guesses up to γ tokens, the target checks them in one pass, and rejection sampling keeps the output "
-         "exactly the target's (Leviathan et al., 2023; Chen et al., 2023). Every token is coloured by its fate; the "
-         "charts show α, tokens per round and the speedup over plain autoregressive decoding.</p><p>Chats are saved "
-         "as they happen (History, Ctrl+H); F1 lists the shortcuts.</p>")
 
 
 class SystemPromptLine(QLabel):
@@ -102,67 +96,6 @@ class SystemPromptLine(QLabel):
         shown = metrics.elidedText(" ".join(self.prompt.split()), Qt.TextElideMode.ElideRight, max(0, room))
         self.setText(f"<span style='color:{NOTE_COLOUR}'>System prompt (<a href='change'>change</a>): "
                      f"“{escape(shown)}”</span>")
-
-
-def user_guide() -> Path | str:
-    """The README: the checkout's own file beside the package (its screenshots and docs/ links resolve from it), else
-    the installed package's description as Markdown (text only), else ""."""
-    beside = Path(__file__).resolve().parent.parent / "README.md"
-    if beside.is_file():
-        return beside
-    try:
-        return metadata.metadata("specdec-studio").get_payload() or ""
-    except metadata.PackageNotFoundError:
-        return ""
-
-
-def fit_to_width(browser: QTextBrowser) -> None:
-    """Draws each picture wider than the browser at its width, keeping its shape (at its own 1,600 px the README's
-    screenshot was cut by the guide's edge and looked like a second window inside it), and lets code lines wrap (a
-    README command line and its comment scrolled the guide sideways). The changes are one edit: made one by one, the
-    layout left a third of the README's paragraphs unlaid, drawn as blank space."""
-    document = browser.document()
-    width = browser.viewport().width() - 2 * document.documentMargin()
-    edit = QTextCursor(document)
-    edit.beginEditBlock()
-    block = document.begin()
-    while block.isValid():
-        if block.blockFormat().nonBreakableLines():
-            wrapping = QTextBlockFormat()
-            wrapping.setNonBreakableLines(False)
-            QTextCursor(block).mergeBlockFormat(wrapping)
-        for piece in block:
-            fragment = piece.fragment()
-            picture = fragment.charFormat().toImageFormat()
-            if not picture.isValid():
-                continue
-            size = document.resource(QTextDocument.ResourceType.ImageResource, picture.name()).size()
-            if size.width() > width:
-                picture.setWidth(width)
-                picture.setHeight(width * size.height() / size.width())
-                cursor = QTextCursor(document)
-                cursor.setPosition(fragment.position())
-                cursor.setPosition(fragment.position() + fragment.length(), QTextCursor.MoveMode.KeepAnchor)
-                cursor.setCharFormat(picture)
-        block = block.next()
-    edit.endEditBlock()
-
-
-def follow_guide_link(browser: QTextBrowser, url: QUrl) -> None:
-    """A Markdown page opens in the guide (Back returns); anything else, a web page or a folder of screenshots,
-    opens in the desktop's own program for it: the guide would draw a folder as a blank page."""
-    url = browser.source().resolved(url)
-    if url.isLocalFile() and url.path().endswith(".md"):
-        browser.setSource(url)
-    else:
-        QDesktopServices.openUrl(url)
-
-
-def app_version() -> str:
-    try:
-        return metadata.version("specdec-studio")
-    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
-        return ""
 
 
 def fitted_frame(frame: QRect, margins: QMargins, free: QRect, minimum: QSize) -> QRect:
@@ -647,46 +580,16 @@ class MainWindow(QMainWindow):
         return rows
 
     def show_shortcuts(self) -> None:
-        table = "".join(f"<tr><td><b>{keys}</b>&nbsp;&nbsp;</td><td>{what}</td></tr>" for keys, what in self.shortcuts())
-        self.help_box = QMessageBox(QMessageBox.Icon.NoIcon, "Keyboard shortcuts", f"<table>{table}</table>",
-                                    QMessageBox.StandardButton.Close, self)
-        self.help_box.setTextFormat(Qt.TextFormat.RichText)
-        self.help_box.open()
-        self.help_box.activateWindow()  # Esc and Enter go to the list, not the chat behind it
+        self.help_box = shortcuts_box(self.shortcuts(), self)
 
     def show_guide(self) -> None:
         """The README in a window of its own beside the chat: what each colour, chart and number means."""
-        guide = user_guide()
-        self.guide = QDialog(self)
-        self.guide.setWindowTitle("SpecDec Studio: user guide")
-        layout = QVBoxLayout(self.guide)
-        browser = QTextBrowser(self.guide)
-        browser.setOpenLinks(False)
-        browser.anchorClicked.connect(lambda url: follow_guide_link(browser, url))
-        if isinstance(guide, Path):  # loaded from its file, so its links to docs/ open with a history to go back by
-            browser.setSource(QUrl.fromLocalFile(str(guide)))
-        else:
-            browser.setMarkdown(guide)
-        layout.addWidget(browser)
-        self.guide.browser = browser
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
-        buttons.rejected.connect(self.guide.close)
-        back = buttons.addButton("Back to the guide", QDialogButtonBox.ButtonRole.ActionRole)  # after a link to docs/
-        back.setEnabled(False)
-        back.clicked.connect(browser.backward)
-        browser.backwardAvailable.connect(back.setEnabled)
-        self.guide.back = back
-        layout.addWidget(buttons)
+        self.guide = GuideDialog(user_guide(), self)
         self.guide.resize(min(900, self.width()), min(800, self.height()))
         self.guide.show()
-        fit_to_width(browser)
-        browser.sourceChanged.connect(lambda: fit_to_width(browser))
 
     def show_about(self) -> None:
-        self.help_box = QMessageBox(QMessageBox.Icon.Information, "About SpecDec Studio",
-                                    ABOUT.format(version=app_version()), QMessageBox.StandardButton.Close, self)
-        self.help_box.setTextFormat(Qt.TextFormat.RichText)
-        self.help_box.open()
+        self.help_box = about_box(self)
 
     def export_dialog(self) -> None:
         if self.status.busy:  # the reply on screen is not in the conversation until it ends
@@ -981,7 +884,7 @@ class MainWindow(QMainWindow):
         self.statusBar().clearMessage()
         if self.drafters_dialog is not None:
             self.drafters_dialog.close()
-        self.drafters_dialog = drafters_dialog(shown.comparison, self, shown.previous, shown.drawn_ar_tokens_per_s)
+        self.drafters_dialog = DraftersDialog(shown.comparison, self, shown.previous, shown.drawn_ar_tokens_per_s)
         self.drafters_dialog.show()
 
     def on_context_fitted(self, notice: ContextNotice) -> None:
@@ -1189,130 +1092,3 @@ def reply_charts(numbered: NumberedReply, size: QSize) -> ChartsPanel:
             charts.show_measured_speedup(comparison.speedup, part, number)
     charts.refresh()
     return charts
-
-
-# A Compare drafters whose plain AR ran this much slower undrawn than the chat's drawn plain AR reply says so
-AR_SLOWER = 0.95
-DRAFTER_COLUMNS = ("drafters", "tokens", "tokens/s", "α", "tokens/round", "vs plain AR", "runs apart")
-
-
-def drafters_table(comparison: DrafterComparison) -> QTableWidget:
-    rows = comparison.rows()
-    table = QTableWidget(len(rows), len(DRAFTER_COLUMNS))
-    table.setHorizontalHeaderLabels(list(DRAFTER_COLUMNS))
-    table.verticalHeader().hide()
-    table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-    for r, row in enumerate(rows):
-        if row["skipped"] or (row["stopped"] and not row["tokens"]):
-            cells = [row["skipped"] or "stopped", "", "", "", "", ""]
-        else:
-            # a drafting that drafted nothing ran plain target steps, plain AR's work: its ratio to the AR row is
-            # one run's spread (0.72-1.14× seen), no speedup; its tokens/s stands
-            idle = row["drafting"] != Drafting.NONE.value and not row["drafted"]
-            vs_ar = ("plain AR's work (drafted nothing)" if idle else "" if row["vs_ar"] is None
-                     else f"{row['vs_ar']:.2f}×" + (" (not fair: above its tok/round)" if row["beyond_rounds"] else ""))
-            cells = [str(row["tokens"]), f"{row['tokens_per_s']:.1f}",
-                     "—" if row["alpha"] is None else f"{row['alpha']:.2f}", f"{row['tokens_per_round']:.2f}", vs_ar,
-                     # how much faster the kept run was than the slowest: a difference between rows under it is noise
-                     f"{row['spread']:.0%}" if row["runs"] > 1 else "—"]
-        name = Drafting(row["drafting"]).label + (" (stopped)" if row["stopped"] and row["tokens"] else "")
-        for c, text in enumerate([name, *cells]):
-            item = QTableWidgetItem(text)
-            if c:
-                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            table.setItem(r, c, item)
-    table.resizeColumnsToContents()
-    table.resizeRowsToContents()
-    # every row in view: the table is as tall as its rows (four at most), the dialog as tall as it and the note
-    table.setMinimumHeight(table.horizontalHeader().sizeHint().height() + 2 * table.frameWidth()
-                           + sum(table.rowHeight(r) for r in range(table.rowCount())))
-    return table
-
-
-def _passes_said(comparison: DrafterComparison) -> str:
-    """How many runs each row is the fastest of, and how far apart runs of the same work were."""
-    rows = comparison.rows()
-    passes = max((row["runs"] for row in rows), default=1)
-    if passes == 1:
-        return "One run each: on a machine with few cores runs of the same work differ by tens of per cent."
-    spread = max(row["spread"] for row in rows)
-    return (f"Each drafting ran {passes} times, all of them in turn, and its row is its fastest run, the one the "
-            f"machine slowed least; runs of the same work here were up to {spread:.0%} apart.")
-
-
-def nothing_drafted_said(comparison: DrafterComparison) -> str:
-    """Where no drafting drafted anything, that the table ranks nothing: every row did plain AR's work ("" else)."""
-    rows = [row for row in comparison.rows() if row["drafting"] != Drafting.NONE.value and not row["skipped"]]
-    if not rows or any(row["drafted"] for row in rows):
-        return ""
-    return ("On this prompt no drafting drafted anything: every row did plain AR's work, so the table ranks none of "
-            "them, and its tokens/s differ only as runs of the same work do (runs apart). A prompt the reply can copy "
-            "from, or a longer reply, gives the drafts something to win. ")
-
-
-def again_said(comparison: DrafterComparison, previous: DrafterComparison | None) -> str:
-    """Against the chat's last Compare drafters of the same prompt and settings: how far each drafting's tokens/s
-    moved between the two, and whether the rows rank alike by them ("" where there is no such run to read it by)."""
-    def speeds(table: DrafterComparison) -> dict[str, float]:
-        return {row["drafting"]: row["tokens_per_s"] for row in table.rows()
-                if not row["skipped"] and not row["stopped"] and row["tokens"]}
-
-    now, before = speeds(comparison), speeds(previous) if previous is not None else {}
-    both = [drafting for drafting in now if before.get(drafting)]
-    if len(both) < 2:
-        return ""
-    moved = max(abs(now[d] / before[d] - 1) for d in both)
-    alike = sorted(both, key=now.get) == sorted(both, key=before.get)
-    ranking = ("the rows rank alike in both, so their order is what to act on, not the size of their figures"
-               if alike else "the rows rank differently in the two, so neither order is sure on this machine")
-    return (f" Against this chat's last Compare drafters of the same prompt and settings, a drafting's tokens/s moved "
-            f"up to {moved:.0%} (this machine's speed between the two, more than runs within one need show); "
-            f"{ranking}.")
-
-
-def drawn_ar_said(comparison: DrafterComparison, drawn_ar_tokens_per_s: float) -> str:
-    """Where the table's plain AR ran slower undrawn than the chat's plain AR reply to the same prompt ran drawn
-    (drawing only ever adds work): that the machine was slower, and what to read the rows against."""
-    ar = next((row["tokens_per_s"] for row in comparison.rows()
-               if row["drafting"] == Drafting.NONE.value and row["tokens"] and not row["stopped"]), 0.0)
-    if not ar or not drawn_ar_tokens_per_s or ar >= AR_SLOWER * drawn_ar_tokens_per_s:
-        return ""
-    return (f" Plain AR ran {ar:.1f} tok/s here, undrawn, against {drawn_ar_tokens_per_s:.1f} tok/s as this chat's "
-            "reply to the same prompt, drawn: this machine ran slower during the table than then, so read each row "
-            "against the table's own plain AR, run seconds from it, not against that reply.")
-
-
-def drafters_dialog(comparison: DrafterComparison, parent, previous: DrafterComparison | None = None,
-                    drawn_ar_tokens_per_s: float = 0.0) -> QDialog:
-    """The table and what to read it by; `previous`: the chat's last one of the same prompt and settings;
-    `drawn_ar_tokens_per_s`: the chat's plain AR reply to it, drawn (0: none)."""
-    dialog = QDialog(parent)
-    dialog.setWindowTitle("Compare drafters")
-    layout = QVBoxLayout(dialog)
-    settings = comparison.request.settings
-    rule = ("cost-aware draft length" if settings.cost_aware else "γ drafts every round" if not settings.stop_below
-            else f"draft length by the confidence stop (below {settings.stop_below:.2f})")
-    note = QLabel(f"{nothing_drafted_said(comparison)}The last prompt on this target, "
-                  f"{'greedy' if settings.greedy else 'sampling'}, "
-                  f"γ ≤ {settings.gamma}, {rule}, {settings.max_new_tokens} tokens at most; each drafting starts "
-                  f"from the acceptance this chat's rounds measured, with no cached prompt. {_passes_said(comparison)}"
-                  f"{again_said(comparison, previous)}{drawn_ar_said(comparison, drawn_ar_tokens_per_s)} "
-                  "A row that drafted nothing did "
-                  "plain AR's work: its rounds judged that no draft would pay for itself at the costs timed for it. "
-                  "A speedup above a row's tokens per round is not fair: each round costs a plain step at least, so "
-                  "its run and plain AR's met the machine differently; it is not drawn in the why tab.")
-    note.setWordWrap(True)
-    layout.addWidget(note)
-    dialog.note = note
-    dialog.table = table = drafters_table(comparison)
-    layout.addWidget(table)
-    buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
-    buttons.rejected.connect(dialog.close)
-    layout.addWidget(buttons)
-    columns = sum(table.columnWidth(c) for c in range(table.columnCount()))
-    margins = layout.contentsMargins()
-    wide = (table.verticalHeader().sizeHint().width() + columns + 2 * table.frameWidth() + margins.left()
-            + margins.right() + table.verticalScrollBar().sizeHint().width())
-    width = max(520, wide)  # every column in view, "vs plain AR" the last
-    dialog.resize(width, max(dialog.heightForWidth(width), dialog.minimumSizeHint().height()))
-    return dialog

@@ -11,7 +11,7 @@ from app.session import DrafterComparison, DrafterRun, ReplyRequest
 from engine.events import DecodeSettings, Drafting
 from tests.ui.helpers import REPLY_TIMEOUT_MS, send
 from tests.ui.synthetic import accepted_round
-from ui.main_window import drafters_table
+from ui.drafters_dialog import drafters_table
 
 
 def test_compare_drafters_starts_each_planner_from_what_the_chat_taught_and_leaves_it_as_it_was(
@@ -54,7 +54,7 @@ def test_a_drafting_that_drafted_nothing_is_plain_ars_work_not_a_speedup(qapp):
 def test_a_table_where_no_drafting_drafted_says_it_ranks_nothing(qapp):
     """Every drafting ran plain target steps (the twenty-third walk: four rows of plain AR's work, 60 % apart): the
     note says the table ranks none. The control: one drafting drafted, and the note does not."""
-    from ui.main_window import drafters_dialog
+    from ui.drafters_dialog import DraftersDialog
 
     steps = tuple(dataclasses.replace(accepted_round(i, [], "w"), gamma=0) for i in range(4))
     drafted = tuple(accepted_round(i, ["a"], "b") for i in range(2))
@@ -62,7 +62,7 @@ def test_a_table_where_no_drafting_drafted_says_it_ranks_nothing(qapp):
     idle = DrafterComparison(request, tuple(DrafterRun(d, steps) for d in Drafting))
     some = DrafterComparison(request, (DrafterRun(Drafting.MODEL, drafted),
                                        *(DrafterRun(d, steps) for d in Drafting if d is not Drafting.MODEL)))
-    dialogs = [drafters_dialog(comparison, None) for comparison in (idle, some)]
+    dialogs = [DraftersDialog(comparison, None) for comparison in (idle, some)]
     assert dialogs[0].note.text().startswith("On this prompt no drafting drafted anything")
     assert "no drafting drafted" not in dialogs[1].note.text()
 
@@ -99,7 +99,7 @@ def test_a_second_compare_drafters_of_the_same_prompt_says_how_far_it_moved_from
     """The twenty-fourth walk: run twice, every row 12-28 % slower the second time, "up to 4 % apart" within it.
     The second run's note says how far the rows moved and that they rank alike; a swapped order says neither is
     sure. The control: a first run, or one of other settings, says nothing of another."""
-    from ui.main_window import drafters_dialog
+    from ui.drafters_dialog import DraftersDialog
 
     def run(drafting: Drafting, slower: float) -> DrafterRun:
         rounds = tuple(dataclasses.replace(accepted_round(i, ["a"], "b"), round_s=0.03 * slower) for i in range(4))
@@ -109,7 +109,7 @@ def test_a_second_compare_drafters_of_the_same_prompt_says_how_far_it_moved_from
     first = DrafterComparison(request, (run(Drafting.LOOKUP, 1.0), run(Drafting.NONE, 1.4)))
     again = DrafterComparison(request, (run(Drafting.LOOKUP, 1.25), run(Drafting.NONE, 1.6)))
     swapped = DrafterComparison(request, (run(Drafting.LOOKUP, 1.6), run(Drafting.NONE, 1.4)))
-    dialogs = [drafters_dialog(again, None, first), drafters_dialog(swapped, None, first), drafters_dialog(first, None)]
+    dialogs = [DraftersDialog(again, None, first), DraftersDialog(swapped, None, first), DraftersDialog(first, None)]
     alike, differently, alone = (dialog.note.text() for dialog in dialogs)
     assert "moved up to 20%" in alike and "rank alike" in alike
     assert "rank differently" in differently and "last Compare drafters" not in alone
@@ -119,7 +119,7 @@ def test_a_table_whose_plain_ar_ran_slower_undrawn_than_the_chat_s_drawn_plain_a
     """The twenty-seventh walk: a plain AR reply drawn at 95.9 tok/s, then Compare drafters' plain AR at 82.0
     undrawn. The note says the machine ran slower and what to read the rows by; the controls: a table whose plain
     AR ran about as fast, and a chat without a plain AR reply to that prompt, say nothing of it."""
-    from ui.main_window import drafters_dialog
+    from ui.drafters_dialog import DraftersDialog
 
     def run(drafting: Drafting, round_s: float) -> DrafterRun:
         return DrafterRun(drafting, tuple(dataclasses.replace(accepted_round(i, ["a"], "b"), round_s=round_s)
@@ -127,8 +127,8 @@ def test_a_table_whose_plain_ar_ran_slower_undrawn_than_the_chat_s_drawn_plain_a
 
     request = ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings())
     table = DrafterComparison(request, (run(Drafting.LOOKUP, 0.02), run(Drafting.NONE, 0.025)))  # 80 tok/s
-    dialogs = [drafters_dialog(table, None, None, 96.0), drafters_dialog(table, None, None, 82.0),
-               drafters_dialog(table, None)]
+    dialogs = [DraftersDialog(table, None, None, 96.0), DraftersDialog(table, None, None, 82.0),
+               DraftersDialog(table, None)]
     slower, alike, alone = (dialog.note.text() for dialog in dialogs)
     assert "Plain AR ran 80.0 tok/s here, undrawn, against 96.0 tok/s as this chat's reply" in slower
     assert "Plain AR ran" not in alike and "Plain AR ran" not in alone

@@ -334,7 +334,7 @@ def test_the_user_guide_shows_the_readme_with_its_pictures_and_without_a_checkou
         make_studio, mixed_decoder, qtbot, monkeypatch, tmp_path):
     """Help > User guide: the README, its headings as headings and its screenshots found beside it; the control, a
     package installed without the checkout, shows the package's description; with neither, the entry is off."""
-    import ui.main_window as main_window
+    import ui.guide as guide
 
     window = make_studio(mixed_decoder, max_new_tokens=4).window
     assert "Shift+F1" in dict(window.shortcuts())
@@ -354,7 +354,7 @@ def test_the_user_guide_shows_the_readme_with_its_pictures_and_without_a_checkou
     assert unlaid == []  # every paragraph is laid out, so drawn: none left blank after the pictures were resized
     assert not window.guide.back.isEnabled()
     opened = []
-    monkeypatch.setattr(main_window.QDesktopServices, "openUrl", opened.append)
+    monkeypatch.setattr(guide.QDesktopServices, "openUrl", opened.append)
     window.guide.browser.anchorClicked.emit(QUrl("docs/screenshots/"))  # a folder: the desktop's file manager
     assert [url.toLocalFile() for url in opened] == [str(Path(__file__).parents[2] / "docs" / "screenshots") + "/"]
     assert window.guide.browser.toPlainText().startswith("SpecDec Studio")
@@ -366,12 +366,12 @@ def test_the_user_guide_shows_the_readme_with_its_pictures_and_without_a_checkou
     QApplication.processEvents()
     assert window.guide.browser.horizontalScrollBar().maximum() == 0  # fitted again
     window.guide.close()
-    monkeypatch.setattr(main_window, "__file__", str(tmp_path / "ui" / "main_window.py"))
-    text = main_window.user_guide()
+    monkeypatch.setattr(guide, "__file__", str(tmp_path / "ui" / "guide.py"))
+    text = guide.user_guide()
     assert isinstance(text, str) and text.startswith("# SpecDec Studio")
-    monkeypatch.setattr(main_window.metadata, "metadata", lambda name: (_ for _ in ()).throw(
-        main_window.metadata.PackageNotFoundError(name)))
-    assert main_window.user_guide() == ""
+    monkeypatch.setattr(guide.metadata, "metadata", lambda name: (_ for _ in ()).throw(
+        guide.metadata.PackageNotFoundError(name)))
+    assert guide.user_guide() == ""
 
 
 def test_loading_a_pair_leaves_the_guide_in_view(make_studio, mixed_decoder, qtbot, tmp_path):

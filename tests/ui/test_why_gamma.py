@@ -327,7 +327,7 @@ def test_a_run_drafted_by_the_confidence_stop_is_drawn_apart_and_scales_no_cost_
 def test_a_compare_drafters_row_faster_than_its_rounds_allow_is_said_unfair_and_not_drawn(qtbot):
     """Copying at 4 tokens a round measured at 4.5x (a slow plain AR run): no dot, and its cell says so. The
     control: 3x is a dot and a plain figure."""
-    from ui.main_window import drafters_table
+    from ui.drafters_dialog import drafters_table
 
     for speedup, drawn in ((4.5, False), (3.0, True)):
         session = synthetic_session(2.0)
