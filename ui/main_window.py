@@ -4,16 +4,16 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from PySide6.QtCore import QElapsedTimer, QMargins, QRect, QSettings, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QMargins, QRect, QSettings, QSize, Qt, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QImage, QKeySequence, QPainter
 from PySide6.QtWidgets import (QApplication, QDialog, QDockWidget, QFileDialog, QHBoxLayout, QInputDialog, QLabel,
-                               QMainWindow, QMenu, QMessageBox, QProgressBar, QPushButton, QScrollArea, QSizePolicy,
-                               QSplitter, QTabWidget, QVBoxLayout, QWidget)
+                               QMainWindow, QMenu, QMessageBox, QPushButton, QScrollArea, QSizePolicy, QSplitter,
+                               QTabWidget, QVBoxLayout, QWidget)
 
 from app.export import file_stem, written_said
 from engine.choices import DEVICES, DTYPES
 from engine.events import ContextNotice, DecodeSettings, Fate, Mode, PairInfo, PrefillProgress
-from engine.remote import TextDelta, is_url
+from engine.remote import TextDelta
 from ui.charts import ChartsPanel
 from ui.chat_view import CLEAN, TRACE, ChatView, continue_reach
 from ui.compare import comparison_view
@@ -32,8 +32,8 @@ from ui.preferences import (apply_settings, export_folder, remember_export_folde
 from app.session import (ChatStatus, ComparisonShown, DraftersShown, EngineTarget, NumberedReply, Reply, ReplyShown,
                          RoundShown, Session, TurnOptions, TurnStarted, TurnState, numbered_replies)
 from app.why import WhyGamma, recommendation_text, why_gamma
-from ui.status_bar import ElidedLabel, PartsLabel, StatusBar
 from ui.transcript import CONTEXT, reply_notes
+from ui.window_status import WindowStatusBar
 from ui.wording import (comparison_line, measured_figures, pair_said, part_label, remote_header, remote_line,
                         reply_header, settings_said, stats_figures, unbreakable)
 
@@ -47,25 +47,13 @@ PANE_MIN_WIDTH = {"side": 245, "chat": 315, "right": 200}
 # pane comes back with its share.
 PANE_WIDTH = {"side": 280, "chat": 770, "right": 350}
 SIDE_MAX_WIDTH = 320
-STATUS_RIGHT_MARGIN = 8  # between the status bar's last widget and the window's right edge
-# The most of the window's width the pair's name takes in the status bar (elided, whole in its tooltip) beside the
-# last reply's figures, which are what changes; with none beside it (loading, timing), all it needs.
-PAIR_SHARE = 0.23
-UNLIMITED_WIDTH = 16777215  # Qt's QWIDGETSIZE_MAX, which PySide6 does not export
 LAST_REPLY = "last reply: "  # the status bar's summary of the last reply begins so
-# Compare with AR's progress bar: its runs' tokens, or a run reading a long prompt in again (%v of %m positions)
-COMPARISON_DECODING = "Compare with AR, undrawn: %v of ~%m tokens"
-COMPARISON_READING = "Compare with AR: reading the prompt in again, %v of %m"
 READING = "reading the prompt: %d of %d tokens…"
 EXPORT_TITLE_HEIGHT = 20  # the exported chart image's row naming each reply and the why tab
 HISTORY_WIDTH = 140  # the history dock's first width: its titles elide, and a small window's chat needs the room
-SERVING_READY_S = 100  # about how long vLLM takes to answer here (engine.benchmark.vllm_peer.READY_TIMEOUT_S bounds it)
 EDITING = "Editing a message: Enter resends it in place of its turn and what followed"
 INT4_NOTE = ("The target runs on its GGUF's own 4-bit blocks (as llama.cpp runs them: half the memory), the same "
              "in every mode. For de-quantised weights instead, set weights to dtype and Load pair (README: Weights)")
-# A few seconds on a quiet machine; many times that beside another busy program, which the timing must not mistake
-# for this machine's speed (every cost is the fastest of several timings).
-TIMING_TEXT = "Timing this machine's speed{} (a few seconds; longer while other programs are busy)…"
 
 
 class SystemPromptLine(QLabel):
@@ -141,8 +129,6 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.setWindowTitle("SpecDec Studio")
         self.status = ChatStatus(TurnState.IDLE, ready=False, n_turns=0, can_continue=False, editing=None)
-        self._loading_text = "Loading models…"  # what the status bar says while a pair loads
-        self._pair_text = "no model loaded"
         self.help_box: QMessageBox | None = None
         self.error_box: QMessageBox | None = None
         self.preferences = preferences
@@ -172,52 +158,16 @@ class MainWindow(QMainWindow):
         self.engine_report = EngineReport()
         self.remote: EngineTarget | None = None  # the engine replies come from; None: the local pair
         self.vllm_missing = vllm_missing
-        self.serving_clock = QElapsedTimer()
-        self.serving_timer = QTimer(self)  # the status line's seconds while vLLM starts
-        self.serving_timer.setInterval(1000)
-        self.serving_timer.timeout.connect(self._show_serving_progress)
         self.drafters_dialog: QDialog | None = None
         self._speculative = True  # the reply being drawn is speculative (its rounds count in the acceptance)
-        self.pair_label = ElidedLabel("no model loaded")
-        self.reply_label = PartsLabel("")
-        self.reply_label.text_set.connect(self._fit_pair_label)
         self.setCentralWidget(self._layout())
         self.history_dock = self._history_dock()
-        self.status_bar = StatusBar()
+        self.status_bar = WindowStatusBar()
         self.setStatusBar(self.status_bar)
-        self.statusBar().addWidget(self.pair_label)
-        self.statusBar().addWidget(self.reply_label, 1)
-        self.comparison_progress = QProgressBar()
-        self.comparison_progress.setFormat(COMPARISON_DECODING)
-        self.comparison_progress.setToolTip("Compare with AR: the same messages decoded again, undrawn, with plain "
-                                            "AR and then as the reply was, to measure the speedup")
-        # The text is drawn over the bar, so the bar is never narrower than it (the labels beside it elide).
-        metrics = self.comparison_progress.fontMetrics()  # tokens run to four digits, a prompt's positions to five
-        widest = max(metrics.horizontalAdvance(form.replace("%v", digits).replace("%m", digits))
-                     for form, digits in ((COMPARISON_DECODING, "0000"), (COMPARISON_READING, "00000")))
-        self.comparison_progress.setMinimumWidth(widest + 24)
-        self.comparison_progress.hide()
-        holder = QWidget()  # the bar's room, with a margin: at the window's edge it looked cut off
-        holder_layout = QHBoxLayout(holder)
-        holder_layout.setContentsMargins(0, 0, STATUS_RIGHT_MARGIN, 0)
-        holder_layout.addWidget(self.comparison_progress)
-        self.load_progress = QProgressBar()
-        self.load_progress.setTextVisible(False)
-        self.load_progress.setMaximumWidth(120)
-        self.load_progress.setToolTip("Loading the model pair; the first load prepares it and can take a while")
-        self.load_progress.hide()
-        holder_layout.addWidget(self.load_progress)
-        self.prefill_progress = QProgressBar()
-        self.prefill_progress.setFormat("reading the prompt: %v of %m tokens")
-        self.prefill_progress.setToolTip("A long prompt is read in chunks; Stop takes effect between them")
-        widest = self.prefill_progress.format().replace("%v", "00000").replace("%m", "00000")
-        self.prefill_progress.setMinimumWidth(self.prefill_progress.fontMetrics().horizontalAdvance(widest) + 24)
-        self.prefill_progress.hide()
-        holder_layout.addWidget(self.prefill_progress)
-        # A bar's height whether one is shown or not: a bar appearing would otherwise push the panes up a few pixels
-        holder.setMinimumHeight(max(bar.sizeHint().height() for bar in (self.comparison_progress, self.load_progress,
-                                                                          self.prefill_progress)))
-        self.statusBar().addPermanentWidget(holder)
+        self.pair_label, self.reply_label = self.status_bar.pair_label, self.status_bar.reply_label
+        self.load_progress = self.status_bar.load_progress
+        self.comparison_progress = self.status_bar.comparison_progress
+        self.prefill_progress = self.status_bar.prefill_progress
         self._menus()
         self._connect()
         self.on_status_changed(self.status)
@@ -653,37 +603,28 @@ class MainWindow(QMainWindow):
             act.setEnabled(idle_with_reply)
         self.compare_drafters_action.setEnabled(idle_with_reply and not status.remote)
         self.copy_action.setEnabled(idle_with_reply and bool(self.chat.reply_text(status.n_turns - 1)))
-        self.serve_action.setEnabled(self.vllm_missing is None and not busy and not self.serving_timer.isActive())
+        serving = self.status_bar.serving_timer.isActive()
+        self.serve_action.setEnabled(self.vllm_missing is None and not busy and not serving)
         self.local_action.setEnabled(status.remote and not busy)
         continuable = idle_with_reply and status.can_continue and not editing  # a resend replaces the reply
         self.continue_action.setEnabled(continuable)
         self.continue_button.setVisible(continuable)
         if status.state is TurnState.LOADING:
-            self._open_progress()
+            self.status_bar.open_progress()
         else:
-            self._close_progress()
+            self.status_bar.close_progress()
 
     def on_load_started(self, target: str, draft: str | None) -> None:
-        if is_url(target):
-            self._loading_text = f"Connecting to {target}" + (f" ({draft})" if draft else "") + "…"
-            return
-        self._loading_text = f"Loading {target}" + (f" and {draft}" if draft else "") + "…"
+        self.status_bar.on_load_started(target, draft)
 
     def on_timing_started(self) -> None:
-        """The pair is loaded and its costs are being timed: the busy bar gives way to one that moves a step at a
-        time, as a busy bar's drawing would take the very cores being timed (on two cores it tripled what a cached
-        position seemed to cost)."""
-        self.load_progress.setRange(0, 1)
-        self.load_progress.setValue(0)
-        self.pair_label.setText(TIMING_TEXT.format(""))
+        self.status_bar.on_timing_started()
 
     def on_timing_progressed(self, done: int, total: int) -> None:
-        self.load_progress.setRange(0, total)
-        self.load_progress.setValue(done)
-        self.pair_label.setText(TIMING_TEXT.format(f": step {done} of {total}"))
+        self.status_bar.on_timing_progressed(done, total)
 
     def on_pair_loaded(self, info: PairInfo) -> None:
-        self._close_progress()
+        self.status_bar.close_progress()
         self.pair_label.setText(pair_said(info, short=True))
         if info.target.weights == "native":  # said where it is seen, not only in a tooltip
             self.statusBar().showMessage(INT4_NOTE, 20000)
@@ -783,7 +724,7 @@ class MainWindow(QMainWindow):
         """Replies come from `target` now: the Engine tab shows its counts, the legend and inspector say that no
         token's fate is known, and the local pair's own controls rest."""
         self.remote = target
-        self._close_progress()
+        self.status_bar.close_progress()
         self.pair_label.setText(f"{target.model} at {target.url} (remote engine)")
         self.pair_label.setToolTip(f"model: {target.model}\nengine: {target.url}")
         self.picker.show_pair(target.url, target.model)
@@ -811,7 +752,7 @@ class MainWindow(QMainWindow):
 
     def on_remote_failed(self, message: str) -> None:
         """One line in the status bar (and in the Engine tab): the chat goes on."""
-        self._close_progress()
+        self.status_bar.close_progress()
         self.statusBar().showMessage(message, 20000)
         self.engine_report.on_failed(message)
 
@@ -820,42 +761,22 @@ class MainWindow(QMainWindow):
         self.engine_report.on_text_received(piece)
 
     def on_serving_requested(self) -> None:
-        """vLLM is starting for the embedded pair: a running count in the status bar until it answers."""
-        self.serving_clock.start()
-        self.serving_timer.start()
-        self.load_progress.show()
+        self.status_bar.start_serving()
         self.serve_action.setEnabled(False)
-        self._show_serving_progress()
 
     def on_serving_finished(self, _url: str = "") -> None:
-        self.serving_timer.stop()
-        self.load_progress.hide()
+        self.status_bar.stop_serving()
         self.serve_action.setEnabled(self.vllm_missing is None and not self.status.busy)
-        self.statusBar().clearMessage()
 
     def on_serving_failed(self, message: str) -> None:
         self.on_serving_finished()
         self.statusBar().showMessage(message, 30000)
 
-    def _show_serving_progress(self) -> None:
-        seconds = self.serving_clock.elapsed() // 1000
-        self.statusBar().showMessage(f"Starting vLLM with the embedded pair… {seconds} s (it answers after about "
-                                     f"{SERVING_READY_S} s here)")
-
     def on_comparison_reading(self, done: int, total: int) -> None:
-        """One of Compare with AR's runs is reading the prompt in again: `done` of its `total` positions."""
-        self.comparison_progress.setFormat(COMPARISON_READING)
-        self.comparison_progress.setRange(0, max(total, 1))
-        self.comparison_progress.setValue(done)
-        self.comparison_progress.show()
+        self.status_bar.on_comparison_reading(done, total)
 
     def on_comparison_progressed(self, tokens: int, expected: int) -> None:
-        """The runs behind Compare with AR (plain AR, then a speculative reply again) have produced `tokens` of the
-        `expected`."""
-        self.comparison_progress.setFormat(COMPARISON_DECODING)
-        self.comparison_progress.setRange(0, max(expected, tokens, 1))
-        self.comparison_progress.setValue(tokens)
-        self.comparison_progress.show()
+        self.status_bar.on_comparison_progressed(tokens, expected)
 
     def on_comparison_finished(self, shown: ComparisonShown) -> None:
         self.comparison_progress.hide()
@@ -895,15 +816,11 @@ class MainWindow(QMainWindow):
         """How far a long prompt has been read in: in the status bar, and after the header of the reply that waits
         for it (where the eye is)."""
         reading = progress.done < progress.total and self.status.state is not TurnState.STOPPING
-        self.prefill_progress.setRange(0, max(progress.total, 1))
-        self.prefill_progress.setValue(progress.done)
-        self.prefill_progress.setVisible(reading)
+        self.status_bar.show_prefill(progress, reading)
         self.chat.show_reading(READING % (progress.done, progress.total) if reading else "")
 
     def on_turn_completed(self) -> None:
-        self.comparison_progress.hide()
-        self.prefill_progress.hide()
-        self.statusBar().clearMessage()
+        self.status_bar.on_turn_completed()
         self.turn_completed.emit()
 
     def on_edit_started(self, _turn: int, text: str) -> None:
@@ -942,7 +859,7 @@ class MainWindow(QMainWindow):
         self.error_box.open()
 
     def on_failed(self, message: str) -> None:
-        self._close_progress()
+        self.status_bar.close_progress()
         self.comparison_progress.hide()
         self.error_box = QMessageBox(QMessageBox.Icon.Critical, "SpecDec Studio", message,
                                      QMessageBox.StandardButton.Ok, self)
@@ -960,20 +877,7 @@ class MainWindow(QMainWindow):
     def announce_load(self) -> None:
         """A pair will load once the window has painted (at start): its first paint says so already, as the load,
         which holds Python's lock for long stretches, can hold back the status bar's later updates by seconds."""
-        self._open_progress()
-
-    def _open_progress(self) -> None:
-        """Loading shows in the status bar, not in a dialog: the guide and its example prompts stay in view."""
-        if self.load_progress.isHidden():
-            self._pair_text = self.pair_label.text()  # shown again if the load fails
-        self.load_progress.setRange(0, 0)  # busy: a load reports no steps
-        self.load_progress.show()
-        self.pair_label.setText(self._loading_text)
-
-    def _close_progress(self) -> None:
-        if not self.load_progress.isHidden():
-            self.load_progress.hide()
-            self.pair_label.setText(self._pair_text)
+        self.status_bar.open_progress()
 
     def _inspect_first_rejection(self, part_rounds: int | None = None) -> None:
         """Open the inspector on this reply's first rejection, the most telling token to look at: the rejected
@@ -1060,11 +964,7 @@ class MainWindow(QMainWindow):
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
-        self._fit_pair_label()
-
-    def _fit_pair_label(self) -> None:
-        beside_figures = bool(self.reply_label.text())
-        self.pair_label.setMaximumWidth(int(PAIR_SHARE * self.width()) if beside_figures else UNLIMITED_WIDTH)
+        self.status_bar.fit_pair_label()
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self.stop()

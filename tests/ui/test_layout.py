@@ -14,9 +14,9 @@ from ui.charts import MIN_CHART_HEIGHT
 from tests.ui.helpers import shown_window
 from tests.ui.synthetic import rejected_round
 from ui.inspector import MIN_LINES, span_html
-from ui.main_window import (MIN_HEIGHT, MIN_WIDTH, PANE_MIN_WIDTH, PANE_WIDTH, SIDE_MAX_WIDTH, STATUS_RIGHT_MARGIN,
-                            MainWindow, fitted_frame)
+from ui.main_window import MIN_HEIGHT, MIN_WIDTH, PANE_MIN_WIDTH, PANE_WIDTH, SIDE_MAX_WIDTH, MainWindow, fitted_frame
 from ui.tokens import round_spans
+from ui.window_status import STATUS_RIGHT_MARGIN
 
 OPENBOX_FRAME = QMargins(1, 20, 1, 5)  # the title bar and borders openbox draws around a window
 SMALL_SCREEN = QRect(0, 0, 1000, 700)

@@ -389,7 +389,7 @@ def test_loading_a_pair_leaves_the_guide_in_view(make_studio, mixed_decoder, qtb
 def test_while_a_loaded_pair_is_timed_the_bar_moves_by_its_steps_not_busily(make_studio, mixed_decoder, qtbot):
     studio = make_studio(mixed_decoder, max_new_tokens=4)
     window = studio.window
-    window._open_progress()
+    window.status_bar.open_progress()
     assert window.load_progress.maximum() == 0  # a busy bar, drawn again and again while weights load
     studio.chat.timing_started.emit()
     assert window.load_progress.maximum() == 1 and window.load_progress.isVisible()
@@ -397,7 +397,7 @@ def test_while_a_loaded_pair_is_timed_the_bar_moves_by_its_steps_not_busily(make
     studio.chat.timing_progressed.emit(3, 12)  # the bar moves a step at a time, and says so
     assert (window.load_progress.maximum(), window.load_progress.value()) == (12, 3)
     assert "step 3 of 12" in window.pair_label.text()
-    window._open_progress()  # the next load is busy again
+    window.status_bar.open_progress()  # the next load is busy again
     assert window.load_progress.maximum() == 0
 
 

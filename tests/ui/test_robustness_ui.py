@@ -541,7 +541,7 @@ def test_compare_with_ar_shows_its_runs_reading_a_long_prompt_in_again(make_stud
                                                                                bar.value(), bar.maximum())))
     studio.chat.comparison_progressed.connect(lambda *_: formats.append(bar.format()))
     send(qtbot, studio, words(900))
-    from ui.main_window import COMPARISON_DECODING, COMPARISON_READING
+    from ui.window_status import COMPARISON_DECODING, COMPARISON_READING
     assert [(done, total) for done, total, *_ in reading] == [(256, 899), (512, 899), (768, 899)] * 2  # AR, rerun
     assert all(form == COMPARISON_READING and value == done and most == total
                for done, total, form, value, most in reading)

@@ -1,0 +1,159 @@
+"""The window's status bar: the pair's name, the last reply's figures, and the progress of what takes a while (a
+pair loading and its costs being timed, vLLM starting, a long prompt read in, Compare with AR's runs)."""
+from __future__ import annotations
+
+from PySide6.QtCore import QElapsedTimer, QTimer
+from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QWidget
+
+from engine.events import PrefillProgress
+from engine.remote import is_url
+from ui.status_bar import ElidedLabel, PartsLabel, StatusBar
+
+STATUS_RIGHT_MARGIN = 8  # between the status bar's last widget and the window's right edge
+# The most of the window's width the pair's name takes in the status bar (elided, whole in its tooltip) beside the
+# last reply's figures, which are what changes; with none beside it (loading, timing), all it needs.
+PAIR_SHARE = 0.23
+UNLIMITED_WIDTH = 16777215  # Qt's QWIDGETSIZE_MAX, which PySide6 does not export
+# Compare with AR's progress bar: its runs' tokens, or a run reading a long prompt in again (%v of %m positions)
+COMPARISON_DECODING = "Compare with AR, undrawn: %v of ~%m tokens"
+COMPARISON_READING = "Compare with AR: reading the prompt in again, %v of %m"
+SERVING_READY_S = 100  # about how long vLLM takes to answer here (engine.benchmark.vllm_peer.READY_TIMEOUT_S bounds it)
+# A few seconds on a quiet machine; many times that beside another busy program, which the timing must not mistake
+# for this machine's speed (every cost is the fastest of several timings).
+TIMING_TEXT = "Timing this machine's speed{} (a few seconds; longer while other programs are busy)…"
+
+
+class WindowStatusBar(StatusBar):
+    """The pair's name and the last reply's figures on the left; on the right, the bars of whatever is in
+    progress."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._loading_text = "Loading models…"  # what the pair's label says while a pair loads
+        self._pair_text = "no model loaded"
+        self.serving_clock = QElapsedTimer()
+        self.serving_timer = QTimer(self)  # the status line's seconds while vLLM starts
+        self.serving_timer.setInterval(1000)
+        self.serving_timer.timeout.connect(self._show_serving_progress)
+        self.pair_label = ElidedLabel("no model loaded")
+        self.reply_label = PartsLabel("")
+        self.reply_label.text_set.connect(self.fit_pair_label)
+        self.addWidget(self.pair_label)
+        self.addWidget(self.reply_label, 1)
+        self.comparison_progress = QProgressBar()
+        self.comparison_progress.setFormat(COMPARISON_DECODING)
+        self.comparison_progress.setToolTip("Compare with AR: the same messages decoded again, undrawn, with plain "
+                                            "AR and then as the reply was, to measure the speedup")
+        # The text is drawn over the bar, so the bar is never narrower than it (the labels beside it elide).
+        metrics = self.comparison_progress.fontMetrics()  # tokens run to four digits, a prompt's positions to five
+        widest = max(metrics.horizontalAdvance(form.replace("%v", digits).replace("%m", digits))
+                     for form, digits in ((COMPARISON_DECODING, "0000"), (COMPARISON_READING, "00000")))
+        self.comparison_progress.setMinimumWidth(widest + 24)
+        self.comparison_progress.hide()
+        holder = QWidget()  # the bar's room, with a margin: at the window's edge it looked cut off
+        holder_layout = QHBoxLayout(holder)
+        holder_layout.setContentsMargins(0, 0, STATUS_RIGHT_MARGIN, 0)
+        holder_layout.addWidget(self.comparison_progress)
+        self.load_progress = QProgressBar()
+        self.load_progress.setTextVisible(False)
+        self.load_progress.setMaximumWidth(120)
+        self.load_progress.setToolTip("Loading the model pair; the first load prepares it and can take a while")
+        self.load_progress.hide()
+        holder_layout.addWidget(self.load_progress)
+        self.prefill_progress = QProgressBar()
+        self.prefill_progress.setFormat("reading the prompt: %v of %m tokens")
+        self.prefill_progress.setToolTip("A long prompt is read in chunks; Stop takes effect between them")
+        widest = self.prefill_progress.format().replace("%v", "00000").replace("%m", "00000")
+        self.prefill_progress.setMinimumWidth(self.prefill_progress.fontMetrics().horizontalAdvance(widest) + 24)
+        self.prefill_progress.hide()
+        holder_layout.addWidget(self.prefill_progress)
+        # A bar's height whether one is shown or not: a bar appearing would otherwise push the panes up a few pixels
+        holder.setMinimumHeight(max(bar.sizeHint().height() for bar in (self.comparison_progress, self.load_progress,
+                                                                          self.prefill_progress)))
+        self.addPermanentWidget(holder)
+
+    def fit_pair_label(self) -> None:
+        beside_figures = bool(self.reply_label.text())
+        self.pair_label.setMaximumWidth(int(PAIR_SHARE * self.window().width()) if beside_figures
+                                        else UNLIMITED_WIDTH)
+
+    # -- loading a pair -------------------------------------------------------------------------------------
+
+    def on_load_started(self, target: str, draft: str | None) -> None:
+        if is_url(target):
+            self._loading_text = f"Connecting to {target}" + (f" ({draft})" if draft else "") + "…"
+            return
+        self._loading_text = f"Loading {target}" + (f" and {draft}" if draft else "") + "…"
+
+    def open_progress(self) -> None:
+        """Loading shows in the status bar, not in a dialog: the guide and its example prompts stay in view."""
+        if self.load_progress.isHidden():
+            self._pair_text = self.pair_label.text()  # shown again if the load fails
+        self.load_progress.setRange(0, 0)  # busy: a load reports no steps
+        self.load_progress.show()
+        self.pair_label.setText(self._loading_text)
+
+    def close_progress(self) -> None:
+        if not self.load_progress.isHidden():
+            self.load_progress.hide()
+            self.pair_label.setText(self._pair_text)
+
+    def on_timing_started(self) -> None:
+        """The pair is loaded and its costs are being timed: the busy bar gives way to one that moves a step at a
+        time, as a busy bar's drawing would take the very cores being timed (on two cores it tripled what a cached
+        position seemed to cost)."""
+        self.load_progress.setRange(0, 1)
+        self.load_progress.setValue(0)
+        self.pair_label.setText(TIMING_TEXT.format(""))
+
+    def on_timing_progressed(self, done: int, total: int) -> None:
+        self.load_progress.setRange(0, total)
+        self.load_progress.setValue(done)
+        self.pair_label.setText(TIMING_TEXT.format(f": step {done} of {total}"))
+
+    # -- vLLM starting --------------------------------------------------------------------------------------
+
+    def start_serving(self) -> None:
+        """vLLM is starting for the embedded pair: a running count until it answers."""
+        self.serving_clock.start()
+        self.serving_timer.start()
+        self.load_progress.show()
+        self._show_serving_progress()
+
+    def stop_serving(self) -> None:
+        self.serving_timer.stop()
+        self.load_progress.hide()
+        self.clearMessage()
+
+    def _show_serving_progress(self) -> None:
+        seconds = self.serving_clock.elapsed() // 1000
+        self.showMessage(f"Starting vLLM with the embedded pair… {seconds} s (it answers after about "
+                         f"{SERVING_READY_S} s here)")
+
+    # -- a turn ---------------------------------------------------------------------------------------------
+
+    def on_comparison_reading(self, done: int, total: int) -> None:
+        """One of Compare with AR's runs is reading the prompt in again: `done` of its `total` positions."""
+        self.comparison_progress.setFormat(COMPARISON_READING)
+        self.comparison_progress.setRange(0, max(total, 1))
+        self.comparison_progress.setValue(done)
+        self.comparison_progress.show()
+
+    def on_comparison_progressed(self, tokens: int, expected: int) -> None:
+        """The runs behind Compare with AR (plain AR, then a speculative reply again) have produced `tokens` of the
+        `expected`."""
+        self.comparison_progress.setFormat(COMPARISON_DECODING)
+        self.comparison_progress.setRange(0, max(expected, tokens, 1))
+        self.comparison_progress.setValue(tokens)
+        self.comparison_progress.show()
+
+    def show_prefill(self, progress: PrefillProgress, reading: bool) -> None:
+        """How far a long prompt has been read in, while it is."""
+        self.prefill_progress.setRange(0, max(progress.total, 1))
+        self.prefill_progress.setValue(progress.done)
+        self.prefill_progress.setVisible(reading)
+
+    def on_turn_completed(self) -> None:
+        self.comparison_progress.hide()
+        self.prefill_progress.hide()
+        self.clearMessage()
