@@ -5,33 +5,30 @@ from html import escape
 from pathlib import Path
 
 from PySide6.QtCore import QMargins, QRect, QSettings, QSize, Qt, Signal
-from PySide6.QtGui import QAction, QGuiApplication, QImage, QKeySequence, QPainter
+from PySide6.QtGui import QAction, QGuiApplication, QImage, QKeySequence
 from PySide6.QtWidgets import (QApplication, QDialog, QDockWidget, QFileDialog, QHBoxLayout, QInputDialog, QLabel,
                                QMainWindow, QMenu, QMessageBox, QPushButton, QScrollArea, QSizePolicy, QSplitter,
-                               QTabWidget, QVBoxLayout, QWidget)
+                               QVBoxLayout, QWidget)
 
 from app.export import file_stem, written_said
 from engine.choices import DEVICES, DTYPES
-from engine.events import ContextNotice, DecodeSettings, Fate, Mode, PairInfo, PrefillProgress
+from engine.events import ContextNotice, DecodeSettings, Mode, PairInfo, PrefillProgress
 from engine.remote import TextDelta
-from ui.charts import ChartsPanel
 from ui.chat_view import CLEAN, TRACE, ChatView, continue_reach
+from ui.analysis_pane import AnalysisPane
 from ui.compare import comparison_view
 from ui.controls import DecodingControls, ModelPicker
 from ui.drafters_dialog import DraftersDialog
-from ui.engine_report import FATES_NOTE, EngineReport
-from ui.gamma_charts import WhyGammaPanel, why_image
 from ui.guide import GuideDialog, about_box, shortcuts_box, user_guide
 from ui.history import HistoryPanel
-from ui.inspector import TokenInspector, first_rejection_note
 from ui.legend import Legend
 from ui.message_box import MessageBox
 from ui.palette import NOTE_COLOUR
 from ui.preferences import (apply_settings, export_folder, remember_export_folder, restore_preferences,
                             save_preferences)
-from app.session import (ChatStatus, ComparisonShown, DraftersShown, EngineTarget, NumberedReply, Reply, ReplyShown,
-                         RoundShown, Session, TurnOptions, TurnStarted, TurnState, numbered_replies)
-from app.why import WhyGamma, recommendation_text, why_gamma
+from app.session import (ChatStatus, ComparisonShown, DraftersShown, EngineTarget, Reply, ReplyShown, RoundShown,
+                         Session, TurnOptions, TurnStarted, TurnState)
+from app.why import WhyGamma, recommendation_text
 from ui.transcript import CONTEXT, reply_notes
 from ui.window_status import WindowStatusBar
 from ui.wording import (comparison_line, measured_figures, pair_said, part_label, remote_header, remote_line,
@@ -49,7 +46,6 @@ PANE_WIDTH = {"side": 280, "chat": 770, "right": 350}
 SIDE_MAX_WIDTH = 320
 LAST_REPLY = "last reply: "  # the status bar's summary of the last reply begins so
 READING = "reading the prompt: %d of %d tokens…"
-EXPORT_TITLE_HEIGHT = 20  # the exported chart image's row naming each reply and the why tab
 HISTORY_WIDTH = 140  # the history dock's first width: its titles elide, and a small window's chat needs the room
 EDITING = "Editing a message: Enter resends it in place of its turn and what followed"
 INT4_NOTE = ("The target runs on its GGUF's own 4-bit blocks (as llama.cpp runs them: half the memory), the same "
@@ -152,14 +148,13 @@ class MainWindow(QMainWindow):
         self.cancel_edit_button.hide()
         self.stop_button = QPushButton("Stop")
         self.new_chat_button = QPushButton("New chat")
-        self.inspector = TokenInspector()
-        self.charts = ChartsPanel()
-        self.why_charts = WhyGammaPanel()
-        self.engine_report = EngineReport()
+        self.analysis = AnalysisPane(self.chat)
+        self.inspector, self.charts = self.analysis.inspector, self.analysis.charts
+        self.why_charts, self.engine_report = self.analysis.why_charts, self.analysis.engine_report
+        self.chart_tabs, self.engine_tab = self.analysis.chart_tabs, self.analysis.engine_tab
         self.remote: EngineTarget | None = None  # the engine replies come from; None: the local pair
         self.vllm_missing = vllm_missing
         self.drafters_dialog: QDialog | None = None
-        self._speculative = True  # the reply being drawn is speculative (its rounds count in the acceptance)
         self.setCentralWidget(self._layout())
         self.history_dock = self._history_dock()
         self.status_bar = WindowStatusBar()
@@ -216,34 +211,7 @@ class MainWindow(QMainWindow):
         chat_layout.setContentsMargins(4, 4, 4, 4)
         chat.setMinimumWidth(PANE_MIN_WIDTH["chat"])
 
-        right = QSplitter(Qt.Orientation.Vertical)
-        # The live charts of the reply, and beside them why its γ: the pane at the smallest size holds three charts
-        self.chart_tabs = QTabWidget()
-        self.chart_tabs.setDocumentMode(True)
-        # Named for what it shows: a token pinned in an earlier reply leaves the charts on the last one
-        self.chart_tabs.addTab(self.charts, "last reply")
-        self.chart_tabs.setTabToolTip(0, "The last reply's α, tokens per round and estimated speedup, round by round "
-                                         "(live while it runs; an earlier reply's are in the PNG export)")
-        # Scrolls rather than holding a small window taller where the legends wrap to many lines
-        why_scroll = QScrollArea()
-        why_scroll.setWidget(self.why_charts)
-        why_scroll.setWidgetResizable(True)
-        why_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        why_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        self.chart_tabs.addTab(why_scroll, "why this γ")
-        self.chart_tabs.setTabToolTip(1, "Acceptance by draft position, this machine's costs, and the speedup the "
-                                         "cost model predicts for each γ")
-        # What a remote engine reports about each reply; shown while one answers
-        self.engine_tab = self.chart_tabs.addTab(self.engine_report, "Engine")
-        self.chart_tabs.setTabToolTip(self.engine_tab, "The remote engine's acceptance counts for the last reply, "
-                                                       "and our tokens/s")
-        self.chart_tabs.setTabVisible(self.engine_tab, False)
-        right.addWidget(self.inspector)
-        right.addWidget(self.chart_tabs)
-        right.setChildrenCollapsible(False)
-        right.setStretchFactor(0, 1)
-        right.setStretchFactor(1, 2)
-        right.setSizes([290, 600])
+        right = self.analysis
         right.setMinimumWidth(PANE_MIN_WIDTH["right"])
 
         # Minimum widths sum to less than MIN_WIDTH with the history dock open, so the handles always move.
@@ -363,9 +331,6 @@ class MainWindow(QMainWindow):
         self.chat.customContextMenuRequested.connect(self.on_chat_menu_requested)
         self.history.status_posted.connect(lambda message: self.statusBar().showMessage(message, 6000))
         self.legend.trace_action.toggled.connect(self.on_trace_toggled)
-        self.chat.token_hovered.connect(self._inspect)
-        self.chat.token_clicked.connect(self.on_token_clicked)
-        self.chat.background_clicked.connect(self.on_background_clicked)
         self.chat.example_chosen.connect(self.on_example_chosen)
         self.chat.action_chosen.connect(self.on_reply_action_chosen)
         self.chat.code_copied.connect(self.on_code_copied)
@@ -557,29 +522,7 @@ class MainWindow(QMainWindow):
             self.export_requested.emit(Path(path))
 
     def chart_image(self, session: Session) -> QImage:
-        """Every reply's charts side by side, each drawn as the live charts draw it, at the charts pane's size, and
-        after them the why this γ tab as it reads now (drawn afresh: the tab may never have been shown)."""
-        size = self.charts.size() if self.charts.width() > 50 else QSize(350, 600)
-        shown = numbered_replies(session)
-        why = why_image(session, self.why_charts.why or why_gamma(session), size)
-        why_size = why.deviceIndependentSize().toSize()  # the charts' columns are in the same logical pixels
-        replies_width = size.width() * max(1, len(shown))
-        image = QImage(replies_width + why_size.width(), max(size.height(), why_size.height()) + EXPORT_TITLE_HEIGHT,
-                       QImage.Format.Format_RGB32)
-        image.fill(Qt.GlobalColor.white)
-        painter = QPainter(image)
-        for column, numbered in enumerate(shown):
-            charts = reply_charts(numbered, size)
-            x = column * size.width()
-            painter.drawText(QRect(x, 0, size.width(), EXPORT_TITLE_HEIGHT), Qt.AlignmentFlag.AlignCenter,
-                             f"reply {column + 1}")
-            painter.drawPixmap(x, EXPORT_TITLE_HEIGHT, charts.grab())
-            charts.deleteLater()
-        painter.drawText(QRect(replies_width, 0, why_size.width(), EXPORT_TITLE_HEIGHT), Qt.AlignmentFlag.AlignCenter,
-                         "why this γ")
-        painter.drawPixmap(replies_width, EXPORT_TITLE_HEIGHT, why)
-        painter.end()
-        return image
+        return self.analysis.chart_image(session)
 
     # -- slots for the chat controller's signals -------------------------------------------------------------
 
@@ -641,9 +584,7 @@ class MainWindow(QMainWindow):
 
     def on_conversation_cleared(self) -> None:
         self.chat.clear_chat()
-        self.charts.start_reply()
-        self.why_charts.clear()
-        self.inspector.reset()
+        self.analysis.on_conversation_cleared()
         self.legend.reset(self.controls.greedy.isChecked())
         self.reply_label.clear()
 
@@ -654,33 +595,27 @@ class MainWindow(QMainWindow):
         settings = request.settings
         header = (remote_header(self.remote.model, self.remote.url, settings) if self.remote is not None
                   else reply_header(settings, (settings.gamma,)))
-        if not self.inspector.pinned:  # the last reply's token would pass for one of this reply
-            self.inspector.reset()
+        self.analysis.on_turn_started(started)
         if started.live:  # the figures and the edit's hint were of the reply this one follows or replaces
             self.reply_label.clear()
             if self.statusBar().currentMessage() == EDITING:
                 self.statusBar().clearMessage()
-        self._speculative = settings.mode is Mode.SPEC
         if request.continues:
             self.chat.continue_reply(header, lookup=settings.lookup)
-            self.charts.most_per_round = max(self.charts.most_per_round, settings.gamma + 1.0)
             return
         self.chat.add_user_message(request.messages[-1]["content"])
         self.chat.begin_reply(header, lookup=settings.lookup)
         if settings.mode is Mode.SPEC:  # the legend names what this reply shows; a plain AR one corrects nothing
             self.legend.set_greedy(settings.greedy)
-        self.charts.start_reply(settings.gamma, speculative=settings.mode is Mode.SPEC)
-        self.why_charts.start_reply(speculative=settings.mode is Mode.SPEC)
 
     def on_gammas_changed(self, settings: DecodeSettings, gammas: tuple[int, ...]) -> None:
         """γ moved mid-reply: the reply's header shows every γ it ran with."""
         self.chat.set_reply_header(reply_header(settings, gammas))
-        self.charts.most_per_round = max(self.charts.most_per_round, gammas[-1] + 1.0)
+        self.analysis.on_gammas_changed(gammas)
 
     def on_round_received(self, shown: RoundShown) -> None:
         self.chat.add_round(shown.event)
-        self.charts.add_round(shown.event, shown.reference_s)
-        self.why_charts.add_round(shown.event, self._speculative)
+        self.analysis.on_round_received(shown)
         if shown.live:
             self.round_shown.emit(shown.event)
 
@@ -691,10 +626,9 @@ class MainWindow(QMainWindow):
             return
         self.chat.show_reading("")  # a reply stopped while its prompt was read
         self.chat.flush()
-        self.charts.refresh()
         self._add_reply_notes(reply)
         self.chat.set_reply_actions(shown.index, reply_actions(reply.text, shown.can_continue), text=reply.text)
-        self._inspect_first_rejection(len(shown.reply.events) if shown.reply.request.continues else None)
+        self.analysis.on_reply_finished(shown)
         first, *rest = stats_figures(reply)
         self.reply_label.set_parts([first._replace(text=LAST_REPLY + first.text), *rest])
         if self.statusBar().currentMessage() == INT4_NOTE:  # the load's notice gives way to the reply's figures
@@ -730,11 +664,7 @@ class MainWindow(QMainWindow):
         self.picker.show_pair(target.url, target.model)
         self.controls.set_remote(True)
         self.legend.set_remote(True)
-        self.chart_tabs.setTabVisible(self.engine_tab, True)
-        self.chart_tabs.setCurrentIndex(self.engine_tab)
-        self.engine_report.summary.setText(f"Connected to {target.model} at {target.url}; no reply yet.")
-        self.inspector.reset()
-        self.inspector.label.setText(FATES_NOTE)
+        self.analysis.on_remote_connected(target)
         self.statusBar().showMessage(f"Connected to {target.model} at {target.url}", 8000)
 
     def on_remote_left(self, local_request: tuple | None) -> None:
@@ -744,9 +674,7 @@ class MainWindow(QMainWindow):
         self.remote = None
         self.controls.set_remote(False)
         self.legend.set_remote(False)
-        self.chart_tabs.setTabVisible(self.engine_tab, False)
-        self.chart_tabs.setCurrentIndex(0)
-        self.inspector.reset()
+        self.analysis.on_remote_left()
         if local_request is not None:
             self.picker.show_pair(*local_request)
 
@@ -792,7 +720,7 @@ class MainWindow(QMainWindow):
 
     def on_why_changed(self, why: WhyGamma) -> None:
         """After each reply (and for a reopened chat): the cost model, the prediction and the slider's label."""
-        self.why_charts.show_why(why)
+        self.analysis.on_why_changed(why)
         recommendation = why.recommendation
         self.controls.show_recommendation(recommendation_text(recommendation),
                                           recommendation.explanation if recommendation is not None else "")
@@ -879,57 +807,14 @@ class MainWindow(QMainWindow):
         which holds Python's lock for long stretches, can hold back the status bar's later updates by seconds."""
         self.status_bar.open_progress()
 
-    def _inspect_first_rejection(self, part_rounds: int | None = None) -> None:
-        """Open the inspector on this reply's first rejection, the most telling token to look at: the rejected
-        draft in the trace; in the clean view, which leaves drafts out, the token put in its place (its inspector
-        shows what the draft proposed too). `part_rounds`: a continuation's, whose last rounds it looks in."""
-        item = self.chat.last_reply()
-        from_round = item.rounds - part_rounds if item is not None and part_rounds is not None else 0
-        for index in range(item.first, item.end) if item is not None else ():
-            span = self.chat.spans[index]
-            if (span.round_index >= from_round and (span.fate is Fate.REJECTED or span.replaces is not None)
-                    and self.chat.shows(span)):
-                self.inspector.show_span(span, first_rejection_note(span, continued=part_rounds is not None))
-                return
-
-    def _inspect(self, index: int) -> None:
-        span = self.chat.spans[index]
-        if span.fate is Fate.UNKNOWN:  # a remote engine's text: nothing to show but why
-            if not self.inspector.pinned:
-                self.inspector.reset()
-                self.inspector.label.setText(FATES_NOTE)
-            return
-        self.inspector.show_span(span)
-
     # -- slots for the window's own widgets ----------------------------------------------------------------
 
     def on_trace_toggled(self, trace: bool) -> None:
         self.chat.set_view(TRACE if trace else CLEAN)
-        if not self.inspector.pinned:  # what was shown may not be drawn in this view
-            self.inspector.reset()
-            self._inspect_first_rejection()
+        self.analysis.on_view_changed()
 
     def on_token_clicked(self, index: int) -> None:
-        """A click pins a token in the inspector; clicking the pinned token again releases it."""
-        if self._pinned_index() == index:
-            self.on_background_clicked()
-            return
-        if self.chat.spans[index].fate is Fate.UNKNOWN:
-            self._inspect(index)
-            return
-        self.inspector.pin(self.chat.spans[index])
-        self.chat.mark_pinned(index)
-
-    def on_background_clicked(self) -> None:
-        if self.inspector.pinned:
-            self.inspector.unpin()
-            self.chat.mark_pinned(None)
-
-    def _pinned_index(self) -> int | None:
-        """Where the inspector's pinned token is in the chat (None when nothing is pinned, or after New chat)."""
-        if not self.inspector.pinned:
-            return None
-        return next((i for i, span in enumerate(self.chat.spans) if span is self.inspector.span), None)
+        self.analysis.on_token_clicked(index)
 
     def on_example_chosen(self, text: str) -> None:
         self.message_box.setPlainText(text)
@@ -978,17 +863,3 @@ def reply_actions(text: str, can_continue: bool) -> tuple[str, ...]:
     none), Continue only where it can go on."""
     return ((("copy",) if text else ()) + ("edit", "regenerate") + (("continue",) if can_continue else ()))
 
-
-def reply_charts(numbered: NumberedReply, size: QSize) -> ChartsPanel:
-    """A reply's charts as the live ones drew it, part by part (each part's fair comparison over its rounds)."""
-    reply = numbered.whole
-    charts = ChartsPanel()
-    charts.resize(size)
-    charts.start_reply(reply.gamma, speculative=reply.speculative)
-    for number, (part, comparison) in enumerate(zip(numbered.parts, numbered.comparisons), start=1):
-        for event in part.events:
-            charts.add_round(event, reply.reference)
-        if comparison is not None and comparison.fair:
-            charts.show_measured_speedup(comparison.speedup, part, number)
-    charts.refresh()
-    return charts

@@ -16,8 +16,8 @@ from engine.events import DecodeSettings, EmittedToken, Fate, ModelInfo, PairInf
 from engine.stats import expected_tokens_per_round
 from tests.ui.helpers import shown_window
 from tests.ui.synthetic import accepted_round, rejected_round
+from ui.analysis_pane import EXPORT_TITLE_HEIGHT
 from ui.gamma_charts import COLOURS, EXPORT_WHY_SIZE, why_panel
-from ui.main_window import EXPORT_TITLE_HEIGHT
 
 SPEC = DecodeSettings(gamma=4, lookup=False)
 AR = DecodeSettings(mode="ar")

@@ -607,7 +607,7 @@ def test_a_continued_replys_measured_lines_are_the_same_live_reopened_and_in_the
                                                                                        qtbot, monkeypatch):
     """Each part compared: a line over each part's rounds, the same three ways."""
     from app.session import numbered_replies
-    from ui.main_window import reply_charts
+    from ui.analysis_pane import reply_charts
     from app.session import MEASURED_TOKENS
 
     monkeypatch.setattr("app.chat.machine_was_busy", lambda *_: False)  # the tiny models' timings are all noise

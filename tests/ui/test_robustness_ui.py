@@ -384,7 +384,7 @@ def test_the_markdown_transcript_reads_as_the_chat(make_studio, mixed_decoder, q
 def test_the_chart_image_holds_every_reply(make_studio, mixed_decoder, qtbot, tmp_path):
     from PySide6.QtGui import QImage
 
-    from ui.main_window import EXPORT_TITLE_HEIGHT
+    from ui.analysis_pane import EXPORT_TITLE_HEIGHT
 
     studio = make_studio(mixed_decoder, max_new_tokens=4)
     send(qtbot, studio, "w3 w4")
