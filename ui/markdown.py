@@ -194,16 +194,22 @@ def _read(text: str) -> tuple[list[tuple[int, int, str]], list[tuple[int, int, i
 
 
 def _left_open(text: str) -> list[tuple[int, int, str]] | None:
-    """The runs of text as if the closer of its first bold / italic / code span left open had followed it, if one
-    was. All of the closer must close it (a "*" of "**" closing an italic is no bold's closer), and its opener must
-    start a word: 2*3 is no italic waiting for its star."""
-    readings = []  # (where the span opened, the runs)
-    for closer in CLOSERS:
-        runs, spans = _read(text + closer)
-        readings += [(opened, runs) for opened, closing, closed in spans
-                     if closing <= len(text) and closed == len(text) + len(closer)
-                     and not text[opened - 1:opened].isalnum()]
-    return min(readings, key=lambda reading: reading[0])[1] if readings else None
+    """The runs of text as if the closers of the bold / italic / code spans it leaves open had followed it, the
+    innermost first (**bold *and it), if it leaves one open. All of a closer must close its span (a "*" of "**"
+    closing an italic is no bold's closer), and the span's opener must start a word: 2*3 is no italic waiting for
+    its star. A closer leaves the spans before it as they were, so each one closes one more of text's openers."""
+    closers, runs = "", None
+    while True:
+        readings = []  # (where the span opened, its closer, the runs)
+        for closer in CLOSERS:
+            read, spans = _read(text + closers + closer)
+            readings += [(opened, closer, read) for opened, closing, closed in spans
+                         if opened < len(text) and closing <= len(text) + len(closers)
+                         and closed == len(text) + len(closers) + len(closer) and not text[opened - 1:opened].isalnum()]
+        if not readings:
+            return runs
+        _, closer, runs = max(readings, key=lambda reading: reading[0])
+        closers += closer
 
 
 def _clipped(runs: list[tuple[int, int, str]], end: int) -> list[tuple[int, int, str]]:
