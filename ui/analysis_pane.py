@@ -88,7 +88,13 @@ class AnalysisPane(QSplitter):
         self.why_charts.add_round(shown.event, self._speculative)
 
     def on_reply_finished(self, shown: ReplyShown) -> None:
-        """A local reply is in the chat: the charts draw its last round, the inspector its first rejection."""
+        """A local reply is in the chat: the charts draw its last round, the inspector its first rejection. A
+        remote engine's: the Engine tab its counts."""
+        source = shown.whole.remote
+        if source is not None:
+            if source.reply is not None:
+                self.engine_report.on_reply_finished(source.reply)
+            return
         self.charts.refresh()
         self.inspect_first_rejection(len(shown.reply.events) if shown.reply.request.continues else None)
 

@@ -1,38 +1,33 @@
-"""The main window: controls, the chat pane with its legend, the token inspector and the live charts."""
+"""The main window: the frame, the menus, and the wiring of its panes to the chat controller (app/chat.py). The
+panes draw: the controls on the left, the chat (ui/chat_pane.py), the inspector and charts (ui/analysis_pane.py),
+the status bar (ui/window_status.py) and the history dock."""
 from __future__ import annotations
 
-from html import escape
 from pathlib import Path
 
 from PySide6.QtCore import QMargins, QRect, QSettings, QSize, Qt, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QImage, QKeySequence
-from PySide6.QtWidgets import (QApplication, QDialog, QDockWidget, QFileDialog, QHBoxLayout, QInputDialog, QLabel,
-                               QMainWindow, QMenu, QMessageBox, QPushButton, QScrollArea, QSizePolicy, QSplitter,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QDialog, QDockWidget, QFileDialog, QMainWindow, QMenu, QMessageBox, QScrollArea,
+                               QSplitter, QVBoxLayout, QWidget)
 
 from app.export import file_stem, written_said
+from app.session import (ChatStatus, ComparisonShown, DraftersShown, EngineTarget, ReplyShown, RoundShown, Session,
+                         TurnOptions, TurnStarted, TurnState)
+from app.why import WhyGamma, recommendation_text
 from engine.choices import DEVICES, DTYPES
-from engine.events import ContextNotice, DecodeSettings, Mode, PairInfo, PrefillProgress
+from engine.events import ContextNotice, DecodeSettings, PairInfo, PrefillProgress
 from engine.remote import TextDelta
-from ui.chat_view import CLEAN, TRACE, ChatView, continue_reach
 from ui.analysis_pane import AnalysisPane
-from ui.compare import comparison_view
+from ui.chat_pane import BUSY, EDITING, ChatPane
 from ui.controls import DecodingControls, ModelPicker
 from ui.drafters_dialog import DraftersDialog
 from ui.guide import GuideDialog, about_box, shortcuts_box, user_guide
 from ui.history import HistoryPanel
-from ui.legend import Legend
-from ui.message_box import MessageBox
-from ui.palette import NOTE_COLOUR
 from ui.preferences import (apply_settings, export_folder, remember_export_folder, restore_preferences,
                             save_preferences)
-from app.session import (ChatStatus, ComparisonShown, DraftersShown, EngineTarget, Reply, ReplyShown, RoundShown,
-                         Session, TurnOptions, TurnStarted, TurnState)
-from app.why import WhyGamma, recommendation_text
-from ui.transcript import CONTEXT, reply_notes
+from ui.transcript import CONTEXT
 from ui.window_status import WindowStatusBar
-from ui.wording import (comparison_line, measured_figures, pair_said, part_label, remote_header, remote_line,
-                        reply_header, settings_said, stats_figures, unbreakable)
+from ui.wording import remote_header, reply_header, settings_said
 
 # The least client area: a 1000×700 screen holds it with a window manager's title bar and borders.
 MIN_WIDTH, MIN_HEIGHT = 995, 620
@@ -44,42 +39,11 @@ PANE_MIN_WIDTH = {"side": 245, "chat": 315, "right": 200}
 # pane comes back with its share.
 PANE_WIDTH = {"side": 280, "chat": 770, "right": 350}
 SIDE_MAX_WIDTH = 320
-LAST_REPLY = "last reply: "  # the status bar's summary of the last reply begins so
 READING = "reading the prompt: %d of %d tokens…"
 HISTORY_WIDTH = 140  # the history dock's first width: its titles elide, and a small window's chat needs the room
-EDITING = "Editing a message: Enter resends it in place of its turn and what followed"
 INT4_NOTE = ("The target runs on its GGUF's own 4-bit blocks (as llama.cpp runs them: half the memory), the same "
              "in every mode. For de-quantised weights instead, set weights to dtype and Load pair (README: Weights)")
 
-
-class SystemPromptLine(QLabel):
-    """'System prompt (change): “…”' above the chat, the prompt on one line cut with … at the label's width (the
-    whole in its tooltip); the link comes first, so it is never what is cut. Hidden while there is none."""
-
-    LEAD, END = "System prompt (change): “", "”"
-
-    def __init__(self):
-        super().__init__()
-        self.prompt = ""
-        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # it never widens the pane
-        self.hide()
-
-    def show_prompt(self, text: str) -> None:
-        self.prompt = text
-        self.setToolTip(text)
-        self.setVisible(bool(text))
-        self._fit()
-
-    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        super().resizeEvent(event)
-        self._fit()
-
-    def _fit(self) -> None:
-        metrics = self.fontMetrics()
-        room = self.contentsRect().width() - metrics.horizontalAdvance(self.LEAD + self.END) - 2 * self.margin()
-        shown = metrics.elidedText(" ".join(self.prompt.split()), Qt.TextElideMode.ElideRight, max(0, room))
-        self.setText(f"<span style='color:{NOTE_COLOUR}'>System prompt (<a href='change'>change</a>): "
-                     f"“{escape(shown)}”</span>")
 
 
 def fitted_frame(frame: QRect, margins: QMargins, free: QRect, minimum: QSize) -> QRect:
@@ -94,8 +58,9 @@ def fitted_frame(frame: QRect, margins: QMargins, free: QRect, minimum: QSize) -
 
 
 class MainWindow(QMainWindow):
-    """Layout, menus and the slots that draw. The conversation, its turn state and its saving are the chat
-    controller's (app/chat.py): the window asks it through the `*_requested` signals and draws what it reports."""
+    """The frame, the menus and the wiring. The conversation, its turn state and its saving are the chat
+    controller's (app/chat.py): the window asks it through the `*_requested` signals and passes what it reports on
+    to the panes that draw it."""
 
     load_requested = Signal(str, object, str, str, str)  # target, draft or None, device, dtype, GGUF weights
     send_requested = Signal(str, object)  # the message, TurnOptions
@@ -127,42 +92,38 @@ class MainWindow(QMainWindow):
         self.status = ChatStatus(TurnState.IDLE, ready=False, n_turns=0, can_continue=False, editing=None)
         self.help_box: QMessageBox | None = None
         self.error_box: QMessageBox | None = None
+        self.drafters_dialog: QDialog | None = None
         self.preferences = preferences
-        # the chat's system prompt, named above the chat while one is set: nothing else there says it is sent
-        self.system_prompt_line = SystemPromptLine()
-        self.system_prompt_line.linkActivated.connect(lambda _link: self.ask_system_prompt())
-        self.system_prompt = ""
-        self.default_system_prompt = ""  # what the target's chat template sends where the chat sets none
+        self.remote: EngineTarget | None = None  # the engine replies come from; None: the local pair
+        self.vllm_missing = vllm_missing
         self._framed = False  # whether the window manager's frame has been fitted to the screen too
 
         self.history = HistoryPanel(preferences)
-        self.continue_button = QPushButton("Continue")  # its tooltip says how far (show_continue_reach)
         self.picker = ModelPicker(presets, target, draft, device, dtype, devices, dtypes, offline)
         self.controls = DecodingControls(defaults)
-        self.legend = Legend()
-        self.chat = ChatView()
-        self.message_box = MessageBox()
-        self.send_button = QPushButton("Send")
-        self.cancel_edit_button = QPushButton("Cancel edit")  # shown while a message is back in the box for editing
-        self.cancel_edit_button.setToolTip("Leave the message as it was, and its replies (Esc)")
-        self.cancel_edit_button.hide()
-        self.stop_button = QPushButton("Stop")
-        self.new_chat_button = QPushButton("New chat")
-        self.analysis = AnalysisPane(self.chat)
+        self.chat_pane = ChatPane(preferences)
+        self.analysis = AnalysisPane(self.chat_pane.chat)
+        self.status_bar = WindowStatusBar()
+        # The panes' widgets under the names the window has always given them
+        pane = self.chat_pane
+        self.chat, self.message_box, self.legend = pane.chat, pane.message_box, pane.legend
+        self.system_prompt_line = pane.system_prompt_line
+        self.new_chat_button, self.continue_button, self.stop_button = (pane.new_chat_button, pane.continue_button,
+                                                                       pane.stop_button)
+        self.cancel_edit_button, self.send_button = pane.cancel_edit_button, pane.send_button
+        self.copy_action, self.regenerate_action = pane.copy_action, pane.regenerate_action
+        self.edit_action, self.continue_action = pane.edit_action, pane.continue_action
         self.inspector, self.charts = self.analysis.inspector, self.analysis.charts
         self.why_charts, self.engine_report = self.analysis.why_charts, self.analysis.engine_report
         self.chart_tabs, self.engine_tab = self.analysis.chart_tabs, self.analysis.engine_tab
-        self.remote: EngineTarget | None = None  # the engine replies come from; None: the local pair
-        self.vllm_missing = vllm_missing
-        self.drafters_dialog: QDialog | None = None
-        self.setCentralWidget(self._layout())
-        self.history_dock = self._history_dock()
-        self.status_bar = WindowStatusBar()
-        self.setStatusBar(self.status_bar)
         self.pair_label, self.reply_label = self.status_bar.pair_label, self.status_bar.reply_label
         self.load_progress = self.status_bar.load_progress
         self.comparison_progress = self.status_bar.comparison_progress
         self.prefill_progress = self.status_bar.prefill_progress
+
+        self.setCentralWidget(self._layout())
+        self.history_dock = self._history_dock()
+        self.setStatusBar(self.status_bar)
         self._menus()
         self._connect()
         self.on_status_changed(self.status)
@@ -175,7 +136,7 @@ class MainWindow(QMainWindow):
         for name, act in self.pane_actions.items():
             act.setChecked(not self.panes[name].isHidden())
 
-    # -- layout -------------------------------------------------------------------------------------------
+    # -- frame and menus --------------------------------------------------------------------------------------
 
     def _layout(self) -> QWidget:
         side = QWidget()
@@ -193,35 +154,15 @@ class MainWindow(QMainWindow):
         # A form needs no more: a wider window's room goes to the chat (the splitter shares a resize in proportion
         # to the panes' widths, the controls included).
         side_scroll.setMaximumWidth(SIDE_MAX_WIDTH)
-
-        chat = QWidget()
-        chat_layout = QVBoxLayout(chat)
-        chat_layout.addWidget(self.legend)
-        chat_layout.addWidget(self.system_prompt_line)
-        chat_layout.addWidget(self.chat, 1)
-        chat_layout.addWidget(self.message_box)
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.new_chat_button)
-        buttons.addStretch(1)
-        buttons.addWidget(self.continue_button)
-        buttons.addWidget(self.stop_button)
-        buttons.addWidget(self.cancel_edit_button)
-        buttons.addWidget(self.send_button)
-        chat_layout.addLayout(buttons)
-        chat_layout.setContentsMargins(4, 4, 4, 4)
-        chat.setMinimumWidth(PANE_MIN_WIDTH["chat"])
-
-        right = self.analysis
-        right.setMinimumWidth(PANE_MIN_WIDTH["right"])
-
+        self.chat_pane.setMinimumWidth(PANE_MIN_WIDTH["chat"])
+        self.analysis.setMinimumWidth(PANE_MIN_WIDTH["right"])
         # Minimum widths sum to less than MIN_WIDTH with the history dock open, so the handles always move.
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
-        self.panes = {"side": side_scroll, "chat": chat, "right": right}
+        self.panes = {"side": side_scroll, "chat": self.chat_pane, "right": self.analysis}
         for widget in self.panes.values():
             self.splitter.addWidget(widget)
         self.splitter.setChildrenCollapsible(False)
         self.splitter.setSizes([PANE_WIDTH[name] for name in self.panes])
-
         return self.splitter
 
     def _history_dock(self) -> QDockWidget:
@@ -275,11 +216,8 @@ class MainWindow(QMainWindow):
         self.stop_action = action(chat_menu, "S&top", "Esc", self.stop)
         action(chat_menu, "&New chat", "Ctrl+N", self.new_chat)
         chat_menu.addSeparator()
-        self.copy_action = action(chat_menu, "&Copy last reply", "Ctrl+Shift+C", self.copy_reply)
-        self.regenerate_action = action(chat_menu, "&Regenerate last reply", "Ctrl+R", self.regenerate)
-        self.edit_action = action(chat_menu, "&Edit and resend last message", "Ctrl+Shift+E", self.edit_message)
-        self.continue_action = action(chat_menu, "C&ontinue reply", "Ctrl+Shift+Return", self.continue_reply)
-        action(chat_menu, "S&ystem prompt…", "", self.ask_system_prompt)
+        chat_menu.addActions([self.copy_action, self.regenerate_action, self.edit_action, self.continue_action])
+        action(chat_menu, "S&ystem prompt…", "", self.chat_pane.ask_system_prompt)
         chat_menu.addSeparator()
         self.compare_drafters_action = action(chat_menu, "Compare &drafters…", "Ctrl+Shift+D", self.compare_drafters)
         self.compare_drafters_action.setToolTip("Run the last prompt with the draft model, copying only, both, and "
@@ -319,168 +257,21 @@ class MainWindow(QMainWindow):
         action(help_menu, "&About SpecDec Studio", "", self.show_about)
 
     def _connect(self) -> None:
-        self.picker.load_requested.connect(self.request_load)
+        self.picker.load_requested.connect(self.load_requested)
         self.controls.gamma_changed.connect(self.gamma_requested)
         self.message_box.submitted.connect(self.send)
-        self.send_button.clicked.connect(self.message_box.submit)
         self.stop_button.clicked.connect(self.stop)
         self.cancel_edit_button.clicked.connect(self.stop)  # the controller's stop leaves an edit when idle
         self.new_chat_button.clicked.connect(self.new_chat)
-        self.continue_button.clicked.connect(self.continue_reply)
-        self.chat.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        self.chat.customContextMenuRequested.connect(self.on_chat_menu_requested)
+        self.chat_pane.regenerate_chosen.connect(self.regenerate)
+        self.chat_pane.continue_chosen.connect(self.continue_reply)
+        self.chat_pane.edit_requested.connect(self.edit_requested)
+        self.chat_pane.status_posted.connect(self.statusBar().showMessage)
         self.history.status_posted.connect(lambda message: self.statusBar().showMessage(message, 6000))
-        self.legend.trace_action.toggled.connect(self.on_trace_toggled)
-        self.chat.example_chosen.connect(self.on_example_chosen)
-        self.chat.action_chosen.connect(self.on_reply_action_chosen)
-        self.chat.code_copied.connect(self.on_code_copied)
+        self.legend.trace_action.toggled.connect(self.analysis.on_view_changed)
         self.legend.reset(self.controls.greedy.isChecked())
-        self.controls.max_new_tokens.valueChanged.connect(self.show_continue_reach)
-        self.show_continue_reach(self.controls.max_new_tokens.value())
-
-    # -- commands, passed on to the chat controller ----------------------------------------------------------
-
-    def options(self) -> TurnOptions:
-        """How the next turn is decoded: the controls' settings, Compare with AR and the system prompt."""
-        return TurnOptions(self.controls.settings(), self.controls.compare_ar.isChecked(), self.system_prompt)
-
-    def request_load(self, target: str, draft: str | None, device: str, dtype: str, weights: str) -> None:
-        self.load_requested.emit(target, draft, device, dtype, weights)
-
-    def send(self, text: str) -> None:
-        if self.status.busy:
-            return
-        if self.status.ready:
-            self.message_box.clear()
-        self.statusBar().clearMessage()  # "New chat, decoding as: …" would outlive settings changed before this send
-        self.send_requested.emit(text, self.options())
-        if self.preferences is not None:  # the settings a reply was sent with outlast a killed app, not only a quit
-            save_preferences(self.preferences, self)
-
-    def stop(self) -> None:
-        self.stop_requested.emit()
-
-    def new_chat(self) -> None:
-        if self.preferences is not None:
-            self.system_prompt = self.preferences.value("chat/system_prompt", "", type=str)
-        else:
-            self.system_prompt = ""
-        self.new_chat_requested.emit()
-        # the controls stay as they are, a reopened chat's restored settings too: the line says what they are
-        self.statusBar().showMessage(f"New chat, decoding as: {settings_said(self.controls.settings())}", 8000)
-
-    def copy_reply(self) -> None:
-        if self.status.n_turns:
-            self.copy_turn(self.status.n_turns - 1)
-
-    def copy_turn(self, turn: int) -> None:
-        """A reply's text (no rejected drafts) to the clipboard."""
-        QApplication.clipboard().setText(self.chat.reply_text(turn))
-        self.statusBar().showMessage("Copied the reply", 3000)
-
-    def on_code_copied(self, code: str) -> None:
-        QApplication.clipboard().setText(code)
-        self.statusBar().showMessage("Copied the code", 3000)
-
-    def regenerate(self) -> None:
-        self.regenerate_requested.emit(self.options())
-
-    def on_seed_advanced(self, old: int, new: int) -> None:
-        self.controls.seed.setValue(new)
-        self.statusBar().showMessage(
-            f"Regenerating with seed {new}, a new sample (seed {old} gives the last one again)", 6000)
-
-    def compare_drafters(self) -> None:
-        if self.status.busy:
-            self.statusBar().showMessage("A reply is running: wait for it, or stop it (Esc)", 4000)
-            return
-        self.statusBar().showMessage("Compare drafters: the last prompt with each drafting choice…")
-        self.compare_drafters_requested.emit(self.options())
-
-    def edit_message(self) -> None:
-        if self.status.n_turns:
-            self.edit_turn(self.status.n_turns - 1)
-
-    def edit_turn(self, turn: int) -> None:
-        """Edit and resend turn `turn`'s message; an earlier one replaces every reply after it, so that is asked."""
-        later = self.status.replies_after(turn)
-        if later > 0:
-            answer = QMessageBox.question(
-                self, "Edit and resend", f"Resending this message replaces its reply and the {later} "
-                f"{'turn' if later == 1 else 'turns'} after it in this chat. Edit it?",
-                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, QMessageBox.StandardButton.Yes)
-            if answer != QMessageBox.StandardButton.Yes:
-                return
-        self.edit_requested.emit(turn)
-
-    def continue_reply(self) -> None:
-        self.continue_requested.emit(self.options())
-
-    def show_continue_reach(self, max_new_tokens: int) -> None:
-        """Continue asks for max tokens again: its button's tooltip, its menu entry and its link say so, so that a
-        joined reply longer than max tokens is no surprise."""
-        reach = continue_reach(max_new_tokens)
-        self.continue_button.setToolTip(f"Let the model carry on the last reply where it stopped, for {reach} "
-                                        "(Ctrl+Shift+Enter)")
-        self.continue_action.setText(f"C&ontinue reply ({reach})")
-        self.chat.set_continue_reach(max_new_tokens)
-
-    def on_chat_menu_requested(self, pos) -> None:
-        self.chat_menu(pos).exec(self.chat.viewport().mapToGlobal(pos))
-
-    def chat_menu(self, pos) -> QMenu:
-        """The chat pane's context menu: the usual copy entries, then actions on the reply under the mouse (a
-        click beside the replies means the last one). A token is a link inside the view, whose address
-        ("token:50") is nothing to copy: Qt's Copy Link Location goes."""
-        menu = self.chat.createStandardContextMenu(pos)
-        for action in menu.actions():
-            if action.objectName() == "link-copy":
-                menu.removeAction(action)
-        turn = self.chat.turn_at(pos)
-        if turn is not None and not self.status.busy:
-            menu.addSeparator()
-            menu.addAction("Copy this reply", lambda: self.copy_turn(turn))
-            menu.addAction("Edit and resend its message…", lambda: self.edit_turn(turn))
-            if turn == self.status.n_turns - 1:
-                menu.addAction(self.regenerate_action)
-                if self.status.can_continue:
-                    menu.addAction(self.continue_action)
-        return menu
-
-    def on_reply_action_chosen(self, action: str, turn: int) -> None:
-        """A link under a reply (Regenerate and Continue are only under the last one). Copying works at any time;
-        the others prepare or start a turn, so not while one runs."""
-        if action == "copy":
-            self.copy_turn(turn)
-        elif self.status.busy:
-            self.statusBar().showMessage("A reply is running: wait for it, or stop it (Esc)", 4000)
-        elif action == "edit":
-            self.edit_turn(turn)
-        elif not self.status.ready:
-            self.statusBar().showMessage("Load a model pair first", 4000)
-        elif action == "regenerate":
-            self.regenerate()
-        else:
-            self.continue_reply()
-
-    @property
-    def system_prompt(self) -> str:
-        return self._system_prompt
-
-    @system_prompt.setter
-    def system_prompt(self, text: str) -> None:
-        self._system_prompt = text
-        self.system_prompt_line.show_prompt(text)
-
-    def ask_system_prompt(self) -> None:
-        default = (f"the model's own: “{self.default_system_prompt}”" if self.default_system_prompt
-                   else "none")
-        text, ok = QInputDialog.getMultiLineText(self, "System prompt", "Sent first in every turn of new chats "
-                                                 f"and of this one (empty: {default}):", self.system_prompt)
-        if ok:
-            self.system_prompt = text.strip()
-            if self.preferences is not None:
-                self.preferences.setValue("chat/system_prompt", self.system_prompt)
+        self.controls.max_new_tokens.valueChanged.connect(self.chat_pane.show_continue_reach)
+        self.chat_pane.show_continue_reach(self.controls.max_new_tokens.value())
 
     def shortcuts(self) -> list[tuple[str, str]]:
         """(keys, what they do) for every menu entry with a shortcut, and the keys of the message box and pane."""
@@ -506,6 +297,55 @@ class MainWindow(QMainWindow):
     def show_about(self) -> None:
         self.help_box = about_box(self)
 
+    # -- commands, passed on to the chat controller ----------------------------------------------------------
+
+    @property
+    def system_prompt(self) -> str:
+        return self.chat_pane.system_prompt
+
+    @system_prompt.setter
+    def system_prompt(self, text: str) -> None:
+        self.chat_pane.system_prompt = text
+
+    def options(self) -> TurnOptions:
+        """How the next turn is decoded: the controls' settings, Compare with AR and the system prompt."""
+        return TurnOptions(self.controls.settings(), self.controls.compare_ar.isChecked(), self.system_prompt)
+
+    def send(self, text: str) -> None:
+        if self.status.busy:
+            return
+        if self.status.ready:
+            self.message_box.clear()
+        self.statusBar().clearMessage()  # "New chat, decoding as: …" would outlive settings changed before this send
+        self.send_requested.emit(text, self.options())
+        if self.preferences is not None:  # the settings a reply was sent with outlast a killed app, not only a quit
+            save_preferences(self.preferences, self)
+
+    def stop(self) -> None:
+        self.stop_requested.emit()
+
+    def new_chat(self) -> None:
+        if self.preferences is not None:
+            self.system_prompt = self.preferences.value("chat/system_prompt", "", type=str)
+        else:
+            self.system_prompt = ""
+        self.new_chat_requested.emit()
+        # the controls stay as they are, a reopened chat's restored settings too: the line says what they are
+        self.statusBar().showMessage(f"New chat, decoding as: {settings_said(self.controls.settings())}", 8000)
+
+    def regenerate(self) -> None:
+        self.regenerate_requested.emit(self.options())
+
+    def continue_reply(self) -> None:
+        self.continue_requested.emit(self.options())
+
+    def compare_drafters(self) -> None:
+        if self.status.busy:
+            self.statusBar().showMessage(BUSY, 4000)
+            return
+        self.statusBar().showMessage("Compare drafters: the last prompt with each drafting choice…")
+        self.compare_drafters_requested.emit(self.options())
+
     def export_dialog(self) -> None:
         if self.status.busy:  # the reply on screen is not in the conversation until it ends
             self.statusBar().showMessage("A reply is still running: export (Ctrl+E) once it has finished", 6000)
@@ -524,34 +364,26 @@ class MainWindow(QMainWindow):
     def chart_image(self, session: Session) -> QImage:
         return self.analysis.chart_image(session)
 
+    def announce_load(self) -> None:
+        """A pair will load once the window has painted (at start): its first paint says so already, as the load,
+        which holds Python's lock for long stretches, can hold back the status bar's later updates by seconds."""
+        self.status_bar.open_progress()
+
     # -- slots for the chat controller's signals -------------------------------------------------------------
 
     def on_status_changed(self, status: ChatStatus) -> None:
         self.status = status
-        busy, ready = status.busy, status.ready
-        self.send_button.setEnabled(ready and not busy)
-        editing = status.editing is not None and not busy
-        self.send_button.setText("Resend" if editing else "Send")
-        self.cancel_edit_button.setVisible(editing)
-        stopping = status.state is TurnState.STOPPING
-        self.stop_button.setEnabled(busy and not stopping)
-        self.stop_button.setText("Stopping…" if stopping else "Stop")
-        if stopping:  # the worker stops between rounds or prompt chunks: say it was heard
+        busy = status.busy
+        self.chat_pane.on_status_changed(status)
+        if status.state is TurnState.STOPPING:  # the worker stops between rounds or prompt chunks: say it was heard
             self.prefill_progress.hide()
-            self.chat.show_reading("")
             self.statusBar().showMessage("Stopping… (the round or prompt chunk in progress finishes first)")
         self.picker.load_button.setEnabled(not busy)
-        idle_with_reply = ready and not busy and bool(status.n_turns)
-        for act in (self.regenerate_action, self.edit_action, self.compare_drafters_action):
-            act.setEnabled(idle_with_reply)
-        self.compare_drafters_action.setEnabled(idle_with_reply and not status.remote)
-        self.copy_action.setEnabled(idle_with_reply and bool(self.chat.reply_text(status.n_turns - 1)))
+        self.compare_drafters_action.setEnabled(status.ready and not busy and bool(status.n_turns)
+                                                and not status.remote)
         serving = self.status_bar.serving_timer.isActive()
         self.serve_action.setEnabled(self.vllm_missing is None and not busy and not serving)
         self.local_action.setEnabled(status.remote and not busy)
-        continuable = idle_with_reply and status.can_continue and not editing  # a resend replaces the reply
-        self.continue_action.setEnabled(continuable)
-        self.continue_button.setVisible(continuable)
         if status.state is TurnState.LOADING:
             self.status_bar.open_progress()
         else:
@@ -567,14 +399,11 @@ class MainWindow(QMainWindow):
         self.status_bar.on_timing_progressed(done, total)
 
     def on_pair_loaded(self, info: PairInfo) -> None:
-        self.status_bar.close_progress()
-        self.pair_label.setText(pair_said(info, short=True))
+        self.status_bar.show_pair(info)
         if info.target.weights == "native":  # said where it is seen, not only in a tooltip
             self.statusBar().showMessage(INT4_NOTE, 20000)
-        self.pair_label.setToolTip(f"{self.pair_label.text()}\ntarget: {info.target.path}\n"
-                                   f"draft: {info.draft.path if info.draft else '—'}")
         self.controls.set_draft_available(info.draft is not None)
-        self.default_system_prompt = info.default_system_prompt
+        self.chat_pane.default_system_prompt = info.default_system_prompt
         self.models_shown.emit(info)
 
     def on_load_failed(self, kept: PairInfo, loaded_request: tuple | None) -> None:
@@ -583,30 +412,19 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(f"Could not load the new pair; still using {self.pair_label.text()}", 15000)
 
     def on_conversation_cleared(self) -> None:
-        self.chat.clear_chat()
+        self.chat_pane.on_conversation_cleared(self.controls.greedy.isChecked())
         self.analysis.on_conversation_cleared()
-        self.legend.reset(self.controls.greedy.isChecked())
         self.reply_label.clear()
 
     def on_turn_started(self, started: TurnStarted) -> None:
-        """The user's message and the header the reply's tokens will follow; a continuation goes on in the reply
-        it continues, on the same chart."""
-        request = started.request
-        settings = request.settings
-        header = (remote_header(self.remote.model, self.remote.url, settings) if self.remote is not None
-                  else reply_header(settings, (settings.gamma,)))
+        settings = started.request.settings
         self.analysis.on_turn_started(started)
         if started.live:  # the figures and the edit's hint were of the reply this one follows or replaces
             self.reply_label.clear()
             if self.statusBar().currentMessage() == EDITING:
                 self.statusBar().clearMessage()
-        if request.continues:
-            self.chat.continue_reply(header, lookup=settings.lookup)
-            return
-        self.chat.add_user_message(request.messages[-1]["content"])
-        self.chat.begin_reply(header, lookup=settings.lookup)
-        if settings.mode is Mode.SPEC:  # the legend names what this reply shows; a plain AR one corrects nothing
-            self.legend.set_greedy(settings.greedy)
+        self.chat_pane.on_turn_started(started, remote_header(self.remote.model, self.remote.url, settings)
+                                       if self.remote is not None else reply_header(settings, (settings.gamma,)))
 
     def on_gammas_changed(self, settings: DecodeSettings, gammas: tuple[int, ...]) -> None:
         """γ moved mid-reply: the reply's header shows every γ it ran with."""
@@ -620,47 +438,17 @@ class MainWindow(QMainWindow):
             self.round_shown.emit(shown.event)
 
     def on_reply_finished(self, shown: ReplyShown) -> None:
-        reply = shown.whole
-        if reply.remote is not None:
-            self._remote_reply_finished(shown)
-            return
-        self.chat.show_reading("")  # a reply stopped while its prompt was read
-        self.chat.flush()
-        self._add_reply_notes(reply)
-        self.chat.set_reply_actions(shown.index, reply_actions(reply.text, shown.can_continue), text=reply.text)
+        self.chat_pane.on_reply_finished(shown)
         self.analysis.on_reply_finished(shown)
-        first, *rest = stats_figures(reply)
-        self.reply_label.set_parts([first._replace(text=LAST_REPLY + first.text), *rest])
+        self.status_bar.show_reply(shown.whole)
         if self.statusBar().currentMessage() == INT4_NOTE:  # the load's notice gives way to the reply's figures
             self.statusBar().clearMessage()
-
-    def _remote_reply_finished(self, shown: ReplyShown) -> None:
-        """A remote engine's reply: plain text (a reopened one is drawn now), our tokens/s and its counts."""
-        reply, source = shown.whole, shown.whole.remote
-        if not shown.live:
-            self.chat.add_text(shown.reply.text)
-        self.chat.set_reply_header(remote_header(source.model, source.url, reply.request.settings))
-        self.chat.flush()
-        self._add_reply_notes(reply)
-        self.chat.set_reply_actions(shown.index, reply_actions(reply.text, shown.can_continue), text=reply.text)
-        if source.reply is not None:
-            self.engine_report.on_reply_finished(source.reply)
-        self.reply_label.setText(LAST_REPLY + remote_line(reply))
-
-    def _add_reply_notes(self, reply: Reply) -> None:
-        """The lines under a finished reply: its figures (which the status bar repeats), then its warnings."""
-        figures, *warnings = reply_notes(reply)
-        self.chat.add_note(unbreakable(figures.text))
-        for note in warnings:
-            self.chat.add_note(note.text, warning=note.warning)
 
     def on_remote_connected(self, target: EngineTarget) -> None:
         """Replies come from `target` now: the Engine tab shows its counts, the legend and inspector say that no
         token's fate is known, and the local pair's own controls rest."""
         self.remote = target
-        self.status_bar.close_progress()
-        self.pair_label.setText(f"{target.model} at {target.url} (remote engine)")
-        self.pair_label.setToolTip(f"model: {target.model}\nengine: {target.url}")
+        self.status_bar.show_engine(target)
         self.picker.show_pair(target.url, target.model)
         self.controls.set_remote(True)
         self.legend.set_remote(True)
@@ -708,14 +496,12 @@ class MainWindow(QMainWindow):
 
     def on_comparison_finished(self, shown: ComparisonShown) -> None:
         self.comparison_progress.hide()
-        comparison, reply = shown.comparison, shown.reply
-        self.chat.add_comparison(comparison_view(comparison, reply, comparison_line(comparison, reply), shown.pair,
-                                                 part_label(shown.part, continued=shown.part > 1)))
+        self.chat_pane.on_comparison_finished(shown)
+        comparison = shown.comparison
         if not comparison.stopped:
             if comparison.fair:  # a busy or unequal comparison is no line to read the estimate against
-                self.charts.show_measured_speedup(comparison.speedup, reply, shown.part)
-            self.reply_label.set_parts(self.reply_label.parts
-                                       + measured_figures(comparison, shown.part, shown.chat_measured))
+                self.charts.show_measured_speedup(comparison.speedup, shown.reply, shown.part)
+            self.status_bar.add_measured(comparison, shown.part, shown.chat_measured)
         self.statusBar().clearMessage()
 
     def on_why_changed(self, why: WhyGamma) -> None:
@@ -724,6 +510,11 @@ class MainWindow(QMainWindow):
         recommendation = why.recommendation
         self.controls.show_recommendation(recommendation_text(recommendation),
                                           recommendation.explanation if recommendation is not None else "")
+
+    def on_seed_advanced(self, old: int, new: int) -> None:
+        self.controls.seed.setValue(new)
+        self.statusBar().showMessage(
+            f"Regenerating with seed {new}, a new sample (seed {old} gives the last one again)", 6000)
 
     def on_drafters_progressed(self, drafting: str, tokens: int) -> None:
         self.statusBar().showMessage(f"Compare drafters: {drafting}, {tokens} rounds…")
@@ -751,14 +542,11 @@ class MainWindow(QMainWindow):
         self.status_bar.on_turn_completed()
         self.turn_completed.emit()
 
-    def on_edit_started(self, _turn: int, text: str) -> None:
-        self.message_box.setPlainText(text)
-        self.message_box.setFocus()
-        self.statusBar().showMessage(EDITING, 6000)
+    def on_edit_started(self, turn: int, text: str) -> None:
+        self.chat_pane.on_edit_started(turn, text)
 
     def on_edit_cancelled(self) -> None:
-        self.message_box.clear()
-        self.statusBar().showMessage("Edit cancelled", 3000)
+        self.chat_pane.on_edit_cancelled()
 
     def on_system_prompt_restored(self, text: str) -> None:
         self.system_prompt = text
@@ -800,28 +588,10 @@ class MainWindow(QMainWindow):
                                      QMessageBox.StandardButton.Ok, self)
         self.error_box.open()
 
-    # -- helpers -----------------------------------------------------------------------------------------
-
-    def announce_load(self) -> None:
-        """A pair will load once the window has painted (at start): its first paint says so already, as the load,
-        which holds Python's lock for long stretches, can hold back the status bar's later updates by seconds."""
-        self.status_bar.open_progress()
-
-    # -- slots for the window's own widgets ----------------------------------------------------------------
-
-    def on_trace_toggled(self, trace: bool) -> None:
-        self.chat.set_view(TRACE if trace else CLEAN)
-        self.analysis.on_view_changed()
+    # -- the window's own slots ------------------------------------------------------------------------------
 
     def on_token_clicked(self, index: int) -> None:
         self.analysis.on_token_clicked(index)
-
-    def on_example_chosen(self, text: str) -> None:
-        self.message_box.setPlainText(text)
-        if self.status.ready and not self.status.busy:
-            self.message_box.submit()
-        else:
-            self.message_box.setFocus()
 
     def show_pane(self, name: str, shown: bool) -> None:
         """Hide a side pane, or bring it back, taking its width from the chat: the share a fresh window of this
@@ -856,10 +626,3 @@ class MainWindow(QMainWindow):
         if self.preferences is not None:
             save_preferences(self.preferences, self)
         super().closeEvent(event)
-
-
-def reply_actions(text: str, can_continue: bool) -> tuple[str, ...]:
-    """The links under a finished reply: Copy only where it has text (one stopped while the prompt was read has
-    none), Continue only where it can go on."""
-    return ((("copy",) if text else ()) + ("edit", "regenerate") + (("continue",) if can_continue else ()))
-

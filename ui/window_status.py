@@ -5,9 +5,11 @@ from __future__ import annotations
 from PySide6.QtCore import QElapsedTimer, QTimer
 from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QWidget
 
-from engine.events import PrefillProgress
+from app.session import Comparison, EngineTarget, Reply
+from engine.events import PairInfo, PrefillProgress
 from engine.remote import is_url
 from ui.status_bar import ElidedLabel, PartsLabel, StatusBar
+from ui.wording import measured_figures, pair_said, remote_line, stats_figures
 
 STATUS_RIGHT_MARGIN = 8  # between the status bar's last widget and the window's right edge
 # The most of the window's width the pair's name takes in the status bar (elided, whole in its tooltip) beside the
@@ -17,6 +19,7 @@ UNLIMITED_WIDTH = 16777215  # Qt's QWIDGETSIZE_MAX, which PySide6 does not expor
 # Compare with AR's progress bar: its runs' tokens, or a run reading a long prompt in again (%v of %m positions)
 COMPARISON_DECODING = "Compare with AR, undrawn: %v of ~%m tokens"
 COMPARISON_READING = "Compare with AR: reading the prompt in again, %v of %m"
+LAST_REPLY = "last reply: "  # the status bar's summary of the last reply begins so
 SERVING_READY_S = 100  # about how long vLLM takes to answer here (engine.benchmark.vllm_peer.READY_TIMEOUT_S bounds it)
 # A few seconds on a quiet machine; many times that beside another busy program, which the timing must not mistake
 # for this machine's speed (every cost is the fastest of several timings).
@@ -76,6 +79,31 @@ class WindowStatusBar(StatusBar):
         beside_figures = bool(self.reply_label.text())
         self.pair_label.setMaximumWidth(int(PAIR_SHARE * self.window().width()) if beside_figures
                                         else UNLIMITED_WIDTH)
+
+    # -- the pair and its replies ----------------------------------------------------------------------------
+
+    def show_pair(self, info: PairInfo) -> None:
+        self.close_progress()
+        self.pair_label.setText(pair_said(info, short=True))
+        self.pair_label.setToolTip(f"{self.pair_label.text()}\ntarget: {info.target.path}\n"
+                                   f"draft: {info.draft.path if info.draft else '—'}")
+
+    def show_engine(self, target: EngineTarget) -> None:
+        self.close_progress()
+        self.pair_label.setText(f"{target.model} at {target.url} (remote engine)")
+        self.pair_label.setToolTip(f"model: {target.model}\nengine: {target.url}")
+
+    def show_reply(self, reply: Reply) -> None:
+        """The last reply's figures, a remote engine's as one line."""
+        if reply.remote is not None:
+            self.reply_label.setText(LAST_REPLY + remote_line(reply))
+            return
+        first, *rest = stats_figures(reply)
+        self.reply_label.set_parts([first._replace(text=LAST_REPLY + first.text), *rest])
+
+    def add_measured(self, comparison: Comparison, part: int, chat_measured: tuple[float, ...]) -> None:
+        """Compare with AR's measured speedup after the reply's figures."""
+        self.reply_label.set_parts(self.reply_label.parts + measured_figures(comparison, part, chat_measured))
 
     # -- loading a pair -------------------------------------------------------------------------------------
 

@@ -449,15 +449,15 @@ def test_the_chat_menu_acts_on_the_reply_under_the_mouse(make_window, mixed_deco
     on_first_reply = window.chat.cursorRect(cursor).center()
     assert window.chat.turn_at(on_first_reply) == 0
     standard = [a.objectName() for a in window.chat.createStandardContextMenu(on_first_reply).actions()]
-    menu = window.chat_menu(on_first_reply).actions()
+    menu = window.chat_pane.chat_menu(on_first_reply).actions()
     offered = [a.objectName() for a in menu]
     assert "link-copy" in standard and "link-copy" not in offered  # a token's address is nothing to copy
     assert "edit-copy" in offered and "Copy this reply" in [a.text() for a in menu]
-    window.copy_turn(0)
+    window.chat_pane.copy_turn(0)
     assert QApplication.clipboard().text() == first.text
-    window.edit_turn(0)  # cancelled: nothing to edit
+    window.chat_pane.edit_turn(0)  # cancelled: nothing to edit
     assert window.message_box.toPlainText() == "" and "replaces its reply and the 1 turn after it" in asked[0]
-    window.edit_turn(0)
+    window.chat_pane.edit_turn(0)
     assert window.message_box.toPlainText() == "w3 w4" and len(asked) == 2
     window.message_box.setPlainText("w9")
     with qtbot.waitSignal(window.turn_completed, timeout=REPLY_TIMEOUT_MS):

@@ -468,12 +468,12 @@ def test_the_charts_tab_is_named_for_the_last_reply_it_shows_while_an_earlier_to
 
 def test_the_system_prompt_dialog_names_what_the_model_sends_when_it_is_left_empty(qtbot, monkeypatch):
     asked = []
-    monkeypatch.setattr("ui.main_window.QInputDialog.getMultiLineText",
+    monkeypatch.setattr("ui.chat_pane.QInputDialog.getMultiLineText",
                         lambda _parent, _title, label, text: asked.append(label) or (text, False))
     window = shown_window(qtbot, 1600, 1000)
     for default in ("Be kind.", ""):  # the control: a template that sends none
         window.on_pair_loaded(PairInfo(ModelInfo("t", "/t", 1, 64), None, "cpu", "float32", default_system_prompt=default))
-        window.ask_system_prompt()
+        window.chat_pane.ask_system_prompt()
     assert asked[0].endswith("(empty: the model's own: “Be kind.”):") and asked[1].endswith("(empty: none):")
 
 
@@ -487,7 +487,7 @@ def drawn_width(label) -> float:
 def test_a_system_prompt_in_effect_is_named_above_the_chat_and_opens_its_dialog(qtbot, monkeypatch):
     """The control: with none set, nothing is shown."""
     asked = []
-    monkeypatch.setattr("ui.main_window.QInputDialog.getMultiLineText",
+    monkeypatch.setattr("ui.chat_pane.QInputDialog.getMultiLineText",
                         lambda _parent, _title, _label, text: asked.append(text) or (text, False))
     window = shown_window(qtbot, 1000, 700)
     line = window.system_prompt_line
