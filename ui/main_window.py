@@ -7,13 +7,12 @@ from pathlib import Path
 
 from PySide6.QtCore import QMargins, QRect, QSettings, QSize, Qt, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QImage, QKeySequence
-from PySide6.QtWidgets import (QDialog, QDockWidget, QFileDialog, QMainWindow, QMenu, QMessageBox, QScrollArea,
-                               QSplitter, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import QDialog, QDockWidget, QFileDialog, QMainWindow, QMenu, QMessageBox, QSplitter, QWidget
 
 from app.export import file_stem, written_said
 from app.session import (ChatStatus, ComparisonShown, DraftersShown, EngineTarget, ReplyShown, RoundShown, Session,
                          TurnOptions, TurnStarted, TurnState)
-from app.why import WhyGamma, recommendation_text
+from app.why import WhyGamma
 from engine.choices import DEVICES, DTYPES
 from engine.events import ContextNotice, DecodeSettings, PairInfo, PrefillProgress
 from engine.remote import TextDelta
@@ -23,8 +22,8 @@ from ui.controls import DecodingControls, ModelPicker
 from ui.drafters_dialog import DraftersDialog
 from ui.guide import GuideDialog, about_box, shortcuts_box, user_guide
 from ui.history import HistoryPanel
-from ui.preferences import (apply_settings, export_folder, remember_export_folder, restore_preferences,
-                            save_preferences)
+from ui.pair_pane import PairPane
+from ui.preferences import export_folder, remember_export_folder, restore_preferences, save_preferences
 from ui.transcript import CONTEXT
 from ui.window_status import WindowStatusBar
 from ui.wording import remote_header, reply_header, settings_said
@@ -38,7 +37,6 @@ PANE_MIN_WIDTH = {"side": 245, "chat": 315, "right": 200}
 # pane's minimum, so at the smallest width the side panes sit at their minimums and the chat gets the rest; a hidden
 # pane comes back with its share.
 PANE_WIDTH = {"side": 280, "chat": 770, "right": 350}
-SIDE_MAX_WIDTH = 320
 READING = "reading the prompt: %d of %d tokens…"
 HISTORY_WIDTH = 140  # the history dock's first width: its titles elide, and a small window's chat needs the room
 INT4_NOTE = ("The target runs on its GGUF's own 4-bit blocks (as llama.cpp runs them: half the memory), the same "
@@ -101,6 +99,7 @@ class MainWindow(QMainWindow):
         self.history = HistoryPanel(preferences)
         self.picker = ModelPicker(presets, target, draft, device, dtype, devices, dtypes, offline)
         self.controls = DecodingControls(defaults)
+        self.pair_pane = PairPane(self.picker, self.controls, PANE_MIN_WIDTH["side"])
         self.chat_pane = ChatPane(preferences)
         self.analysis = AnalysisPane(self.chat_pane.chat)
         self.status_bar = WindowStatusBar()
@@ -139,26 +138,11 @@ class MainWindow(QMainWindow):
     # -- frame and menus --------------------------------------------------------------------------------------
 
     def _layout(self) -> QWidget:
-        side = QWidget()
-        side_layout = QVBoxLayout(side)
-        side_layout.addWidget(self.picker)
-        side_layout.addWidget(self.controls)
-        side_layout.addStretch(1)
-        side_layout.setContentsMargins(4, 4, 4, 4)  # the pane's minimum width is the controls' plus these
-        side_scroll = QScrollArea()
-        side_scroll.setWidget(side)
-        side_scroll.setWidgetResizable(True)
-        # A theme's larger font (GTK's) widens the controls: the pane then needs more than its usual least width
-        room = side.minimumSizeHint().width() + side_scroll.verticalScrollBar().sizeHint().width()
-        side_scroll.setMinimumWidth(max(PANE_MIN_WIDTH["side"], room + 2 * side_scroll.frameWidth()))
-        # A form needs no more: a wider window's room goes to the chat (the splitter shares a resize in proportion
-        # to the panes' widths, the controls included).
-        side_scroll.setMaximumWidth(SIDE_MAX_WIDTH)
         self.chat_pane.setMinimumWidth(PANE_MIN_WIDTH["chat"])
         self.analysis.setMinimumWidth(PANE_MIN_WIDTH["right"])
         # Minimum widths sum to less than MIN_WIDTH with the history dock open, so the handles always move.
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
-        self.panes = {"side": side_scroll, "chat": self.chat_pane, "right": self.analysis}
+        self.panes = {"side": self.pair_pane, "chat": self.chat_pane, "right": self.analysis}
         for widget in self.panes.values():
             self.splitter.addWidget(widget)
         self.splitter.setChildrenCollapsible(False)
@@ -402,13 +386,13 @@ class MainWindow(QMainWindow):
         self.status_bar.show_pair(info)
         if info.target.weights == "native":  # said where it is seen, not only in a tooltip
             self.statusBar().showMessage(INT4_NOTE, 20000)
-        self.controls.set_draft_available(info.draft is not None)
+        self.pair_pane.on_pair_loaded(info)
         self.chat_pane.default_system_prompt = info.default_system_prompt
         self.models_shown.emit(info)
 
     def on_load_failed(self, kept: PairInfo, loaded_request: tuple | None) -> None:
         """A new pair could not be loaded; `kept` still answers: the controls show it again."""
-        self.picker.show_pair(*(loaded_request or (kept.target.name, kept.draft and kept.draft.name)))
+        self.pair_pane.on_load_failed(kept, loaded_request)
         self.statusBar().showMessage(f"Could not load the new pair; still using {self.pair_label.text()}", 15000)
 
     def on_conversation_cleared(self) -> None:
@@ -449,8 +433,7 @@ class MainWindow(QMainWindow):
         token's fate is known, and the local pair's own controls rest."""
         self.remote = target
         self.status_bar.show_engine(target)
-        self.picker.show_pair(target.url, target.model)
-        self.controls.set_remote(True)
+        self.pair_pane.on_remote_connected(target)
         self.legend.set_remote(True)
         self.analysis.on_remote_connected(target)
         self.statusBar().showMessage(f"Connected to {target.model} at {target.url}", 8000)
@@ -460,11 +443,9 @@ class MainWindow(QMainWindow):
         if self.remote is not None:  # the local pair's pair_loaded names it again
             self.pair_label.setText("no model loaded")
         self.remote = None
-        self.controls.set_remote(False)
+        self.pair_pane.on_remote_left(local_request)
         self.legend.set_remote(False)
         self.analysis.on_remote_left()
-        if local_request is not None:
-            self.picker.show_pair(*local_request)
 
     def on_remote_failed(self, message: str) -> None:
         """One line in the status bar (and in the Engine tab): the chat goes on."""
@@ -507,9 +488,7 @@ class MainWindow(QMainWindow):
     def on_why_changed(self, why: WhyGamma) -> None:
         """After each reply (and for a reopened chat): the cost model, the prediction and the slider's label."""
         self.analysis.on_why_changed(why)
-        recommendation = why.recommendation
-        self.controls.show_recommendation(recommendation_text(recommendation),
-                                          recommendation.explanation if recommendation is not None else "")
+        self.pair_pane.on_why_changed(why)
 
     def on_seed_advanced(self, old: int, new: int) -> None:
         self.controls.seed.setValue(new)
@@ -553,10 +532,8 @@ class MainWindow(QMainWindow):
 
     def on_settings_restored(self, settings: DecodeSettings) -> None:
         """A reopened chat's decoding settings in the controls, and a line that says they changed (when they did)."""
-        if settings == self.controls.settings():
-            return
-        apply_settings(self.controls, settings)
-        self.statusBar().showMessage(f"Decoding as this chat's last reply: {settings_said(settings)}", 8000)
+        if self.pair_pane.restore_settings(settings):
+            self.statusBar().showMessage(f"Decoding as this chat's last reply: {settings_said(settings)}", 8000)
 
     def on_chats_changed(self, current_id: int | None) -> None:
         self.history.refresh(current_id)

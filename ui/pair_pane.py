@@ -1,0 +1,67 @@
+"""The side pane: the model pair to load above the decoding controls, in a scroll area that a short window scrolls,
+and what the chat controller reports about them (a pair loaded or kept, a remote engine, a reopened chat's
+settings, γ's recommendation)."""
+from __future__ import annotations
+
+from PySide6.QtWidgets import QScrollArea, QVBoxLayout, QWidget
+
+from app.session import EngineTarget
+from app.why import WhyGamma, recommendation_text
+from engine.events import DecodeSettings, PairInfo
+from ui.controls import DecodingControls, ModelPicker
+from ui.preferences import apply_settings
+
+SIDE_MAX_WIDTH = 320
+
+
+class PairPane(QScrollArea):
+    """`picker` and `controls` one above the other; never narrower than `least_width`, nor than they need."""
+
+    def __init__(self, picker: ModelPicker, controls: DecodingControls, least_width: int):
+        super().__init__()
+        self.picker, self.controls = picker, controls
+        side = QWidget()
+        layout = QVBoxLayout(side)
+        layout.addWidget(picker)
+        layout.addWidget(controls)
+        layout.addStretch(1)
+        layout.setContentsMargins(4, 4, 4, 4)  # the pane's minimum width is the controls' plus these
+        self.setWidget(side)
+        self.setWidgetResizable(True)
+        # A theme's larger font (GTK's) widens the controls: the pane then needs more than its usual least width
+        room = side.minimumSizeHint().width() + self.verticalScrollBar().sizeHint().width()
+        self.setMinimumWidth(max(least_width, room + 2 * self.frameWidth()))
+        # A form needs no more: a wider window's room goes to the chat (the splitter shares a resize in proportion
+        # to the panes' widths, the controls included).
+        self.setMaximumWidth(SIDE_MAX_WIDTH)
+
+    def on_pair_loaded(self, info: PairInfo) -> None:
+        self.controls.set_draft_available(info.draft is not None)
+
+    def on_load_failed(self, kept: PairInfo, loaded_request: tuple | None) -> None:
+        """A new pair could not be loaded; `kept` still answers: the picker shows it again."""
+        self.picker.show_pair(*(loaded_request or (kept.target.name, kept.draft and kept.draft.name)))
+
+    def on_remote_connected(self, target: EngineTarget) -> None:
+        """Replies come from `target`: the picker names it, and the local pair's own controls rest."""
+        self.picker.show_pair(target.url, target.model)
+        self.controls.set_remote(True)
+
+    def on_remote_left(self, local_request: tuple | None) -> None:
+        """Back to the local pair (or a connection that failed): the picker shows the pair that answers."""
+        self.controls.set_remote(False)
+        if local_request is not None:
+            self.picker.show_pair(*local_request)
+
+    def on_why_changed(self, why: WhyGamma) -> None:
+        """The γ slider's label says which γ the cost model recommends, and why."""
+        recommendation = why.recommendation
+        self.controls.show_recommendation(recommendation_text(recommendation),
+                                          recommendation.explanation if recommendation is not None else "")
+
+    def restore_settings(self, settings: DecodeSettings) -> bool:
+        """A reopened chat's decoding settings in the controls; whether they changed."""
+        if settings == self.controls.settings():
+            return False
+        apply_settings(self.controls, settings)
+        return True
