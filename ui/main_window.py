@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QMargins, QRect, QSettings, QSize, Qt, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QImage, QKeySequence
-from PySide6.QtWidgets import QDialog, QDockWidget, QFileDialog, QMainWindow, QMenu, QMessageBox, QSplitter, QWidget
+from PySide6.QtWidgets import QDialog, QDockWidget, QFileDialog, QMainWindow, QMenu, QMessageBox
 
 from app.export import file_stem, written_said
 from app.session import (ChatStatus, ComparisonShown, DraftersShown, EngineTarget, ReplyShown, RoundShown, Session,
@@ -23,6 +23,7 @@ from ui.drafters_dialog import DraftersDialog
 from ui.guide import GuideDialog, about_box, shortcuts_box, user_guide
 from ui.history import HistoryPanel
 from ui.pair_pane import PairPane
+from ui.pane_splitter import PANE_MIN_WIDTH, PaneSplitter
 from ui.preferences import export_folder, remember_export_folder, restore_preferences, save_preferences
 from ui.transcript import CONTEXT
 from ui.window_status import WindowStatusBar
@@ -30,18 +31,10 @@ from ui.wording import remote_header, reply_header, settings_said
 
 # The least client area: a 1000×700 screen holds it with a window manager's title bar and borders.
 MIN_WIDTH, MIN_HEIGHT = 995, 620
-# With the history dock, still under MIN_WIDTH. The side pane's leaves room for a scroll bar beside the controls, which
-# a window under about 680 px tall scrolls; more where the controls need it.
-PANE_MIN_WIDTH = {"side": 245, "chat": 315, "right": 200}
-# The splitter's first sizes. QSplitter shares a window's width in proportion to its panes' widths, never below a
-# pane's minimum, so at the smallest width the side panes sit at their minimums and the chat gets the rest; a hidden
-# pane comes back with its share.
-PANE_WIDTH = {"side": 280, "chat": 770, "right": 350}
 READING = "reading the prompt: %d of %d tokens…"
 HISTORY_WIDTH = 140  # the history dock's first width: its titles elide, and a small window's chat needs the room
 INT4_NOTE = ("The target runs on its GGUF's own 4-bit blocks (as llama.cpp runs them: half the memory), the same "
              "in every mode. For de-quantised weights instead, set weights to dtype and Load pair (README: Weights)")
-
 
 
 def fitted_frame(frame: QRect, margins: QMargins, free: QRect, minimum: QSize) -> QRect:
@@ -120,7 +113,9 @@ class MainWindow(QMainWindow):
         self.comparison_progress = self.status_bar.comparison_progress
         self.prefill_progress = self.status_bar.prefill_progress
 
-        self.setCentralWidget(self._layout())
+        self.splitter = PaneSplitter({"side": self.pair_pane, "chat": self.chat_pane, "right": self.analysis})
+        self.panes = self.splitter.panes
+        self.setCentralWidget(self.splitter)
         self.history_dock = self._history_dock()
         self.setStatusBar(self.status_bar)
         self._menus()
@@ -136,18 +131,6 @@ class MainWindow(QMainWindow):
             act.setChecked(not self.panes[name].isHidden())
 
     # -- frame and menus --------------------------------------------------------------------------------------
-
-    def _layout(self) -> QWidget:
-        self.chat_pane.setMinimumWidth(PANE_MIN_WIDTH["chat"])
-        self.analysis.setMinimumWidth(PANE_MIN_WIDTH["right"])
-        # Minimum widths sum to less than MIN_WIDTH with the history dock open, so the handles always move.
-        self.splitter = QSplitter(Qt.Orientation.Horizontal)
-        self.panes = {"side": self.pair_pane, "chat": self.chat_pane, "right": self.analysis}
-        for widget in self.panes.values():
-            self.splitter.addWidget(widget)
-        self.splitter.setChildrenCollapsible(False)
-        self.splitter.setSizes([PANE_WIDTH[name] for name in self.panes])
-        return self.splitter
 
     def _history_dock(self) -> QDockWidget:
         """Past chats on the left, in a dock so it can be closed (View ▸ History) and its width is kept."""
@@ -231,7 +214,7 @@ class MainWindow(QMainWindow):
         for name, text, shortcut in (("side", "&Controls pane", "Ctrl+1"), ("right", "&Inspector and charts", "Ctrl+2")):
             act = QAction(text, self, checkable=True, checked=True)
             act.setShortcut(QKeySequence(shortcut))
-            act.toggled.connect(lambda shown, pane=name: self.show_pane(pane, shown))
+            act.toggled.connect(lambda shown, pane=name: self.splitter.show_pane(pane, shown))
             view_menu.addAction(act)
             self.pane_actions[name] = act
         help_menu = self.menuBar().addMenu("&Help")
@@ -569,30 +552,6 @@ class MainWindow(QMainWindow):
 
     def on_token_clicked(self, index: int) -> None:
         self.analysis.on_token_clicked(index)
-
-    def show_pane(self, name: str, shown: bool) -> None:
-        """Hide a side pane, or bring it back, taking its width from the chat: the share a fresh window of this
-        width gives it, so a small window's chat stays the widest pane."""
-        pane = self.panes[name]
-        if shown == pane.isVisible():
-            return
-        sizes = dict(zip(self.panes, self.splitter.sizes()))
-        if not shown:  # all of its width to the chat (the splitter would share it with the other pane)
-            sizes["chat"], sizes[name] = sizes["chat"] + sizes[name], 0
-            pane.hide()
-            self.splitter.setSizes(list(sizes.values()))
-            return
-        # The sizes' sum is the splitter's width even before a hide has been laid out; only visible panes keep one.
-        total = sum(sizes.values())
-        for other in self.panes:
-            if other not in (name, "chat") and not self.panes[other].isVisible():
-                sizes[other] = 0
-        others = sum(size for other, size in sizes.items() if other not in (name, "chat"))
-        share = total * PANE_WIDTH[name] // sum(PANE_WIDTH.values())
-        sizes[name] = max(pane.minimumWidth(), min(share, total - others - PANE_MIN_WIDTH["chat"]))
-        sizes["chat"] = total - others - sizes[name]
-        pane.show()
-        self.splitter.setSizes(list(sizes.values()))
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)

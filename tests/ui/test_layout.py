@@ -14,8 +14,9 @@ from ui.charts import MIN_CHART_HEIGHT
 from tests.ui.helpers import shown_window
 from tests.ui.synthetic import rejected_round
 from ui.inspector import MIN_LINES, span_html
-from ui.main_window import MIN_HEIGHT, MIN_WIDTH, PANE_MIN_WIDTH, PANE_WIDTH, MainWindow, fitted_frame
+from ui.main_window import MIN_HEIGHT, MIN_WIDTH, MainWindow, fitted_frame
 from ui.pair_pane import SIDE_MAX_WIDTH
+from ui.pane_splitter import PANE_MIN_WIDTH, PANE_WIDTH
 from ui.tokens import round_spans
 from ui.window_status import STATUS_RIGHT_MARGIN
 
