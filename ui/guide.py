@@ -6,8 +6,9 @@ from importlib import metadata
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QUrl
-from PySide6.QtGui import QDesktopServices, QTextBlockFormat, QTextCursor, QTextDocument
-from PySide6.QtWidgets import QDialog, QDialogButtonBox, QMessageBox, QTextBrowser, QVBoxLayout, QWidget
+from PySide6.QtGui import QDesktopServices, QKeySequence, QTextBlockFormat, QTextCursor, QTextDocument
+from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QMenu, QMenuBar, QMessageBox, QTextBrowser, QVBoxLayout,
+                               QWidget)
 
 ABOUT = ("<h3>SpecDec Studio {version}</h3><p>A chat app that makes speculative decoding visible: a small draft "
          "model guesses up to γ tokens, the target checks them in one pass, and rejection sampling keeps the output "
@@ -107,6 +108,19 @@ class GuideDialog(QDialog):
         """Fitted once shown, when the browser has its width."""
         super().showEvent(event)
         fit_to_width(self.browser)
+
+
+def menu_shortcuts(menu_bar: QMenuBar) -> list[tuple[str, str]]:
+    """(keys, what they do) for every menu entry with a shortcut, and the keys of the message box and pane."""
+    rows = [("Enter", "Send the message"), ("Shift+Enter", "A new line in the message")]
+    for menu in menu_bar.findChildren(QMenu):
+        for act in menu.actions():
+            if not act.shortcut().isEmpty():
+                keys = act.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
+                rows.append((keys, act.text().replace("&", "").removesuffix("…")))
+    rows.append(("Esc", "While a message is back in the box for editing: leave the edit (Cancel edit)"))
+    rows.append(("Click a token", "Pin it in the inspector (click again to release)"))
+    return rows
 
 
 def shortcuts_box(rows: list[tuple[str, str]], parent: QWidget) -> QMessageBox:

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QMargins, QRect, QSettings, QSize, Qt, Signal
-from PySide6.QtGui import QAction, QGuiApplication, QImage, QKeySequence
-from PySide6.QtWidgets import QDialog, QDockWidget, QFileDialog, QMainWindow, QMenu, QMessageBox
+from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
+from PySide6.QtWidgets import QDialog, QDockWidget, QFileDialog, QMainWindow, QMessageBox
 
 from app.export import file_stem, written_said
-from app.session import (ChatStatus, ComparisonShown, DraftersShown, EngineTarget, ReplyShown, RoundShown, Session,
-                         TurnOptions, TurnStarted, TurnState)
+from app.session import (ChatStatus, ComparisonShown, DraftersShown, EngineTarget, ReplyShown, RoundShown, TurnOptions,
+                         TurnStarted, TurnState)
 from app.why import WhyGamma
 from engine.choices import DEVICES, DTYPES
 from engine.events import ContextNotice, DecodeSettings, PairInfo, PrefillProgress
@@ -20,7 +20,7 @@ from ui.analysis_pane import AnalysisPane
 from ui.chat_pane import BUSY, EDITING, ChatPane
 from ui.controls import DecodingControls, ModelPicker
 from ui.drafters_dialog import DraftersDialog
-from ui.guide import GuideDialog, about_box, shortcuts_box, user_guide
+from ui.guide import GuideDialog, about_box, menu_shortcuts, shortcuts_box, user_guide
 from ui.history import HistoryPanel
 from ui.pair_pane import PairPane
 from ui.pane_splitter import PANE_MIN_WIDTH, PaneSplitter
@@ -112,6 +112,21 @@ class MainWindow(QMainWindow):
         self.load_progress = self.status_bar.load_progress
         self.comparison_progress = self.status_bar.comparison_progress
         self.prefill_progress = self.status_bar.prefill_progress
+        # What the controller reports that one pane alone draws goes straight to it (app/studio.py connects the
+        # controller's signals to the window's slots by these names)
+        self.on_load_started = self.status_bar.on_load_started
+        self.on_timing_started = self.status_bar.on_timing_started
+        self.on_timing_progressed = self.status_bar.on_timing_progressed
+        self.on_comparison_reading = self.status_bar.on_comparison_reading
+        self.on_comparison_progressed = self.status_bar.on_comparison_progressed
+        self.on_edit_started = self.chat_pane.on_edit_started
+        self.on_edit_cancelled = self.chat_pane.on_edit_cancelled
+        self.on_chats_changed = self.history.refresh
+        self.on_token_clicked = self.analysis.on_token_clicked
+        self.chart_image = self.analysis.chart_image  # the export's image (the controller asks for it)
+        # A pair will load once the window has painted (at start): its first paint says so already, as the load,
+        # which holds Python's lock for long stretches, can hold back the status bar's later updates by seconds.
+        self.announce_load = self.status_bar.open_progress
 
         self.splitter = PaneSplitter({"side": self.pair_pane, "chat": self.chat_pane, "right": self.analysis})
         self.panes = self.splitter.panes
@@ -241,16 +256,7 @@ class MainWindow(QMainWindow):
         self.chat_pane.show_continue_reach(self.controls.max_new_tokens.value())
 
     def shortcuts(self) -> list[tuple[str, str]]:
-        """(keys, what they do) for every menu entry with a shortcut, and the keys of the message box and pane."""
-        rows = [("Enter", "Send the message"), ("Shift+Enter", "A new line in the message")]
-        for menu in self.menuBar().findChildren(QMenu):
-            for act in menu.actions():
-                if not act.shortcut().isEmpty():
-                    keys = act.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
-                    rows.append((keys, act.text().replace("&", "").removesuffix("…")))
-        rows.append(("Esc", "While a message is back in the box for editing: leave the edit (Cancel edit)"))
-        rows.append(("Click a token", "Pin it in the inspector (click again to release)"))
-        return rows
+        return menu_shortcuts(self.menuBar())
 
     def show_shortcuts(self) -> None:
         self.help_box = shortcuts_box(self.shortcuts(), self)
@@ -328,14 +334,6 @@ class MainWindow(QMainWindow):
         if path:
             self.export_requested.emit(Path(path))
 
-    def chart_image(self, session: Session) -> QImage:
-        return self.analysis.chart_image(session)
-
-    def announce_load(self) -> None:
-        """A pair will load once the window has painted (at start): its first paint says so already, as the load,
-        which holds Python's lock for long stretches, can hold back the status bar's later updates by seconds."""
-        self.status_bar.open_progress()
-
     # -- slots for the chat controller's signals -------------------------------------------------------------
 
     def on_status_changed(self, status: ChatStatus) -> None:
@@ -355,15 +353,6 @@ class MainWindow(QMainWindow):
             self.status_bar.open_progress()
         else:
             self.status_bar.close_progress()
-
-    def on_load_started(self, target: str, draft: str | None) -> None:
-        self.status_bar.on_load_started(target, draft)
-
-    def on_timing_started(self) -> None:
-        self.status_bar.on_timing_started()
-
-    def on_timing_progressed(self, done: int, total: int) -> None:
-        self.status_bar.on_timing_progressed(done, total)
 
     def on_pair_loaded(self, info: PairInfo) -> None:
         self.status_bar.show_pair(info)
@@ -452,12 +441,6 @@ class MainWindow(QMainWindow):
         self.on_serving_finished()
         self.statusBar().showMessage(message, 30000)
 
-    def on_comparison_reading(self, done: int, total: int) -> None:
-        self.status_bar.on_comparison_reading(done, total)
-
-    def on_comparison_progressed(self, tokens: int, expected: int) -> None:
-        self.status_bar.on_comparison_progressed(tokens, expected)
-
     def on_comparison_finished(self, shown: ComparisonShown) -> None:
         self.comparison_progress.hide()
         self.chat_pane.on_comparison_finished(shown)
@@ -504,12 +487,6 @@ class MainWindow(QMainWindow):
         self.status_bar.on_turn_completed()
         self.turn_completed.emit()
 
-    def on_edit_started(self, turn: int, text: str) -> None:
-        self.chat_pane.on_edit_started(turn, text)
-
-    def on_edit_cancelled(self) -> None:
-        self.chat_pane.on_edit_cancelled()
-
     def on_system_prompt_restored(self, text: str) -> None:
         self.system_prompt = text
 
@@ -517,9 +494,6 @@ class MainWindow(QMainWindow):
         """A reopened chat's decoding settings in the controls, and a line that says they changed (when they did)."""
         if self.pair_pane.restore_settings(settings):
             self.statusBar().showMessage(f"Decoding as this chat's last reply: {settings_said(settings)}", 8000)
-
-    def on_chats_changed(self, current_id: int | None) -> None:
-        self.history.refresh(current_id)
 
     def on_notice_posted(self, message: str) -> None:
         self.statusBar().showMessage(message, 8000)
@@ -530,28 +504,22 @@ class MainWindow(QMainWindow):
 
     def on_export_failed(self, message: str) -> None:
         self.statusBar().showMessage(f"Export failed, nothing written: {message}", 10000)
-        self.error_box = QMessageBox(QMessageBox.Icon.Warning, "Export failed", f"Nothing was written: {message}",
-                                     QMessageBox.StandardButton.Ok, self)
-        self.error_box.open()
+        self._show_error(QMessageBox.Icon.Warning, "Export failed", f"Nothing was written: {message}")
 
     def on_failed(self, message: str) -> None:
         self.status_bar.close_progress()
         self.comparison_progress.hide()
-        self.error_box = QMessageBox(QMessageBox.Icon.Critical, "SpecDec Studio", message,
-                                     QMessageBox.StandardButton.Ok, self)
-        self.error_box.open()
+        self._show_error(QMessageBox.Icon.Critical, "SpecDec Studio", message)
 
     def on_store_failed(self, message: str) -> None:
         """Saving failed mid-session (disk full, file removed): say so once, without interrupting the reply."""
         self.statusBar().showMessage(message)
-        self.error_box = QMessageBox(QMessageBox.Icon.Warning, "SpecDec Studio", message,
-                                     QMessageBox.StandardButton.Ok, self)
+        self._show_error(QMessageBox.Icon.Warning, "SpecDec Studio", message)
+
+    def _show_error(self, icon: QMessageBox.Icon, title: str, message: str) -> None:
+        """A message box that waits beside the window, not blocking it."""
+        self.error_box = QMessageBox(icon, title, message, QMessageBox.StandardButton.Ok, self)
         self.error_box.open()
-
-    # -- the window's own slots ------------------------------------------------------------------------------
-
-    def on_token_clicked(self, index: int) -> None:
-        self.analysis.on_token_clicked(index)
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
