@@ -1,6 +1,8 @@
 """The main window: the frame, the menus, and the wiring of its panes to the chat controller (app/chat.py). The
-panes draw: the controls on the left, the chat (ui/chat_pane.py), the inspector and charts (ui/analysis_pane.py),
-the status bar (ui/window_status.py) and the history dock."""
+panes draw: the pair and the decoding controls (ui/pair_pane.py), the chat (ui/chat_pane.py), the inspector and
+charts (ui/analysis_pane.py), side by side (ui/pane_splitter.py); the status bar (ui/window_status.py) and the
+history dock. Compare drafters' table and the Help menu's windows are dialogs of their own (ui/drafters_dialog.py,
+ui/guide.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -225,13 +227,8 @@ class MainWindow(QMainWindow):
         action(view_menu, "Scroll the chat to the to&p", "Ctrl+Home", self.chat.scroll_to_top)
         action(view_menu, "Scroll the chat to the &bottom", "Ctrl+End", self.chat.scroll_to_bottom)
         view_menu.addSeparator()
-        self.pane_actions = {}
-        for name, text, shortcut in (("side", "&Controls pane", "Ctrl+1"), ("right", "&Inspector and charts", "Ctrl+2")):
-            act = QAction(text, self, checkable=True, checked=True)
-            act.setShortcut(QKeySequence(shortcut))
-            act.toggled.connect(lambda shown, pane=name: self.splitter.show_pane(pane, shown))
-            view_menu.addAction(act)
-            self.pane_actions[name] = act
+        self.pane_actions = self.splitter.pane_actions
+        view_menu.addActions(list(self.pane_actions.values()))
         help_menu = self.menuBar().addMenu("&Help")
         self.guide_action = action(help_menu, "&User guide", "Shift+F1", self.show_guide)
         self.guide_action.setEnabled(bool(user_guide()))

@@ -3,6 +3,7 @@ widths, and hiding a side pane or bringing it back (View ▸ Controls pane, Insp
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QSplitter, QWidget
 
 # With the history dock, still under the window's least width. The side pane's leaves room for a scroll bar beside
@@ -28,6 +29,12 @@ class PaneSplitter(QSplitter):
             self.addWidget(widget)
         self.setChildrenCollapsible(False)
         self.setSizes([PANE_WIDTH[name] for name in panes])
+        self.pane_actions = {}  # View's entries that hide a side pane or bring it back
+        for name, text, shortcut in (("side", "&Controls pane", "Ctrl+1"), ("right", "&Inspector and charts", "Ctrl+2")):
+            act = QAction(text, self, checkable=True, checked=True)
+            act.setShortcut(QKeySequence(shortcut))
+            act.toggled.connect(lambda shown, pane=name: self.show_pane(pane, shown))
+            self.pane_actions[name] = act
 
     def show_pane(self, name: str, shown: bool) -> None:
         """Hide a side pane, or bring it back, taking its width from the chat: the share a fresh window of this
