@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QMargins, QRect, QSettings, QSize, Qt, Signal
-from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
+from PySide6.QtCore import QSettings, QSize, Qt, Signal
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QDialog, QDockWidget, QFileDialog, QMainWindow, QMessageBox
 
 from app.export import file_stem, written_said
@@ -28,26 +28,14 @@ from ui.pair_pane import PairPane
 from ui.pane_splitter import PANE_MIN_WIDTH, PaneSplitter
 from ui.preferences import export_folder, remember_export_folder, restore_preferences, save_preferences
 from ui.transcript import CONTEXT
+from ui.window_fit import MIN_HEIGHT, MIN_WIDTH, ScreenFit
 from ui.window_status import WindowStatusBar
 from ui.wording import remote_header, reply_header, settings_said
 
-# The least client area: a 1000×700 screen holds it with a window manager's title bar and borders.
-MIN_WIDTH, MIN_HEIGHT = 995, 620
 READING = "reading the prompt: %d of %d tokens…"
 HISTORY_WIDTH = 140  # the history dock's first width: its titles elide, and a small window's chat needs the room
 INT4_NOTE = ("The target runs on its GGUF's own 4-bit blocks (as llama.cpp runs them: half the memory), the same "
              "in every mode. For de-quantised weights instead, set weights to dtype and Load pair (README: Weights)")
-
-
-def fitted_frame(frame: QRect, margins: QMargins, free: QRect, minimum: QSize) -> QRect:
-    """Where a window's frame goes on a screen's free area: as large as it is, or as the free area holds it with
-    `margins` (the title bar and borders around the client area), never with a client area under `minimum`; moved
-    to the free area's corner if it begins off that area or runs past its bottom."""
-    client = frame.size().shrunkBy(margins).boundedTo(free.size().shrunkBy(margins)).expandedTo(minimum)
-    fitted = QRect(frame.topLeft(), client.grownBy(margins))
-    if not free.contains(fitted.topLeft()) or fitted.bottom() > free.bottom():
-        fitted.moveTopLeft(free.topLeft())
-    return fitted
 
 
 class MainWindow(QMainWindow):
@@ -89,7 +77,6 @@ class MainWindow(QMainWindow):
         self.preferences = preferences
         self.remote: EngineTarget | None = None  # the engine replies come from; None: the local pair
         self.vllm_missing = vllm_missing
-        self._framed = False  # whether the window manager's frame has been fitted to the screen too
 
         self.history = HistoryPanel(preferences)
         self.picker = ModelPicker(presets, target, draft, device, dtype, devices, dtypes, offline)
@@ -143,7 +130,7 @@ class MainWindow(QMainWindow):
         self.resize(1400, 900)
         if preferences is not None:
             restore_preferences(preferences, self)
-        self._fit_to_screen()
+        self.screen_fit = ScreenFit(self)
         for name, act in self.pane_actions.items():
             act.setChecked(not self.panes[name].isHidden())
 
@@ -158,30 +145,6 @@ class MainWindow(QMainWindow):
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, dock)
         self.resizeDocks([dock], [HISTORY_WIDTH], Qt.Orientation.Horizontal)
         return dock
-
-    def _fit_to_screen(self) -> None:
-        """The default size, or one saved on a larger screen, shrinks to the screen's free area with the window's
-        frame (never below the window's minimum), and a window saved off this screen comes back onto it."""
-        screen = self.screen() or QGuiApplication.primaryScreen()
-        if screen is None or self.isMaximized() or self.isFullScreen():
-            return
-        frame, client = self.frameGeometry(), self.geometry()
-        margins = QMargins(client.left() - frame.left(), client.top() - frame.top(), frame.right() - client.right(),
-                           frame.bottom() - client.bottom())
-        fitted = fitted_frame(frame, margins, screen.availableGeometry(), self.minimumSize())
-        self.resize(fitted.size().shrunkBy(margins))
-        # A top-level window's position is its frame's; before the window manager frames it, the frame Qt reports
-        # is the client area, so moving it there anyway would shift a restored window down by its title bar.
-        if fitted.topLeft() != frame.topLeft():
-            self.move(fitted.topLeft())
-
-    def moveEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        """The window manager frames the window after it is first shown, moving its client area: only then do the
-        title bar and borders count in what fits on the screen."""
-        super().moveEvent(event)
-        if not self._framed and self.frameGeometry() != self.geometry():
-            self._framed = True
-            self._fit_to_screen()
 
     def _menus(self) -> None:
         def action(menu, text: str, shortcut, slot) -> QAction:

@@ -14,7 +14,8 @@ from ui.charts import MIN_CHART_HEIGHT
 from tests.ui.helpers import shown_window
 from tests.ui.synthetic import rejected_round
 from ui.inspector import MIN_LINES, span_html
-from ui.main_window import MIN_HEIGHT, MIN_WIDTH, MainWindow, fitted_frame
+from ui.main_window import MainWindow
+from ui.window_fit import MIN_HEIGHT, MIN_WIDTH, fitted_frame
 from ui.pair_pane import SIDE_MAX_WIDTH
 from ui.pane_splitter import PANE_MIN_WIDTH, PANE_WIDTH
 from ui.tokens import round_spans
@@ -367,5 +368,5 @@ def test_fitting_a_window_that_fits_does_not_move_it(qtbot, monkeypatch):
     window.move(QPoint(1, 25))
     moves = []
     monkeypatch.setattr(window, "move", lambda *where: moves.append(where))
-    window._fit_to_screen()
+    window.screen_fit.fit()
     assert moves == []

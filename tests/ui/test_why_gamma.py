@@ -16,7 +16,8 @@ from engine.stats import expected_tokens_per_round, position_acceptance
 from tests.ui.helpers import REPLY_TIMEOUT_MS, send, shown_window
 from tests.ui.synthetic import accepted_round, plain_steps, rejected_round
 from ui.gamma_charts import COLOURS, MIN_WHY_HEIGHT
-from ui.main_window import MIN_HEIGHT, MIN_WIDTH, MainWindow
+from ui.main_window import MainWindow
+from ui.window_fit import MIN_HEIGHT, MIN_WIDTH
 from app.session import (MEASURED_TOKENS, Comparison, DrafterComparison, DrafterRun, Reply, ReplyRequest, RoundShown,
                         Session, TurnStarted)
 from app.why import MeasuredPoint, why_gamma
