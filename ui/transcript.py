@@ -1,15 +1,17 @@
 """The chat pane's model, readable without Qt: turns (a user message, a reply with its notes and links), each
-reply's token spans, and its Markdown blocks in the clean view. ui/chat_view.py renders it; tests read it."""
+reply's token spans, its Markdown blocks in the clean view and the text its code blocks' Copy links copy, and how a
+long message folds. ui/chat_view.py renders it; tests read it."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from app.session import Reply
 from engine.events import Fate, RoundEvent
 from engine.stats import LOADED_ROUNDS, token_pace_s
+from ui.chat_links import LAST_REPLY_ONLY
 from ui.markdown import Block, inline_runs, parse_blocks
-from ui.tokens import TokenSpan, remote_span, reply_text, round_spans
-from ui.wording import busy_note, load_cause, outside_causes, remote_line, stats_line
+from ui.tokens import SPECIAL_TOKEN, TokenSpan, remote_span, reply_text, round_spans
+from ui.wording import busy_note, load_cause, outside_causes, part_label, remote_line, stats_line
 
 
 FOLD_LINES = 12  # a user message longer than this (or than FOLD_CHARS) is shown folded: a pasted document
@@ -35,6 +37,11 @@ class UserItem:
             space = max(cut.rfind(" "), cut.rfind("\n"))
             opening = cut[:space] if space > OPENING_CHARS // 2 else cut[:OPENING_CHARS]
         return opening.rstrip() + " …"
+
+    @property
+    def fold_link(self) -> str:
+        """The link under a foldable message: what unfolding shows, or folding it back."""
+        return f"Show all ({len(self.text.split())} words)" if self.folded else "Fold"
 
 
 @dataclass
@@ -137,10 +144,37 @@ class ReplyItem:
     end: int  # one past its last span
     notes: list[Note | ComparisonView] = field(default_factory=list)
     turn: int | None = None  # the reply's index among the conversation's replies, once it has finished
-    actions: tuple[str, ...] = ()  # names of the links under the notes (chat_view.ACTIONS)
+    actions: tuple[str, ...] = ()  # names of the links under the notes (chat_links.ACTIONS)
     lookup: bool = False  # drafted with prompt lookup on: its q = 1 drafts are copies
     text: str = ""  # the reply's text once it has finished (what Copy copies)
     rounds: int = 0  # rounds shown, over all its parts: a continuation's rounds are numbered on from them
+
+    @property
+    def lasting_actions(self) -> tuple[str, ...]:
+        """Its links once a later turn follows it: Regenerate and Continue act on the last reply only."""
+        return tuple(action for action in self.actions if action not in LAST_REPLY_ONLY)
+
+
+def owner_runs(owners: list[int], start: int, end: int):
+    """(start, end, owner) of the stretches of [start, end) whose characters come from one token."""
+    run = start
+    while run < end:
+        stop = run + 1
+        while stop < end and owners[stop] == owners[run]:
+            stop += 1
+        yield run, stop, owners[run]
+        run = stop
+
+
+def clean_tokens(tokens: tuple[str, ...]) -> tuple[str, list[int]]:
+    """Tokens' text as the clean view reads it (no chat-template tokens) and, for each of its characters, the index
+    of the token it came from: a comparison's column."""
+    source, owners = "", []
+    for index, token in enumerate(tokens):
+        if not SPECIAL_TOKEN.fullmatch(token):
+            source += token
+            owners += [index] * len(token)
+    return source, owners
 
 
 class Transcript:
@@ -163,6 +197,19 @@ class Transcript:
     def begin_reply(self, header: str, lookup: bool = False) -> ReplyItem:
         item = ReplyItem(header, len(self.spans), len(self.spans), lookup=lookup)
         self.items.append(item)
+        return item
+
+    def continue_reply(self, lookup: bool) -> ReplyItem | None:
+        """The last reply, made ready to go on where it stopped (a Continue): each part's comparison stays, named by
+        its part as the continuation's will be; its other notes and its links go until it ends. None where the last
+        item is no reply."""
+        item = self.last_reply()
+        if item is None or item is not self.items[-1]:
+            return None
+        item.notes = [replace(note, label=note.label or part_label(1, continued=True)) for note in item.notes
+                      if isinstance(note, ComparisonView)]
+        item.actions = ()
+        item.lookup = lookup
         return item
 
     def add_round(self, event: RoundEvent) -> None:
@@ -192,6 +239,15 @@ class Transcript:
     def reply_of_span(self, index: int) -> ReplyItem | None:
         return next((item for item in self.replies() if item.first <= index < item.end), None)
 
+    def turn_of(self, index: int | None) -> int | None:
+        """The turn of the finished reply span `index` belongs to; for no span, the last finished reply's (None when
+        there is none, or the span's reply is still streaming)."""
+        if index is None:
+            finished = [item for item in self.replies() if item.turn is not None]
+            return finished[-1].turn if finished else None
+        item = self.reply_of_span(index)
+        return item.turn if item is not None else None
+
     def reply_text(self, turn: int) -> str:
         return next((item.text for item in self.replies() if item.turn == turn), "")
 
@@ -217,6 +273,14 @@ class Transcript:
     def blocks(self, item: ReplyItem) -> list[Block]:
         """The reply's clean text as Markdown blocks (positions into `clean_source`)."""
         return parse_blocks(self.clean_source(item)[0])
+
+    def code_text(self, first: int, block: int) -> str:
+        """What a code block's Copy link copies: its text without the fences, as a reader pastes it. `first`: a
+        span of its reply; `block`: its index among the reply's blocks (chat_links.code_href)."""
+        item = self.reply_of_span(first)
+        source = self.clean_source(item)[0]
+        code = parse_blocks(source)[block]
+        return source[code.start:code.end]
 
     def code_spans(self, item: ReplyItem) -> set[int]:
         """The spans the trace draws in the monospace font: those in a code block or inline code of the clean text,

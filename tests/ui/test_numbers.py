@@ -19,7 +19,7 @@ from engine.stats import ArTime, reply_stats
 from tests.ui.helpers import send
 from tests.ui.synthetic import accepted_round
 from ui.charts import RoundBuffers
-from ui.chat_view import ACTION_ROW
+from ui.chat_document import ACTION_ROW
 from ui.compare import comparison_view, explain, first_difference
 from ui.wording import UNFAIR, busy_note, comparison_line, stats_line
 
