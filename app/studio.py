@@ -96,7 +96,7 @@ def build(decoder: Decoder | None = None, target: str = "embedded", draft: str |
                         dtypes=machine.dtypes(available), offline=machine.offline_presets(PRESETS),
                         vllm_missing=vllm_missing)
     chat = ChatController(store, QuietTimings(preferences))
-    chat.chart_image = window.chart_image
+    chat.chart_image = window.analysis.chart_image  # the export's image
     worker = DecodeWorker(decoder)
     thread = QThread()
     thread.setObjectName("decode-worker")
@@ -117,11 +117,11 @@ def build(decoder: Decoder | None = None, target: str = "embedded", draft: str |
     window.compare_drafters_requested.connect(chat.compare_drafters)
     window.history.chat_chosen.connect(chat.open_chat)
     window.history.set_library(chat)
-    # what the controller reports, for the window to draw
+    # what the controller reports, for the window to draw: straight to the one pane that draws it where one does
     chat.status_changed.connect(window.on_status_changed)
-    chat.load_started.connect(window.on_load_started)
-    chat.timing_started.connect(window.on_timing_started)
-    chat.timing_progressed.connect(window.on_timing_progressed)
+    chat.load_started.connect(window.status_bar.on_load_started)
+    chat.timing_started.connect(window.status_bar.on_timing_started)
+    chat.timing_progressed.connect(window.status_bar.on_timing_progressed)
     chat.pair_loaded.connect(window.on_pair_loaded)
     chat.load_failed.connect(window.on_load_failed)
     chat.conversation_cleared.connect(window.on_conversation_cleared)
@@ -129,21 +129,22 @@ def build(decoder: Decoder | None = None, target: str = "embedded", draft: str |
     chat.gammas_changed.connect(window.on_gammas_changed)
     chat.round_received.connect(window.on_round_received)
     chat.reply_finished.connect(window.on_reply_finished)
-    chat.comparison_progressed.connect(window.on_comparison_progressed)
-    chat.comparison_reading.connect(window.on_comparison_reading)
+    chat.comparison_progressed.connect(window.status_bar.on_comparison_progressed)
+    chat.comparison_reading.connect(window.status_bar.on_comparison_reading)
     chat.comparison_finished.connect(window.on_comparison_finished)
-    chat.context_fitted.connect(window.on_context_fitted)
+    chat.context_fitted.connect(window.chat_pane.on_context_fitted)
     chat.why_changed.connect(window.on_why_changed)
-    chat.drafters_progressed.connect(window.on_drafters_progressed)
+    chat.drafters_progressed.connect(window.status_bar.on_drafters_progressed)
     chat.drafters_compared.connect(window.on_drafters_compared)
     chat.prefill_progressed.connect(window.on_prefill_progressed)
-    chat.turn_completed.connect(window.on_turn_completed)
-    chat.edit_started.connect(window.on_edit_started)
-    chat.edit_cancelled.connect(window.on_edit_cancelled)
-    chat.system_prompt_restored.connect(window.on_system_prompt_restored)
+    chat.turn_completed.connect(window.status_bar.on_turn_completed)
+    chat.turn_completed.connect(window.turn_completed)  # after the status bar has cleared its progress
+    chat.edit_started.connect(window.chat_pane.on_edit_started)
+    chat.edit_cancelled.connect(window.chat_pane.on_edit_cancelled)
+    chat.system_prompt_restored.connect(window.chat_pane.on_system_prompt_restored)
     chat.settings_restored.connect(window.on_settings_restored)
-    chat.chats_changed.connect(window.on_chats_changed)
-    chat.notice_posted.connect(window.on_notice_posted)
+    chat.chats_changed.connect(window.history.refresh)
+    chat.notice_posted.connect(window.status_bar.on_notice_posted)
     chat.failed.connect(window.on_failed)
     chat.store_failed.connect(window.on_store_failed)
     chat.exported.connect(window.on_exported)
@@ -470,7 +471,9 @@ def main(argv: list[str] | None = None, splash: QSplashScreen | None = None) -> 
     app.aboutToQuit.connect(studio.shutdown)
     interrupt = quit_on_interrupt(studio.window)
     studio.start()
-    studio.window.announce_load()
+    # A pair will load once the window has painted: its first paint says so already, as the load, which holds
+    # Python's lock for long stretches, can hold back the status bar's later updates by seconds.
+    studio.window.status_bar.open_progress()
     studio.window.show()
     if splash is not None:
         splash.finish(studio.window)

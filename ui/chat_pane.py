@@ -12,13 +12,13 @@ from PySide6.QtWidgets import (QApplication, QHBoxLayout, QInputDialog, QLabel, 
                                QSizePolicy, QVBoxLayout, QWidget)
 
 from app.session import ChatStatus, ComparisonShown, Reply, ReplyShown, TurnState, TurnStarted
-from engine.events import Mode
+from engine.events import ContextNotice, Mode
 from ui.chat_view import CLEAN, TRACE, ChatView, continue_reach
 from ui.compare import comparison_view
 from ui.legend import Legend
 from ui.message_box import MessageBox
 from ui.palette import NOTE_COLOUR
-from ui.transcript import reply_notes
+from ui.transcript import CONTEXT, reply_notes
 from ui.wording import comparison_line, part_label, remote_header, unbreakable
 
 EDITING = "Editing a message: Enter resends it in place of its turn and what followed"
@@ -294,6 +294,13 @@ class ChatPane(QWidget):
     def on_edit_cancelled(self) -> None:
         self.message_box.clear()
         self.status_posted.emit("Edit cancelled", 3000)
+
+    def on_context_fitted(self, notice: ContextNotice) -> None:
+        """Never silent: a note under the reply it applies to."""
+        self.chat.add_note(CONTEXT + notice.message)
+
+    def on_system_prompt_restored(self, text: str) -> None:
+        self.system_prompt = text
 
 
 def reply_actions(text: str, can_continue: bool) -> tuple[str, ...]:

@@ -1,14 +1,13 @@
 """The main window: the frame, the menus, and the wiring of its panes to the chat controller (app/chat.py). The
 panes draw: the pair and the decoding controls (ui/pair_pane.py), the chat (ui/chat_pane.py), the inspector and
 charts (ui/analysis_pane.py), side by side (ui/pane_splitter.py); the status bar (ui/window_status.py) and the
-history dock. Compare drafters' table and the Help menu's windows are dialogs of their own (ui/drafters_dialog.py,
-ui/guide.py)."""
+history dock. The menu bar is built in ui/menu_bar.py, the window's size fitted to the screen in ui/window_fit.py;
+Compare drafters' table and the Help menu's windows are dialogs of their own (ui/drafters_dialog.py, ui/guide.py)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, QSize, Qt, Signal
-from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QDialog, QDockWidget, QFileDialog, QMainWindow, QMessageBox
 
 from app.export import file_stem, written_said
@@ -16,18 +15,17 @@ from app.session import (ChatStatus, ComparisonShown, DraftersShown, EngineTarge
                          TurnStarted, TurnState)
 from app.why import WhyGamma
 from engine.choices import DEVICES, DTYPES
-from engine.events import ContextNotice, DecodeSettings, PairInfo, PrefillProgress
+from engine.events import DecodeSettings, PairInfo, PrefillProgress
 from engine.remote import TextDelta
 from ui.analysis_pane import AnalysisPane
 from ui.chat_pane import BUSY, EDITING, ChatPane
 from ui.controls import DecodingControls, ModelPicker
 from ui.drafters_dialog import DraftersDialog
-from ui.guide import GuideDialog, about_box, menu_shortcuts, shortcuts_box, user_guide
 from ui.history import HistoryPanel
+from ui.menu_bar import WindowMenus
 from ui.pair_pane import PairPane
 from ui.pane_splitter import PANE_MIN_WIDTH, PaneSplitter
 from ui.preferences import export_folder, remember_export_folder, restore_preferences, save_preferences
-from ui.transcript import CONTEXT
 from ui.window_fit import MIN_HEIGHT, MIN_WIDTH, ScreenFit
 from ui.window_status import WindowStatusBar
 from ui.wording import remote_header, reply_header, settings_said
@@ -71,7 +69,6 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.setWindowTitle("SpecDec Studio")
         self.status = ChatStatus(TurnState.IDLE, ready=False, n_turns=0, can_continue=False, editing=None)
-        self.help_box: QMessageBox | None = None
         self.error_box: QMessageBox | None = None
         self.drafters_dialog: QDialog | None = None
         self.preferences = preferences
@@ -101,28 +98,13 @@ class MainWindow(QMainWindow):
         self.load_progress = self.status_bar.load_progress
         self.comparison_progress = self.status_bar.comparison_progress
         self.prefill_progress = self.status_bar.prefill_progress
-        # What the controller reports that one pane alone draws goes straight to it (app/studio.py connects the
-        # controller's signals to the window's slots by these names)
-        self.on_load_started = self.status_bar.on_load_started
-        self.on_timing_started = self.status_bar.on_timing_started
-        self.on_timing_progressed = self.status_bar.on_timing_progressed
-        self.on_comparison_reading = self.status_bar.on_comparison_reading
-        self.on_comparison_progressed = self.status_bar.on_comparison_progressed
-        self.on_edit_started = self.chat_pane.on_edit_started
-        self.on_edit_cancelled = self.chat_pane.on_edit_cancelled
-        self.on_chats_changed = self.history.refresh
-        self.on_token_clicked = self.analysis.on_token_clicked
-        self.chart_image = self.analysis.chart_image  # the export's image (the controller asks for it)
-        # A pair will load once the window has painted (at start): its first paint says so already, as the load,
-        # which holds Python's lock for long stretches, can hold back the status bar's later updates by seconds.
-        self.announce_load = self.status_bar.open_progress
 
         self.splitter = PaneSplitter({"side": self.pair_pane, "chat": self.chat_pane, "right": self.analysis})
-        self.panes = self.splitter.panes
+        self.panes, self.pane_actions = self.splitter.panes, self.splitter.pane_actions
         self.setCentralWidget(self.splitter)
         self.history_dock = self._history_dock()
         self.setStatusBar(self.status_bar)
-        self._menus()
+        self.menus = WindowMenus(self)
         self._connect()
         self.on_status_changed(self.status)
         # The layout's own minimum where a font needs more room: a smaller one would cut panes off
@@ -134,7 +116,7 @@ class MainWindow(QMainWindow):
         for name, act in self.pane_actions.items():
             act.setChecked(not self.panes[name].isHidden())
 
-    # -- frame and menus --------------------------------------------------------------------------------------
+    # -- frame ------------------------------------------------------------------------------------------------
 
     def _history_dock(self) -> QDockWidget:
         """Past chats on the left, in a dock so it can be closed (View ▸ History) and its width is kept."""
@@ -145,58 +127,6 @@ class MainWindow(QMainWindow):
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, dock)
         self.resizeDocks([dock], [HISTORY_WIDTH], Qt.Orientation.Horizontal)
         return dock
-
-    def _menus(self) -> None:
-        def action(menu, text: str, shortcut, slot) -> QAction:
-            act = QAction(text, self)
-            act.setShortcut(QKeySequence(shortcut))
-            act.triggered.connect(slot)
-            menu.addAction(act)
-            return act
-
-        file_menu = self.menuBar().addMenu("&File")
-        self.export_action = action(file_menu, "&Export chat…", "Ctrl+E", self.export_dialog)
-        file_menu.addSeparator()
-        action(file_menu, "&Quit", "Ctrl+Q", self.close)
-        chat_menu = self.menuBar().addMenu("&Chat")
-        self.send_action = action(chat_menu, "&Send", "Ctrl+Return", self.message_box.submit)
-        self.stop_action = action(chat_menu, "S&top", "Esc", self.stop)
-        action(chat_menu, "&New chat", "Ctrl+N", self.new_chat)
-        chat_menu.addSeparator()
-        chat_menu.addActions([self.copy_action, self.regenerate_action, self.edit_action, self.continue_action])
-        action(chat_menu, "S&ystem prompt…", "", self.chat_pane.ask_system_prompt)
-        chat_menu.addSeparator()
-        self.compare_drafters_action = action(chat_menu, "Compare &drafters…", "Ctrl+Shift+D", self.compare_drafters)
-        self.compare_drafters_action.setToolTip("Run the last prompt with the draft model, copying only, both, and "
-                                                "plain AR on this target and settings; a table of tokens/s, α and "
-                                                "tokens per round")
-        model_menu = self.menuBar().addMenu("&Model")
-        # a disabled item shows no tooltip in every style: the menu's text itself says why it is disabled
-        self.serve_action = action(model_menu, "Serve the embedded pair on &vLLM…"
-                                   + (" (vLLM not installed)" if self.vllm_missing else ""), "",
-                                   self.serve_requested.emit)
-        self.serve_action.setStatusTip(self.vllm_missing or "Start vLLM with the embedded pair and this session's "
-                                       "tuned speculative config, then chat with it (ready in about 100 s)")
-        self.serve_action.setToolTip(self.serve_action.statusTip())
-        self.local_action = action(model_menu, "&Back to the local pair", "", self.local_requested.emit)
-        self.local_action.setStatusTip("Chat with the local model pair again (a vLLM server started here stops)")
-        model_menu.setToolTipsVisible(True)
-        view_menu = self.menuBar().addMenu("&View")
-        history = self.history_dock.toggleViewAction()
-        history.setShortcut(QKeySequence("Ctrl+H"))
-        view_menu.addAction(history)
-        view_menu.addAction(self.legend.trace_action)
-        # A text field with the focus keeps these keys for its own text (the message box only while it has some)
-        action(view_menu, "Scroll the chat to the to&p", "Ctrl+Home", self.chat.scroll_to_top)
-        action(view_menu, "Scroll the chat to the &bottom", "Ctrl+End", self.chat.scroll_to_bottom)
-        view_menu.addSeparator()
-        self.pane_actions = self.splitter.pane_actions
-        view_menu.addActions(list(self.pane_actions.values()))
-        help_menu = self.menuBar().addMenu("&Help")
-        self.guide_action = action(help_menu, "&User guide", "Shift+F1", self.show_guide)
-        self.guide_action.setEnabled(bool(user_guide()))
-        action(help_menu, "&Keyboard shortcuts", "F1", self.show_shortcuts)
-        action(help_menu, "&About SpecDec Studio", "", self.show_about)
 
     def _connect(self) -> None:
         self.picker.load_requested.connect(self.load_requested)
@@ -214,21 +144,6 @@ class MainWindow(QMainWindow):
         self.legend.reset(self.controls.greedy.isChecked())
         self.controls.max_new_tokens.valueChanged.connect(self.chat_pane.show_continue_reach)
         self.chat_pane.show_continue_reach(self.controls.max_new_tokens.value())
-
-    def shortcuts(self) -> list[tuple[str, str]]:
-        return menu_shortcuts(self.menuBar())
-
-    def show_shortcuts(self) -> None:
-        self.help_box = shortcuts_box(self.shortcuts(), self)
-
-    def show_guide(self) -> None:
-        """The README in a window of its own beside the chat: what each colour, chart and number means."""
-        self.guide = GuideDialog(user_guide(), self)
-        self.guide.resize(min(900, self.width()), min(800, self.height()))
-        self.guide.show()
-
-    def show_about(self) -> None:
-        self.help_box = about_box(self)
 
     # -- commands, passed on to the chat controller ----------------------------------------------------------
 
@@ -286,8 +201,8 @@ class MainWindow(QMainWindow):
         if not self.status.n_turns:
             self.statusBar().showMessage("Nothing to export yet", 4000)
             return
-        path, _ = QFileDialog.getSaveFileName(self, "Export chat",
-                                              str(export_folder(self.preferences) / f"{file_stem(self.status.title)}.json"),
+        suggested = export_folder(self.preferences) / f"{file_stem(self.status.title)}.json"
+        path, _ = QFileDialog.getSaveFileName(self, "Export chat", str(suggested),
                                               "Chat: NAME.json and NAME.csv (every round), NAME-positions.csv "
                                               "(acceptance by draft position), NAME.md (transcript) and NAME.png "
                                               "(charts, why this γ) (*.json)")
@@ -304,11 +219,11 @@ class MainWindow(QMainWindow):
             self.prefill_progress.hide()
             self.statusBar().showMessage("Stopping… (the round or prompt chunk in progress finishes first)")
         self.picker.load_button.setEnabled(not busy)
-        self.compare_drafters_action.setEnabled(status.ready and not busy and bool(status.n_turns)
+        self.menus.compare_drafters_action.setEnabled(status.ready and not busy and bool(status.n_turns)
                                                 and not status.remote)
         serving = self.status_bar.serving_timer.isActive()
-        self.serve_action.setEnabled(self.vllm_missing is None and not busy and not serving)
-        self.local_action.setEnabled(status.remote and not busy)
+        self.menus.serve_action.setEnabled(self.vllm_missing is None and not busy and not serving)
+        self.menus.local_action.setEnabled(status.remote and not busy)
         if status.state is TurnState.LOADING:
             self.status_bar.open_progress()
         else:
@@ -391,11 +306,11 @@ class MainWindow(QMainWindow):
 
     def on_serving_requested(self) -> None:
         self.status_bar.start_serving()
-        self.serve_action.setEnabled(False)
+        self.menus.serve_action.setEnabled(False)
 
     def on_serving_finished(self, _url: str = "") -> None:
         self.status_bar.stop_serving()
-        self.serve_action.setEnabled(self.vllm_missing is None and not self.status.busy)
+        self.menus.serve_action.setEnabled(self.vllm_missing is None and not self.status.busy)
 
     def on_serving_failed(self, message: str) -> None:
         self.on_serving_finished()
@@ -421,9 +336,6 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(
             f"Regenerating with seed {new}, a new sample (seed {old} gives the last one again)", 6000)
 
-    def on_drafters_progressed(self, drafting: str, tokens: int) -> None:
-        self.statusBar().showMessage(f"Compare drafters: {drafting}, {tokens} rounds…")
-
     def on_drafters_compared(self, shown: DraftersShown) -> None:
         """The table, in a dialog that stays open beside the chat."""
         self.statusBar().clearMessage()
@@ -432,10 +344,6 @@ class MainWindow(QMainWindow):
         self.drafters_dialog = DraftersDialog(shown.comparison, self, shown.previous, shown.drawn_ar_tokens_per_s)
         self.drafters_dialog.show()
 
-    def on_context_fitted(self, notice: ContextNotice) -> None:
-        """Never silent: a note under the reply it applies to."""
-        self.chat.add_note(CONTEXT + notice.message)
-
     def on_prefill_progressed(self, progress: PrefillProgress) -> None:
         """How far a long prompt has been read in: in the status bar, and after the header of the reply that waits
         for it (where the eye is)."""
@@ -443,20 +351,10 @@ class MainWindow(QMainWindow):
         self.status_bar.show_prefill(progress, reading)
         self.chat.show_reading(READING % (progress.done, progress.total) if reading else "")
 
-    def on_turn_completed(self) -> None:
-        self.status_bar.on_turn_completed()
-        self.turn_completed.emit()
-
-    def on_system_prompt_restored(self, text: str) -> None:
-        self.system_prompt = text
-
     def on_settings_restored(self, settings: DecodeSettings) -> None:
         """A reopened chat's decoding settings in the controls, and a line that says they changed (when they did)."""
         if self.pair_pane.restore_settings(settings):
             self.statusBar().showMessage(f"Decoding as this chat's last reply: {settings_said(settings)}", 8000)
-
-    def on_notice_posted(self, message: str) -> None:
-        self.statusBar().showMessage(message, 8000)
 
     def on_exported(self, written: list) -> None:
         remember_export_folder(self.preferences, written[0])

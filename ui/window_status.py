@@ -185,3 +185,9 @@ class WindowStatusBar(StatusBar):
         self.comparison_progress.hide()
         self.prefill_progress.hide()
         self.clearMessage()
+
+    def on_drafters_progressed(self, drafting: str, tokens: int) -> None:
+        self.showMessage(f"Compare drafters: {drafting}, {tokens} rounds…")
+
+    def on_notice_posted(self, message: str) -> None:
+        self.showMessage(message, 8000)

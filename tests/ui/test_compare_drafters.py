@@ -30,7 +30,7 @@ def test_compare_drafters_starts_each_planner_from_what_the_chat_taught_and_leav
 
     monkeypatch.setattr(app_worker, "RoundPlanner", recording)
     with qtbot.waitSignal(studio.chat.drafters_compared, timeout=REPLY_TIMEOUT_MS):
-        studio.window.compare_drafters_action.trigger()
+        studio.window.menus.compare_drafters_action.trigger()
     assert started_with == [learnt[:2]] * 4 * app_worker.DRAFTER_PASSES  # each drafting's runs, plain AR's too
     assert (live.kept, live.reached, live.calibration) == learnt
 
@@ -142,10 +142,10 @@ def test_compare_drafters_is_shown_beside_the_chat_s_drawn_plain_ar_reply_to_the
     studio.window.controls.mode.setCurrentIndex(studio.window.controls.mode.findData("ar"))
     plain = send(qtbot, studio, "w3 w4")
     with qtbot.waitSignal(studio.chat.drafters_compared, timeout=REPLY_TIMEOUT_MS):
-        studio.window.compare_drafters_action.trigger()
+        studio.window.menus.compare_drafters_action.trigger()
     assert shown[-1].drawn_ar_tokens_per_s == plain.stats.tokens_per_s > 0
     studio.window.controls.mode.setCurrentIndex(studio.window.controls.mode.findData("spec"))
     send(qtbot, studio, "w5 w6")  # the control: the last prompt has no plain AR reply
     with qtbot.waitSignal(studio.chat.drafters_compared, timeout=REPLY_TIMEOUT_MS):
-        studio.window.compare_drafters_action.trigger()
+        studio.window.menus.compare_drafters_action.trigger()
     assert shown[-1].drawn_ar_tokens_per_s == 0.0

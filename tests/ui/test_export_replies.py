@@ -126,7 +126,7 @@ def test_the_png_has_a_column_for_each_reply_the_files_number(qtbot, tmp_path):
     data, _, _, _ = exported(tmp_path, session)
     window = shown_window(qtbot, 1400, 900)
     why = why_panel(session, why_gamma(session), window.charts.size())
-    assert window.chart_image(session).width() == window.charts.width() * len(data["replies"]) + why.width()
+    assert window.analysis.chart_image(session).width() == window.charts.width() * len(data["replies"]) + why.width()
 
 
 def cut_and_fitted_reply() -> tuple[Reply, Comparison, ContextNotice]:
@@ -150,7 +150,7 @@ def test_the_markdown_has_the_lines_the_chat_shows_under_a_reply(qtbot, tmp_path
         window.on_round_received(RoundShown(event, 0.01, live=True))
     window.on_reply_finished(ReplyShown(0, cut, cut, can_continue=True, live=True))
     window.on_comparison_finished(ComparisonShown(0, comparison, cut, PAIR))
-    window.on_context_fitted(notice)
+    window.chat_pane.on_context_fitted(notice)
     [item] = window.chat.transcript.replies()
     shown = [line.replace("\u00a0", " ") for note in item.notes for line in
              ((note.summary, note.explanation) if isinstance(note, ComparisonView) else (note.text,))]

@@ -120,7 +120,7 @@ def exported_png(qtbot, tmp_path, session: Session) -> tuple[QImage, object]:
     window = shown_window(qtbot, 1400, 900)
     window.on_why_changed(why_gamma(session))
     assert window.chart_tabs.currentIndex() == 0 and not window.why_charts.isVisible()
-    export_session(session, tmp_path / "chat", window.chart_image)
+    export_session(session, tmp_path / "chat", window.analysis.chart_image)
     return QImage(str(tmp_path / "chat.png")).convertToFormat(QImage.Format.Format_RGB32), window
 
 

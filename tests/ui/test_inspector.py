@@ -141,7 +141,7 @@ def test_a_click_pins_a_token_until_another_click(make_studio, mixed_decoder, qt
     window, chat = studio.window, studio.window.chat
     clean = [i for i, s in enumerate(chat.spans) if s.clean]
     first, second = clean[0], clean[-1]
-    window.on_token_clicked(first)
+    window.analysis.on_token_clicked(first)
     assert window.inspector.pinned and window.inspector.span is chat.spans[first]
     assert "pinned" in window.inspector.label.text()
     (outline,) = chat.extraSelections()  # the pinned token is underlined and keeps its own colours, to be read
@@ -150,7 +150,7 @@ def test_a_click_pins_a_token_until_another_click(make_studio, mixed_decoder, qt
     with qtbot.waitSignal(chat.token_hovered, timeout=2000):
         chat.token_hovered.emit(second)  # hovering elsewhere leaves the pinned token shown
     assert window.inspector.span is chat.spans[first]
-    window.on_token_clicked(second)
+    window.analysis.on_token_clicked(second)
     assert window.inspector.span is chat.spans[second]
     # a click on empty space releases it
     with qtbot.waitSignal(chat.background_clicked, timeout=2000):
@@ -202,7 +202,7 @@ def pin_the_first_clean_token_of_a_reply(make_studio, decoder, qtbot, max_new_to
     studio = make_studio(decoder, greedy=False, max_new_tokens=max_new_tokens, cost_aware=False, stop_below=0.0)
     send(qtbot, studio)
     first_clean = next(i for i, s in enumerate(studio.window.chat.spans) if s.clean)
-    studio.window.on_token_clicked(first_clean)
+    studio.window.analysis.on_token_clicked(first_clean)
     return studio, first_clean
 
 

@@ -15,10 +15,10 @@ from tests.ui.helpers import shown_window
 from tests.ui.synthetic import rejected_round
 from ui.inspector import MIN_LINES, span_html
 from ui.main_window import MainWindow
-from ui.window_fit import MIN_HEIGHT, MIN_WIDTH, fitted_frame
 from ui.pair_pane import SIDE_MAX_WIDTH
 from ui.pane_splitter import PANE_MIN_WIDTH, PANE_WIDTH
 from ui.tokens import round_spans
+from ui.window_fit import MIN_HEIGHT, MIN_WIDTH, fitted_frame
 from ui.window_status import STATUS_RIGHT_MARGIN
 
 OPENBOX_FRAME = QMargins(1, 20, 1, 5)  # the title bar and borders openbox draws around a window
@@ -256,7 +256,7 @@ def test_at_the_smallest_size_the_ar_comparison_progress_shows_its_text_whole(qt
                               "bfloat16")
     window.reply_label.setText("last reply: 120 tokens in 37 rounds · 258.1 tok/s · α 0.71 · 3.24 tok/round · "
                                "est. 1.22× vs AR, drawn (machine busy — not a fair number)")
-    window.on_comparison_progressed(1234, 1)
+    window.status_bar.on_comparison_progressed(1234, 1)
     QApplication.processEvents()
     bar = window.comparison_progress
     status = window.statusBar()

@@ -306,21 +306,22 @@ def test_a_reply_cut_by_stop_offers_continue(make_studio, mixed_decoder, qtbot):
 
 def test_the_help_menu_lists_every_shortcut(make_studio, mixed_decoder, qtbot):
     window = make_studio(mixed_decoder, max_new_tokens=4).window
-    shortcuts = dict(window.shortcuts())
+    shortcuts = dict(window.menus.shortcuts())
     for keys in ("Ctrl+N", "Ctrl+R", "Ctrl+T", "Ctrl+H", "Ctrl+E", "Ctrl+1", "Ctrl+2", "Esc", "Enter", "F1"):
         assert keys in shortcuts, keys
     assert shortcuts["Ctrl+N"] == "New chat"
-    assert [what for keys, what in window.shortcuts() if keys == "Esc"] == [
+    assert [what for keys, what in window.menus.shortcuts() if keys == "Esc"] == [
         "Stop", "While a message is back in the box for editing: leave the edit (Cancel edit)"]
     qtbot.keyClick(window, Qt.Key.Key_F1)
-    assert window.help_box.isVisible() and "Ctrl+Shift+E" in window.help_box.text()
-    window.help_box.close()
+    assert window.menus.help_box.isVisible() and "Ctrl+Shift+E" in window.menus.help_box.text()
+    window.menus.help_box.close()
     help_menu = next(m for m in window.menuBar().findChildren(QMenu) if m.title() == "&Help")
     about = next(a for a in help_menu.actions() if a.text().startswith("&About"))
     about.trigger()
-    assert "speculative decoding" in window.help_box.text()
-    assert "SpecDec Studio 0." in window.help_box.text() and "Leviathan" in window.help_box.text()  # version, source
-    window.help_box.close()
+    assert "speculative decoding" in window.menus.help_box.text()
+    about_text = window.menus.help_box.text()
+    assert "SpecDec Studio 0." in about_text and "Leviathan" in about_text  # version, source
+    window.menus.help_box.close()
 
 
 def blocks(document):
@@ -337,35 +338,36 @@ def test_the_user_guide_shows_the_readme_with_its_pictures_and_without_a_checkou
     import ui.guide as guide
 
     window = make_studio(mixed_decoder, max_new_tokens=4).window
-    assert "Shift+F1" in dict(window.shortcuts())
+    assert "Shift+F1" in dict(window.menus.shortcuts())
     qtbot.keyClick(window, Qt.Key.Key_F1, Qt.KeyboardModifier.ShiftModifier)
-    document = window.guide.browser.document()
-    assert window.guide.isVisible() and document.toPlainText().startswith("SpecDec Studio")
+    document = window.menus.guide.browser.document()
+    assert window.menus.guide.isVisible() and document.toPlainText().startswith("SpecDec Studio")
     picture = next(line.split("](")[1].split(")")[0] for line in (Path(__file__).parents[2] / "README.md").read_text(
         encoding="utf-8").splitlines() if line.startswith("!["))
     assert not document.resource(QTextDocument.ResourceType.ImageResource, picture).isNull()
     pictures = [piece.fragment().charFormat().toImageFormat() for block in blocks(document) for piece in block]
     [width] = [p.width() for p in pictures if p.isValid()]  # the screenshot (1,600 px) drawn within the guide
-    assert 0 < width <= window.guide.browser.viewport().width()
+    assert 0 < width <= window.menus.guide.browser.viewport().width()
     QApplication.processEvents()
-    assert window.guide.browser.horizontalScrollBar().maximum() == 0  # code lines wrap: no sideways scrolling
+    assert window.menus.guide.browser.horizontalScrollBar().maximum() == 0  # code lines wrap: no sideways scrolling
     layout = document.documentLayout()
     unlaid = [b.text()[:40] for b in blocks(document) if b.text().strip() and not layout.blockBoundingRect(b).height()]
     assert unlaid == []  # every paragraph is laid out, so drawn: none left blank after the pictures were resized
-    assert not window.guide.back.isEnabled()
+    assert not window.menus.guide.back.isEnabled()
     opened = []
     monkeypatch.setattr(guide.QDesktopServices, "openUrl", opened.append)
-    window.guide.browser.anchorClicked.emit(QUrl("docs/screenshots/"))  # a folder: the desktop's file manager
+    window.menus.guide.browser.anchorClicked.emit(QUrl("docs/screenshots/"))  # a folder: the desktop's file manager
     assert [url.toLocalFile() for url in opened] == [str(Path(__file__).parents[2] / "docs" / "screenshots") + "/"]
-    assert window.guide.browser.toPlainText().startswith("SpecDec Studio")
-    window.guide.browser.anchorClicked.emit(QUrl("docs/speed-figures.md"))
-    assert window.guide.browser.toPlainText().startswith("How the window's speed figures are computed")
-    window.guide.back.click()
-    assert window.guide.browser.toPlainText().startswith("SpecDec Studio") and not window.guide.back.isEnabled()
+    assert window.menus.guide.browser.toPlainText().startswith("SpecDec Studio")
+    window.menus.guide.browser.anchorClicked.emit(QUrl("docs/speed-figures.md"))
+    assert window.menus.guide.browser.toPlainText().startswith("How the window's speed figures are computed")
+    window.menus.guide.back.click()
+    dialog = window.menus.guide
+    assert dialog.browser.toPlainText().startswith("SpecDec Studio") and not dialog.back.isEnabled()
     assert [b.text()[:40] for b in blocks(document) if b.text().strip() and not layout.blockBoundingRect(b).height()] == []
     QApplication.processEvents()
-    assert window.guide.browser.horizontalScrollBar().maximum() == 0  # fitted again
-    window.guide.close()
+    assert window.menus.guide.browser.horizontalScrollBar().maximum() == 0  # fitted again
+    window.menus.guide.close()
     monkeypatch.setattr(guide, "__file__", str(tmp_path / "ui" / "guide.py"))
     text = guide.user_guide()
     assert isinstance(text, str) and text.startswith("# SpecDec Studio")
@@ -458,7 +460,7 @@ def test_the_charts_tab_is_named_for_the_last_reply_it_shows_while_an_earlier_to
     window = studio.window
     send(qtbot, studio)
     last = send(qtbot, studio, "w5 w6")
-    window.on_token_clicked(window.chat.items[1].first)  # pin the first reply's first token
+    window.analysis.on_token_clicked(window.chat.items[1].first)  # pin the first reply's first token
     assert window.inspector.pinned
     assert window.charts.buffers.n == len(last.events)  # the charts stay on the last reply
     tab = window.chart_tabs.indexOf(window.charts)

@@ -56,7 +56,7 @@ def test_the_legend_and_inspector_say_fates_are_not_known(qtbot, make_studio, mi
     window = studio.window
     assert window.legend.remote_note.isVisibleTo(window) and not window.legend.chips[Fate.ACCEPTED].isVisibleTo(window)
     assert not window.legend.trace_action.isEnabled()
-    window.on_token_clicked(window.chat.transcript.last_reply().first)
+    window.analysis.on_token_clicked(window.chat.transcript.last_reply().first)
     assert window.inspector.label.text() == FATES_NOTE and not window.inspector.pinned
 
 
@@ -79,9 +79,9 @@ def test_an_engine_that_is_down_is_one_status_line_and_the_local_pair_replies(qt
 def test_back_to_the_local_pair_from_the_model_menu(qtbot, make_studio, mixed_decoder):
     studio, _ = replied_remotely(qtbot, make_studio, mixed_decoder)
     window = studio.window
-    assert window.local_action.isEnabled()
+    assert window.menus.local_action.isEnabled()
     with qtbot.waitSignal(window.models_shown, timeout=REPLY_TIMEOUT_MS):
-        window.local_action.trigger()
+        window.menus.local_action.trigger()
     assert not window.chart_tabs.isTabVisible(window.engine_tab) and window.controls.gamma.isEnabled()
     reply = send(qtbot, studio)
     assert reply.remote is None and reply.events and reply.request.messages[1]["content"] == "Hello there, friend!"
@@ -89,7 +89,7 @@ def test_back_to_the_local_pair_from_the_model_menu(qtbot, make_studio, mixed_de
 
 def test_serving_on_vllm_is_disabled_with_the_make_target_when_it_is_missing(qtbot, make_studio, mixed_decoder):
     studio = make_studio(mixed_decoder, build_options={"serving_peer": ServingPeer(), "vllm_missing": MISSING})
-    action = studio.window.serve_action
+    action = studio.window.menus.serve_action
     assert not action.isEnabled() and "make serving-peer" in action.toolTip()
     assert action.text().endswith("(vLLM not installed)")  # said where a disabled item shows no tooltip
 
@@ -122,12 +122,12 @@ def test_serve_the_embedded_pair_on_vllm_then_chat_with_it_and_stop_it(qtbot, ma
     studio = make_studio(mixed_decoder, greedy=True, gamma=5, build_options={"serving_peer": peer,
                                                                              "vllm_missing": None})
     window = studio.window
-    assert window.serve_action.isEnabled()
+    assert window.menus.serve_action.isEnabled()
     finished_on = []  # the window hears of the ready server on its own thread, never the peer's
     shown = window.on_serving_finished
     window.on_serving_finished = lambda url="": (finished_on.append(QThread.currentThread()), shown(url))
     with qtbot.waitSignal(studio.chat.remote_connected, timeout=REPLY_TIMEOUT_MS) as connected:
-        window.serve_action.trigger()
+        window.menus.serve_action.trigger()
     assert finished_on == [QApplication.instance().thread()]
     server = StandInServer.made[-1]
     assert server.model_dir == "/served/target"
@@ -135,7 +135,7 @@ def test_serve_the_embedded_pair_on_vllm_then_chat_with_it_and_stop_it(qtbot, ma
     assert connected.args[0].model == "target" and connected.args[0].url == server.base_url
     assert send(qtbot, studio, "hi").remote.url == server.base_url
     with qtbot.waitSignal(window.models_shown, timeout=REPLY_TIMEOUT_MS):
-        window.local_action.trigger()
+        window.menus.local_action.trigger()
     qtbot.waitUntil(lambda: server.stopped, timeout=REPLY_TIMEOUT_MS)
 
 
@@ -145,6 +145,6 @@ def test_closing_the_studio_stops_the_server_it_started(qtbot, make_studio, mixe
                        pair_for=lambda drafting, gamma: TunedPair("/t", "/d", drafting, gamma))
     studio = make_studio(mixed_decoder, build_options={"serving_peer": peer, "vllm_missing": None})
     with qtbot.waitSignal(studio.chat.remote_connected, timeout=REPLY_TIMEOUT_MS):
-        studio.window.serve_action.trigger()
+        studio.window.menus.serve_action.trigger()
     studio.shutdown()
     assert StandInServer.made[-1].stopped

@@ -62,5 +62,5 @@ def test_a_window_that_will_load_at_start_says_so_from_its_first_paint(qtbot):
 
     window = shown_window(qtbot, 1600, 1000)
     assert window.pair_label.text() == "no model loaded" and window.load_progress.isHidden()
-    window.announce_load()
+    window.status_bar.open_progress()
     assert window.pair_label.text() == "Loading models…" and not window.load_progress.isHidden()

@@ -161,8 +161,8 @@ def test_at_the_default_size_a_compared_reply_shows_every_figure_beside_the_pair
 
 def test_while_the_pair_is_timed_its_progress_has_the_whole_line(qtbot):
     window = shown_window(qtbot, 1000, 700)
-    window.on_timing_started()
-    window.on_timing_progressed(5, 12)
+    window.status_bar.on_timing_started()
+    window.status_bar.on_timing_progressed(5, 12)
     QApplication.processEvents()
     assert window.pair_label.shown_text() == window.pair_label.text() and "step 5 of 12" in window.pair_label.text()
     window.reply_label.setText(LONG_SUMMARY)  # a reply's figures beside it: the pair's name gives way

@@ -220,7 +220,7 @@ def test_compare_drafters_gives_four_rows_on_the_tiny_pair(make_studio, mixed_de
     QApplication.setFont(QFont(font.family(), 15))  # a theme's larger font: the columns must still all show
     try:
         with qtbot.waitSignal(studio.chat.drafters_compared, timeout=REPLY_TIMEOUT_MS) as compared:
-            studio.window.compare_drafters_action.trigger()
+            studio.window.menus.compare_drafters_action.trigger()
     finally:
         QApplication.setFont(font)
     comparison = compared.args[0].comparison
@@ -437,7 +437,7 @@ def test_after_compare_drafters_the_chat_decodes_as_before(make_studio, mixed_de
     studio = make_studio(mixed_decoder, greedy=True, max_new_tokens=10, gamma=3, cost_aware=False, stop_below=0.0)
     first = send(qtbot, studio)
     with qtbot.waitSignal(studio.chat.drafters_compared, timeout=REPLY_TIMEOUT_MS):
-        studio.window.compare_drafters_action.trigger()
+        studio.window.menus.compare_drafters_action.trigger()
     assert len(studio.chat.turns) == 1  # the comparison is not part of the conversation
     with qtbot.waitSignal(studio.window.turn_completed, timeout=REPLY_TIMEOUT_MS):
         studio.window.regenerate()
