@@ -13,7 +13,8 @@ from PySide6.QtWidgets import (QApplication, QHBoxLayout, QInputDialog, QLabel, 
 
 from app.session import ChatStatus, ComparisonShown, Reply, ReplyShown, TurnState, TurnStarted
 from engine.events import ContextNotice, Mode
-from ui.chat_view import CLEAN, TRACE, ChatView, continue_reach
+from ui.chat_links import continue_reach
+from ui.chat_view import CLEAN, TRACE, ChatView
 from ui.compare import comparison_view
 from ui.legend import Legend
 from ui.message_box import MessageBox

@@ -24,9 +24,8 @@ from engine.events import RoundEvent
 from ui.chat_document import (CODE_LINK_GAP, action_row, clean_selection, code_link_row, end_cursor, end_position,
                               insert_block, remove_from, token_cursor)
 from ui.chat_guide import EXAMPLES, guide_html
-# continue_reach: the chat pane reads it from here for its Continue button's tooltip
 from ui.chat_links import (ACTION_SCHEME, ACTIONS, CODE_SCHEME, EXAMPLE_SCHEME, FOLD_SCHEME, TOKEN_SCHEME, action_href,
-                           code_href, continue_link, continue_reach, fold_href, token_index)
+                           code_href, continue_link, fold_href, token_index)
 from ui.chat_looks import CLEAN, TRACE, ChatLooks
 from ui.comparison_table import draw_comparison_table
 from ui.markdown import Block, inline_runs, parse_blocks

@@ -2,22 +2,17 @@
 windows (ui/guide.py) opened beside the window. The entries call the window's commands and the panes' own."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QMenu, QMessageBox
+from PySide6.QtWidgets import QMainWindow, QMenu, QMessageBox
 
 from ui.guide import GuideDialog, about_box, menu_shortcuts, shortcuts_box, user_guide
 
-if TYPE_CHECKING:
-    from ui.main_window import MainWindow
-
-
 class WindowMenus(QObject):
-    """Builds `window`'s menus; keeps the entries the window enables and disables, and the Help menu's windows."""
+    """Builds `window`'s menus (ui.main_window.MainWindow's, which this module does not import: it imports this one);
+    keeps the entries the window enables and disables, and the Help menu's windows."""
 
-    def __init__(self, window: MainWindow):
+    def __init__(self, window: QMainWindow):
         super().__init__(window)
         self.window = window
         self.help_box: QMessageBox | None = None
