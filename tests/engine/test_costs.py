@@ -33,7 +33,19 @@ def test_planned_length_is_the_analytic_optimum_for_a_known_acceptance(draft_ms,
     while planner.draft_more(kinds, drafted, 8):  # drafts whose chance is the measured one
         kinds.append("model")
         drafted.append(chances[len(drafted)])
-    assert planner.best_length(kinds, drafted) == len(kinds) == best
+    # the hope (Acceptance.hoped_at) may make one draft more than the optimum; once made, it is verified where that pays
+    assert len(kinds) in (best, best + 1) and planner.best_length(kinds, drafted) in (best, len(kinds))
+
+
+def test_one_rejected_first_draft_does_not_stop_drafting_and_repeated_ones_do():
+    """A draft at 2/3 of a step's cost pays above a chance of ~0.56: the prior (0.6) and one rejection put the plain
+    estimate at 0.48, under it; the hope keeps drafting on. Three rejections in a row stop it (the control)."""
+    planner = RoundPlanner(costs(draft_ms=6.0, row_ms=5.5, step_ms=21.0))
+    planner.acceptance.record(["model"], [0.6], n_accepted=0)
+    assert planner.acceptance.at(1) < 0.5 and planner.draft_more([], [], 6)
+    for _ in range(2):
+        planner.acceptance.record(["model"], [0.6], n_accepted=0)
+    assert not planner.draft_more([], [], 6)
 
 
 def test_a_round_drafts_nothing_where_no_draft_can_pay():
@@ -234,7 +246,7 @@ def test_rounds_that_draft_nothing_let_old_verdicts_fade_until_drafting_is_tried
         planner.acceptance.record([], [], n_accepted=0)  # what a drafter tells it after a round of no drafts
         plain_rounds += 1
     assert 100 < plain_rounds < 1000
-    assert planner.acceptance.reached[0] < 10 and planner.acceptance.kept[0] == 0.0
+    assert planner.acceptance.reached[0] < 20 and planner.acceptance.kept[0] == 0.0  # of ~49
 
 
 def test_a_draft_made_and_dropped_counts_as_reached_and_not_kept():
@@ -263,7 +275,7 @@ def test_a_draft_model_whose_drafts_are_always_dropped_stops_being_run():
         assert proposal.tokens == []
         drafter.update(0)
         sequence = sequence + [5]  # the target's own token ends the round
-    assert all(ran[:5]) and sum(ran[20:]) <= 3  # tried while the prior held, then only now and then
+    assert all(ran[:5]) and sum(ran[20:]) <= 6  # tried while the prior held, then only now and then
 
 
 def test_a_drafted_round_carries_its_load_to_a_plain_step_by_the_recent_gap_between_them():
