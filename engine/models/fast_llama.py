@@ -379,13 +379,25 @@ class FastLlama:
             return logits
         x = w.embed(ids)
         cos, sin = self.cos[start:end], self.sin[start:end]
+        q_width, kv_width = w.heads * w.head_dim, w.kv_heads * w.head_dim
         for i, layer in enumerate(w.layers):
-            q, k, v = attention_inputs(w, layer, x, cos, sin)
+            qkv = layer.qkv(_rms_norm(x, layer.attn_norm, w.eps))
+            if layer.qkv_bias is not None:
+                qkv = qkv + layer.qkv_bias.to(qkv.dtype)
+            qk = qkv[:, :q_width + kv_width].view(n, w.heads + w.kv_heads, w.head_dim)  # rotated together
+            v = qkv[:, q_width + kv_width:].view(n, w.kv_heads, w.head_dim)
+            if layer.q_norm is not None:
+                qk = torch.cat((_rms_norm(qk[:, : w.heads], layer.q_norm, w.eps),
+                                _rms_norm(qk[:, w.heads:], layer.k_norm, w.eps)), 1)
+            qk = _rope(qk, cos, sin)
+            q, k = qk[:, : w.heads].float(), qk[:, w.heads:]  # (n, heads, head_dim), (n, kv_heads, head_dim)
             self.k[i, :, start:end], self.v[i, :, start:end] = k.transpose(0, 1), v.transpose(0, 1)
-            attn = self._attention(q.float(), self.k[i], self.v[i], start).to(x.dtype)
-            x = mlp(w, layer, x + layer.o(attn))
+            attn = self._attention(q, self.k[i], self.v[i], start).to(x.dtype)
+            x = x + layer.o(attn)
+            gate, up = layer.gate_up(_rms_norm(x, layer.mlp_norm, w.eps)).split(w.intermediate, -1)
+            x = x + layer.down(F.silu(gate) * up)
         self.length = end
-        return self.head(final_norm(w, x[-keep:])).float()
+        return self.head(_rms_norm(x[-keep:], w.final_norm, w.eps)).float()
 
     def _attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int) -> torch.Tensor:
         """(n, heads·head_dim) attention of queries q (n, heads, head_dim) at positions start..start+n-1 over one
@@ -406,34 +418,6 @@ class FastLlama:
                                                values[None, :, : start + r + 1], scale=scale, enable_gqa=True)
                 for r in range(n)]  # each (1, heads, 1, head_dim)
         return torch.cat(rows).view(n, heads * head_dim)
-
-
-def attention_inputs(w: _Weights, layer: _Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A layer's queries (n, heads, head_dim), and its keys and values (n, kv_heads, head_dim) for the cache, of
-    rows x (n, hidden) at the positions whose angles are cos and sin (n, 1, head_dim)."""
-    n = x.shape[0]
-    q_width, kv_width = w.heads * w.head_dim, w.kv_heads * w.head_dim
-    qkv = layer.qkv(_rms_norm(x, layer.attn_norm, w.eps))
-    if layer.qkv_bias is not None:
-        qkv = qkv + layer.qkv_bias.to(qkv.dtype)
-    qk = qkv[:, :q_width + kv_width].view(n, w.heads + w.kv_heads, w.head_dim)  # rotated together
-    v = qkv[:, q_width + kv_width:].view(n, w.kv_heads, w.head_dim)
-    if layer.q_norm is not None:
-        qk = torch.cat((_rms_norm(qk[:, : w.heads], layer.q_norm, w.eps),
-                        _rms_norm(qk[:, w.heads:], layer.k_norm, w.eps)), 1)
-    qk = _rope(qk, cos, sin)
-    return qk[:, : w.heads], qk[:, w.heads:], v
-
-
-def mlp(w: _Weights, layer: _Layer, x: torch.Tensor) -> torch.Tensor:
-    """x after the layer's MLP and its residual connection."""
-    gate, up = layer.gate_up(_rms_norm(x, layer.mlp_norm, w.eps)).split(w.intermediate, -1)
-    return x + layer.down(F.silu(gate) * up)
-
-
-def final_norm(w: _Weights, x: torch.Tensor) -> torch.Tensor:
-    return _rms_norm(x, w.final_norm, w.eps)
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
