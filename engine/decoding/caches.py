@@ -137,7 +137,7 @@ class CachedModel:
 
     def expect(self, positions: int) -> None:
         """The reply about to be decoded ends within `positions` (graphed.StaticLlama reads one span for it)."""
-        if isinstance(self.cache, graphed.StaticLlama):
+        if self.on_device:
             self.cache.expect(positions)
 
     def to_vocab(self, rows: torch.Tensor, fill: float) -> torch.Tensor:

@@ -299,11 +299,14 @@ class Acceptance:
     reached: list[float] = field(default_factory=list)
     calibration: dict = field(default_factory=lambda: {kind: [PRIOR_WEIGHT, PRIOR_WEIGHT] for kind in KINDS})
 
+    def _counts(self, position: int) -> tuple[float, float]:
+        """The discounted counts of drafts kept and reached at `position` (1-based; 0 where none was)."""
+        i = position - 1
+        return (self.kept[i] if i < len(self.kept) else 0.0), (self.reached[i] if i < len(self.reached) else 0.0)
+
     def at(self, position: int) -> float:
         """The measured chance that a draft at `position` (1-based) is kept, once the ones before it were."""
-        i = position - 1
-        kept = self.kept[i] if i < len(self.kept) else 0.0
-        reached = self.reached[i] if i < len(self.reached) else 0.0
+        kept, reached = self._counts(position)
         return (kept + PRIOR * PRIOR_WEIGHT) / (reached + PRIOR_WEIGHT)
 
     def hoped_at(self, position: int) -> float:
@@ -311,8 +314,7 @@ class Acceptance:
         narrowing as they accumulate. A reply's first draft is where draft and target disagree most (a chat
         preamble against a code fence): judged at the plain `at`, that one rejection stopped the Qwen pair drafting
         for the rest of a code answer (8-14 drafts in 128 tokens, where the pair keeps 0.87 of its drafts on code)."""
-        i = position - 1
-        reached = self.reached[i] if i < len(self.reached) else 0.0
+        _, reached = self._counts(position)
         chance = self.at(position)
         return min(1.0, chance + math.sqrt(chance * (1.0 - chance) / (reached + PRIOR_WEIGHT)))
 
@@ -321,9 +323,8 @@ class Acceptance:
         at the first) rather than PRIOR: a position rounds have rarely reached is expected to keep drafts as the
         ones before it do, so rounds whose drafts are all kept lengthen quickly where drafting is cheap."""
         chances, chance = [], PRIOR
-        for i in range(positions):
-            kept = self.kept[i] if i < len(self.kept) else 0.0
-            reached = self.reached[i] if i < len(self.reached) else 0.0
+        for position in range(1, positions + 1):
+            kept, reached = self._counts(position)
             chance = (kept + chance * PRIOR_WEIGHT) / (reached + PRIOR_WEIGHT)
             chances.append(chance)
         return chances

@@ -282,11 +282,12 @@ class Decoder:
             yield fitted.notice
         speculative = settings.mode == "spec" and self.drafter is not None
         # the longest the reply's caches can grow: its prompt, its budget and a block of drafts past it
-        self.runner.expect(len(fitted.ids) + fitted.max_new_tokens + graphed.BLOCK_ROWS)
+        longest = len(fitted.ids) + fitted.max_new_tokens + graphed.BLOCK_ROWS
+        self.runner.expect(longest)
         if speculative:
             self.planner.decode(settings.greedy)
             if isinstance(self.drafter, DraftModelDrafter):
-                self.drafter.runner.expect(len(fitted.ids) + fitted.max_new_tokens + graphed.BLOCK_ROWS)
+                self.drafter.runner.expect(longest)
         self._gamma_request = settings.gamma
         generator = torch.Generator(device=self.target.device).manual_seed(settings.seed)
         device = self.target.device

@@ -37,19 +37,24 @@ def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
     summed in float64 so that rounding cannot shift mass between tokens; a zero-probability token adds no step
     to the CDF and so is never chosen.
     """
-    total = float(probs.double().sum())
+    cdf = probs.double().cumsum(-1)
+    total = float(cdf[-1])
     if not total > 0 or total == float("inf"):  # also NaN: a bug upstream, never a token drawn from nothing
         raise ValueError(f"cannot sample from a distribution of total mass {total}")
-    return int(sample_on_device(probs, generator))
+    return int(_draw(cdf, generator))
 
 
 def sample_on_device(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """`sample` as a tensor on the probabilities' device, never read back (a GPU's drafting loop), unchecked."""
-    cdf = probs.double().cumsum(-1)
-    u = torch.rand((), generator=generator, dtype=torch.float64, device=probs.device) * cdf[-1]
+    return _draw(probs.double().cumsum(-1), generator)
+
+
+def _draw(cdf: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """The index where a uniform draw over the CDF's total falls."""
+    u = torch.rand((), generator=generator, dtype=torch.float64, device=cdf.device) * cdf[-1]
     index = torch.searchsorted(cdf, u, right=True)
     # u < total, except where the product rounds up to it: then the last token with any mass
-    return torch.where(index < probs.shape[-1], index, cdf.argmax())
+    return torch.where(index < cdf.shape[-1], index, cdf.argmax())
 
 
 def choose(probs: torch.Tensor, settings: DecodeSettings, generator: torch.Generator) -> int:
