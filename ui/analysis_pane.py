@@ -169,19 +169,22 @@ class AnalysisPane(QSplitter):
     # -- the export ------------------------------------------------------------------------------------------
 
     def chart_image(self, session: Session) -> QImage:
-        """Every reply's charts side by side, each drawn as the live charts draw it, at the charts pane's size, and
-        after them the why this γ tab as it reads now (drawn afresh: the tab may never have been shown)."""
+        """Every reply's charts side by side, each drawn as the live charts draw it, at the charts pane's width and
+        the image's height, and after them the why this γ tab as it reads now (drawn afresh: the tab may never have
+        been shown)."""
         size = self.charts.size() if self.charts.width() > 50 else QSize(350, 600)
         shown = numbered_replies(session)
         why = why_image(session, self.why_charts.why or why_gamma(session), size)
         why_size = why.deviceIndependentSize().toSize()  # the charts' columns are in the same logical pixels
         replies_width = size.width() * max(1, len(shown))
-        image = QImage(replies_width + why_size.width(), max(size.height(), why_size.height()) + EXPORT_TITLE_HEIGHT,
-                       QImage.Format.Format_RGB32)
+        # The why tab grows past the pane's height to give its plots room under their wrapped headers: each reply's
+        # charts are drawn as tall, so that no column ends above the image's bottom.
+        height = max(size.height(), why_size.height())
+        image = QImage(replies_width + why_size.width(), height + EXPORT_TITLE_HEIGHT, QImage.Format.Format_RGB32)
         image.fill(Qt.GlobalColor.white)
         painter = QPainter(image)
         for column, numbered in enumerate(shown):
-            charts = reply_charts(numbered, size)
+            charts = reply_charts(numbered, QSize(size.width(), height))
             x = column * size.width()
             painter.drawText(QRect(x, 0, size.width(), EXPORT_TITLE_HEIGHT), Qt.AlignmentFlag.AlignCenter,
                              f"reply {column + 1}")

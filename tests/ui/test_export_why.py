@@ -174,6 +174,28 @@ def test_the_pngs_acceptance_chart_is_empty_after_plain_ar_only(qtbot, tmp_path)
     assert count_colour(image, plot, COLOURS["reply"]) == count_colour(image, plot, COLOURS["session"]) == 0
 
 
+def blank_rows_at_the_bottom(image: QImage, left: int, width: int) -> int:
+    """How many of the image's last rows are all white between `left` and `left + width`."""
+    white = QColor("#ffffff").rgb()
+    for rows, y in enumerate(range(image.height() - 1, -1, -1)):
+        if any(image.pixel(x, y) != white for x in range(left, left + width)):
+            return rows
+    return image.height()
+
+
+def test_no_column_of_the_png_ends_above_a_blank_band(qtbot, tmp_path):
+    """The why column is taller than the charts pane (its plots get EXPORT_WHY_SIZE's height under their headers):
+    each reply's charts fill the same height, their last axis title a few pixels from the image's bottom."""
+    session = session_of((SPEC, first_reply()), (SPEC, second_reply()))
+    image, window = exported_png(qtbot, tmp_path, session)
+    x, _ = why_offset(window, session)
+    assert image.height() - EXPORT_TITLE_HEIGHT > window.charts.height()  # the case where the charts fell short
+    columns = {f"reply {n + 1}": (n * window.charts.width(), window.charts.width()) for n in range(2)}
+    columns["why this γ"] = (x, image.width() - x)
+    for name, (left, width) in columns.items():
+        assert blank_rows_at_the_bottom(image, left, width) <= 10, name
+
+
 def test_the_why_tab_drawn_off_screen_gives_each_plot_room_and_the_whole_line(qtbot):
     session = session_of((SPEC, first_reply()))
     panel = why_panel(session, why_gamma(session), QSize(200, 100))  # a pane narrower and lower than the tab needs
