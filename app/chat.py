@@ -18,7 +18,7 @@ from app.chat_store import ChatRecorder, ChatStore, ChatStoreError, ChatSummary,
 from app.export import ExportError, export_session
 from app.timing import OtherPrograms, QuietTimings, StepReference, TimingAtLoad, machine_was_busy, unequal_loads
 from engine.events import ContextNotice, Mode, PairInfo, PrefillProgress, RoundEvent
-from engine.remote import RemoteReply, TextDelta, is_url, public_url
+from engine.remote_records import RemoteReply, TextDelta, is_url, public_url
 from app.session import (SEED_LIMIT, ChatStatus, Comparison, ComparisonShown, DrafterComparison, DraftersShown,
                         EngineTarget, RemoteSource, Reply, ReplyRequest, ReplyShown, RoundShown, Runtime, Session,
                         TurnOptions, TurnStarted, TurnState, kept_drafters)

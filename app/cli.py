@@ -388,7 +388,7 @@ class PrefillBar:
 
 def cmd_generate(args) -> int:
     from engine.events import ContextNotice, DecodeSettings, PrefillProgress
-    from engine.remote import is_url
+    from engine.remote_records import is_url
     from engine.stats import reply_stats
     from ui.wording import alpha_wording
 
@@ -473,7 +473,8 @@ def cmd_generate_remote(args) -> int:
     """`generate --target URL`: the reply streamed from a running engine, with our tokens/s and the engine's own
     acceptance counts (it drafts with its own speculative config; it says nothing about single tokens)."""
     from engine.events import DecodeSettings
-    from engine.remote import CUT, RemoteEngine, RemoteReply, describe
+    from engine.remote import RemoteEngine
+    from engine.remote_records import CUT, RemoteReply, describe
 
     if args.draft is not None or args.preset is not None:
         raise ValueError("a --target URL drafts with the engine's own speculative config: --draft and --preset do "

@@ -12,7 +12,8 @@ import threading
 from PySide6.QtCore import QObject, Signal, Slot
 
 from engine.events import DecodeSettings
-from engine.remote import RemoteEngine, RemoteError, RemoteReply
+from engine.remote import RemoteEngine, RemoteError
+from engine.remote_records import RemoteReply
 
 
 class RemoteWorker(QObject):

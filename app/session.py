@@ -8,7 +8,7 @@ from enum import Enum
 
 from app.speedup import estimated_speedup
 from engine.events import DecodeSettings, Drafting, EmittedToken, Mode, PairInfo, RoundEvent
-from engine.remote import RemoteReply
+from engine.remote_records import RemoteReply
 from engine.stats import ArTime, ReplyStats, reply_stats
 
 # Seeds the window's seed box can hold (a QSpinBox is a signed 32-bit int); Regenerate's next seed wraps below it

@@ -33,7 +33,8 @@ from engine.choices import DEVICES, DTYPES, TARGET_WEIGHTS
 from engine.decoding.decoder import Decoder
 from engine.events import DecodeSettings
 from engine.models.pairing import PRESETS
-from engine.remote import API_KEY_ENV, DEFAULT_TIMEOUT_S, is_url, public_url
+from engine.remote import API_KEY_ENV, DEFAULT_TIMEOUT_S
+from engine.remote_records import is_url, public_url
 from ui.main_window import MainWindow
 from ui.preferences import apply_pair, apply_settings
 

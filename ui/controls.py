@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QDoubleSpinBo
 from app.session import SEED_LIMIT
 from engine.choices import DEVICES, DTYPES, TARGET_WEIGHTS
 from engine.events import DecodeSettings, Mode
-from engine.remote import URL_EXAMPLE, is_url
+from engine.remote_records import URL_EXAMPLE, is_url
 
 CUSTOM = "custom"
 GAMMA_MAX = 16

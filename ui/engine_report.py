@@ -11,7 +11,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, Slot
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from engine.remote import RemoteReply, TextDelta
+from engine.remote_records import RemoteReply, TextDelta
 
 FATES_NOTE = ("A remote engine reports counts, not tokens: which ones it drafted, accepted or rejected is not "
               "known, so the reply is not coloured.")

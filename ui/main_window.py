@@ -16,7 +16,7 @@ from app.session import (ChatStatus, ComparisonShown, DraftersShown, EngineTarge
 from app.why import WhyGamma
 from engine.choices import DEVICES, DTYPES
 from engine.events import DecodeSettings, PairInfo, PrefillProgress
-from engine.remote import TextDelta
+from engine.remote_records import TextDelta
 from ui.analysis_pane import AnalysisPane
 from ui.chat_pane import BUSY, EDITING, ChatPane
 from ui.controls import DecodingControls, ModelPicker

@@ -7,7 +7,7 @@ from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QWidget
 
 from app.session import Comparison, EngineTarget, Reply
 from engine.events import PairInfo, PrefillProgress
-from engine.remote import is_url
+from engine.remote_records import is_url
 from ui.status_bar import ElidedLabel, PartsLabel, StatusBar
 from ui.wording import measured_figures, pair_said, remote_line, stats_figures
 

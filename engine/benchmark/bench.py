@@ -21,7 +21,7 @@ from pathlib import Path
 from engine.benchmark.llama_binaries import METHODS as LLAMA_BINARIES
 from engine.benchmark.vllm_peer import VLLM_METHODS
 from engine.events import Drafting, RoundEvent
-from engine.remote import EngineSpecStats
+from engine.remote_records import EngineSpecStats
 from engine.stats import (PositionAcceptance, expected_tokens_per_round, modelled_speedup, per_position_acceptance,
                           position_acceptance, reply_stats)
 

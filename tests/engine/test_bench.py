@@ -8,7 +8,7 @@ from engine.benchmark import bench
 from engine.benchmark.bench import Config, Row, Run
 from engine.events import DecodeSettings, DraftedToken, EmittedToken, Fate, RoundEvent
 from engine.benchmark.naive import speculative_decode
-from engine.remote import EngineSpecStats
+from engine.remote_records import EngineSpecStats
 from engine.stats import expected_tokens_per_round
 from tests.tiny import EOS_ID, PROMPT, tiny_decoder
 

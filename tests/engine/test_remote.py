@@ -2,13 +2,15 @@
 client against a small local HTTP server that plays an OpenAI-compatible engine (so these run without vLLM)."""
 from __future__ import annotations
 
+import socket
+import threading
 from pathlib import Path
 
 import pytest
 
 from engine.events import DecodeSettings
-from engine.remote import (API_KEY_ENV, RemoteEngine, RemoteError, RemoteReply, SpecCounters, TextDelta,
-                           llama_server_stats, parse_metrics)
+from engine.remote import API_KEY_ENV, RemoteEngine, RemoteError
+from engine.remote_records import RemoteReply, SpecCounters, TextDelta, llama_server_stats, parse_metrics
 from tests.fake_engine import FakeEngine, closed_port, serving
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -195,7 +197,28 @@ def test_a_lone_surrogate_in_the_stream_keeps_the_text_and_says_the_engine_sent_
 def test_a_stream_cut_after_a_malformed_event_is_said_to_be_cut_and_keeps_what_came():
     reply = streamed([b'data: {"choices":[{"delta":{"content":"Hello"}}]}\n\n', b"data: garbage\n\n"])
     assert reply.text == "Hello" and reply.finish_reason == "cut"
-    assert "closed the stream before the reply ended" in reply.note and "1 event" in reply.note
+    assert "not JSON before the reply ended" in reply.note
+
+
+def test_a_stream_that_closes_without_a_finish_reason_is_said_to_be_cut():
+    reply = streamed([b'data: {"choices":[{"delta":{"content":"Hello"}}]}\n\n'])
+    assert reply.text == "Hello" and reply.finish_reason == "cut"
+    assert "closed the stream before the reply ended" in reply.note
+
+
+def test_an_error_event_in_the_stream_is_one_line_with_the_engines_message():
+    with pytest.raises(RemoteError, match="the engine stopped the reply: out of memory"):
+        streamed([b'data: {"choices":[{"delta":{"content":"Hello"}}]}\n\n',
+                  b'data: {"error":{"message":"out of memory","code":500}}\n\n'])
+
+
+def test_a_prompt_with_a_lone_surrogate_is_sent_with_it_replaced():
+    """A command line's bytes that are not UTF-8 become lone surrogates, which UTF-8 cannot carry."""
+    engine = FakeEngine()
+    with serving(engine) as url:
+        reply = list(RemoteEngine(url).stream_chat([{"role": "user", "content": "hi \udcff"}], GREEDY))[-1]
+    assert reply.text == "Hello there, friend!"
+    assert engine.requests[0]["messages"] == [{"role": "user", "content": "hi \ufffd"}]
 
 
 def test_a_whole_stream_is_not_said_to_be_cut():
@@ -213,4 +236,29 @@ def test_cli_generate_exits_1_on_a_cut_stream_after_printing_what_came(capsys):
     with serving(engine) as url:
         assert main(["generate", "hi", "--target", url]) == 1
     out, err = capsys.readouterr()
-    assert out.startswith("Hello") and "closed the stream before the reply ended" in err
+    assert out.startswith("Hello") and "before the reply ended" in err
+
+
+def test_a_connection_lost_midway_is_said_to_be_cut_and_keeps_what_came():
+    """An engine that dies mid-reply sends no end of its chunked body: the client's connection error ends the reply
+    as a closed stream does. This one has no /metrics (404) and dies in its first reply."""
+    chunk = b'data: {"choices":[{"delta":{"content":"Hello"}}]}\n\n'
+
+    def serve_then_die(server: socket.socket) -> None:
+        while True:
+            connection, _ = server.accept()
+            with connection:
+                if connection.recv(65536).startswith(b"GET"):
+                    connection.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                    continue
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                   b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                return
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        threading.Thread(target=serve_then_die, args=(server,), daemon=True).start()
+        client = RemoteEngine(f"http://127.0.0.1:{server.getsockname()[1]}/v1")
+        client.model = "fake-model"  # as connect() would settle it
+        reply = list(client.stream_chat([{"role": "user", "content": "hi"}], GREEDY))[-1]
+    assert reply.text == "Hello" and reply.finish_reason == "cut"
+    assert "closed the stream before the reply ended" in reply.note

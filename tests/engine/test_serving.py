@@ -7,7 +7,8 @@ import pytest
 from engine.benchmark.vllm_peer import NGRAM_CONFIG, SERVED_NAME, VllmServer, missing_reason
 from engine.events import DecodeSettings
 from engine.models import embedded
-from engine.remote import RemoteEngine, RemoteError, RemoteReply
+from engine.remote import RemoteEngine, RemoteError
+from engine.remote_records import RemoteReply
 
 pytestmark = pytest.mark.serving
 
