@@ -280,7 +280,7 @@ class ChatPane(QWidget):
         figures, *warnings = reply_notes(reply)
         self.chat.add_note(unbreakable(figures.text))
         for note in warnings:
-            self.chat.add_note(note.text, warning=note.warning)
+            self.chat.add_note(note.text, warning=note.warning, details=note.details)
 
     def on_comparison_finished(self, shown: ComparisonShown) -> None:
         comparison, reply = shown.comparison, shown.reply

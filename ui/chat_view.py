@@ -173,9 +173,9 @@ class ChatView(QTextBrowser):
         self._draw_body(self._live, final=False)
         cursor.endEditBlock()
 
-    def add_note(self, text: str, warning: bool = False) -> None:
-        """A line under the last reply (its statistics, a warning)."""
-        self._add_to_reply(Note(text, warning))
+    def add_note(self, text: str, warning: bool = False, details: str = "") -> None:
+        """A line under the last reply (its statistics, a warning); `details`: what hovering it tells besides."""
+        self._add_to_reply(Note(text, warning, details))
 
     def add_comparison(self, comparison: ComparisonView) -> None:
         self._add_to_reply(comparison)
@@ -429,7 +429,11 @@ class ChatView(QTextBrowser):
         if isinstance(note, ComparisonView):
             self._draw_comparison(note)
             return
-        insert_block(self.document(), top_margin=4).insertText(note.text, self._looks.note(note.warning))
+        look = self._looks.note(note.warning)
+        if note.details:  # underlined with dots, as an abbreviation is: hovering the line tells the rest
+            look.setToolTip(note.details)
+            look.setUnderlineStyle(QTextCharFormat.UnderlineStyle.DotLine)
+        insert_block(self.document(), top_margin=4).insertText(note.text, look)
 
     def _draw_comparison(self, comparison: ComparisonView) -> None:
         self._draw_note(Note(comparison.label + comparison.summary))

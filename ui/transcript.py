@@ -48,28 +48,45 @@ class UserItem:
 class Note:
     text: str
     warning: bool = False  # drawn in the warning colour: a reply cut at max tokens, a busy machine
+    details: str = ""  # shown on demand (the line's tooltip): the figures and causes a plain line leaves out
 
 
 CUT_AT_MAX_TOKENS = "✂ cut at max new tokens"
 ENDED_REPEATING = "⟲ ended: the reply was repeating itself (Continue carries on)"
+MACHINE_BUSY = "The machine was busy during this reply: its speed figures are not fair numbers."  # busy_note says why
 CONTEXT = "Context: "  # before a ContextNotice's message: the conversation was fitted into the model's window
 
 
-def fewer_threads_note(reply: Reply) -> str | None:
+def fewer_threads_note(reply: Reply) -> Note | None:
     """Where a reply went on with fewer CPU threads than it began with (the worker's answer to a machine whose load
-    stalls its threads), from which round, what slowed it, and to which where it went back as they were no faster;
-    None where it did not. A continued reply's parts are each said apart, as each began on all threads and met its
-    own load, with their rounds numbered through the whole reply."""
+    stalls its threads): one plain line saying from which round and what slowed it, with the details (the load
+    measured, the paces the switch was judged by, the rounds it went back to all its threads) on demand; None where
+    it did not. A continued reply's parts are each said apart, as each began on all threads and met its own load,
+    with their rounds numbered through the whole reply."""
     parts = reply.parts or (reply,)
     before = [sum(len(part.events) for part in parts[:k]) for k in range(len(parts))]
-    notes = [note for k, part in enumerate(parts)
-             if (note := _part_fewer_threads_note(part, before[k], k + 1 if k + 1 < len(parts) else None))]
-    return " ".join(notes) or None
+    said = [note for k, part in enumerate(parts)
+            if (note := _part_fewer_threads_note(part, before[k], k + 1 if k + 1 < len(parts) else None))]
+    if not said:
+        return None
+    # a warning where the load came from outside, or was not measured; where this window's own drawing stalled the
+    # threads of a quiet machine, it says why the drawn tokens/s is what it is, and is no warning
+    return Note(" ".join(line for line, _ in said), warning=reply.others_cores is None or bool(outside_causes(reply)),
+                details=" ".join(details for _, details in said))
 
 
-def _part_fewer_threads_note(part: Reply, before: int, ends_part: int | None) -> str | None:
-    """One part's note (fewer_threads_note), its rounds after the `before` of the parts it continues; `ends_part`:
-    its number where a continuation follows it, which began on all threads again."""
+def _slowed_by(part: Reply) -> str:
+    """What slowed a part's threads, said plainly (load_cause names it with its figures)."""
+    if outside_causes(part):
+        return "Slowed by other work on this machine"
+    if part.others_cores is None:  # not measured: other programs, or this window's own drawing
+        return "Slowed by the machine's load"
+    return "Slowed on an otherwise quiet machine"
+
+
+def _part_fewer_threads_note(part: Reply, before: int, ends_part: int | None) -> tuple[str, str] | None:
+    """One part's line and details (fewer_threads_note), its rounds after the `before` of the parts it continues;
+    `ends_part`: its number where a continuation follows it, which began on all threads again."""
     events = part.events
     first = events[0].threads if events else 0
     dropped = next(((n, e) for n, e in enumerate(events, start=1) if 0 < e.threads < first), None)
@@ -85,15 +102,20 @@ def _part_fewer_threads_note(part: Reply, before: int, ends_part: int | None) ->
     on_fewer = events[number - 1:number - 1 + LOADED_ROUNDS]
     paces = (f"a token every {token_pace_s(on_fewer) * 1000:.1f} ms against {token_pace_s(on_all) * 1000:.1f} ms "
              f"on {first}")
+    slowed = _slowed_by(part)
     if back is not None:
-        return (f"Decoded on {fewer} in rounds {before + number}–{before + back - 1}: {why}; {fewer} made its tokens "
+        return (f"{slowed}: tried {fewer} in rounds {before + number}–{before + back - 1}, then went back to "
+                f"{first} threads as it was no faster.",
+                f"Decoded on {fewer} in rounds {before + number}–{before + back - 1}: {why}; {fewer} made its tokens "
                 f"no faster ({paces}), so it went back to {first} from round {before + back}.")
     verdict = (f"{fewer} made its tokens faster ({paces})" if len(on_fewer) == LOADED_ROUNDS
                else f"it ended before {fewer} was judged faster or not")
     if ends_part is not None:
-        return (f"Decoded on {fewer} in rounds {before + number}–{before + len(events)}, to the end of part "
+        return (f"{slowed}: went on with {fewer} from round {before + number} to the end of part {ends_part}.",
+                f"Decoded on {fewer} in rounds {before + number}–{before + len(events)}, to the end of part "
                 f"{ends_part}: {why}, and {verdict}.")
-    return f"Decoded on {fewer} from round {before + number}: {why}, and {verdict}."
+    return (f"{slowed}: went on with {fewer} from round {before + number}.",
+            f"Decoded on {fewer} from round {before + number}: {why}, and {verdict}.")
 
 
 # A stopped reply is part of one: plain AR run to as many tokens would be timed against a reply nobody finished
@@ -106,11 +128,9 @@ def reply_notes(reply: Reply) -> list[Note]:
     source = reply.remote
     notes = [Note(stats_line(reply) if source is None else remote_line(reply))]
     if source is None and (busy := busy_note(reply)):
-        notes.append(Note(busy, warning=True))
+        notes.append(Note(MACHINE_BUSY, warning=True, details=busy))
     if source is None and (fewer := fewer_threads_note(reply)):
-        # a warning where the load came from outside, or was not measured; where this window's own drawing stalled
-        # the threads of a quiet machine, it says why the drawn tokens/s is what it is, and is no warning
-        notes.append(Note(fewer, warning=reply.others_cores is None or bool(outside_causes(reply))))
+        notes.append(fewer)
     if source is not None and source.reply is not None and source.reply.note:
         notes.append(Note(source.reply.note, warning=True))
     if source is None and reply.stopped and reply.request.compare_ar:

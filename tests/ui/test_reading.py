@@ -329,6 +329,25 @@ def show_tooltip_at(chat: ChatView, point) -> None:
     QApplication.sendEvent(chat.viewport(), QHelpEvent(QEvent.Type.ToolTip, point, chat.viewport().mapToGlobal(point)))
 
 
+def test_a_notes_details_are_shown_on_hovering_its_line_and_not_in_the_text(qtbot):
+    """A note with details: one line in the pane, the details its tooltip. The control: the stats line, which has
+    none, shows no tooltip."""
+    chat = shown_reply(qtbot)
+    chat.resize(600, 400)
+    chat.show()
+    qtbot.waitExposed(chat)
+    details = "Decoded on one thread from round 3: its steps on 2 threads ran over twice as slow."
+    chat.add_note("Slowed by the machine's load: went on with one thread from round 3.", warning=True,
+                  details=details)
+    assert "went on with one thread from round 3." in chat.toPlainText() and details not in chat.toPlainText()
+    for line, tip in (("stats", ""), ("went on with one thread", details)):  # the control first: no tip shown yet
+        cursor = chat.document().find(line)
+        assert cursor.charFormat().toolTip() == tip
+        cursor.setPosition(cursor.selectionStart() + 1)
+        show_tooltip_at(chat, chat.cursorRect(cursor).center())
+        assert QToolTip.isVisible() is bool(tip) and QToolTip.text() == tip
+
+
 def test_a_tokens_tooltip_goes_when_ctrl_t_changes_the_view(qtbot):
     window, at = byte_draft_in_the_trace(qtbot)
     show_tooltip_at(window.chat, at)

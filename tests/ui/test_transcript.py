@@ -69,13 +69,63 @@ def test_a_reply_that_went_on_with_fewer_threads_says_from_which_round():
         return Reply(ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings()), events, "", False,
                      others_cores=others_cores)
 
-    note = fewer_threads_note(on([2, 2, 1, 1]))
+    note = fewer_threads_note(on([2, 2, 1, 1])).details
     assert note.startswith("Decoded on one thread from round 3:") and "its steps on 2 threads ran" in note
     assert "(other programs, or on few cores this window's own drawing)" in note  # not measured: either
     assert note.endswith("it ended before one thread was judged faster or not.")  # two rounds on one thread
-    back = fewer_threads_note(on([2, 2, 1, 1, 2]))  # one thread was no faster: the decode went back
+    back = fewer_threads_note(on([2, 2, 1, 1, 2])).details  # one thread was no faster: the decode went back
     assert back.startswith("Decoded on one thread in rounds 3–4:") and back.endswith("back to 2 from round 5.")
     assert fewer_threads_note(on([2, 2, 2])) is None and fewer_threads_note(on([0, 0])) is None
+
+
+def thread_switch(threads, others_cores=None, host_cores=None, start=0) -> Reply:
+    """A reply whose rounds ran on `threads`, while other programs used `others_cores` (None: not measured)."""
+    events = tuple(dataclasses.replace(accepted_round(start + i, ["a"], "b"), threads=t) for i, t in enumerate(threads))
+    return Reply(ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings()), events, "", False,
+                 others_cores=others_cores, host_cores=host_cores)
+
+
+def test_a_thread_switch_is_one_plain_line_with_its_figures_as_details():
+    """Went on with one thread, tried it and went back, or to the end of a continued reply's part: the line says
+    which rounds in plain words, and the judgement's figures (steps, paces, cores) are left to its details."""
+    from ui.transcript import fewer_threads_note
+
+    stayed = fewer_threads_note(thread_switch([2, 2, 1, 1]))
+    assert stayed.text == "Slowed by the machine's load: went on with one thread from round 3."
+    assert stayed.details.startswith("Decoded on one thread from round 3: its steps on 2 threads ran")
+    back = fewer_threads_note(thread_switch([2, 2, 1, 1, 2]))
+    assert back.text == ("Slowed by the machine's load: tried one thread in rounds 3–4, then went back to 2 threads "
+                         "as it was no faster.")
+    part_end = fewer_threads_note(thread_switch([2, 2, 1, 1]).extended_by(thread_switch([2, 2], start=4)))
+    assert part_end.text == "Slowed by the machine's load: went on with one thread from round 3 to the end of part 1."
+    for note in (stayed, back, part_end):
+        assert note.text.count(".") == 1 and not any(word in note.text for word in ("steps", "ms", "cores", "("))
+
+
+def test_the_thread_switchs_line_names_what_slowed_it_as_the_cpu_use_measured():
+    """Other programs' 1.3 cores or the host's 0.46: other work; idle others (0.04 cores): a quiet machine; not
+    measured: the machine's load, which may be either."""
+    from ui.transcript import fewer_threads_note
+
+    def slowed_by(others_cores, host_cores=0.02):
+        return fewer_threads_note(thread_switch([2, 1], others_cores, host_cores)).text.partition(":")[0]
+
+    assert slowed_by(1.3) == slowed_by(0.01, host_cores=0.46) == "Slowed by other work on this machine"
+    assert slowed_by(0.04) == "Slowed on an otherwise quiet machine"
+    assert slowed_by(None) == "Slowed by the machine's load"
+
+
+def test_a_busy_machines_note_is_one_plain_line_with_why_as_its_details():
+    """Busy, and too few plain steps to price plain AR by: a warning line, the load's figures its details. The
+    control: a quiet machine's reply has no such line."""
+    from ui.transcript import MACHINE_BUSY, reply_notes
+    from ui.wording import busy_note
+
+    busy = dataclasses.replace(thread_switch([2, 2], others_cores=1.3), machine_busy=True)
+    note = next(note for note in reply_notes(busy) if note.text == MACHINE_BUSY)
+    assert note.warning and note.details == busy_note(busy) and "1.3 cores" in note.details
+    assert "1.3" not in note.text and "target" not in note.text
+    assert MACHINE_BUSY not in [note.text for note in reply_notes(thread_switch([2, 2], others_cores=1.3))]
 
 
 def test_a_thread_switch_is_said_with_the_paces_it_was_judged_by():
@@ -93,11 +143,11 @@ def test_a_thread_switch_is_said_with_the_paces_it_was_judged_by():
     assert went_faster(on_two, fast) and not went_faster(on_two, slow) and 0.030 / 0.029 < ONE_THREAD_GAIN
     stayed = Reply(ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings()), tuple(on_two + fast), "",
                    False)
-    assert fewer_threads_note(stayed).endswith(
+    assert fewer_threads_note(stayed).details.endswith(
         "one thread made its tokens faster (a token every 12.0 ms against 30.0 ms on 2).")
     went_back = dataclasses.replace(stayed, events=tuple(on_two + slow + rounds(2, 0.03, 2, start=16)))
     assert "no faster (a token every 29.0 ms against 30.0 ms on 2), so it went back to 2 from round 17" in (
-        fewer_threads_note(went_back))
+        fewer_threads_note(went_back).details)
 
 
 def test_a_continued_replys_parts_say_their_own_threads_and_load():
@@ -114,12 +164,12 @@ def test_a_continued_replys_parts_say_their_own_threads_and_load():
                      others_cores=others_cores)
 
     first, second = part([2, 2, 1, 1], 0.03), part([2, 2], 1.0, start=4)
-    note = fewer_threads_note(first.extended_by(second))
+    note = fewer_threads_note(first.extended_by(second)).details
     assert note.startswith("Decoded on one thread in rounds 3–4, to the end of part 1:")
     assert "other programs were idle, 0.03 cores" in note and "1.0 cores" not in note and "went back" not in note
-    sent_once = fewer_threads_note(part([2, 2, 1, 1, 2, 2], 1.0))
+    sent_once = fewer_threads_note(part([2, 2, 1, 1, 2, 2], 1.0)).details
     assert "went back to 2 from round 5" in sent_once and "1.0 cores" in sent_once
-    both = fewer_threads_note(first.extended_by(part([2, 1], 1.0, start=4)))
+    both = fewer_threads_note(first.extended_by(part([2, 1], 1.0, start=4))).details
     assert both.startswith(note) and "Decoded on one thread from round 6:" in both
     assert both.index("0.03 cores") < both.index("1.0 cores")
 
@@ -137,15 +187,15 @@ def test_what_slowed_a_reply_is_what_the_measured_cpu_use_says():
 
     busy = reply(1.3)
     assert not busy.estimate_beside_load  # two rounds: too few plain steps to price plain AR by, so it is warned of
-    assert "(other programs used 1.3 cores on average meanwhile)" in fewer_threads_note(busy)
+    assert "(other programs used 1.3 cores on average meanwhile)" in fewer_threads_note(busy).details
     assert "quiet speed: other programs used 1.3 cores on average meanwhile)" in busy_note(busy)
-    host = fewer_threads_note(reply(0.01, host_cores=0.46))
+    host = fewer_threads_note(reply(0.01, host_cores=0.46)).details
     assert "(this virtual machine's host withheld 0.46 cores on average (steal time))" in host
     assert "drawing" not in host and "other programs" not in host
-    idle = fewer_threads_note(reply(0.04))
+    idle = fewer_threads_note(reply(0.04)).details
     assert "other programs were idle, 0.04 cores on average: on few cores this window's own drawing" in idle
     assert "used" not in idle and "host" not in idle
-    assert "host" not in fewer_threads_note(reply(0.04, host_cores=None))  # not reported: not named
+    assert "host" not in fewer_threads_note(reply(0.04, host_cores=None)).details  # not reported: not named
 
 
 def test_the_thread_note_warns_only_of_load_from_outside_the_window():
@@ -157,7 +207,7 @@ def test_the_thread_note_warns_only_of_load_from_outside_the_window():
         events = tuple(dataclasses.replace(accepted_round(i, ["a"], "b"), threads=t) for i, t in enumerate([2, 1]))
         reply = Reply(ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings()), events, "", False,
                       others_cores=others_cores, host_cores=host_cores)
-        return next(note for note in reply_notes(reply) if note.text.startswith("Decoded on"))
+        return next(note for note in reply_notes(reply) if note.details.startswith("Decoded on"))
 
     assert thread_note(1.3).warning and thread_note(0.01, host_cores=0.46).warning and thread_note(None).warning
     assert not thread_note(0.04).warning
