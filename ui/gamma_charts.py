@@ -80,6 +80,11 @@ class PositionCounts:
         return self.accepted / self.rounds if self.rounds else 0.0
 
     @property
+    def mean_verified(self) -> float:
+        """Drafts the target checked a round: mean_accepted over it is α."""
+        return self.verified / self.rounds if self.rounds else 0.0
+
+    @property
     def tokens_per_round(self) -> float:
         return self.tokens / self.rounds if self.rounds else 0.0
 
@@ -116,14 +121,20 @@ def swatch_entry(colour: str, name: str) -> str:
 
 
 def figures(counts: PositionCounts) -> str:
-    """Mean acceptance length and measured tokens per round beside the seed's E."""
-    return (f"{counts.mean_accepted:.2f} drafts kept a round, {counts.tokens_per_round:.2f} tokens/round "
-            f"(seed's E {counts.seed_tokens_per_round:.2f})")
+    """Drafts kept a round, a count, out of those the target checked, with their ratio α beside it so the count is
+    not read as α; then measured tokens per round beside the seed's E."""
+    rate = f"{counts.tokens_per_round:.2f} tokens/round (seed's E {counts.seed_tokens_per_round:.2f})"
+    if not counts.verified:  # "0.00 of 0.00 … (α 0.00)" would read as every draft rejected
+        return f"no drafts checked, {rate}"
+    return (f"{counts.mean_accepted:.2f} of {counts.mean_verified:.2f} checked drafts kept a round "
+            f"(α {counts.alpha:.2f}), {rate}")
 
 
-FIGURES_TIP = ("drafts kept a round: how many of a round's drafts the target accepted, on average over every round "
-               "(the mean acceptance length; a round that drafted nothing keeps none). α counts only the drafts the "
-               "target verified, so a high α can go with few drafts kept a round where most rounds draft nothing.\n"
+FIGURES_TIP = ("drafts kept a round: of the drafts the target checked each round, how many it accepted, on average "
+               "over every round (the mean acceptance length; a round that drafted nothing checks none). The target "
+               "checks a round's drafts in order up to the first it rejects and leaves the rest unchecked. Kept "
+               "over checked is α, a share: 1.25 of 1.75 drafts kept a round is α 0.71, and a high α can go with "
+               "few drafts kept a round where most rounds draft nothing.\n"
                "tokens/round: those kept drafts plus the target's own token each round (a correction or a bonus).\n"
                "seed's E: the tokens a round of γ drafts would give if each were kept with chance α, "
                "(1 − α^(γ+1)) / (1 − α).")

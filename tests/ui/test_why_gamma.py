@@ -12,11 +12,12 @@ from PySide6.QtWidgets import QApplication
 from app.export import session_json
 from engine.decoding.recommend import MAX_GAMMA, SPREAD
 from engine.events import DecodeSettings, Drafting, ModelInfo, PairInfo
-from engine.stats import expected_tokens_per_round, position_acceptance
+from engine.stats import expected_tokens_per_round, position_acceptance, reply_stats
 from tests.ui.helpers import REPLY_TIMEOUT_MS, send, shown_window
 from tests.ui.synthetic import accepted_round, plain_steps, rejected_round
 from ui.gamma_charts import COLOURS, MIN_WHY_HEIGHT
 from ui.main_window import MainWindow
+from ui.wording import alpha_wording
 from ui.window_fit import MIN_HEIGHT, MIN_WIDTH
 from app.session import (MEASURED_TOKENS, Comparison, DrafterComparison, DrafterRun, Reply, ReplyRequest, RoundShown,
                         Session, TurnStarted)
@@ -71,15 +72,38 @@ def test_acceptance_header_gives_mean_length_and_the_seeds_expectation(qtbot):
     assert (counts.mean_accepted, counts.tokens_per_round) == (5 / 4, 9 / 4)
     assert counts.seed_tokens_per_round == pytest.approx(seed)
     header = QTextDocumentFragment.fromHtml(window.why_charts.headers[window.why_charts.acceptance_plot].text())
-    assert f"1.25 drafts kept a round, 2.25 tokens/round (seed's E {seed:.2f})" in header.toPlainText()
+    assert (f"1.25 of 1.75 checked drafts kept a round (α 0.71), 2.25 tokens/round (seed's E {seed:.2f})"
+            in header.toPlainText())
+
+
+def test_the_acceptance_header_gives_drafts_kept_out_of_those_checked_beside_the_stats_lines_alpha(qtbot):
+    """5 drafts kept of the 7 the target checked over 4 rounds: 1.25 of 1.75 a round, whose ratio is the α the chat's
+    stats line says for the same rounds, so the count and the share read as two figures that agree."""
+    window = window_at(qtbot)
+    draw_reply(window, 0, first_reply())
+    counts = window.why_charts.reply
+    assert (counts.mean_accepted, counts.mean_verified) == (5 / 4, 7 / 4)
+    header = QTextDocumentFragment.fromHtml(window.why_charts.headers[window.why_charts.acceptance_plot].text())
+    stats_alpha = alpha_wording(reply_stats(first_reply()))
+    assert stats_alpha == "α 0.71" and f"1.25 of 1.75 checked drafts kept a round ({stats_alpha})" in (
+        header.toPlainText())
+
+
+def test_an_acceptance_header_of_rounds_that_drafted_nothing_says_no_drafts_were_checked(qtbot):
+    """Rounds with no drafts have no α: the line says none were checked, not "0.00 of 0.00" and an α of 0."""
+    window = window_at(qtbot)
+    draw_reply(window, 0, [dataclasses.replace(accepted_round(i, [], "w"), gamma=0) for i in range(3)])
+    header = QTextDocumentFragment.fromHtml(window.why_charts.headers[window.why_charts.acceptance_plot].text())
+    assert "this reply: no drafts checked, 1.00 tokens/round" in header.toPlainText()
+    assert "α" not in header.toPlainText()
 
 
 def test_the_acceptance_headers_tooltip_says_what_drafts_kept_a_round_are_beside_alpha(qtbot):
     window = window_at(qtbot)
     draw_reply(window, 0, first_reply())
     tip = window.why_charts.headers[window.why_charts.acceptance_plot].toolTip()
-    assert tip.startswith("drafts kept a round: how many of a round's drafts the target accepted")
-    assert "α counts only the drafts the target verified" in tip
+    assert tip.startswith("drafts kept a round: of the drafts the target checked each round, how many it accepted")
+    assert "Kept over checked is α, a share: 1.25 of 1.75 drafts kept a round is α 0.71" in tip
 
 
 def shown_ticks(plot) -> list[float]:
