@@ -1,6 +1,6 @@
 """The links in the chat pane, readable without Qt: what each link's href names (a token, a guide example, an
-action on a reply, a message's fold, a code block's Copy) and the links drawn under a reply. ui/chat_view.py draws
-them and reads a clicked one back."""
+action on a reply, a message's or a comparison's fold, a code block's Copy) and the links drawn under a reply.
+ui/chat_view.py draws them and reads a clicked one back."""
 from __future__ import annotations
 
 from engine.events import DecodeSettings
@@ -9,7 +9,9 @@ TOKEN_SCHEME = "token"  # token:<index into Transcript.spans>
 EXAMPLE_SCHEME = "example"  # example:<index into chat_guide.EXAMPLES>
 ACTION_SCHEME = "action"  # action:<name in ACTIONS>:<the reply's turn>
 CODE_SCHEME = "code"  # a code block's Copy link: code:<the reply's first span>:<the block's index among its blocks>
-FOLD_SCHEME = "fold"  # a long user message's Show all / Fold link: fold:<item index>
+# a long user message's Show all / Fold link: fold:<item index>; a comparison's link to plain AR's text where the
+# texts agree: fold:<the reply's item index>:<the comparison's index among its notes>
+FOLD_SCHEME = "fold"
 
 
 def token_href(index: int) -> str:
@@ -26,8 +28,8 @@ def action_href(name: str, turn: int | None) -> str:
     return f"{ACTION_SCHEME}:{name}:{turn}"
 
 
-def fold_href(item_index: int) -> str:
-    return f"{FOLD_SCHEME}:{item_index}"
+def fold_href(item_index: int, note_index: int | None = None) -> str:
+    return f"{FOLD_SCHEME}:{item_index}" + ("" if note_index is None else f":{note_index}")
 
 
 def code_href(first: int, block: int) -> str:

@@ -14,7 +14,8 @@ ui/comparison_table.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from PySide6.QtCore import QMimeData, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QFontDatabase, QTextCharFormat, QTextCursor
@@ -266,21 +267,31 @@ class ChatView(QTextBrowser):
             name, _, turn = url.path().partition(":")
             self.action_chosen.emit(name, int(turn))
         elif url.scheme() == FOLD_SCHEME:
-            self.toggle_fold(int(url.path()))
+            index, _, note = url.path().partition(":")
+            self.toggle_fold(int(index), int(note) if note else None)
         elif url.scheme() == CODE_SCHEME:
             first, _, block = url.path().partition(":")
             self.code_copied.emit(self.transcript.code_text(int(first), int(block)))
 
-    def toggle_fold(self, index: int) -> None:
+    def toggle_fold(self, index: int, note: int | None = None) -> None:
         """Show a long user message whole, or fold it back to its opening lines, its top staying where it was in
-        the pane; the pane follows the conversation again only if that leaves it at the bottom."""
+        the pane; with `note`, show or hide plain AR's text under that comparison of reply `index`."""
         item = self.items[index]
-        item.folded = not item.folded
+        if note is None:
+            item.folded = not item.folded
+            self._redraw_holding(lambda: self._top_of(index))
+        else:
+            item.notes[note] = replace(item.notes[note], ar_shown=not item.notes[note].ar_shown)
+            self._redraw_holding(lambda: 0.0)  # what it shows or hides is below its link: nothing above it moves
+
+    def _redraw_holding(self, top: Callable[[], float]) -> None:
+        """Redraw the pane with the point of its layout that `top()` gives where it was in the viewport; the pane
+        follows the conversation again only if that leaves it at the bottom."""
         bar = self.verticalScrollBar()
-        offset = self._top_of(index) - bar.value()
+        offset = top() - bar.value()
         self.following = False
         self._draw_all()
-        bar.setValue(round(self._top_of(index) - offset))
+        bar.setValue(round(top() - offset))
         self.following = bar.value() >= bar.maximum() - BOTTOM_SLACK
 
     def _top_of(self, index: int) -> float:
@@ -340,8 +351,7 @@ class ChatView(QTextBrowser):
                          top_margin=10)
         self._draw_body(state, final)
         if final:
-            for note in state.item.notes:
-                self._draw_note(note)
+            self._draw_notes(state.item)
             self._draw_actions(state.item)
 
     def _draw_body(self, state: _Live, final: bool) -> None:
@@ -421,27 +431,40 @@ class ChatView(QTextBrowser):
         cursor = insert_block(self.document(), top_margin=2)
         cursor.insertText(item.opening if item.folded else item.text, QTextCharFormat())
         if item.foldable:
-            row = insert_block(self.document(), top_margin=2)
-            row.mergeBlockFormat(action_row())
-            row.insertText(item.fold_link, self._looks.link(fold_href(index), smaller=1))
+            self._draw_fold_link(item.fold_link, fold_href(index))
 
-    def _draw_note(self, note: Note | ComparisonView) -> None:
-        if isinstance(note, ComparisonView):
-            self._draw_comparison(note)
-            return
+    def _draw_fold_link(self, text: str, href: str) -> None:
+        row = insert_block(self.document(), top_margin=2)
+        row.mergeBlockFormat(action_row())
+        row.insertText(text, self._looks.link(href, smaller=1))
+
+    def _draw_notes(self, item: ReplyItem, start: int = 0) -> None:
+        """The reply's notes from `start` on; a comparison's fold link names it by its place among them."""
+        index = next(n for n, other in enumerate(self.items) if other is item)
+        for number in range(start, len(item.notes)):
+            note = item.notes[number]
+            if isinstance(note, ComparisonView):
+                self._draw_comparison(note, fold_href(index, number))
+            else:
+                self._draw_note(note)
+
+    def _draw_note(self, note: Note) -> None:
         look = self._looks.note(note.warning)
         if note.details:  # underlined with dots, as an abbreviation is: hovering the line tells the rest
             look.setToolTip(note.details)
             look.setUnderlineStyle(QTextCharFormat.UnderlineStyle.DotLine)
         insert_block(self.document(), top_margin=4).insertText(note.text, look)
 
-    def _draw_comparison(self, comparison: ComparisonView) -> None:
+    def _draw_comparison(self, comparison: ComparisonView, fold: str) -> None:
+        """Its lines, then both texts side by side where they part; where they agree, a link (to `fold`) that
+        shows them so."""
         self._draw_note(Note(comparison.label + comparison.summary))
         if comparison.explanation:
             self._draw_note(Note(comparison.explanation))
-        if comparison.first_difference is None:
-            return
-        draw_comparison_table(insert_block(self.document(), top_margin=4), comparison, self._looks)
+        if comparison.foldable:
+            self._draw_fold_link(comparison.fold_link, fold)
+        if comparison.first_difference is not None or comparison.ar_shown:
+            draw_comparison_table(insert_block(self.document(), top_margin=4), comparison, self._looks)
 
     def _draw_actions(self, item: ReplyItem) -> None:
         if not item.actions:
@@ -488,7 +511,7 @@ class ChatView(QTextBrowser):
         item.notes.append(note)
         if item is self.items[-1]:
             self._remove_actions(item)  # the links stay under the notes
-            self._draw_note(note)
+            self._draw_notes(item, len(item.notes) - 1)
             self._draw_actions(item)
         else:
             self._draw_all()
@@ -502,6 +525,5 @@ class ChatView(QTextBrowser):
         if self._live is not None:
             self._pending = False
             self._draw_body(self._live, final=True)
-            for note in self._live.item.notes:  # a continued reply's earlier parts' comparisons
-                self._draw_note(note)
+            self._draw_notes(self._live.item)  # a continued reply's earlier parts' comparisons
             self._live = None

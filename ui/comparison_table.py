@@ -12,7 +12,7 @@ from ui.transcript import ComparisonView, clean_tokens, owner_runs
 
 
 def draw_comparison_table(cursor: QTextCursor, comparison: ComparisonView, looks: ChatLooks) -> None:
-    """The table at `cursor`, for a comparison whose texts part (first_difference is not None)."""
+    """The table at `cursor`, for a comparison whose texts part, or whose plain AR text is asked for (ar_shown)."""
     table_format = QTextTableFormat()
     table_format.setCellPadding(4)
     table_format.setCellSpacing(0)
@@ -27,9 +27,10 @@ def draw_comparison_table(cursor: QTextCursor, comparison: ComparisonView, looks
         _draw_column(table.cellAt(1, column).firstCursorPosition(), tokens, comparison.first_difference, looks)
 
 
-def _draw_column(cursor: QTextCursor, tokens: tuple[str, ...], first_difference: int, looks: ChatLooks) -> None:
-    """One side of the comparison."""
+def _draw_column(cursor: QTextCursor, tokens: tuple[str, ...], first_difference: int | None, looks: ChatLooks) -> None:
+    """One side of the comparison; where the texts agree (first_difference None), all of it reads as the same."""
     source, owners = clean_tokens(tokens)
+    parting = len(tokens) if first_difference is None else first_difference
     for n, block in enumerate(parse_blocks(source)):
         block_format = QTextBlockFormat()
         if block.kind == "code":
@@ -47,8 +48,7 @@ def _draw_column(cursor: QTextCursor, tokens: tuple[str, ...], first_difference:
         for start, end, style in runs:
             style = "bold" if block.kind == "heading" and not style else style
             for run_start, run_end, owner in owner_runs(owners, start, end):
-                relation = ("same" if owner < first_difference else
-                            "first" if owner == first_difference else "after")
+                relation = "same" if owner < parting else "first" if owner == parting else "after"
                 fmt = looks.column(style, relation)
                 # A block per code line, as in the reply: a newline typed into a block leaves a gap in the box.
                 for k, line in enumerate(source[run_start:run_end].split("\n")):

@@ -155,6 +155,16 @@ class ComparisonView:
     first_difference: int | None  # token index; None when the texts agree
     label: str = ""  # before the summary: the part it measured, once the reply is continued (wording.part_label)
     sampled: bool = False  # its plain AR run is another sample of the reply's settings, not the reply's text
+    ar_shown: bool = False  # where the texts agree: the two side by side, as where they part, on the user's asking
+
+    @property
+    def foldable(self) -> bool:
+        """Whether plain AR's text waits for a link (fold_link): where the texts agree it repeats the reply's."""
+        return self.first_difference is None and bool(self.ar_tokens)
+
+    @property
+    def fold_link(self) -> str:
+        return "Hide plain AR's text" if self.ar_shown else "Show plain AR's text"
 
 
 @dataclass

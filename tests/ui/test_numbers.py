@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from PySide6.QtCore import QUrl
 
 from app.chat import ChatController
 from app.session import MEASURED_TOKENS, Comparison, Reply, ReplyRequest
@@ -21,6 +22,7 @@ from tests.ui.synthetic import accepted_round
 from ui.charts import RoundBuffers
 from ui.chat_document import ACTION_ROW
 from ui.compare import comparison_view, explain, first_difference
+from ui.transcript import clean_tokens
 from ui.wording import UNFAIR, busy_note, comparison_line, stats_line
 
 
@@ -178,6 +180,22 @@ def test_compare_with_ar_shows_progress_then_the_ar_text_beside_the_reply(make_s
     assert comparison.spec_prefill_s == rerun.prefill_s > 0 and comparison.ar_prefill_s > 0
     assert comparison.spec_tokens_per_s == pytest.approx(10 / rerun.decode_s)
     assert comparison.ar_tokens_per_s == pytest.approx(10 / comparison.ar_decode_s)
+
+
+def test_a_greedy_replys_plain_ar_text_is_offered_where_it_is_the_same(make_studio, greedy_mixed_decoder, qtbot):
+    """Greedy, plain AR made the reply's tokens: its text is a link away, drawn beside the reply's as a sampled
+    reply's parted text is."""
+    studio = make_studio(greedy_mixed_decoder, greedy=True, max_new_tokens=10)
+    window = studio.window
+    window.controls.compare_ar.setChecked(True)
+    send(qtbot, studio)
+    chat, comparison = window.chat, studio.chat.turns[-1].comparison
+    ar_text = clean_tokens(tuple(t.text for t in comparison.ar_tokens))[0].strip()
+    shown = chat.toPlainText()
+    assert "Plain AR produced the same 10 tokens" in shown and shown.count(ar_text) == 1  # the reply's own
+    chat.on_anchor_clicked(QUrl(chat.document().find("Show plain AR's text").charFormat().anchorHref()))
+    beside = chat.toPlainText().split("Hide plain AR's text", 1)[1]
+    assert "plain AR\n" in beside and beside.count(ar_text) == 2
 
 
 def test_tokens_per_s_is_the_decodings_and_a_long_read_in_is_named_beside_it():

@@ -92,6 +92,24 @@ def test_a_sampled_comparisons_plain_ar_column_says_it_is_another_sample(qtbot):
         assert ("another sample" in chat.toPlainText()) is sampled and title in chat.toPlainText()
 
 
+def test_where_the_texts_agree_plain_ars_text_is_shown_side_by_side_on_asking(qtbot):
+    """A comparison whose texts agree: its lines and a link, which draws the two texts side by side as where they
+    part, none of it marked as a parting, and then hides them. The control: a parted comparison draws its table at
+    once, with no link."""
+    chat = shown_reply(qtbot)
+    tokens = ("Same", " text", "<|im_end|>")
+    chat.add_comparison(ComparisonView("summary", "why", tokens, tokens, first_difference=None))
+    assert "why\nShow plain AR's text" in chat.toPlainText() and "Same text" not in chat.toPlainText()
+    chat.on_anchor_clicked(QUrl(chat.document().find("Show plain AR's text").charFormat().anchorHref()))
+    table = chat.toPlainText().split("Hide plain AR's text", 1)[1]
+    assert "this reply (speculative)" in table and "plain AR\n" in table and table.count("Same text") == 2
+    assert chat.document().find("text").charFormat().background().color().name() != DIFFERENCE_BACKGROUND
+    chat.on_anchor_clicked(QUrl(chat.document().find("Hide plain AR's text").charFormat().anchorHref()))
+    assert "Show plain AR's text" in chat.toPlainText() and "Same text" not in chat.toPlainText()
+    chat.add_comparison(ComparisonView("parted", "why", ("A", " b"), ("A", " c"), first_difference=1))
+    assert "A b" in chat.toPlainText() and chat.toPlainText().count("plain AR's text") == 1
+
+
 def test_the_trace_draws_code_in_the_monospace_font_like_the_clean_view(qtbot):
     chat = shown_reply(qtbot)
     chat.set_view(TRACE)
