@@ -230,20 +230,20 @@ def markdown(session: Session) -> str:
         lines += ["**You**", "", hard_line_breaks(reply.request.messages[-1]["content"]), ""]
         header = (reply_header(reply.request.settings) if reply.remote is None
                   else remote_header(reply.remote.model, reply.remote.url, reply.request.settings))
-        notes = [note.text for note in reply_notes(reply)]
+        notes = [(note.text, note.details) for note in reply_notes(reply)]  # the details the chat's tooltip holds
         for number, (part, part_comparison) in enumerate(zip(numbered.parts, numbered.comparisons), start=1):
             if part_comparison is not None:  # as the chat shows each part's
-                notes += [part_label(number, len(numbered.parts) > 1) + comparison_line(part_comparison, part),
-                          explain(part_comparison, part, greedy_is_exact(session.pair))]
+                notes += [(part_label(number, len(numbered.parts) > 1) + comparison_line(part_comparison, part), ""),
+                          (explain(part_comparison, part, greedy_is_exact(session.pair)), "")]
         if numbered.context_notice:
-            notes.append(CONTEXT + numbered.context_notice)
+            notes.append((CONTEXT + numbered.context_notice, ""))
         said = pair_said(numbered.pair) if numbered.pair is not None else ""
         if said and session.pair is not None and said != pair_said(session.pair):  # another pair than the header's
-            notes.append(f"decoded by {said}")
+            notes.append((f"decoded by {said}", ""))
         text = SPECIAL_TOKEN.sub("", reply.text).strip()
         lines += [f"**Reply {numbered.number} · {header}**", "", hard_line_breaks(text), ""]
-        for note in notes:
-            lines += [f"*{note}*", ""]
+        for note, details in notes:
+            lines += [f"*{note}*", ""] + ([details, ""] if details else [])
         compared = numbered.parts[-1]  # the AR text beside the reply is its last part's comparison's, as in the chat
         ar_text = SPECIAL_TOKEN.sub("", comparison.ar_text).strip() if comparison is not None else ""
         if ar_text and ar_text != SPECIAL_TOKEN.sub("", compared.text).strip():  # the chat shows both side by side

@@ -158,6 +158,8 @@ def test_the_markdown_has_the_lines_the_chat_shows_under_a_reply(qtbot, tmp_path
     _, _, _, markdown = exported(tmp_path, Session(PAIR, [cut], {0: comparison}, "a story", {0: notice.message}))
     reply_lines = markdown.split("**Reply 1 ·")[1].splitlines()
     assert [line[1:-1] for line in reply_lines if line.startswith("*") and not line.startswith("**")] == shown
+    busy = next(note for note in item.notes if not isinstance(note, ComparisonView) and note.details)
+    assert reply_lines[reply_lines.index(f"*{busy.text}*") + 2] == busy.details  # what the chat's tooltip holds
     ar = reply_lines.index("**Plain AR's text (the comparison)**")  # a sampled comparison's other text, as shown
     assert reply_lines[ar + 2] == comparison.ar_text
 
