@@ -7,7 +7,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QSplitter, QWidget
 
 # With the history dock, still under the window's least width. The side pane's leaves room for a scroll bar beside
-# the controls, which a window under about 680 px tall scrolls; more where the controls need it.
+# the controls, which a window under about 665 px tall scrolls; more where the controls need it.
 PANE_MIN_WIDTH = {"side": 245, "chat": 315, "right": 200}
 # The splitter's first sizes. QSplitter shares a window's width in proportion to its panes' widths, never below a
 # pane's minimum, so at the smallest width the side panes sit at their minimums and the chat gets the rest; a hidden

@@ -117,6 +117,14 @@ def test_at_the_smallest_size_every_legend_entry_shows_its_text_whole(qtbot, req
     legend_entries_are_whole(qtbot, window)
 
 
+def test_on_a_1000_by_700_screen_the_model_pair_and_decoding_controls_are_whole_without_scrolling(qtbot):
+    window = shown_window(qtbot, SMALL_SCREEN_CLIENT.width(), SMALL_SCREEN_CLIENT.height())
+    side = window.panes["side"]
+    assert side.verticalScrollBar().maximum() == 0
+    for group in (window.picker, window.controls):  # compare with AR, the last row, included
+        assert side.viewport().rect().contains(QRect(group.mapTo(side.viewport(), QPoint(0, 0)), group.size()))
+
+
 def test_with_a_larger_font_the_controls_still_fit_the_side_panes_width(qtbot, larger_font):
     window = shown_window(qtbot, MIN_WIDTH, MIN_HEIGHT)
     side = window.panes["side"]
