@@ -2,19 +2,22 @@
 pair loading and its costs being timed, vLLM starting, a long prompt read in, Compare with AR's runs)."""
 from __future__ import annotations
 
-from PySide6.QtCore import QElapsedTimer, QTimer
-from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QWidget
+import math
+
+from PySide6.QtCore import QElapsedTimer, QEvent, QTimer
+from PySide6.QtGui import QFontMetricsF
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
 
 from app.session import Comparison, EngineTarget, Reply
 from engine.events import PairInfo, PrefillProgress
 from engine.remote_records import is_url
-from ui.status_bar import ElidedLabel, PartsLabel, StatusBar
-from ui.wording import measured_figures, pair_said, remote_line, stats_figures
+from ui.status_bar import PartsLabel, StatusBar
+from ui.wording import SEPARATOR, measured_figures, pair_said, remote_line, stats_figures
 
 STATUS_RIGHT_MARGIN = 8  # between the status bar's last widget and the window's right edge
-# The most of the window's width the pair's name takes in the status bar (elided, whole in its tooltip) beside the
-# last reply's figures, which are what changes; with none beside it (loading, timing), all it needs.
-PAIR_SHARE = 0.23
+# The most of the status bar's width that the pair's models' names keep whole beside the last reply's figures (long
+# hub ids are elided, whole in the tooltip)
+PAIR_NAMES_SHARE = 1 / 3
 UNLIMITED_WIDTH = 16777215  # Qt's QWIDGETSIZE_MAX, which PySide6 does not export
 # Compare with AR's progress bar: its runs' tokens, or a run reading a long prompt in again (%v of %m positions)
 COMPARISON_DECODING = "Compare with AR, undrawn: %v of ~%m tokens"
@@ -33,14 +36,17 @@ class WindowStatusBar(StatusBar):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self._loading_text = "Loading models…"  # what the pair's label says while a pair loads
-        self._pair_text = "no model loaded"
+        self._pair_parts = [("no model loaded", 0)]  # the pair's name, shown again when a load ends or fails
         self.serving_clock = QElapsedTimer()
         self.serving_timer = QTimer(self)  # the status line's seconds while vLLM starts
         self.serving_timer.setInterval(1000)
         self.serving_timer.timeout.connect(self._show_serving_progress)
-        self.pair_label = ElidedLabel("no model loaded")
+        self.pair_label = PartsLabel("no model loaded")
         self.reply_label = PartsLabel("")
+        self.pair_label.text_set.connect(self.fit_pair_label)
         self.reply_label.text_set.connect(self.fit_pair_label)
+        # The reply's label is resized as the window is and as a progress bar shows or goes: the room changes
+        self.reply_label.installEventFilter(self)
         self.addWidget(self.pair_label)
         self.addWidget(self.reply_label, 1)
         self.comparison_progress = QProgressBar()
@@ -76,15 +82,32 @@ class WindowStatusBar(StatusBar):
         self.addPermanentWidget(holder)
 
     def fit_pair_label(self) -> None:
-        beside_figures = bool(self.reply_label.text())
-        self.pair_label.setMaximumWidth(int(PAIR_SHARE * self.window().width()) if beside_figures
-                                        else UNLIMITED_WIDTH)
+        """The last reply's figures, which are what changes, have the room they need first; the pair's name takes
+        what they leave, giving up its device, dtype and weights before its models' names, which it keeps whole up
+        to a share of the bar's width, a progress bar beside them or not (a loading or timing line likewise). With
+        no figures beside it, it has all it needs."""
+        pair, reply = self.pair_label, self.reply_label
+        if not reply.text():
+            pair.setMinimumWidth(0)
+            pair.setMaximumWidth(UNLIMITED_WIDTH)
+            return
+        room = pair.width() + reply.width()  # the labels' share of the bar, however it is split between them now
+        names = pair.parts[0][0] + (SEPARATOR + "…" if len(pair.parts) > 1 else "")
+        least = min(text_width(pair, names), int(PAIR_NAMES_SHARE * self.width()))
+        left = room - text_width(reply, reply.text())
+        pair.setFixedWidth(max(least, min(text_width(pair, pair.text()), left)))
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+        if watched is self.reply_label and event.type() == QEvent.Type.Resize:
+            self.fit_pair_label()
+        return False
 
     # -- the pair and its replies ----------------------------------------------------------------------------
 
     def show_pair(self, info: PairInfo) -> None:
         self.close_progress()
-        self.pair_label.setText(pair_said(info, short=True))
+        names, *details = pair_said(info, short=True).split(SEPARATOR)
+        self.pair_label.set_parts([(names, 0), *((detail, 1) for detail in details)])
         self.pair_label.setToolTip(f"{self.pair_label.text()}\ntarget: {info.target.path}\n"
                                    f"draft: {info.draft.path if info.draft else '—'}")
 
@@ -116,7 +139,7 @@ class WindowStatusBar(StatusBar):
     def open_progress(self) -> None:
         """Loading shows in the status bar, not in a dialog: the guide and its example prompts stay in view."""
         if self.load_progress.isHidden():
-            self._pair_text = self.pair_label.text()  # shown again if the load fails
+            self._pair_parts = self.pair_label.parts
         self.load_progress.setRange(0, 0)  # busy: a load reports no steps
         self.load_progress.show()
         self.pair_label.setText(self._loading_text)
@@ -124,7 +147,7 @@ class WindowStatusBar(StatusBar):
     def close_progress(self) -> None:
         if not self.load_progress.isHidden():
             self.load_progress.hide()
-            self.pair_label.setText(self._pair_text)
+            self.pair_label.set_parts(self._pair_parts)
 
     def on_timing_started(self) -> None:
         """The pair is loaded and its costs are being timed: the busy bar gives way to one that moves a step at a
@@ -191,3 +214,9 @@ class WindowStatusBar(StatusBar):
 
     def on_notice_posted(self, message: str) -> None:
         self.showMessage(message, 8000)
+
+
+def text_width(label: QLabel, text: str) -> int:
+    """The width `label` needs to draw `text` unelided: elidedText measures in fractions of a pixel, and a width
+    that QFontMetrics rounds down can fall short of it by one, cutting the line's last letters."""
+    return math.ceil(QFontMetricsF(label.font()).horizontalAdvance(text))

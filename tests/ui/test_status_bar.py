@@ -15,7 +15,8 @@ from engine.events import DecodeSettings, ModelInfo, PairInfo, PrefillProgress
 from tests.ui.helpers import shown_window
 from tests.ui.synthetic import accepted_round, plain_steps, rejected_round
 from ui.main_window import INT4_NOTE
-from ui.wording import UNFAIR
+from ui.window_status import PAIR_NAMES_SHARE
+from ui.wording import SEPARATOR, UNFAIR
 
 LONG_SUMMARY = ("last reply: 128 tokens in 120 rounds · 71.9 tok/s · α 0.62 · 1.07 tok/round · est. 1.13× vs AR"
                 + UNFAIR + " · measured 0.80× undrawn")
@@ -126,6 +127,57 @@ def test_in_a_narrow_window_tokens_per_second_outlasts_tokens_per_round(qtbot):
     assert "66.7 tok/s" in shown and "tok/round" not in shown and "measured" in shown
 
 
+def shows_whole_parts(label) -> bool:
+    """Whatever the label gives up, it gives up whole parts (each gap marked "…"), never a word or figure cut."""
+    return all(piece == "…" or piece in {text for text, _ in label.parts}
+               for piece in label.shown_text().split(SEPARATOR))
+
+
+def a_reply_of(rounds: int) -> Reply:
+    events = tuple(accepted_round(i, ["a"], "b") for i in range(rounds))
+    return Reply(ReplyRequest(({"role": "user", "content": "x"},), DecodeSettings(gamma=2)), events, "ab" * rounds,
+                 False, reference_s=0.02)
+
+
+def test_at_1000_by_700_a_replys_figures_are_whole_beside_the_pair_giving_up_whole_parts(qtbot):
+    window = shown_window(qtbot, 1000, 700)
+    window.on_pair_loaded(int4_pair())
+    window.statusBar().clearMessage()
+    reply = a_reply_of(16)
+    window.on_reply_finished(ReplyShown(0, reply, reply, can_continue=False, live=True))
+    QApplication.processEvents()
+    assert window.reply_label.shown_text() == window.reply_label.text()
+    pair = window.pair_label
+    assert pair.shown_text().startswith("embedded + embedded-draft · cpu · ") and shows_whole_parts(pair)
+    assert pair.text() in pair.toolTip()
+
+
+def test_at_1000_by_700_the_pairs_models_keep_their_names_whole_beside_a_compared_reply(qtbot):
+    """The Qwen pair's names are longer than the pair's label had room for beside a compared reply's figures: the
+    label gives up the device, dtype and weights, the figures their least ranked parts, and neither cuts a word."""
+    window = shown_window(qtbot, 1000, 700)
+    window.on_pair_loaded(PairInfo(ModelInfo("qwen2.5-coder-1.5b", "/m/t.gguf", 1544, 151936, weights="native"),
+                                   ModelInfo("qwen2.5-coder-0.5b", "/m/d.gguf", 494, 151936), "cpu", "bfloat16"))
+    window.statusBar().clearMessage()
+    show_a_compared_reply(window)
+    assert window.pair_label.shown_text() == "qwen2.5-coder-1.5b + qwen2.5-coder-0.5b · …"
+    assert shows_whole_parts(window.reply_label) and "measured 1.33× undrawn" in window.reply_label.shown_text()
+
+
+def test_at_1000_by_700_compare_with_ars_bar_takes_its_room_from_the_pairs_details(qtbot):
+    window = shown_window(qtbot, 1000, 700)
+    window.on_pair_loaded(int4_pair())
+    window.statusBar().clearMessage()
+    reply = a_reply_of(16)
+    window.on_reply_finished(ReplyShown(0, reply, reply, can_continue=False, live=True))
+    QApplication.processEvents()
+    assert "bfloat16" in window.pair_label.shown_text()  # the control: room for the pair's details before the bar
+    window.status_bar.on_comparison_progressed(12, 32)
+    QApplication.processEvents()
+    assert window.pair_label.shown_text() == "embedded + embedded-draft · …"
+    assert shows_whole_parts(window.reply_label)
+
+
 def test_a_progress_bar_appearing_leaves_the_panes_where_they_are(qtbot):
     window = shown_window(qtbot, 1600, 1000)
     before = window.chat.geometry(), window.statusBar().height()
@@ -165,9 +217,9 @@ def test_while_the_pair_is_timed_its_progress_has_the_whole_line(qtbot):
     window.status_bar.on_timing_progressed(5, 12)
     QApplication.processEvents()
     assert window.pair_label.shown_text() == window.pair_label.text() and "step 5 of 12" in window.pair_label.text()
-    window.reply_label.setText(LONG_SUMMARY)  # a reply's figures beside it: the pair's name gives way
+    window.reply_label.setText(LONG_SUMMARY)  # a reply's figures beside it: the line gives way to a share
     QApplication.processEvents()
-    assert window.pair_label.width() <= window.width() // 4
+    assert window.pair_label.width() <= PAIR_NAMES_SHARE * window.width()
 
 
 def test_a_continued_parts_measured_speedup_says_it_is_the_parts_not_the_whole_replys(qtbot):
