@@ -32,8 +32,8 @@ from ui.wording import remote_header, reply_header, settings_said
 
 READING = "reading the prompt: %d of %d tokens…"
 HISTORY_WIDTH = 140  # the history dock's first width: its titles elide, and a small window's chat needs the room
-INT4_NOTE = ("The target runs on its GGUF's own 4-bit blocks (as llama.cpp runs them: half the memory), the same "
-             "in every mode. For de-quantised weights instead, set weights to dtype and Load pair (README: Weights)")
+# short enough to be read whole at 1000×700 beside a progress bar
+INT4_NOTE = "The target runs on its GGUF's 4-bit blocks, as llama.cpp does (README: Weights)"
 
 
 class MainWindow(QMainWindow):

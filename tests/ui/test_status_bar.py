@@ -73,12 +73,20 @@ def test_a_notice_hides_the_labels_while_a_progress_bar_is_shown_beside_it(qtbot
         assert not a.intersects(b), (one, other)
 
 
+def test_the_int4_notice_is_read_whole_at_1000x700_beside_a_progress_bar(qtbot):
+    window = reading_a_long_prompt_after_the_int4_notice(qtbot, 1000, 700)
+    assert window.status_bar.notice.shown_text() == INT4_NOTE
+
+
 def test_a_long_notice_is_elided_with_its_whole_text_in_the_tooltip(qtbot):
     window = reading_a_long_prompt_after_the_int4_notice(qtbot, 1000, 700)
+    long_notice = "A notice longer than the bar: " + "every word of it matters to somebody " * 4
+    window.statusBar().showMessage(long_notice, 20000)
+    QApplication.processEvents()
     notice = window.status_bar.notice
-    assert notice.toolTip() == INT4_NOTE
+    assert notice.toolTip() == long_notice
     shown = notice.shown_text()
-    assert shown.endswith("…") and INT4_NOTE.startswith(shown[:-1])
+    assert shown.endswith("…") and long_notice.startswith(shown[:-1])
     assert notice.fontMetrics().horizontalAdvance(shown) <= notice.contentsRect().width()
 
 
