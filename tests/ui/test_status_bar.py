@@ -141,19 +141,20 @@ def shows_whole_parts(label) -> bool:
                for piece in label.shown_text().split(SEPARATOR))
 
 
-def a_reply_of(rounds: int) -> Reply:
-    events = tuple(accepted_round(i, ["a"], "b") for i in range(rounds))
-    return Reply(ReplyRequest(({"role": "user", "content": "x"},), DecodeSettings(gamma=2)), events, "ab" * rounds,
-                 False, reference_s=0.02)
-
-
-def test_at_1000_by_700_a_replys_figures_are_whole_beside_the_pair_giving_up_whole_parts(qtbot):
+def int4_pair_beside_a_reply_at_1000_by_700(qtbot):
     window = shown_window(qtbot, 1000, 700)
     window.on_pair_loaded(int4_pair())
     window.statusBar().clearMessage()
-    reply = a_reply_of(16)
+    events = tuple(accepted_round(i, ["a"], "b") for i in range(16))
+    reply = Reply(ReplyRequest(({"role": "user", "content": "x"},), DecodeSettings(gamma=2)), events, "ab" * 16,
+                  False, reference_s=0.02)
     window.on_reply_finished(ReplyShown(0, reply, reply, can_continue=False, live=True))
     QApplication.processEvents()
+    return window
+
+
+def test_at_1000_by_700_a_replys_figures_are_whole_beside_the_pair_giving_up_whole_parts(qtbot):
+    window = int4_pair_beside_a_reply_at_1000_by_700(qtbot)
     assert window.reply_label.shown_text() == window.reply_label.text()
     pair = window.pair_label
     assert pair.shown_text().startswith("embedded + embedded-draft · cpu · ") and shows_whole_parts(pair)
@@ -173,12 +174,7 @@ def test_at_1000_by_700_the_pairs_models_keep_their_names_whole_beside_a_compare
 
 
 def test_at_1000_by_700_compare_with_ars_bar_takes_its_room_from_the_pairs_details(qtbot):
-    window = shown_window(qtbot, 1000, 700)
-    window.on_pair_loaded(int4_pair())
-    window.statusBar().clearMessage()
-    reply = a_reply_of(16)
-    window.on_reply_finished(ReplyShown(0, reply, reply, can_continue=False, live=True))
-    QApplication.processEvents()
+    window = int4_pair_beside_a_reply_at_1000_by_700(qtbot)
     assert "bfloat16" in window.pair_label.shown_text()  # the control: room for the pair's details before the bar
     window.status_bar.on_comparison_progressed(12, 32)
     QApplication.processEvents()
