@@ -9,8 +9,8 @@ empty pane shows a short guide with example prompts.
 
 The view draws and handles events; what it draws is known beside it: the turns, their spans, folds and code blocks
 in ui/transcript.py, what its links name in ui/chat_links.py, the guide in ui/chat_guide.py, the formats in
-ui/chat_looks.py, where things are in the document in ui/chat_document.py, a comparison's table in
-ui/comparison_table.py.
+ui/chat_looks.py, where things are in the document in ui/chat_document.py, a reply's notes and Compare with AR's
+texts in ui/chat_notes.py.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from ui.chat_guide import EXAMPLES, guide_html
 from ui.chat_links import (ACTION_SCHEME, ACTIONS, CODE_SCHEME, EXAMPLE_SCHEME, FOLD_SCHEME, TOKEN_SCHEME, action_href,
                            code_href, continue_link, fold_href, token_index)
 from ui.chat_looks import CLEAN, TRACE, ChatLooks
-from ui.comparison_table import draw_comparison_table
+from ui.chat_notes import draw_fold_link, draw_notes
 from ui.markdown import Block, inline_runs, parse_blocks
 from ui.palette import CODE_BACKGROUND, LINK, NOTE_COLOUR, paper
 from ui.tokens import TokenSpan
@@ -431,40 +431,11 @@ class ChatView(QTextBrowser):
         cursor = insert_block(self.document(), top_margin=2)
         cursor.insertText(item.opening if item.folded else item.text, QTextCharFormat())
         if item.foldable:
-            self._draw_fold_link(item.fold_link, fold_href(index))
-
-    def _draw_fold_link(self, text: str, href: str) -> None:
-        row = insert_block(self.document(), top_margin=2)
-        row.mergeBlockFormat(action_row())
-        row.insertText(text, self._looks.link(href, smaller=1))
+            draw_fold_link(self.document(), self._looks, item.fold_link, fold_href(index))
 
     def _draw_notes(self, item: ReplyItem, start: int = 0) -> None:
-        """The reply's notes from `start` on; a comparison's fold link names it by its place among them."""
         index = next(n for n, other in enumerate(self.items) if other is item)
-        for number in range(start, len(item.notes)):
-            note = item.notes[number]
-            if isinstance(note, ComparisonView):
-                self._draw_comparison(note, fold_href(index, number))
-            else:
-                self._draw_note(note)
-
-    def _draw_note(self, note: Note) -> None:
-        look = self._looks.note(note.warning)
-        if note.details:  # underlined with dots, as an abbreviation is: hovering the line tells the rest
-            look.setToolTip(note.details)
-            look.setUnderlineStyle(QTextCharFormat.UnderlineStyle.DotLine)
-        insert_block(self.document(), top_margin=4).insertText(note.text, look)
-
-    def _draw_comparison(self, comparison: ComparisonView, fold: str) -> None:
-        """Its lines, then both texts side by side where they part; where they agree, a link (to `fold`) that
-        shows them so."""
-        self._draw_note(Note(comparison.label + comparison.summary))
-        if comparison.explanation:
-            self._draw_note(Note(comparison.explanation))
-        if comparison.foldable:
-            self._draw_fold_link(comparison.fold_link, fold)
-        if comparison.first_difference is not None or comparison.ar_shown:
-            draw_comparison_table(insert_block(self.document(), top_margin=4), comparison, self._looks)
+        draw_notes(self.document(), self._looks, item.notes, index, start)
 
     def _draw_actions(self, item: ReplyItem) -> None:
         if not item.actions:
