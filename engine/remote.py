@@ -10,28 +10,25 @@ they came from. The client stops reading a stream at an event that is not JSON, 
 from __future__ import annotations
 
 import os
-import re
 import socket
 import ssl
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httpx2
 import openai
 
 from engine.events import DecodeSettings
-from engine.remote_records import (CUT, URL_EXAMPLE, EngineSpecStats, RemoteReply, SpecCounters, TextDelta,
-                                   llama_server_stats, parse_metrics, public_url)
+from engine.remote_records import (CUT, LONE_SURROGATE, URL_EXAMPLE, EngineSpecStats, RemoteReply, SpecCounters,
+                                   StreamState, TextDelta, error_detail, llama_server_stats, parse_metrics, public_url)
 
 API_KEY_ENV = "SPECDEC_API_KEY"  # sent as a bearer token; read from the environment on every request, never stored
 NO_KEY = "EMPTY"  # what a server without a key is sent (vLLM's documented placeholder; such servers ignore it)
 DEFAULT_TIMEOUT_S = 60.0  # the longest silence (connecting, or between two streamed pieces) before "too slow"
 METRICS_SETTLE_TRIES = 20  # vLLM records its counters just after the last byte of a reply is sent
 METRICS_SETTLE_S = 0.05
-LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # a JSON \uD8xx escape alone, or a command line's non-UTF-8 byte
 
 
 class RemoteError(Exception):
@@ -83,7 +80,7 @@ class RemoteEngine:
                 raise RemoteError(f"no engine answers at {self.url} ({reason}): is the server running?") from None
             raise RemoteError(f"cannot reach the engine at {self.url}: {cause and cause.strerror or exc}") from None
         except openai.APIStatusError as exc:
-            raise RemoteError(self._status_message(exc.status_code, path, _error_detail(exc.body))) from None
+            raise RemoteError(self._status_message(exc.status_code, path, error_detail(exc.body))) from None
         except openai.APIError as exc:  # an error event in the stream
             raise RemoteError(f"the engine stopped the reply: {exc.message}") from None
 
@@ -173,7 +170,7 @@ class RemoteEngine:
             chunks = self._client.chat.completions.create(
                 model=self.model, messages=messages, stream=True, stream_options={"include_usage": True},
                 extra_body=extra, **sampling)
-            for chunk in stream.read(chunks):
+            for chunk in _read(chunks, stream):
                 usage = chunk.usage or usage
                 timings = getattr(chunk, "timings", None) or timings  # llama-server's extension
                 for choice in chunk.choices or []:
@@ -231,43 +228,17 @@ class RemoteEngine:
         return spec, note
 
 
-@dataclass
-class StreamState:
-    """What a reply's stream did besides its text: whether it broke off (the connection lost, or an event that was
-    not JSON) and how many pieces' text was not valid Unicode (a lone surrogate cannot be written out)."""
-
-    malformed: bool = False
-    invalid_text: int = 0
-
-    def read(self, chunks: openai.Stream) -> Iterator:
-        """The stream's chunks up to its end, or up to a connection lost midway (an engine that died sends no end
-        of its body) or an event that is not JSON: either ends the reply as a closed stream does."""
-        try:
-            yield from chunks
-        except openai.APITimeoutError:
-            raise
-        except openai.APIConnectionError:
-            pass
-        except ValueError:
-            self.malformed = True
-
-    def valid_text(self, text: str) -> str:
-        """`text` with each lone surrogate replaced by U+FFFD (a piece with any is counted)."""
-        text, replaced = LONE_SURROGATE.subn("\ufffd", text)
-        self.invalid_text += replaced > 0
-        return text
-
-    def problems(self, cut: bool) -> str | None:
-        said = []
-        if self.malformed:
-            said.append("the engine sent an event that is not JSON before the reply ended: the text is what came "
-                        "before it")
-        elif cut:
-            said.append("the engine closed the stream before the reply ended (no finish reason): the text is what "
-                        "came before")
-        if self.invalid_text:
-            said.append("the engine sent text that is not valid Unicode (a lone surrogate), shown as \ufffd")
-        return "; ".join(said) or None
+def _read(chunks: openai.Stream, stream: StreamState) -> Iterator:
+    """The stream's chunks up to its end, or up to a connection lost midway (an engine that died sends no end of its
+    body) or an event that is not JSON (`stream` learns of it): either ends the reply as a closed stream does."""
+    try:
+        yield from chunks
+    except openai.APITimeoutError:
+        raise
+    except openai.APIConnectionError:
+        pass
+    except ValueError:
+        stream.malformed = True
 
 
 def _socket_error(exc: Exception) -> OSError | None:
@@ -279,11 +250,3 @@ def _socket_error(exc: Exception) -> OSError | None:
             return exc.args[0]
         exc = exc.__cause__
     return None
-
-
-def _error_detail(body: object) -> str:
-    """The message of an OpenAI-style error body (as the client parsed it), on one line and short."""
-    error = body.get("error", body) if isinstance(body, dict) else body
-    message = (error.get("message") or error.get("detail") or "") if isinstance(error, dict) else str(error or "")
-    message = " ".join(str(message).split())
-    return message[:200] + ("…" if len(message) > 200 else "")

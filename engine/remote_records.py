@@ -1,16 +1,18 @@
-"""A remote engine's replies as plain records, and what it reports of its speculative decoding as statistics:
-vLLM's counters read from its /metrics (Prometheus' text format, parsed by prometheus_client) and llama-server's
-per-reply timings. No HTTP, torch or Qt here: engine.remote talks to the engine; the UI thread imports only these."""
+"""A remote engine's replies as plain records, what they say of a stream that went wrong, and what the engine
+reports of its speculative decoding as statistics: vLLM's counters read from its /metrics (Prometheus' text format,
+parsed by prometheus_client) and llama-server's per-reply timings. No HTTP, torch or Qt here: engine.remote talks to
+the engine; the UI thread imports only these."""
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-
 from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
 URL_EXAMPLE = "http://127.0.0.1:8000/v1"
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # a JSON \uD8xx escape alone, or a command line's non-UTF-8 byte
 CUT = "cut"  # RemoteReply.finish_reason of a stream that ended without a finish_reason
 
 # vLLM's counters (vllm/v1/spec_decode/metrics.py); all are totals since the server started
@@ -203,6 +205,41 @@ class RemoteReply:
     @property
     def tokens_per_s(self) -> float:
         return self.n_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+
+@dataclass
+class StreamState:
+    """What a reply's stream did besides its text: whether it broke off at an event that was not JSON, and how many
+    pieces' text was not valid Unicode (a lone surrogate cannot be written out); and how that is said."""
+
+    malformed: bool = False
+    invalid_text: int = 0
+
+    def valid_text(self, text: str) -> str:
+        """`text` with each lone surrogate replaced by U+FFFD (a piece with any is counted)."""
+        text, replaced = LONE_SURROGATE.subn("\ufffd", text)
+        self.invalid_text += replaced > 0
+        return text
+
+    def problems(self, cut: bool) -> str | None:
+        said = []
+        if self.malformed:
+            said.append("the engine sent an event that is not JSON before the reply ended: the text is what came "
+                        "before it")
+        elif cut:
+            said.append("the engine closed the stream before the reply ended (no finish reason): the text is what "
+                        "came before")
+        if self.invalid_text:
+            said.append("the engine sent text that is not valid Unicode (a lone surrogate), shown as \ufffd")
+        return "; ".join(said) or None
+
+
+def error_detail(body: object) -> str:
+    """The message of an OpenAI-style error body (as the client parsed it), on one line and short."""
+    error = body.get("error", body) if isinstance(body, dict) else body
+    message = (error.get("message") or error.get("detail") or "") if isinstance(error, dict) else str(error or "")
+    message = " ".join(str(message).split())
+    return message[:200] + ("…" if len(message) > 200 else "")
 
 
 def describe(reply: RemoteReply) -> str:
