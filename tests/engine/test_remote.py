@@ -221,6 +221,15 @@ def test_a_prompt_with_a_lone_surrogate_is_sent_with_it_replaced():
     assert engine.requests[0]["messages"] == [{"role": "user", "content": "hi \ufffd"}]
 
 
+def test_line_separators_inside_a_json_string_stay_in_the_text():
+    """vLLM leaves U+2028, U+2029 and U+0085 raw in its JSON: a reader splitting lines as str.splitlines does would
+    cut the event there and lose it as not JSON."""
+    text = "one\u2028two\u2029three\u0085four"
+    reply = streamed([b'data: {"choices":[{"delta":{"content":"%s"}}]}\n\n' % text.encode(),
+                      b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n', b"data: [DONE]\n\n"])
+    assert reply.text == text and "not JSON" not in (reply.note or "")
+
+
 def test_a_whole_stream_is_not_said_to_be_cut():
     """Control: the same first event, then a finish reason and [DONE]: no note of a cut."""
     reply = streamed([b'data: {"choices":[{"delta":{"content":"Hello"}}]}\n\n',
