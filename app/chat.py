@@ -624,8 +624,8 @@ class ChatController(QObject):
             if self.remote is not None:
                 message += f" (still using {self.remote.url})"
             else:
-                if self.pair is not None:
-                    message += f" (still using the local pair {self.pair.target.name})"
+                message += (f" (still using the local pair {self.pair.target.name})" if self.pair is not None
+                            else "; no local pair is loaded: choose one in the model pane and press Load pair")
                 self.remote_left.emit(self._local_request())  # the picker shows what still answers
             self._emit_status()
             self.remote_failed.emit(message)

@@ -138,6 +138,22 @@ def test_an_engine_that_is_down_is_one_line_and_the_local_pair_still_replies(qtb
     assert send(qtbot, chat).text == "Hello world" and len(local.requests) == 1
 
 
+def test_an_engine_that_is_down_at_the_start_says_how_to_go_on_locally(qtbot):
+    """Started with a URL that nothing answers, no pair is loaded at all: the line says what to do next."""
+    chat = ChatController(ChatStore(":memory:"))
+    _, thread = wire_remote_worker(chat, timeout_s=5.0)
+    thread.start()
+    try:
+        with qtbot.waitSignal(chat.remote_failed, timeout=TIMEOUT_MS) as failure:
+            chat.load_pair(f"http://127.0.0.1:{closed_port()}/v1", None, "auto", "auto", "auto")
+    finally:
+        thread.quit()
+        thread.wait(5000)
+    message = failure.args[0]
+    assert "connection refused" in message and "press Load pair" in message and "\n" not in message
+    assert not chat.ready
+
+
 def test_a_model_name_the_engine_does_not_serve_is_one_line(qtbot, remote_chat):
     chat, _ = remote_chat
     with serving(FakeEngine()) as url:
