@@ -131,6 +131,7 @@ class WindowStatusBar(StatusBar):
     # -- loading a pair -------------------------------------------------------------------------------------
 
     def on_load_started(self, target: str, draft: str | None) -> None:
+        self.clearMessage()  # the last load's outcome ("Could not load the new pair…") is not this one's
         if is_url(target):
             self._loading_text = f"Connecting to {target}" + (f" ({draft})" if draft else "") + "…"
             return

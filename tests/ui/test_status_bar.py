@@ -365,3 +365,12 @@ def test_the_new_chat_line_does_not_outlive_a_send_with_other_settings(qtbot):
     window.controls.max_new_tokens.setValue(1024)
     window.send("hi")
     assert window.statusBar().currentMessage() == ""
+
+
+def test_a_new_load_clears_the_last_loads_failure(qtbot):
+    window = shown_window(qtbot, 1400, 900)
+    window.on_pair_loaded(int4_pair())
+    window.on_load_failed(int4_pair(), None)
+    assert window.statusBar().currentMessage().startswith("Could not load the new pair")
+    window.status_bar.on_load_started("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
+    assert window.statusBar().currentMessage() == ""
