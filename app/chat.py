@@ -21,7 +21,7 @@ from engine.events import ContextNotice, Mode, PairInfo, PrefillProgress, RoundE
 from engine.remote_records import RemoteReply, TextDelta, is_url, public_url
 from app.session import (SEED_LIMIT, ChatStatus, Comparison, ComparisonShown, DrafterComparison, DraftersShown,
                         EngineTarget, RemoteSource, Reply, ReplyRequest, ReplyShown, RoundShown, Runtime, Session,
-                        TurnOptions, TurnStarted, TurnState, kept_drafters)
+                        TurnOptions, TurnStarted, TurnState, kept_drafters, same_models)
 from app.speedup import OTHERS_IDLE_CORES
 from app.why import WhyGamma, why_gamma
 
@@ -43,12 +43,6 @@ class Turn:
     @property
     def continues(self) -> bool:
         return self.request.continues
-
-
-def same_models(one: PairInfo | None, other: PairInfo | None) -> bool:
-    """The same models, weights, device and dtype, whatever their costs were timed at."""
-    untimed = lambda pair: pair and dataclasses.replace(pair, costs={}, target_step_s=0.0)  # noqa: E731
-    return untimed(one) == untimed(other)
 
 
 class QuietLoop(QObject):
@@ -185,12 +179,13 @@ class ChatController(QObject):
 
     @property
     def session(self) -> Session:
-        """What the exporter writes: the pair, and the replies in order with their comparisons."""
+        """What the exporter writes: the pair, and the replies in order with their comparisons and pairs."""
         done = [turn for turn in self.turns if turn.reply is not None]
         return Session(self.saved_pair or self.pair, [turn.reply for turn in done],
                        {i: turn.comparison for i, turn in enumerate(done) if turn.comparison is not None},
                        self.title, {i: turn.context_notice for i, turn in enumerate(done) if turn.context_notice},
-                       self.runtime, self.drafter_comparisons)
+                       self.runtime, self.drafter_comparisons,
+                       reply_pairs={i: turn.pair for i, turn in enumerate(done) if turn.pair})
 
     @property
     def title(self) -> str:
@@ -419,8 +414,7 @@ class ChatController(QObject):
         loaded has its costs as its rounds refined them, as the window shows), and each reply names its own."""
         done = [turn for turn in self.turns if turn.reply is not None]
         last = next((turn for turn in reversed(done) if turn.pair is not None), None)
-        session = dataclasses.replace(self.session,
-                                      reply_pairs={i: turn.pair for i, turn in enumerate(done) if turn.pair})
+        session = self.session
         if last is not None and not same_models(last.pair, self.pair):
             session = dataclasses.replace(session, pair=last.pair, runtime=last.runtime or session.runtime)
         return export_session(session, base, self.chart_image)

@@ -281,6 +281,12 @@ class NumberedReply:
         return self.comparisons[-1]
 
 
+def same_models(one: PairInfo | None, other: PairInfo | None) -> bool:
+    """The same models, weights, device and dtype, whatever their costs were timed at."""
+    untimed = lambda pair: pair and dataclasses.replace(pair, costs={}, target_step_s=0.0)  # noqa: E731
+    return untimed(one) == untimed(other)
+
+
 def numbered_replies(session: Session) -> list[NumberedReply]:
     """The session's replies as `Session.shown_replies` joins them, each with its number and its parts."""
     groups = session.reply_groups()

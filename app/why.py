@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from engine.decoding.costs import SCRATCH_POSITIONS
 from engine.decoding.recommend import (MARGIN, MAX_GAMMA, SPREAD, Measured, Recommendation, cost_model_from_dict,
                                        recommend, round_tokens)
-from app.session import DrafterComparison, NumberedReply, Session, numbered_replies
+from app.session import DrafterComparison, NumberedReply, Session, numbered_replies, same_models
 from engine.events import DecodeSettings, Drafting, Mode, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance
 
@@ -65,9 +65,11 @@ class WhyGamma:
 
 
 def speculative_replies(session: Session) -> list[NumberedReply]:
-    """The replies that drafted, numbered as the chat and the export number replies (plain AR ones too)."""
+    """The replies that drafted with the session's pair (or one not known), numbered as the chat and the export
+    number replies (plain AR ones too): another pair's acceptance and speed say nothing of this one's."""
     return [numbered for numbered in numbered_replies(session)
-            if numbered.whole.speculative and numbered.whole.events]
+            if numbered.whole.speculative and numbered.whole.events
+            and (numbered.pair is None or session.pair is None or same_models(numbered.pair, session.pair))]
 
 
 def chat_length(session: Session) -> int:

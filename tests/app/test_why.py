@@ -8,7 +8,7 @@ from app.chat import ChatController
 from app.session import DrafterComparison, DrafterRun, TurnState
 from engine.events import Drafting
 from tests.app.test_chat import PAIR, SPEC, FakeWorker, Recorder, two_rounds
-from tests.ui.synthetic import rejected_round
+from tests.ui.synthetic import accepted_round, rejected_round
 
 COSTS = {"target_block_ms": [10.0] * 9, "draft_step_ms": 2.0, "copy_ms": 0.01, "overhead_ms": 0.0}
 
@@ -76,3 +76,19 @@ def test_compare_drafters_without_a_prompt_says_so(qapp):
     chat.notice_posted.connect(notices.append)
     chat.compare_drafters(SPEC)
     assert chat.state is TurnState.IDLE and "send one first" in notices[0]
+
+
+def test_another_pairs_replies_stay_out_of_the_acceptance_and_the_points(qapp):
+    """A reply of the pair before the switch (its first draft kept) says nothing of the pair loaded since: only the
+    new pair's reply (its first draft rejected) is counted."""
+    chat = costed_chat()
+    worker = FakeWorker(chat)
+    worker.replies.append([accepted_round(0, ["Hel"], "lo", finish="eos")])
+    chat.send("hi", SPEC)
+    assert chat.why.session.kept == (1.0,) and [point.origin for point in chat.why.points] == ["reply 1"]
+    chat.on_models_loaded(dataclasses.replace(PAIR, target=dataclasses.replace(PAIR.target, name="other"),
+                                              costs=COSTS))
+    worker.replies.append([dataclasses.replace(rejected_round(0, [], "Hel", "Hi"), finish_reason="eos")])
+    chat.send("again", SPEC)
+    assert chat.why.session.n_rounds == 1 and chat.why.session.kept == (0.0,)
+    assert [point.origin for point in chat.why.points] == ["reply 2"]
