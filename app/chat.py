@@ -536,7 +536,8 @@ class ChatController(QObject):
                                                 context_notice=self._notice.message if self._notice else "")
         self.recorder.reply_finished(reply)
         self.chats_changed.emit(self.chat_id)  # its count of replies: a turn holds one from its first round
-        self.reply_finished.emit(ReplyShown(index, reply, self.whole_reply(index), self.can_continue, live=True))
+        self.reply_finished.emit(ReplyShown(index, reply, self.whole_reply(index), self.can_continue, live=True,
+                                            pair=self.turns[index].pair))
         if reply.request.compare_ar and not reply.stopped:
             self.other_programs.start()  # the comparison's runs are judged by what other programs did beside them
             if self.state is TurnState.REPLYING:
@@ -724,7 +725,8 @@ class ChatController(QObject):
             for event in reply.events:
                 self.round_received.emit(RoundShown(event, reply.reference, live=False))
             self.reply_finished.emit(ReplyShown(index, reply, self.whole_reply(index),
-                                                index == len(self.turns) - 1 and self.can_continue, live=False))
+                                                index == len(self.turns) - 1 and self.can_continue, live=False,
+                                                pair=turn.pair))
             if turn.comparison is not None:
                 self.comparison_finished.emit(ComparisonShown(index, turn.comparison, reply, self.pair,
                                                               self.fair_measured(index), self.part_number(index)))

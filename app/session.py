@@ -347,6 +347,7 @@ class ReplyShown:
     whole: Reply  # the reply as shown: with the parts it continues, when it is a continuation
     can_continue: bool
     live: bool
+    pair: PairInfo | None = None  # the local pair that decoded it (None: a remote engine's, or not known)
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QApplication, QHBoxLayout, QInputDialog, QLabel, QMenu, QMessageBox, QPushButton,
                                QSizePolicy, QVBoxLayout, QWidget)
 
-from app.session import ChatStatus, ComparisonShown, Reply, ReplyShown, TurnState, TurnStarted
-from engine.events import ContextNotice, Mode
+from app.session import ChatStatus, ComparisonShown, Reply, ReplyShown, TurnState, TurnStarted, same_models
+from engine.events import ContextNotice, Mode, PairInfo
 from ui.chat_links import continue_reach
 from ui.chat_view import CLEAN, TRACE, ChatView
 from ui.compare import comparison_view
@@ -20,7 +20,7 @@ from ui.legend import Legend
 from ui.message_box import MessageBox
 from ui.palette import NOTE_COLOUR
 from ui.transcript import CONTEXT, reply_notes
-from ui.wording import comparison_line, part_label, remote_header, unbreakable
+from ui.wording import comparison_line, pair_said, part_label, remote_header, unbreakable
 
 EDITING = "Editing a message: Enter resends it in place of its turn and what followed"
 BUSY = "A reply is running: wait for it, or stop it (Esc)"
@@ -73,6 +73,7 @@ class ChatPane(QWidget):
         self.system_prompt_line.linkActivated.connect(lambda _link: self.ask_system_prompt())
         self.system_prompt = ""
         self.default_system_prompt = ""  # what the target's chat template sends where the chat sets none
+        self.last_pair: PairInfo | None = None  # the local pair of the last reply drawn: a switch is said under replies
         self.legend = Legend()
         self.chat = ChatView()
         self.message_box = MessageBox()
@@ -245,6 +246,7 @@ class ChatPane(QWidget):
         self.continue_button.setVisible(continuable)
 
     def on_conversation_cleared(self, greedy: bool) -> None:
+        self.last_pair = None
         self.chat.clear_chat()
         self.legend.reset(greedy)
 
@@ -273,6 +275,10 @@ class ChatPane(QWidget):
             self.chat.set_reply_header(remote_header(source.model, source.url, reply.request.settings))
         self.chat.flush()
         self._add_reply_notes(reply)
+        if shown.pair is not None:
+            if self.last_pair is not None and not same_models(shown.pair, self.last_pair):
+                self.chat.add_note(f"Decoded by {pair_said(shown.pair, short=True)}, not the pair of the reply above")
+            self.last_pair = shown.pair
         self.chat.set_reply_actions(shown.index, reply_actions(reply.text, shown.can_continue), text=reply.text)
 
     def _add_reply_notes(self, reply: Reply) -> None:

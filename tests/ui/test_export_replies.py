@@ -234,3 +234,25 @@ def test_an_export_into_a_read_only_folder_fails_with_an_export_error_not_the_cl
     monkeypatch.setattr(pathlib.Path, "unlink", read_only)
     with pytest.raises(ExportError, match="Read-only file system"):
         export_session(hash_table_then_a_continued_story(), tmp_path / "chat")
+
+
+def notes_under_replies_decoded_by(qtbot, pairs: list[PairInfo]) -> list[list[str]]:
+    window = shown_window(qtbot, 1400, 900)
+    for index, pair in enumerate(pairs):
+        answer = reply([("user", f"q{index}")], (accepted_round(0, ["a"], "b", finish="eos"),), "ab")
+        window.on_turn_started(TurnStarted(index, answer.request, live=False))
+        window.on_reply_finished(ReplyShown(index, answer, answer, can_continue=False, live=False, pair=pair))
+    return [[note.text for note in item.notes] for item in window.chat.transcript.replies()]
+
+
+def test_a_reply_of_another_pair_than_the_one_above_says_which_decoded_it(qtbot):
+    other = dataclasses.replace(PAIR, target=ModelInfo("qwen", "/q", 1, 64))
+    notes = notes_under_replies_decoded_by(qtbot, [PAIR, other, other])
+    said = [[text for text in texts if text.startswith("Decoded by")] for texts in notes]
+    assert said == [[], ["Decoded by qwen + d · cpu · float32, not the pair of the reply above"], []]
+
+
+def test_replies_of_one_pair_do_not_name_it(qtbot):
+    """Control: the same pair throughout, timed again between the replies, is never named under them."""
+    notes = notes_under_replies_decoded_by(qtbot, [PAIR, dataclasses.replace(PAIR, target_step_s=0.5)])
+    assert not any(text.startswith("Decoded by") for texts in notes for text in texts)
