@@ -207,7 +207,9 @@ class DecodingControls(QGroupBox):
         self.gamma.setRange(1, GAMMA_MAX)
         self.gamma.setValue(defaults.gamma)
         self.gamma.setPageStep(1)  # a click on the groove moves γ by one, not by ten (to 16 from 6)
-        self.gamma.setToolTip("γ: the most drafts proposed per round; a change applies from the next round")
+        self.gamma.setToolTip("γ: the most drafts proposed per round; a change applies from the next round. Cost-aware "
+                              "rounds stop earlier where a further draft would not pay, so a γ above where they stop "
+                              "changes nothing (the why this γ tab says where)")
         self.gamma_label = QLabel(str(defaults.gamma))
         self.gamma_label.setMinimumWidth(18)
         # What the pair's cost model recommends under this session's acceptance (app.why), after each reply
