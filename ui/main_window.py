@@ -33,7 +33,7 @@ from ui.wording import remote_header, reply_header, settings_said
 READING = "reading the prompt: %d of %d tokens…"
 HISTORY_WIDTH = 140  # the history dock's first width: its titles elide, and a small window's chat needs the room
 # short enough to be read whole at 1000×700 beside a progress bar
-INT4_NOTE = "The target runs on its GGUF's 4-bit blocks, as llama.cpp does (README: Weights)"
+INT4_NOTE = "The target runs on its GGUF's 4-bit blocks, as llama.cpp does; set weights to dtype to de-quantise it"
 
 
 class MainWindow(QMainWindow):
