@@ -45,6 +45,7 @@ class WindowMenus(QObject):
         # A text field with the focus keeps these keys for its own text (the message box only while it has some)
         self._action(view_menu, "Scroll the chat to the to&p", "Ctrl+Home", window.chat.scroll_to_top)
         self._action(view_menu, "Scroll the chat to the &bottom", "Ctrl+End", window.chat.scroll_to_bottom)
+        self._action(view_menu, "&Why this γ", "Ctrl+G", self.show_why)
         view_menu.addSeparator()
         view_menu.addActions(list(window.splitter.pane_actions.values()))
         help_menu = bar.addMenu("&Help")
@@ -74,6 +75,11 @@ class WindowMenus(QObject):
 
     def shortcuts(self) -> list[tuple[str, str]]:
         return menu_shortcuts(self.window.menuBar())
+
+    def show_why(self) -> None:
+        """The "why this γ" tab, its pane brought back if it was hidden."""
+        self.window.splitter.pane_actions["right"].setChecked(True)
+        self.window.analysis.chart_tabs.setCurrentIndex(self.window.analysis.why_tab)
 
     def show_shortcuts(self) -> None:
         self.help_box = shortcuts_box(self.shortcuts(), self.window)

@@ -514,3 +514,12 @@ def test_a_click_on_the_gamma_groove_moves_gamma_by_one(qtbot):
     slider.setValue(6)
     QTest.mouseClick(slider, Qt.MouseButton.LeftButton, pos=QPoint(slider.width() - 3, slider.height() // 2))
     assert slider.value() == 7
+
+
+def test_view_why_this_gamma_shows_its_tab_and_brings_its_pane_back(qtbot):
+    window = shown_window(qtbot, 1400, 900)
+    window.pane_actions["right"].setChecked(False)
+    assert window.chart_tabs.currentIndex() != window.analysis.why_tab and not window.analysis.isVisible()
+    qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
+    assert window.chart_tabs.currentIndex() == window.analysis.why_tab and window.analysis.isVisible()
+    assert ("Ctrl+G", "Why this γ") in window.menus.shortcuts()
