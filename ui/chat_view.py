@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from PySide6.QtCore import QMimeData, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QEvent, QMimeData, QPointF, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QFontDatabase, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QTextBrowser, QTextEdit, QToolTip
 
@@ -312,6 +312,16 @@ class ChatView(QTextBrowser):
         mime = QMimeData()
         mime.setText(self.selected_clean_text())
         return mime
+
+    def viewportEvent(self, event) -> bool:  # noqa: N802 (Qt's name)
+        """A tooltip only over text: Qt's own maps any point, also the blank below the last line, to the nearest
+        character, so resting there showed the last link's tooltip (Continue's, under a stopped reply)."""
+        if event.type() == QEvent.Type.ToolTip:
+            at = QPointF(event.pos()) + QPointF(self.horizontalScrollBar().value(), self.verticalScrollBar().value())
+            if self.document().documentLayout().hitTest(at, Qt.HitTestAccuracy.ExactHit) < 0:
+                QToolTip.hideText()
+                return True
+        return super().viewportEvent(event)
 
     def leaveEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         """A token's or a link's tooltip goes with the mouse (Qt keeps it up over a document it no longer points

@@ -4,7 +4,7 @@ text, and the pane following the conversation or scrolled to its ends with Ctrl+
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import QEvent, Qt, QUrl
+from PySide6.QtCore import QEvent, QPoint, Qt, QUrl
 from PySide6.QtGui import QGuiApplication, QHelpEvent, QTextCursor
 from PySide6.QtWidgets import QAbstractSlider, QApplication, QToolTip
 
@@ -364,6 +364,27 @@ def test_a_notes_details_are_shown_on_hovering_its_line_and_not_in_the_text(qtbo
         cursor.setPosition(cursor.selectionStart() + 1)
         show_tooltip_at(chat, chat.cursorRect(cursor).center())
         assert QToolTip.isVisible() is bool(tip) and QToolTip.text() == tip
+
+
+def test_the_blank_below_the_last_line_shows_no_links_tooltip(qtbot):
+    """Under a reply whose last line is its links, the pane's blank below shows no tooltip; the control: on the link
+    itself its tooltip shows."""
+    chat = shown_reply(qtbot)
+    chat.resize(600, 400)
+    chat.show()
+    qtbot.waitExposed(chat)
+    chat.set_reply_actions(0, ("copy", "continue"), text="ab")
+    link = chat.document().find("Continue")
+    link.setPosition(link.selectionStart() + 1)
+    on_link = chat.cursorRect(link).center()
+    show_tooltip_at(chat, on_link)
+    assert QToolTip.isVisible() and QToolTip.text()
+    QToolTip.hideText()
+    qtbot.waitUntil(lambda: not QToolTip.isVisible(), timeout=2000)
+    below = on_link + QPoint(0, 80)
+    assert below.y() < chat.viewport().height()
+    show_tooltip_at(chat, below)
+    assert not QToolTip.isVisible()
 
 
 def test_a_tokens_tooltip_goes_when_ctrl_t_changes_the_view(qtbot):
