@@ -314,8 +314,7 @@ class ChatView(QTextBrowser):
         return mime
 
     def viewportEvent(self, event) -> bool:  # noqa: N802 (Qt's name)
-        """A tooltip only over text: Qt's own maps any point, also the blank below the last line, to the nearest
-        character, so resting there showed the last link's tooltip (Continue's, under a stopped reply)."""
+        """A tooltip only over text: Qt's own maps the blank below the last line to the last link's tooltip."""
         if event.type() == QEvent.Type.ToolTip:
             at = QPointF(event.pos()) + QPointF(self.horizontalScrollBar().value(), self.verticalScrollBar().value())
             if self.document().documentLayout().hitTest(at, Qt.HitTestAccuracy.ExactHit) < 0:
