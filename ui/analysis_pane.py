@@ -126,7 +126,7 @@ class AnalysisPane(QSplitter):
         """Open the inspector on the last reply's first rejection, the most telling token to look at: the rejected
         draft in the trace; in the clean view, which leaves drafts out, the token put in its place (its inspector
         shows what the draft proposed too). `part_rounds`: a continuation's, whose last rounds it looks in."""
-        item = self.chat.last_reply()
+        item = self.chat.transcript.last_reply()
         from_round = item.rounds - part_rounds if item is not None and part_rounds is not None else 0
         for index in range(item.first, item.end) if item is not None else ():
             span = self.chat.spans[index]

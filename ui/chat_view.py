@@ -208,9 +208,6 @@ class ChatView(QTextBrowser):
     def reply_text(self, turn: int) -> str:
         return self.transcript.reply_text(turn)
 
-    def last_reply(self) -> ReplyItem | None:
-        return self.transcript.last_reply()
-
     def turn_at(self, pos) -> int | None:
         """The finished reply a point of the pane is on: the one its token belongs to; beside the tokens, the last
         reply (None when there is none, or the token's reply is still streaming)."""

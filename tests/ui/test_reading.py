@@ -295,7 +295,7 @@ def test_a_reply_cut_inside_bold_text_shows_it_bold_without_its_markers(qtbot):
     chat = finished_reply(qtbot, [accepted_round(0, ["It", " is", " **"], "very", finish="length")])
     assert "It is very" in chat.toPlainText() and "**" not in chat.toPlainText()
     assert next(fmt for piece, fmt, _ in fragments(chat) if piece == "very").fontWeight() > 500
-    assert chat.transcript.clean_text(chat.last_reply()) == "It is **very"  # the text itself is unchanged
+    assert chat.transcript.clean_text(chat.transcript.last_reply()) == "It is **very"  # the text itself is unchanged
 
 
 def test_a_reply_the_model_ended_keeps_a_stray_marker_literal(qtbot):
