@@ -4,7 +4,6 @@ Qt's widgets inside it, so the script reads the picture instead.
 
     .venv/bin/python docs/screenshots/locate.py tokens PNG FATE...   # the chat's tokens of these fates (trace view)
     .venv/bin/python docs/screenshots/locate.py message-box PNG      # a point inside the message box
-    .venv/bin/python docs/screenshots/locate.py chart-tabs PNG       # points along the charts pane's tab bar
 
 Each prints "x y" lines in the window's coordinates (tokens in reading order), and exits 1 where it finds none.
 """
@@ -28,9 +27,7 @@ STRIKE_GAP = 3  # a trace token's tint is cut by its strike-through line and gly
 MIN_TOKEN = 5  # a region narrower or lower than this is a glyph's fringe, not a token
 MIN_PAGE_RUN = 12  # rows of white at the window's right edge that begin the charts' page (its first header)
 MIN_BOX_RUN = 30  # rows of white down the chat pane that are the message box (it is 90 px tall at most)
-TAB_ABOVE_PAGE = 10  # the middle of the tab bar, above the page's first row
 INTO_PANE = 25  # from the left edge of the chat pane to a point in its message box
-TABS_REACH, TAB_STEP = 260, 15  # px: the charts pane's tabs end before the first; the second is under its narrowest
 
 
 def load(path: str) -> np.ndarray:
@@ -151,16 +148,6 @@ def message_box(image: np.ndarray) -> tuple[int, int] | None:
     return (x, (stretches[-1][0] + stretches[-1][1]) // 2) if stretches else None
 
 
-def chart_tabs(image: np.ndarray) -> list[tuple[int, int]]:
-    """Points along the charts pane's tab bar, left to right, as far as its tabs can reach: a click on each in turn
-    leaves the last tab shown chosen (past the tabs, a click does nothing)."""
-    page = chart_page(image)
-    if page is None or page[1] <= TAB_ABOVE_PAGE:
-        return []
-    end = min(page[0] + TABS_REACH, image.shape[1] - INTO_PANE // 2)
-    return [(x, page[1] - TAB_ABOVE_PAGE) for x in range(page[0] + INTO_PANE // 2, end, TAB_STEP)]
-
-
 def main(argv: list[str]) -> int:
     what, path, *rest = argv
     image = load(path)
@@ -168,8 +155,6 @@ def main(argv: list[str]) -> int:
         points = tokens(image, [Fate(name) for name in rest])
     elif what == "message-box":
         points = [p] if (p := message_box(image)) else []
-    elif what == "chart-tabs":
-        points = chart_tabs(image)
     else:
         raise SystemExit(f"locate.py: no such place: {what}")
     for x, y in points:

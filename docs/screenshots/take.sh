@@ -281,16 +281,10 @@ scene_shortcuts() {  # Help ▸ Keyboard shortcuts (F1), open over the window
 }
 
 scene_why_gamma() {  # the "why this γ" tab after three speculative replies, each measured against plain AR
-    local prompt points point
+    local prompt
     await_reply
     for prompt in "${WHY_PROMPTS[@]:1}"; do send "$prompt"; done
-    mapfile -t points < <(locate chart-tabs)
-    [ ${#points[@]} -gt 0 ] || fail "no charts pane found in the window"
-    for point in "${points[@]}"; do  # a click on each tab in turn: "why this γ", beside "this reply", is the last
-        point_at "$point"
-        xdotool click 1
-        sleep 0.2
-    done
+    xdotool key ctrl+g  # View ▸ Why this γ
     park_mouse
     sleep 1
     shot "why-gamma-$SIZE.png"
