@@ -131,11 +131,13 @@ class WindowStatusBar(StatusBar):
     # -- loading a pair -------------------------------------------------------------------------------------
 
     def on_load_started(self, target: str, draft: str | None) -> None:
+        """What is loading, said from now on; also where the load's progress opened before this was heard (the
+        controller reports the state first), which would have named the last load's pair or URL."""
         self.clearMessage()  # the last load's outcome ("Could not load the new pair…") is not this one's
-        if is_url(target):
-            self._loading_text = f"Connecting to {target}" + (f" ({draft})" if draft else "") + "…"
-            return
-        self._loading_text = f"Loading {target}" + (f" and {draft}" if draft else "") + "…"
+        self._loading_text = (f"Connecting to {target}" + (f" ({draft})" if draft else "") + "…" if is_url(target)
+                              else f"Loading {target}" + (f" and {draft}" if draft else "") + "…")
+        if not self.load_progress.isHidden():
+            self.pair_label.setText(self._loading_text)
 
     def open_progress(self) -> None:
         """Loading shows in the status bar, not in a dialog: the guide and its example prompts stay in view."""

@@ -374,3 +374,14 @@ def test_a_new_load_clears_the_last_loads_failure(qtbot):
     assert window.statusBar().currentMessage().startswith("Could not load the new pair")
     window.status_bar.on_load_started("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
     assert window.statusBar().currentMessage() == ""
+
+
+def test_a_load_names_its_own_pair_when_its_progress_opened_first(qtbot):
+    """The controller reports the loading state before what loads: the label must not keep the last load's name."""
+    window = shown_window(qtbot, 1400, 900)
+    window.status_bar.on_load_started("http://127.0.0.1:9/v1", None)
+    window.status_bar.open_progress()
+    window.status_bar.close_progress()
+    window.status_bar.open_progress()  # the next load's state, then its name
+    window.status_bar.on_load_started("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
+    assert window.pair_label.text() == "Loading qwen2.5-coder-1.5b and qwen2.5-coder-0.5b…"
