@@ -385,7 +385,8 @@ class ChatController(QObject):
         self.system_prompt_restored.emit(chat.system_prompt)
         self.drafter_comparisons, self.given_title = chat.drafters, given_title
         self.saved_pair = chat.pair if chat.pair is not None and same_models(chat.pair, self.pair) else None
-        self._replay([Turn(reply.request, reply, chat.comparisons.get(i), pair=None if reply.remote else chat.pair,
+        self._replay([Turn(reply.request, reply, chat.comparisons.get(i),
+                           pair=None if reply.remote else chat.reply_pairs.get(i, chat.pair),
                            runtime=None if reply.remote else chat.runtime) for i, reply in enumerate(chat.replies)])
         if chat.replies:  # Regenerate and Continue carry on as the chat was decoded, not as the last one was
             self.settings_restored.emit(chat.replies[-1].request.settings)
@@ -465,7 +466,7 @@ class ChatController(QObject):
         """A saved chat as the conversation on screen is exported (JSON and CSV; no chart image)."""
         chat = self.store.load_chat(chat_id)
         return export_session(Session(chat.pair, chat.replies, chat.comparisons, chat.title, runtime=chat.runtime,
-                                      drafters=chat.drafters), base)
+                                      drafters=chat.drafters, reply_pairs=chat.reply_pairs), base)
 
     # -- slots for the worker's signals --------------------------------------------------------------------
 

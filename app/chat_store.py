@@ -13,7 +13,7 @@ import types
 import typing
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
@@ -23,7 +23,7 @@ from engine.events import DecodeSettings, PairInfo, RoundEvent
 
 # `PRAGMA user_version` holds the schema version. Opening an older database runs the steps from its version up;
 # a newer one (written by a later release) is refused untouched rather than misread.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         """CREATE TABLE chats (
@@ -82,6 +82,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE turns ADD COLUMN others_cores REAL",
         "ALTER TABLE turns ADD COLUMN host_cores REAL",
     ),
+    7: (
+        # The local pair that decoded the reply (PairInfo as JSON; NULL: a remote engine's, or saved before, when
+        # the chat's pair stands for it): a chat decoded by two pairs says which decoded which when reopened
+        "ALTER TABLE turns ADD COLUMN pair TEXT",
+    ),
 }
 
 
@@ -117,6 +122,7 @@ class StoredChat:
     comparisons: dict[int, Comparison]  # reply index -> AR comparison
     runtime: Runtime | None = None  # what ran the local pair, as last recorded
     drafters: tuple[DrafterComparison, ...] = ()  # the chat's last Compare drafters of each draft-length rule
+    reply_pairs: dict[int, PairInfo] = field(default_factory=dict)  # reply index -> its pair, where saved
 
 
 def now() -> str:
@@ -350,8 +356,8 @@ class ChatStore:
         regenerated reply or an edited message forgets what followed it."""
         with self.db:
             self.db.execute("DELETE FROM turns WHERE chat_id = ? AND position >= ?", (chat_id, position))
-            cursor = self.db.execute("INSERT INTO turns (chat_id, position, request) VALUES (?, ?, ?)",
-                                     (chat_id, position, request_json(request)))
+            cursor = self.db.execute("INSERT INTO turns (chat_id, position, request, pair) VALUES (?, ?, ?, ?)",
+                                     (chat_id, position, request_json(request), _json_or_null(pair)))
             # The first turn names the chat, and so does an edit of its first message unless the user renamed it.
             self.db.execute("UPDATE chats SET title = CASE WHEN title = '' OR (? = 0 AND NOT renamed) THEN ? "
                             "ELSE title END, updated_at = ?, pair = COALESCE(?, pair), system_prompt = ?, "
@@ -452,23 +458,26 @@ class ChatStore:
         if row is None:
             raise KeyError(chat_id)
         title, pair, system_prompt, runtime, drafters = row
-        replies, comparisons = [], {}
+        replies, comparisons, reply_pairs = [], {}, {}
         turns = self.db.execute("SELECT id, request, text, stopped, comparison, reference_s, machine_busy, remote, "
-                                "others_cores, host_cores FROM turns WHERE chat_id = ? ORDER BY position",
+                                "others_cores, host_cores, pair FROM turns WHERE chat_id = ? ORDER BY position",
                                 (chat_id,)).fetchall()
-        for turn_id, request, text, stopped, comparison, reference_s, machine_busy, remote, others, host in turns:
+        for (turn_id, request, text, stopped, comparison, reference_s, machine_busy, remote, others, host,
+             turn_pair) in turns:
             events = tuple(from_plain(RoundEvent, json.loads(e)) for (e,) in self.db.execute(
                 "SELECT event FROM rounds WHERE turn_id = ? ORDER BY idx", (turn_id,)))
             if text is None:  # the process died mid-reply: keep what was committed, as a stopped reply
                 text, stopped = "".join(e.text_delta for e in events), True
             if comparison is not None:
                 comparisons[len(replies)] = from_plain(Comparison, json.loads(comparison))
+            if turn_pair is not None:
+                reply_pairs[len(replies)] = from_plain(PairInfo, json.loads(turn_pair))
             replies.append(Reply(request_from_json(request), events, text, bool(stopped), reference_s,
                                  bool(machine_busy), from_plain(RemoteSource, json.loads(remote) if remote else None),
                                  others, host))
         return StoredChat(chat_id, title, from_plain(PairInfo, json.loads(pair) if pair else None), system_prompt,
                           replies, comparisons, from_plain(Runtime, json.loads(runtime) if runtime else None),
-                          stored_drafters(json.loads(drafters) if drafters else []))
+                          stored_drafters(json.loads(drafters) if drafters else []), reply_pairs)
 
 
 class ChatRecorder:

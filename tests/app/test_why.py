@@ -92,3 +92,24 @@ def test_another_pairs_replies_stay_out_of_the_acceptance_and_the_points(qapp):
     chat.send("again", SPEC)
     assert chat.why.session.n_rounds == 1 and chat.why.session.kept == (0.0,)
     assert [point.origin for point in chat.why.points] == ["reply 2"]
+
+
+def test_a_reopened_chat_of_two_pairs_shows_each_replys_own_pair(qapp):
+    """Reopened, the replies carry the pairs that decoded them (the window names a switch under the reply), and
+    the why tab counts the loaded pair's reply only."""
+    from app.chat_store import ChatStore
+
+    chat = ChatController(ChatStore(":memory:"))
+    chat.on_models_loaded(dataclasses.replace(PAIR, costs=COSTS))
+    worker = FakeWorker(chat)
+    worker.replies.append([accepted_round(0, ["Hel"], "lo", finish="eos")])
+    chat.send("hi", SPEC)
+    other = dataclasses.replace(PAIR, target=dataclasses.replace(PAIR.target, name="other"), costs=COSTS)
+    chat.on_models_loaded(other)
+    worker.replies.append([dataclasses.replace(rejected_round(0, [], "Hel", "Hi"), finish_reason="eos")])
+    chat.send("again", SPEC)
+    shown = Recorder(chat)
+    chat.open_chat(chat.chat_id)
+    pairs = [event.pair.target.name for name, event in shown.seen if name == "reply_finished"]
+    assert pairs == ["t", "other"]
+    assert chat.why.session.n_rounds == 1 and chat.why.session.kept == (0.0,)

@@ -67,6 +67,34 @@ def test_a_chat_round_trips_with_its_events_settings_pair_and_comparison(tmp_pat
     assert chat.comparisons == {0: comparison}
 
 
+def test_each_reply_keeps_the_pair_that_decoded_it(tmp_path):
+    """A chat decoded by two pairs: each reply reopens with its own, the chat with the last one."""
+    other = PairInfo(ModelInfo("qwen2.5-coder-1.5b", "/m/q", 1544, 151936), None, "cpu", "bfloat16")
+    store = ChatStore(tmp_path / "chats.sqlite3")
+    recorder = ChatRecorder(store)
+    for position, (ask, pair) in enumerate([(request("one"), PAIR), (request("one", "1", "two"), other)]):
+        recorder.turn_started(position, ask, pair)
+        recorder.reply_finished(Reply(ask, (round_event(0),), "ab", False))
+    store.close()
+    chat = ChatStore(tmp_path / "chats.sqlite3").load_chat(recorder.chat_id)
+    assert chat.reply_pairs == {0: PAIR, 1: other} and chat.pair == other
+
+
+def test_replies_saved_before_their_pairs_were_have_none_of_their_own(tmp_path):
+    """A database of the schema before: its replies have no pair, and the chat's stands for theirs."""
+    path = tmp_path / "chats.sqlite3"
+    store = ChatStore(path)
+    recorder = ChatRecorder(store)
+    recorder.turn_started(0, request("one"), PAIR)
+    recorder.reply_finished(Reply(request("one"), (round_event(0),), "ab", False))
+    with store.db:
+        store.db.execute("ALTER TABLE turns DROP COLUMN pair")
+        store.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
+    store.close()
+    chat = ChatStore(path).load_chat(recorder.chat_id)
+    assert chat.reply_pairs == {} and chat.pair == PAIR
+
+
 def test_a_new_turn_at_an_earlier_position_replaces_what_followed(tmp_path):
     store = ChatStore(tmp_path / "chats.sqlite3")
     recorder = ChatRecorder(store)
