@@ -57,6 +57,7 @@ class WhyGamma:
     costs_note: str = ""  # where the costs come from, when not from this load's timing
     # each drafting's fair cost-aware measurements with the acceptance their own rounds met (what scales the lines)
     measured: dict[Drafting, tuple[Measured, ...]] = field(default_factory=dict)
+    rounds: tuple[RoundEvent, ...] = ()  # the rounds `session` counts: the loaded pair's speculative replies'
 
     def as_dict(self) -> dict:
         return {"costs": self.costs, "costs_note": self.costs_note, "session_acceptance": self.session.as_dict(),
@@ -144,9 +145,9 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
     timed = model is not None and model.ar_token_s > 0
     recommendation = (recommend(model, profiles, MAX_GAMMA, chat_length(session), measured_points)
                       if timed and profiles else None)
-    session_profile = position_acceptance(e for numbered in shown for e in numbered.whole.events)
-    return WhyGamma(costs, session_profile, tuple(point for point, _ in points), recommendation, profiles, costs_note,
-                    measured_points)
+    rounds = tuple(e for numbered in shown for e in numbered.whole.events)
+    return WhyGamma(costs, position_acceptance(rounds), tuple(point for point, _ in points), recommendation, profiles,
+                    costs_note, measured_points, rounds)
 
 
 def recommendation_text(recommendation: Recommendation | None) -> str:

@@ -293,6 +293,11 @@ class WhyGammaPanel(QWidget):
 
     def show_why(self, why: WhyGamma | None) -> None:
         self.why = why
+        if why is not None:  # the chat's acceptance as the controller counts it: the loaded pair's replies only
+            self.session.clear()
+            for event in why.rounds:
+                self.session.add(event)
+            self._dirty = True
         costs = why.costs if why is not None else {}
         blocks = costs.get("target_block_ms", [])[:MEASURED_ROWS]
         rows = np.arange(1, len(blocks) + 1, dtype=float)

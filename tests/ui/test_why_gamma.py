@@ -50,6 +50,22 @@ def draw_reply(window: MainWindow, index: int, events, settings: DecodeSettings 
     window.why_charts.refresh()
 
 
+def test_the_chats_bars_count_only_the_loaded_pairs_replies_once_the_why_is_in(qtbot):
+    """Two replies of two pairs, drawn live: the chat's bars count both until the controller's why (the loaded
+    pair's replies) comes in, then the second reply's alone."""
+    one = PairInfo(ModelInfo("t", "/t", 1, 64), ModelInfo("d", "/d", 1, 64), "cpu", "float32")
+    other = dataclasses.replace(one, target=ModelInfo("other", "/o", 1, 64))
+    window = window_at(qtbot)
+    draw_reply(window, 0, first_reply())
+    draw_reply(window, 1, second_reply())
+    assert window.why_charts.bar_heights("session") == [4 / 6, 2 / 6, 1 / 6, 0.0]
+    request = ReplyRequest(({"role": "user", "content": "hi"},), MODEL_ONLY)
+    replies = [Reply(request, tuple(events), "x", False) for events in (first_reply(), second_reply())]
+    window.on_why_changed(why_gamma(Session(other, replies, reply_pairs={0: one, 1: other})))
+    window.why_charts.refresh()
+    assert window.why_charts.bar_heights("session") == window.why_charts.bar_heights("reply") == [1 / 2, 1 / 2]
+
+
 def test_acceptance_bars_equal_the_hand_count_for_the_reply_and_the_session(qtbot):
     window = window_at(qtbot)
     draw_reply(window, 0, first_reply())
