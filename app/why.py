@@ -11,7 +11,7 @@ from engine.decoding.costs import SCRATCH_POSITIONS
 from engine.decoding.recommend import (MARGIN, MAX_GAMMA, SPREAD, Measured, Recommendation, cost_model_from_dict,
                                        recommend, round_tokens)
 from app.session import DrafterComparison, NumberedReply, Session, numbered_replies, same_models
-from engine.events import DecodeSettings, Drafting, Mode, RoundEvent
+from engine.events import DecodeSettings, Drafting, Mode, PairInfo, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance
 
 
@@ -58,6 +58,7 @@ class WhyGamma:
     # each drafting's fair cost-aware measurements with the acceptance their own rounds met (what scales the lines)
     measured: dict[Drafting, tuple[Measured, ...]] = field(default_factory=dict)
     rounds: tuple[RoundEvent, ...] = ()  # the rounds `session` counts: the loaded pair's speculative replies'
+    left_out: PairInfo | None = None  # the pair of the last speculative reply left out as another pair's, if any
 
     def as_dict(self) -> dict:
         return {"costs": self.costs, "costs_note": self.costs_note, "session_acceptance": self.session.as_dict(),
@@ -65,12 +66,10 @@ class WhyGamma:
                 "recommendation": None if self.recommendation is None else self.recommendation.as_dict()}
 
 
-def speculative_replies(session: Session) -> list[NumberedReply]:
-    """The replies that drafted with the session's pair (or one not known), numbered as the chat and the export
-    number replies (plain AR ones too): another pair's acceptance and speed say nothing of this one's."""
-    return [numbered for numbered in numbered_replies(session)
-            if numbered.whole.speculative and numbered.whole.events
-            and (numbered.pair is None or session.pair is None or same_models(numbered.pair, session.pair))]
+def by_the_pair(session: Session, numbered: NumberedReply) -> bool:
+    """Whether the session's pair decoded the reply (or either is not known): another pair's acceptance and speed
+    say nothing of this one's."""
+    return numbered.pair is None or session.pair is None or same_models(numbered.pair, session.pair)
 
 
 def chat_length(session: Session) -> int:
@@ -101,7 +100,10 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
     rounds counted in them, not in the session's chart), its replies and measured runs as points, and the
     recommendation, its predictions scaled to agree with the measured points; `costs_note` says where the pair's
     costs come from, when not from its timing at load."""
-    shown = speculative_replies(session)
+    drafted = [numbered for numbered in numbered_replies(session)
+               if numbered.whole.speculative and numbered.whole.events]  # numbered as the chat and the export number
+    shown = [numbered for numbered in drafted if by_the_pair(session, numbered)]
+    left_out = next((numbered.pair for numbered in reversed(drafted) if not by_the_pair(session, numbered)), None)
     # The lines predict cost-aware rounds, so a drafting's acceptance is its cost-aware rounds' where the chat has
     # any: the confidence stop drafts where they would not (walk 29: its rounds held copying's line under a fair
     # cost-aware reply's 1.16×). A drafting only ever run with the confidence stop is predicted from those rounds.
@@ -147,7 +149,7 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
                       if timed and profiles else None)
     rounds = tuple(e for numbered in shown for e in numbered.whole.events)
     return WhyGamma(costs, position_acceptance(rounds), tuple(point for point, _ in points), recommendation, profiles,
-                    costs_note, measured_points, rounds)
+                    costs_note, measured_points, rounds, left_out)
 
 
 def recommendation_text(recommendation: Recommendation | None) -> str:

@@ -22,6 +22,7 @@ from engine.decoding.recommend import MAX_GAMMA
 from engine.events import Drafting, RoundEvent
 from engine.stats import expected_tokens_per_round
 from ui.charts import AXIS_END_ROOM, CHART_INK, REFRESH_MS, ChartHeader, _plot, legend_entry
+from ui.wording import pair_said
 
 MIN_WHY_HEIGHT = 170  # the least at which a plot shows its x ticks and axis title whole; at 1000×700 the tab scrolls
 EXPORT_WHY_SIZE = QSize(420, 200)  # in the export's image: the tab's least width, and each plot's least height
@@ -355,6 +356,9 @@ class WhyGammaPanel(QWidget):
     def explanation_text(self) -> str:
         """One line: what the rounds chose and why (the recommendation's own explanation)."""
         recommendation = self.why.recommendation if self.why is not None else None
+        if recommendation is None and self.why is not None and self.why.left_out is not None and not self.why.rounds:
+            return (f"Why this γ: this chat's replies were decoded by {pair_said(self.why.left_out, short=True)}, "
+                    "not the pair loaded now: load that pair to see what its rounds chose and why.")
         if recommendation is None:
             return "Why this γ: after a speculative reply, what the rounds chose and why."
         notes = "".join(f" {note}" for note in (measured_short_note(self.why), confidence_note(self.why),

@@ -66,6 +66,21 @@ def test_the_chats_bars_count_only_the_loaded_pairs_replies_once_the_why_is_in(q
     assert window.why_charts.bar_heights("session") == window.why_charts.bar_heights("reply") == [1 / 2, 1 / 2]
 
 
+def test_a_chat_of_another_pair_than_the_loaded_one_says_which_pair_to_load(qtbot):
+    """A reopened chat whose replies another pair decoded: the tab names that pair, not "after a speculative
+    reply"; the control, the same chat with its own pair loaded, says what its rounds chose."""
+    one = PairInfo(ModelInfo("t", "/t", 1, 64), ModelInfo("d", "/d", 1, 64), "cpu", "float32",
+                   costs={"target_block_ms": [10.0] * 9, "draft_step_ms": 2.0, "copy_ms": 0.01, "overhead_ms": 0.0})
+    other = dataclasses.replace(one, target=ModelInfo("other", "/o", 1, 64))
+    request = ReplyRequest(({"role": "user", "content": "hi"},), MODEL_ONLY)
+    replies = [Reply(request, tuple(first_reply()), "x", False)]
+    window = window_at(qtbot)
+    window.on_why_changed(why_gamma(Session(other, replies, reply_pairs={0: one})))
+    assert window.why_charts.explanation_text().startswith("Why this γ: this chat's replies were decoded by t + d")
+    window.on_why_changed(why_gamma(Session(one, replies, reply_pairs={0: one})))
+    assert window.why_charts.explanation_text().startswith("Best here")
+
+
 def test_acceptance_bars_equal_the_hand_count_for_the_reply_and_the_session(qtbot):
     window = window_at(qtbot)
     draw_reply(window, 0, first_reply())
