@@ -185,6 +185,7 @@ class DecodeWorker(QObject):
     def on_new_chat_requested(self) -> None:
         if self.decoder is not None:
             self.decoder.reset()
+            self.decoder.planner.forget_acceptance()
 
     # -- helpers ---------------------------------------------------------------------------------------
 

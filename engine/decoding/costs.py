@@ -384,6 +384,11 @@ class RoundPlanner:
     greedy: bool | None = None
     resting: Acceptance | None = None
 
+    def forget_acceptance(self) -> None:
+        """A new chat, a new topic: its drafts are judged from the prior again, greedy and sampled alike, so
+        one chat whose drafts were rarely kept does not leave the next drafting nothing. The costs stay."""
+        self.acceptance, self.resting, self.greedy = Acceptance(), None, None
+
     def decode(self, greedy: bool) -> None:
         """Plan the next rounds for greedy or sampled decoding."""
         if self.greedy is not None and greedy != self.greedy:

@@ -48,6 +48,27 @@ def test_one_rejected_first_draft_does_not_stop_drafting_and_repeated_ones_do():
     assert not planner.draft_more([], [], 6)
 
 
+def test_a_new_chat_drafts_again_where_the_last_chats_rejections_had_stopped_drafting(qapp):
+    """The worker's New chat: a planner whose drafts were all rejected (greedy and sampled) judges the next chat's
+    from the prior again, with its costs unchanged. The control: a new reply in the same chat keeps the verdicts."""
+    from app.worker import DecodeWorker
+
+    worker = DecodeWorker(tiny_decoder())
+    planner = worker.decoder.planner = RoundPlanner(costs(draft_ms=6.0, row_ms=5.5, step_ms=21.0))
+    for greedy in (True, False):
+        planner.decode(greedy)
+        for _ in range(3):
+            planner.acceptance.record(["model"], [0.6], n_accepted=0)
+    assert not planner.draft_more([], [], 6)
+    worker.decoder.reset()  # what a reply's own prefill may do: the verdicts stay
+    assert not planner.draft_more([], [], 6)
+    worker.on_new_chat_requested()
+    for greedy in (True, False):
+        planner.decode(greedy)
+        assert planner.acceptance.at(1) == pytest.approx(PRIOR) and planner.draft_more([], [], 6)
+    assert planner.costs.draft_step_s == pytest.approx(6.0e-3)
+
+
 def test_a_round_drafts_nothing_where_no_draft_can_pay():
     planner = RoundPlanner(costs(draft_ms=30.0))
     assert not planner.draft_more([], [], 8)
