@@ -81,7 +81,7 @@ def _slowed_by(part: Reply) -> str:
         return "Slowed by other work on this machine"
     if part.others_cores is None:  # not measured: other programs, or this window's own drawing
         return "Slowed by the machine's load"
-    return "Slowed on an otherwise quiet machine"
+    return "Slowed by this window's own drawing"  # the only load left on a machine otherwise quiet
 
 
 def _part_fewer_threads_note(part: Reply, before: int, ends_part: int | None) -> tuple[str, str] | None:

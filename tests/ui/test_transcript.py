@@ -103,15 +103,15 @@ def test_a_thread_switch_is_one_plain_line_with_its_figures_as_details():
 
 
 def test_the_thread_switchs_line_names_what_slowed_it_as_the_cpu_use_measured():
-    """Other programs' 1.3 cores or the host's 0.46: other work; idle others (0.04 cores): a quiet machine; not
-    measured: the machine's load, which may be either."""
+    """Other programs' 1.3 cores or the host's 0.46: other work; idle others (0.04 cores): the window's own
+    drawing, all that is left; not measured: the machine's load, which may be either."""
     from ui.transcript import fewer_threads_note
 
     def slowed_by(others_cores, host_cores=0.02):
         return fewer_threads_note(thread_switch([2, 1], others_cores, host_cores)).text.partition(":")[0]
 
     assert slowed_by(1.3) == slowed_by(0.01, host_cores=0.46) == "Slowed by other work on this machine"
-    assert slowed_by(0.04) == "Slowed on an otherwise quiet machine"
+    assert slowed_by(0.04) == "Slowed by this window's own drawing"
     assert slowed_by(None) == "Slowed by the machine's load"
 
 
