@@ -31,7 +31,7 @@ from ui.compare import explain, greedy_is_exact
 from ui.markdown import FENCE
 from ui.tokens import SPECIAL_TOKEN
 from ui.transcript import CONTEXT, reply_notes
-from ui.wording import comparison_line, pair_said, part_label, remote_header, reply_header
+from ui.wording import comparison_line, estimate_apart, pair_said, part_label, remote_header, reply_header
 
 CSV_COLUMNS = ("reply", "part", "round", "mode", "gamma", "n_verified", "n_accepted", "n_emitted", "round_alpha",
                "draft_s", "verify_s", "round_s", "prefill_s", "target_step_s", "load", "threads",
@@ -233,7 +233,8 @@ def markdown(session: Session) -> str:
         notes = [(note.text, note.details) for note in reply_notes(reply)]  # the details the chat's tooltip holds
         for number, (part, part_comparison) in enumerate(zip(numbered.parts, numbered.comparisons), start=1):
             if part_comparison is not None:  # as the chat shows each part's
-                notes += [(part_label(number, len(numbered.parts) > 1) + comparison_line(part_comparison, part), ""),
+                notes += [(part_label(number, len(numbered.parts) > 1) + comparison_line(part_comparison, part),
+                           estimate_apart(part_comparison, part)),
                           (explain(part_comparison, part, greedy_is_exact(session.pair)), "")]
         if numbered.context_notice:
             notes.append((CONTEXT + numbered.context_notice, ""))

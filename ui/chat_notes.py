@@ -42,7 +42,7 @@ def draw_note(document: QTextDocument, looks: ChatLooks, note: Note) -> None:
 def draw_comparison(document: QTextDocument, looks: ChatLooks, comparison: ComparisonView, fold: str) -> None:
     """Its lines, then both texts side by side where they part; where they agree, a link (to `fold`) that shows
     them so."""
-    draw_note(document, looks, Note(comparison.label + comparison.summary))
+    draw_note(document, looks, Note(comparison.label + comparison.summary, details=comparison.details))
     if comparison.explanation:
         draw_note(document, looks, Note(comparison.explanation))
     if comparison.foldable:

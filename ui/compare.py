@@ -10,6 +10,7 @@ from __future__ import annotations
 from app.session import Comparison, Reply
 from engine.events import EmittedToken, PairInfo
 from ui.transcript import ComparisonView
+from ui.wording import estimate_apart
 
 
 def first_difference(left: list[int], right: list[int]) -> int | None:
@@ -69,4 +70,5 @@ def comparison_view(comparison: Comparison, reply: Reply, summary: str, pair: Pa
     at = parting(comparison, reply)
     return ComparisonView(summary=summary, explanation=explain(comparison, reply, greedy_is_exact(pair)),
                           reply_tokens=tuple(t.text for t in ours), ar_tokens=tuple(t.text for t in theirs),
-                          first_difference=at, label=label, sampled=not reply.request.settings.greedy)
+                          first_difference=at, label=label, sampled=not reply.request.settings.greedy,
+                          details=estimate_apart(comparison, reply))

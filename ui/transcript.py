@@ -156,6 +156,7 @@ class ComparisonView:
     label: str = ""  # before the summary: the part it measured, once the reply is continued (wording.part_label)
     sampled: bool = False  # its plain AR run is another sample of the reply's settings, not the reply's text
     ar_shown: bool = False  # where the texts agree: the two side by side, as where they part, on the user's asking
+    details: str = ""  # the summary's on demand (its tooltip): why the reply's est. × stands apart from it
 
     @property
     def foldable(self) -> bool:

@@ -205,18 +205,27 @@ def comparison_line(comparison: Comparison, reply: Reply) -> str:
                  "both models")
     if comparison.identical is not None:
         line += " · greedy outputs identical" if comparison.identical else " · greedy outputs differ"
+    if estimate_apart(comparison, reply):
+        line += " · the reply's est. × was of it as drawn"
+    return line
+
+
+def estimate_apart(comparison: Comparison, reply: Reply) -> str:
+    """Why a greedy reply's est. × stands apart from its measurement, or drawing slowed it, in both factors (the
+    comparison line's details, shown on demand); "" where neither."""
     drawn, estimate = reply.stats.tokens_per_s, reply.estimated_speedup
     apart = estimate > 0 and comparison.speedup > 0 and not 1 / EST_APART <= estimate / comparison.speedup <= EST_APART
-    if rerun and reply.request.settings.greedy and (drawn < DRAWN_SLOWER * comparison.spec_tokens_per_s or apart):
-        # est. / measured = (drawn / undrawn reply) × (undrawn AR / AR as the estimate priced it): both factors said
-        slower = 1 - drawn / comparison.spec_tokens_per_s
-        line += (f" · drawn as it streamed, the reply made {drawn:.1f} tok/s, "
-                 f"{abs(slower):.0%} {'below' if slower >= 0 else 'above'} its undrawn run: its est. × is of the "
-                 "reply as drawn")
-        if estimate > 0:
-            line += (f" ({estimate:.2f}×, pricing plain AR at about {drawn / estimate:.1f} tok/s by the load its "
-                     f"rounds met, where undrawn it made {comparison.ar_tokens_per_s:.1f})")
-    return line
+    if comparison.stopped or not comparison.spec_tokens or not reply.request.settings.greedy or not (
+            drawn < DRAWN_SLOWER * comparison.spec_tokens_per_s or apart):
+        return ""
+    # est. / measured = (drawn / undrawn reply) × (undrawn AR / AR as the estimate priced it): both factors said
+    slower = 1 - drawn / comparison.spec_tokens_per_s
+    said = (f"Drawn as it streamed, the reply made {drawn:.1f} tok/s, {abs(slower):.0%} "
+            f"{'below' if slower >= 0 else 'above'} its undrawn run: its est. × is of the reply as drawn")
+    if estimate > 0:
+        said += (f" ({estimate:.2f}×, pricing plain AR at about {drawn / estimate:.1f} tok/s by the load its rounds "
+                 f"met, where undrawn it made {comparison.ar_tokens_per_s:.1f})")
+    return said + "."
 
 
 def remote_header(model: str, url: str, settings: DecodeSettings) -> str:

@@ -23,7 +23,7 @@ from ui.charts import RoundBuffers
 from ui.chat_document import ACTION_ROW
 from ui.compare import comparison_view, explain, first_difference
 from ui.transcript import clean_tokens
-from ui.wording import UNFAIR, busy_note, comparison_line, stats_line
+from ui.wording import UNFAIR, busy_note, comparison_line, estimate_apart, stats_line
 
 
 def ar_step(index: int, token_id: int, text: str, p: float, step_s: float = 0.03) -> RoundEvent:
@@ -233,10 +233,11 @@ def test_a_greedy_reply_drawn_far_slower_than_its_undrawn_rerun_says_what_its_es
     rerun = lambda tokens_per_s: Comparison(  # noqa: E731
         ar_events=steps, ar_text="w5" * 12, spec_wall_s=12 / tokens_per_s, ar_wall_s=0.24,
         spec_tokens_per_s=tokens_per_s, ar_tokens_per_s=50.0, identical=None, spec_events=rounds)
-    said = "drawn as it streamed, the reply made 100.0 tok/s, 20% below its undrawn run: its est. × is of the reply"
-    assert said in comparison_line(rerun(125.0), greedy)
-    assert "drawn as it streamed" not in comparison_line(rerun(105.0), greedy)
-    assert "drawn as it streamed" not in comparison_line(rerun(125.0), sampled)
+    said = "Drawn as it streamed, the reply made 100.0 tok/s, 20% below its undrawn run: its est. × is of the reply"
+    assert estimate_apart(rerun(125.0), greedy).startswith(said)
+    assert "est. × was of it as drawn" in comparison_line(rerun(125.0), greedy)  # the line's short word of it
+    assert estimate_apart(rerun(105.0), greedy) == estimate_apart(rerun(125.0), sampled) == ""
+    assert "as drawn" not in comparison_line(rerun(105.0), greedy)
 
 
 def test_an_estimate_far_from_its_measurement_says_both_factors_though_drawing_cost_little():
@@ -250,11 +251,32 @@ def test_an_estimate_far_from_its_measurement_says_both_factors_though_drawing_c
         ar_events=steps, ar_text="w5" * 12, spec_wall_s=12 / 105.0, ar_wall_s=12 / ar_tokens_per_s,
         spec_tokens_per_s=105.0, ar_tokens_per_s=ar_tokens_per_s, identical=None, spec_events=rounds)
     assert greedy.estimated_speedup == pytest.approx(2.0)
-    line = comparison_line(rerun(40.0), greedy)
-    assert "measured 2.62×" in line
+    assert "measured 2.62×" in comparison_line(rerun(40.0), greedy)
     assert ("the reply made 100.0 tok/s, 5% below its undrawn run: its est. × is of the reply as drawn (2.00×, "
-            "pricing plain AR at about 50.0 tok/s by the load its rounds met, where undrawn it made 40.0)") in line
-    assert "drawn as it streamed" not in comparison_line(rerun(50.0), greedy)
+            "pricing plain AR at about 50.0 tok/s by the load its rounds met, where undrawn it made 40.0)"
+            ) in estimate_apart(rerun(40.0), greedy)
+    assert estimate_apart(rerun(50.0), greedy) == ""
+
+
+def test_the_chat_gives_why_the_estimate_stands_apart_on_demand(qtbot):
+    """Under the reply, the comparison's line says it in a few words; hovering it gives both factors."""
+    from ui.chat_view import ChatView
+    from ui.compare import comparison_view
+
+    rounds = tuple(accepted_round(i, ["a", "b"], "c") for i in range(4))
+    greedy = Reply(ReplyRequest(({"role": "user", "content": "w3"},), DecodeSettings()), rounds, "abc" * 4, False)
+    steps = tuple(ar_step(i, 5, "w5", 0.9, step_s=0.02) for i in range(12))
+    comparison = Comparison(ar_events=steps, ar_text="w5" * 12, spec_wall_s=12 / 105.0, ar_wall_s=12 / 40.0,
+                            spec_tokens_per_s=105.0, ar_tokens_per_s=40.0, identical=None, spec_events=rounds)
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    chat.begin_reply("Assistant")
+    for event in rounds:
+        chat.add_round(event)
+    chat.add_comparison(comparison_view(comparison, greedy, comparison_line(comparison, greedy), None))
+    line = chat.document().find("est. × was of it as drawn")
+    assert not line.isNull() and line.charFormat().toolTip() == estimate_apart(comparison, greedy) != ""
+    assert "pricing plain AR" not in chat.toPlainText()
 
 
 def test_a_stopped_ar_comparison_claims_no_speedup():
