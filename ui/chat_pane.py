@@ -73,7 +73,9 @@ class ChatPane(QWidget):
         self.system_prompt_line.linkActivated.connect(lambda _link: self.ask_system_prompt())
         self.system_prompt = ""
         self.default_system_prompt = ""  # what the target's chat template sends where the chat sets none
-        self.last_pair: PairInfo | None = None  # the local pair of the last reply drawn: a switch is said under replies
+        # The local pair of each reply drawn, as the chat numbers replies (None: a remote engine's): a reply of
+        # another pair than the one before it says so under it
+        self.reply_pairs: list[PairInfo | None] = []
         self.legend = Legend()
         self.chat = ChatView()
         self.message_box = MessageBox()
@@ -246,7 +248,7 @@ class ChatPane(QWidget):
         self.continue_button.setVisible(continuable)
 
     def on_conversation_cleared(self, greedy: bool) -> None:
-        self.last_pair = None
+        self.reply_pairs = []
         self.chat.clear_chat()
         self.legend.reset(greedy)
 
@@ -275,10 +277,12 @@ class ChatPane(QWidget):
             self.chat.set_reply_header(remote_header(source.model, source.url, reply.request.settings))
         self.chat.flush()
         self._add_reply_notes(reply)
-        if shown.pair is not None:
-            if self.last_pair is not None and not same_models(shown.pair, self.last_pair):
-                self.chat.add_note(f"Decoded by {pair_said(shown.pair, short=True)}, not the pair of the reply above")
-            self.last_pair = shown.pair
+        if shown.reply.request.continues and self.reply_pairs:  # the same reply, drawn again with its notes
+            self.reply_pairs.pop()
+        before = next((pair for pair in reversed(self.reply_pairs) if pair is not None), None)
+        if shown.pair is not None and before is not None and not same_models(shown.pair, before):
+            self.chat.add_note(f"Decoded by {pair_said(shown.pair, short=True)}, not the pair of the reply above")
+        self.reply_pairs.append(shown.pair)
         self.chat.set_reply_actions(shown.index, reply_actions(reply.text, shown.can_continue), text=reply.text)
 
     def _add_reply_notes(self, reply: Reply) -> None:

@@ -256,3 +256,17 @@ def test_replies_of_one_pair_do_not_name_it(qtbot):
     """Control: the same pair throughout, timed again between the replies, is never named under them."""
     notes = notes_under_replies_decoded_by(qtbot, [PAIR, dataclasses.replace(PAIR, target_step_s=0.5)])
     assert not any(text.startswith("Decoded by") for texts in notes for text in texts)
+
+
+def test_a_continued_reply_of_another_pair_still_says_so(qtbot):
+    """Continue draws the reply again with its notes: the line naming its pair comes back with them."""
+    other = dataclasses.replace(PAIR, target=ModelInfo("qwen", "/q", 1, 64))
+    window = shown_window(qtbot, 1400, 900)
+    asked = [("user", "q0"), ("assistant", "ab"), ("user", "q1")]
+    turns = [(asked[:1], PAIR), (asked, other), (asked + [("assistant", "ab")], other)]  # the last continues
+    for index, (messages, pair) in enumerate(turns):
+        answer = reply(messages, (accepted_round(0, ["a"], "b", finish="eos"),), "ab")
+        window.on_turn_started(TurnStarted(index, answer.request, live=False))
+        window.on_reply_finished(ReplyShown(index, answer, answer, can_continue=False, live=False, pair=pair))
+    notes = [[note.text for note in item.notes] for item in window.chat.transcript.replies()]
+    assert len(notes) == 2 and any(text.startswith("Decoded by qwen") for text in notes[1])
