@@ -59,6 +59,7 @@ class WhyGamma:
     measured: dict[Drafting, tuple[Measured, ...]] = field(default_factory=dict)
     rounds: tuple[RoundEvent, ...] = ()  # the rounds `session` counts: the loaded pair's speculative replies'
     left_out: PairInfo | None = None  # the pair of the last speculative reply left out as another pair's, if any
+    last_left_out: bool = False  # the chat's last reply is another pair's: its own figures are not this pair's
 
     def as_dict(self) -> dict:
         return {"costs": self.costs, "costs_note": self.costs_note, "session_acceptance": self.session.as_dict(),
@@ -100,8 +101,8 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
     rounds counted in them, not in the session's chart), its replies and measured runs as points, and the
     recommendation, its predictions scaled to agree with the measured points; `costs_note` says where the pair's
     costs come from, when not from its timing at load."""
-    drafted = [numbered for numbered in numbered_replies(session)
-               if numbered.whole.speculative and numbered.whole.events]  # numbered as the chat and the export number
+    replies = numbered_replies(session)  # numbered as the chat and the export number them
+    drafted = [reply for reply in replies if reply.whole.speculative and reply.whole.events]
     shown = [numbered for numbered in drafted if by_the_pair(session, numbered)]
     left_out = next((numbered.pair for numbered in reversed(drafted) if not by_the_pair(session, numbered)), None)
     # The lines predict cost-aware rounds, so a drafting's acceptance is its cost-aware rounds' where the chat has
@@ -149,7 +150,8 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
                       if timed and profiles else None)
     rounds = tuple(e for numbered in shown for e in numbered.whole.events)
     return WhyGamma(costs, position_acceptance(rounds), tuple(point for point, _ in points), recommendation, profiles,
-                    costs_note, measured_points, rounds, left_out)
+                    costs_note, measured_points, rounds, left_out,
+                    bool(replies) and not by_the_pair(session, replies[-1]))
 
 
 def recommendation_text(recommendation: Recommendation | None) -> str:

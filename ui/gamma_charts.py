@@ -166,6 +166,7 @@ class WhyGammaPanel(QWidget):
         pg.setConfigOptions(background="w", foreground="#333", antialias=False)  # as ui.charts, drawn alone too
         self.reply = PositionCounts()
         self.reply_speculative = True
+        self.reply_left_out = False  # the last reply is another pair's than the one loaded: no bars of its own
         self.session = PositionCounts()
         self.why: WhyGamma | None = None
         self._dirty = False
@@ -252,6 +253,7 @@ class WhyGammaPanel(QWidget):
     def start_reply(self, speculative: bool = True) -> None:
         self.reply.clear()
         self.reply_speculative = speculative  # a plain AR reply has no acceptance: its line says so
+        self.reply_left_out = False
         self._dirty = True
 
     def add_round(self, event: RoundEvent, speculative: bool = True) -> None:
@@ -284,7 +286,8 @@ class WhyGammaPanel(QWidget):
             header.show_entries([])
             return
         header.note = ""
-        mine = (figures(self.reply) if self.reply.rounds else "no rounds yet" if self.reply_speculative
+        mine = ("another pair's, left out (the chat's figures are the loaded pair's)" if self.reply_left_out
+                else figures(self.reply) if self.reply.rounds else "no rounds yet" if self.reply_speculative
                 else "plain AR, no drafts (the chat's figures leave it out)")
         header.show_legend(swatch_entry(COLOURS["reply"], "this reply") + ": " + escape(mine)
                            + "<br>" + swatch_entry(COLOURS["session"], "this chat") + ": "
@@ -298,6 +301,9 @@ class WhyGammaPanel(QWidget):
             self.session.clear()
             for event in why.rounds:
                 self.session.add(event)
+            if why.last_left_out:
+                self.reply.clear()
+                self.reply_left_out = True
             self._dirty = True
         costs = why.costs if why is not None else {}
         blocks = costs.get("target_block_ms", [])[:MEASURED_ROWS]

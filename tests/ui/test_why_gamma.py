@@ -66,6 +66,24 @@ def test_the_chats_bars_count_only_the_loaded_pairs_replies_once_the_why_is_in(q
     assert window.why_charts.bar_heights("session") == window.why_charts.bar_heights("reply") == [1 / 2, 1 / 2]
 
 
+def test_a_last_reply_of_another_pair_has_no_bars_beside_the_loaded_pairs(qtbot):
+    """Reopened with the first reply's pair loaded, the chat's last reply (another pair's) is drawn last: its bars
+    go once the why comes in, and its line says why; the chat's are the first reply's."""
+    one = PairInfo(ModelInfo("t", "/t", 1, 64), ModelInfo("d", "/d", 1, 64), "cpu", "float32")
+    other = dataclasses.replace(one, target=ModelInfo("other", "/o", 1, 64))
+    window = window_at(qtbot)
+    draw_reply(window, 0, first_reply())
+    draw_reply(window, 1, second_reply())
+    request = ReplyRequest(({"role": "user", "content": "hi"},), MODEL_ONLY)
+    replies = [Reply(request, tuple(events), "x", False) for events in (first_reply(), second_reply())]
+    window.on_why_changed(why_gamma(Session(one, replies, reply_pairs={0: one, 1: other})))
+    window.why_charts.refresh()
+    assert window.why_charts.bar_heights("reply") == []
+    assert window.why_charts.bar_heights("session") == [3 / 4, 1 / 4, 1 / 4, 0.0]
+    legend = QTextDocumentFragment.fromHtml(window.why_charts.headers[window.why_charts.acceptance_plot].text())
+    assert "another pair's, left out" in legend.toPlainText()
+
+
 def test_a_chat_of_another_pair_than_the_loaded_one_says_which_pair_to_load(qtbot):
     """A reopened chat whose replies another pair decoded: the tab names that pair, not "after a speculative
     reply"; the control, the same chat with its own pair loaded, says what its rounds chose."""
