@@ -154,8 +154,11 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
                     bool(replies) and not by_the_pair(session, replies[-1]))
 
 
-def recommendation_text(recommendation: Recommendation | None) -> str:
+def recommendation_text(why: WhyGamma) -> str:
     """The label beside the γ slider."""
+    recommendation = why.recommendation
+    if recommendation is None and why.left_out is not None and not why.rounds:
+        return "recommended γ: after a speculative reply of the pair loaded now"
     if recommendation is None:
         return "recommended γ: after a speculative reply"
     if recommendation.drafting is Drafting.NONE:

@@ -56,7 +56,7 @@ class PairPane(QScrollArea):
     def on_why_changed(self, why: WhyGamma) -> None:
         """The γ slider's label says which γ the cost model recommends, and why."""
         recommendation = why.recommendation
-        self.controls.show_recommendation(recommendation_text(recommendation),
+        self.controls.show_recommendation(recommendation_text(why),
                                           recommendation.explanation if recommendation is not None else "")
 
     def restore_settings(self, settings: DecodeSettings) -> bool:

@@ -133,7 +133,8 @@ def _costs_said(draft_s: float, costs: CostModel, positions: int, position: int,
     is the first of these alone); in a chat, at its length (each cached position makes both dearer). `position`:
     which draft of a round it is, `copies`: the share of such drafts that were copies, which cost next to nothing
     (so the figure moves with what the chat's rounds copied: a walk saw it go from 1.8 to 6.8 ms)."""
-    where = f" after this chat's {positions:,} tokens" if positions > SCRATCH_POSITIONS else ""
+    where = (f" after this chat's {positions:,} tokens (its messages and replies)" if positions > SCRATCH_POSITIONS
+             else "")
     which = "a draft" if position == 1 else f"a {_ordinal(position)} draft"
     copied = f", {copies:.0%} of them copies" if copies >= 0.005 else ""
     return (f"here{where} {which} costs {draft_s * 1e3:.2g} ms all told (its draft step, bookkeeping and row in "

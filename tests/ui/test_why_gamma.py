@@ -95,6 +95,8 @@ def test_a_chat_of_another_pair_than_the_loaded_one_says_which_pair_to_load(qtbo
     window = window_at(qtbot)
     window.on_why_changed(why_gamma(Session(other, replies, reply_pairs={0: one})))
     assert window.why_charts.explanation_text().startswith("Why this γ: this chat's replies were decoded by t + d")
+    said = "recommended γ: after a speculative reply of the pair loaded now"
+    assert window.pair_pane.controls.recommended.text() == said
     window.on_why_changed(why_gamma(Session(one, replies, reply_pairs={0: one})))
     assert window.why_charts.explanation_text().startswith("Best here")
 
