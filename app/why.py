@@ -61,6 +61,11 @@ class WhyGamma:
     left_out: PairInfo | None = None  # the pair of the last speculative reply left out as another pair's, if any
     last_left_out: bool = False  # the chat's last reply is another pair's: its own figures are not this pair's
 
+    @property
+    def only_another_pairs(self) -> bool:
+        """Every speculative reply of the chat is another pair's than the one loaded (`left_out` names it)."""
+        return self.left_out is not None and not self.rounds
+
     def as_dict(self) -> dict:
         return {"costs": self.costs, "costs_note": self.costs_note, "session_acceptance": self.session.as_dict(),
                 "acceptance_by_drafting": {d.value: p.as_dict() for d, p in self.profiles.items()},
@@ -157,7 +162,7 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
 def recommendation_text(why: WhyGamma) -> str:
     """The label beside the γ slider."""
     recommendation = why.recommendation
-    if recommendation is None and why.left_out is not None and not why.rounds:
+    if recommendation is None and why.only_another_pairs:
         return "recommended γ: after a speculative reply of the pair loaded now"
     if recommendation is None:
         return "recommended γ: after a speculative reply"

@@ -27,7 +27,8 @@ def imported(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
             names.add(base)
             names.update(f"{base}.{alias.name}" for alias in node.names)  # "from engine import remote" is a module
     return names

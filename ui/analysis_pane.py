@@ -44,8 +44,8 @@ class AnalysisPane(QSplitter):
         why_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         why_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         self.why_tab = self.chart_tabs.addTab(why_scroll, "why this γ")
-        self.chart_tabs.setTabToolTip(self.why_tab, "Acceptance by draft position, this machine's costs, and the speedup the "
-                                         "cost model predicts for each γ")
+        self.chart_tabs.setTabToolTip(self.why_tab, "Acceptance by draft position, this machine's costs, and the "
+                                                    "speedup the cost model predicts for each γ")
         # What a remote engine reports about each reply; shown while one answers
         self.engine_tab = self.chart_tabs.addTab(self.engine_report, "Engine")
         self.chart_tabs.setTabToolTip(self.engine_tab, "The remote engine's acceptance counts for the last reply, "

@@ -362,7 +362,7 @@ class WhyGammaPanel(QWidget):
     def explanation_text(self) -> str:
         """One line: what the rounds chose and why (the recommendation's own explanation)."""
         recommendation = self.why.recommendation if self.why is not None else None
-        if recommendation is None and self.why is not None and self.why.left_out is not None and not self.why.rounds:
+        if recommendation is None and self.why is not None and self.why.only_another_pairs:
             return (f"Why this γ: this chat's replies were decoded by {pair_said(self.why.left_out, short=True)}, "
                     "not the pair loaded now: load that pair to see what its rounds chose and why.")
         if recommendation is None:
