@@ -175,7 +175,7 @@ class RemoteEngine:
                 timings = getattr(chunk, "timings", None) or timings  # llama-server's extension
                 for choice in chunk.choices or []:
                     finish_reason = choice.finish_reason or finish_reason
-                    text = stream.valid_text(choice.delta.content or "" if choice.delta else "")
+                    text = stream.valid_text((choice.delta.content or "") if choice.delta else "")
                     ids = getattr(choice, "token_ids", None)
                     if ids:
                         token_ids += ids
