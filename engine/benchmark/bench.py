@@ -442,10 +442,11 @@ def _configure_assistant(generation_config, config: Config) -> None:
 
 
 def run_all(bench: Bench, configs: list[Config], prompts: list[str], repeats: int, seed: int,
-            progress: bool = True) -> list[Row]:
+            progress: bool = True, on_run: Callable[[str], None] | None = None) -> list[Row]:
     """Warm each configuration up once, then time every configuration on every prompt, interleaved; hf_compiled's
     rows after all the others, on their own: torch.compile's CUDA graphs free cuBLAS's workspaces, which graphs
-    captured before them (ours) still use (on the H200 our next replay then read freed memory)."""
+    captured before them (ours) still use (on the H200 our next replay then read freed memory). `on_run(what)` is
+    called after each run (warm-ups too); it may raise to stop."""
     from tqdm import tqdm
 
     rows = [Row(c) for c in configs]
@@ -453,15 +454,17 @@ def run_all(bench: Bench, configs: list[Config], prompts: list[str], repeats: in
     with tqdm(total=total, desc="bench", unit="run", file=sys.stderr, disable=not progress, leave=False) as bar:
         for group in ([r for r in rows if r.config.method != "hf_compiled"],
                       [r for r in rows if r.config.method == "hf_compiled"]):
-            _run_interleaved(bench, group, prompts, repeats, seed, bar)
+            _run_interleaved(bench, group, prompts, repeats, seed, bar, on_run or (lambda what: None))
     return rows
 
 
-def _run_interleaved(bench: Bench, rows: list[Row], prompts: list[str], repeats: int, seed: int, bar) -> None:
+def _run_interleaved(bench: Bench, rows: list[Row], prompts: list[str], repeats: int, seed: int, bar,
+                     on_run: Callable[[str], None]) -> None:
     for row in rows:
         bar.set_postfix_str(f"warm-up {row.config.method} {row.config.decoding} {row.config.gamma_label}")
         bench.run(row.config, prompts[0], seed, max_new_tokens=min(WARM_UP_TOKENS, bench.max_new_tokens))
         bar.update()
+        on_run(f"warm-up {row.config.method}")
     for repeat in range(repeats):
         for index, prompt in enumerate(prompts):
             # the same seed for every method on one prompt: sampled replies are comparable draws
@@ -473,6 +476,7 @@ def _run_interleaved(bench: Bench, rows: list[Row], prompts: list[str], repeats:
                 run.prompt_index, run.repeat = index, repeat
                 row.runs.append(run)
                 bar.update()
+                on_run(f"prompt {index + 1} {row.config.method}")
 
 
 # ---------------------------------------------------------------------------------------------------- summary

@@ -232,7 +232,7 @@ class Decoder:
             return None
         parts = [*models, type(self.drafter).__name__, str(self.target.device),
                  str(self.target.model.dtype), str(torch.get_num_threads()), _kernel_path(), platform.machine(),
-                 _cpu_name()]
+                 cpu_name()]
         return cache_dir() / "costs" / f"{hashlib.sha256('|'.join(parts).encode()).hexdigest()[:20]}.json"
 
     def warm_up(self, progress: Progress | None = None, *, reuse: bool = False) -> None:
@@ -494,7 +494,7 @@ def _kernel_path() -> str:
     return q4q8.isa_name() if q4q8.available() else "none"
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     """The CPU's model name (Linux's /proc/cpuinfo; elsewhere what `platform` says)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
