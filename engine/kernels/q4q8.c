@@ -412,6 +412,42 @@ void q4q8_linear(const qweight *w, const void *x, int bf16, int64_t rows, void *
         for (int64_t i = 0; i < rows * w->N; i++) ((uint16_t *)out)[i] = float_to_bf16(o32[i]);
 }
 
+/* w de-quantised into out (N, K) bfloat16, rows of K: the weights as a matrix-product library multiplies them (a
+ * prompt's read-in, where one product over many rows beats the kernel's blocks of MAX_CHUNK). Each value is the one
+ * the kernel's integers and scales stand for, a·(u − zero) + b (or the half group's scale), rounded once. */
+CLONES void q4q8_dequantize(const qweight *w, uint16_t *out, int threads) {
+    int64_t K = w->K, groups = K / GROUP, blocks = w->N / ROWS;
+    int64_t group_bytes = w->bits == 4 ? 256 : 512, sbytes = scale_bytes((int)w->kind);
+    int kind = (int)w->kind, zero = (int)w->zero;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t b = 0; b < blocks; b++) {
+        for (int64_t g = 0; g < groups; g++) {
+            const uint8_t *wb = w->blocks + (b * groups + g) * group_bytes;
+            const uint8_t *s = w->scales + (b * groups + g) * sbytes;
+            for (int n = 0; n < ROWS; n++) {
+                float a = scale_at(s, kind, n), bb = scale_at(s, kind, ROWS + n);
+                float u[GROUP];
+                for (int c = 0; c < 4; c++)
+                    for (int j = 0; j < 4; j++) {
+                        if (w->bits == 4) {
+                            uint8_t byte = wb[c * 64 + 4 * n + j];
+                            u[4 * c + j] = (float)((byte & 0x0F) - zero);
+                            u[16 + 4 * c + j] = (float)((byte >> 4) - zero);
+                        } else {
+                            u[4 * c + j] = (float)(wb[c * 64 + 4 * n + j] - zero);
+                            u[16 + 4 * c + j] = (float)(wb[(4 + c) * 64 + 4 * n + j] - zero);
+                        }
+                    }
+                uint16_t *row = out + (b * ROWS + n) * K + g * GROUP;
+                for (int i = 0; i < GROUP; i++) {
+                    float value = kind == SCALES_HALVES ? (i < GROUP / 2 ? a : bb) * u[i] : a * u[i] + bb;
+                    row[i] = float_to_bf16(value);
+                }
+            }
+        }
+    }
+}
+
 /* ------------------------------------------------------------------------------------------- a whole forward */
 
 /* A Llama-family decoder on these weights, everything in float32 (the native target's forward, fast_llama.py
@@ -428,6 +464,7 @@ typedef struct {
     const float *attn_norm, *mlp_norm;      /* (layers, hidden) */
     const float *final_norm;                /* (hidden) */
     const qweight *head;
+    const float *q_norm, *k_norm;           /* (layers, head_dim): each head's q and k RMS-normed, or NULL (Qwen3) */
 } llama;
 
 #define LANES 16
@@ -716,6 +753,10 @@ void llama_forward(const llama *m, float *x, int64_t rows, int64_t start, uint16
             float *row = qkv + r * wqkv;
             if (m->qkv_bias)
                 for (int64_t i = 0; i < wqkv; i++) row[i] += m->qkv_bias[layer * wqkv + i];
+            if (m->q_norm) {  /* each head a row of head_dim, in place */
+                rms_norm(row, m->q_norm + layer * hd, m->heads, hd, m->eps, row);
+                rms_norm(row + nq, m->k_norm + layer * hd, m->kv_heads, hd, m->eps, row + nq);
+            }
             const float *c = cos + (start + r) * hd, *s = sin + (start + r) * hd;
             for (int64_t head = 0; head < m->heads + m->kv_heads; head++) rope(row + head * hd, c, s, hd);
             for (int64_t kvh = 0; kvh < m->kv_heads; kvh++)

@@ -253,7 +253,7 @@ class _Llama(ctypes.Structure):
                 ("qkv_first", ctypes.POINTER(ctypes.c_int64)), ("gate_up_first", ctypes.POINTER(ctypes.c_int64)),
                 ("o", ctypes.POINTER(_QWeight)), ("down", ctypes.POINTER(_QWeight)), ("qkv_bias", ctypes.c_void_p),
                 ("attn_norm", ctypes.c_void_p), ("mlp_norm", ctypes.c_void_p), ("final_norm", ctypes.c_void_p),
-                ("head", ctypes.POINTER(_QWeight))]
+                ("head", ctypes.POINTER(_QWeight)), ("q_norm", ctypes.c_void_p), ("k_norm", ctypes.c_void_p)]
 
 
 def _parts(per_layer: list) -> tuple[list[Q4Q8Weight], ctypes.Array]:
@@ -272,10 +272,12 @@ class LlamaForward:
 
     `layers` holds per layer the Q4Q8 weights (qkv, o, gate_up, down) and float32 norm weights (attn, mlp); qkv and
     gate_up may each be a list of weights whose outputs lie side by side (projections stored in different types);
-    `qkv_bias`, where the model has one (Qwen2), is (layers, qkv outputs)."""
+    `qkv_bias`, where the model has one (Qwen2), is (layers, qkv outputs); `q_norm` and `k_norm`, where the model
+    RMS-norms each head's q and k (Qwen3), are (layers, head_dim)."""
 
     def __init__(self, layers: list[tuple], final_norm: torch.Tensor, head: Q4Q8Weight, *, heads: int,
-                 kv_heads: int, head_dim: int, eps: float, qkv_bias: torch.Tensor | None = None):
+                 kv_heads: int, head_dim: int, eps: float, qkv_bias: torch.Tensor | None = None,
+                 q_norm: torch.Tensor | None = None, k_norm: torch.Tensor | None = None):
         self._lib = _library()
         self.head = head
         qkv, o, gate_up, down, attn_norm, mlp_norm = zip(*layers)
@@ -285,6 +287,7 @@ class LlamaForward:
         self.mlp_norm = torch.stack(mlp_norm).float().contiguous()
         self.final_norm = final_norm.float().contiguous()
         self.qkv_bias = None if qkv_bias is None else qkv_bias.float().contiguous()
+        self.q_norm, self.k_norm = (None if n is None else n.float().contiguous() for n in (q_norm, k_norm))
         qkv_array, gate_up_array, o_array, down_array = [(_QWeight * len(ws))(*[_QWeight.of(w) for w in ws])
                                                          for ws in (qkv, gate_up, o, down)]
         self._head = _QWeight.of(head)
@@ -293,7 +296,8 @@ class LlamaForward:
                            qkv_array, gate_up_array, qkv_first, gate_up_first, o_array, down_array,
                            None if self.qkv_bias is None else self.qkv_bias.data_ptr(),
                            self.attn_norm.data_ptr(), self.mlp_norm.data_ptr(), self.final_norm.data_ptr(),
-                           ctypes.pointer(self._head))
+                           ctypes.pointer(self._head), *(None if n is None else n.data_ptr()
+                                                         for n in (self.q_norm, self.k_norm)))
         self.hidden = qkv[0].in_features
 
     def __call__(self, x: torch.Tensor, start: int, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,

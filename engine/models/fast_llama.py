@@ -207,8 +207,7 @@ class _Weights:
         native GGUF target): built once per head."""
         if not isinstance(head, q4q8.Q4Q8Weight) or any(
                 _q4q8_parts(getattr(layer, name)) is None for layer in self.layers
-                for name in ("qkv", "o", "gate_up", "down")) or self.layers[0].q_norm is not None \
-                or self.head_dim % 16 or self.head_dim > q4q8.MAX_HEAD_DIM or self.heads // self.kv_heads > q4q8.MAX_GROUP:
+                for name in ("qkv", "o", "gate_up", "down")) or self.head_dim % 16 or self.head_dim > q4q8.MAX_HEAD_DIM or self.heads // self.kv_heads > q4q8.MAX_GROUP:
             return None
         key = id(head)
         if key not in self._native:
@@ -216,9 +215,12 @@ class _Weights:
                       for layer, (attn, mlp) in zip(self.layers, self.file_norms)]
             biases = None if self.layers[0].qkv_bias is None else torch.stack([
                 layer.qkv_bias.float() for layer in self.layers])
+            q_norm, k_norm = (None if self.layers[0].q_norm is None else torch.stack([
+                _file_weight(getattr(layer.self_attn, name)) for layer in self._decoder.layers])
+                for name in ("q_norm", "k_norm"))
             self._native[key] = (head, q4q8.LlamaForward(
                 layers, _file_weight(self._decoder.norm), head, heads=self.heads, kv_heads=self.kv_heads,
-                head_dim=self.head_dim, eps=self.eps, qkv_bias=biases))
+                head_dim=self.head_dim, eps=self.eps, qkv_bias=biases, q_norm=q_norm, k_norm=k_norm))
         return self._native[key][1]
 
     def lm_head(self, weight: torch.Tensor, int8: bool) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -45,8 +45,9 @@ PACK_ROWS = 4096  # rows packed at a time: the kernel's packer wants int32 nibbl
 Q = GGMLQuantizationType
 INT4_TYPES = {Q.Q4_0, Q.Q4_1, Q.Q4_K}  # what torch's int4 kernel takes
 KERNEL_TYPES = {Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q4_K, Q.Q5_K, Q.Q6_K}  # what ours takes (kernel_values)
-# The GGUF layouts mapped below: llama.cpp permutes llama's q and k rows, not qwen2's; qwen2 has q/k/v biases.
-ARCHITECTURES = ("llama", "qwen2")
+# The GGUF layouts mapped below: llama.cpp permutes llama's q and k rows, not qwen2's or qwen3's; qwen2 has q/k/v
+# biases, qwen3 RMS-norms each head's q and k.
+ARCHITECTURES = ("llama", "qwen2", "qwen3")
 PERMUTED_QK = ("llama",)
 BIASES = ("attn_q", "attn_k", "attn_v")
 PROJECTIONS = {  # GGUF name in block i -> (module path in a transformers decoder layer)
@@ -54,7 +55,8 @@ PROJECTIONS = {  # GGUF name in block i -> (module path in a transformers decode
     "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
-NORMS = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
+NORMS = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",  # those a file has
+         "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
 # The kernels a native target's projections can run on: our Q4 × Q8 integer kernel (engine.kernels.q4q8) or
 # torch's int4 one, `torch._weight_int4pack_mm_for_cpu`.
 KERNELS = ("q4q8", "torch-int4")
@@ -599,8 +601,10 @@ def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.de
             if bias is not None:
                 module.bias = torch.from_numpy(np.array(bias.data, dtype=np.float32))
             setattr(getattr(layer, owner_name), attr, module)
-        for gguf_name, attr in NORMS.items():
-            _set_norm(getattr(layer, attr), tensors[f"blk.{i}.{gguf_name}.weight"], dtype)
+        for gguf_name, module_path in NORMS.items():
+            tensor = tensors.get(f"blk.{i}.{gguf_name}.weight")
+            if tensor is not None:  # one the model has but the file lacks is named below
+                _set_norm(layer.get_submodule(module_path), tensor, dtype)
     _set_norm(decoder.norm, tensors["output_norm.weight"], dtype)
     embed = tensors["token_embd.weight"]
     decoder.embed_tokens = GGUFEmbedding(np.asarray(embed.data), embed.tensor_type, config.hidden_size, dtype)

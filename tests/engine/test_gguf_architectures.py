@@ -1,0 +1,191 @@
+"""Each architecture the native GGUF loader maps, on a small random-weight file written here with the `gguf`
+package and its metadata: scored as transformers' own loading of the same file (de-quantised) scores it, greedy
+decoding the same 32 tokens, and one row the same bits alone, inside a block and on 1, 2 or 4 threads."""
+import numpy as np
+import pytest
+import torch
+from gguf import GGML_QUANT_SIZES, GGUFWriter
+from gguf import GGMLQuantizationType as Q
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from engine.decoding.caches import CachedModel
+from engine.kernels import q4q8
+from engine.models import gguf_native, loading
+from tests.engine.test_kquants import blocks
+
+VOCAB, HIDDEN, INTERMEDIATE, LAYERS, HEADS, KV_HEADS, HEAD_DIM = 64, 256, 512, 2, 4, 2, 128
+# A Q4_K_M file's mix (llama.cpp's choice): v and down in Q6_K, the rest in Q4_K
+Q4_K_M = {"attn_q": Q.Q4_K, "attn_k": Q.Q4_K, "attn_v": Q.Q6_K, "attn_output": Q.Q4_K, "ffn_gate": Q.Q4_K,
+          "ffn_up": Q.Q4_K, "ffn_down": Q.Q6_K}
+SHAPES = {"attn_q": (HEADS * HEAD_DIM, HIDDEN), "attn_k": (KV_HEADS * HEAD_DIM, HIDDEN),
+          "attn_v": (KV_HEADS * HEAD_DIM, HIDDEN), "attn_output": (HIDDEN, HEADS * HEAD_DIM),
+          "ffn_gate": (INTERMEDIATE, HIDDEN), "ffn_up": (INTERMEDIATE, HIDDEN), "ffn_down": (HIDDEN, INTERMEDIATE)}
+# Types a K-quant file of these architectures holds: each alone, and Q4_K_M's mix
+TYPES = {qtype.name: dict.fromkeys(SHAPES, qtype) for qtype in (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q8_0, Q.Q4_K, Q.Q5_K,
+                                                                Q.Q6_K)} | {"Q4_K_M": Q4_K_M}
+PROMPT = [3, 7, 11, 5, 9, 2, 8, 4]
+EMBED_SCALE = 2e-3  # embeddings of std ~0.1 (Q6_K): the layers' part of the logits is not drowned by the tied head's
+# How far from transformers' logits ours may be, as a share of their spread: int8 activations (a step of max|x|/127
+# per 32 inputs) move them by ~0.3 %; a model without its q/k norms is 3-5 % away.
+CLOSE = 0.01
+K_SCALES = {Q.Q4_K: 1e-4, Q.Q5_K: 5e-5, Q.Q6_K: 5e-4}  # `blocks`' scale for weights of std ~0.02
+
+
+def tensor_bytes(qtype: Q, rows: int, cols: int, seed: int) -> np.ndarray:
+    """A tensor's bytes: `blocks` (gguf's quantiser of Gaussian weights of std 0.02, random K-quant blocks), the
+    K-quants' made alike: scales giving weights of about that size, Q4_K's and Q5_K's dmin set to d times their
+    values' mean, so that a sub-block's weights d·sc·q − dmin·mn centre on d·mean(q)·(sc − mn), as often below zero
+    as above. Random bytes as they come give a tiny model whose greedy choices are won by a few thousandths of the
+    logits' spread, less than Q8 activations move them. The IQ4 types (which gguf cannot quantise): random bytes
+    under a small fp16 d (every bit pattern of their nibbles and scales is valid)."""
+    if qtype in K_SCALES:
+        raw = blocks(qtype, rows, cols, seed=seed, scale=K_SCALES[qtype]).reshape(-1, GGML_QUANT_SIZES[qtype][1])
+        if qtype != Q.Q6_K:
+            mean = 7.5 if qtype == Q.Q4_K else 15.5
+            raw[:, 2:4] = (raw[:, 0:2].copy().view(np.float16) * mean).view(np.uint8)
+        return raw.reshape(rows, -1)
+    if qtype not in (Q.IQ4_NL, Q.IQ4_XS):
+        return blocks(qtype, rows, cols, seed=seed)
+    rng = np.random.default_rng(seed)
+    block, size = GGML_QUANT_SIZES[qtype]
+    raw = rng.integers(0, 256, (rows * cols // block, size), dtype=np.uint8)
+    raw[:, 0:2] = (rng.uniform(0.2, 1.0, (len(raw), 1)) * 1e-3).astype(np.float16).view(np.uint8)
+    return raw.reshape(rows, -1)
+
+
+def write_model(path, architecture: str, types: dict[str, Q], embedding: Q = Q.Q6_K, seed: int = 0) -> None:
+    """A random-weight GGUF of `architecture` with the metadata llama.cpp writes (that transformers reads too):
+    projections of `types`, embeddings of `embedding` tied to the head, norms in float32."""
+    rng = np.random.default_rng(seed)
+    writer = GGUFWriter(str(path), architecture)
+    writer.add_vocab_size(VOCAB)
+    writer.add_context_length(512)
+    writer.add_embedding_length(HIDDEN)
+    writer.add_feed_forward_length(INTERMEDIATE)
+    writer.add_block_count(LAYERS)
+    writer.add_head_count(HEADS)
+    writer.add_head_count_kv(KV_HEADS)
+    writer.add_key_length(HEAD_DIM)
+    writer.add_value_length(HEAD_DIM)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-6)
+
+    def norm(size: int) -> np.ndarray:
+        return (1 + 0.2 * rng.standard_normal(size)).astype(np.float32)
+
+    writer.add_tensor("token_embd.weight", blocks(embedding, VOCAB, HIDDEN, seed=seed + 1, scale=EMBED_SCALE),
+                      raw_dtype=embedding)
+    writer.add_tensor("output_norm.weight", norm(HIDDEN))
+    for i in range(LAYERS):
+        for name, qtype in types.items():
+            raw = tensor_bytes(qtype, *SHAPES[name], seed=seed + 10 * i + len(name))
+            writer.add_tensor(f"blk.{i}.{name}.weight", raw, raw_dtype=qtype)
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", norm(HIDDEN))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", norm(HIDDEN))
+        if architecture == "qwen3":
+            writer.add_tensor(f"blk.{i}.attn_q_norm.weight", norm(HEAD_DIM))
+            writer.add_tensor(f"blk.{i}.attn_k_norm.weight", norm(HEAD_DIM))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def native_and_transformers(tmp_path, architecture: str, types: dict[str, Q]):
+    """The file loaded native (our loader, the config as the app reads it: transformers' from the file) and by
+    transformers itself, de-quantised into float32."""
+    write_model(tmp_path / "m.gguf", architecture, types)
+    config = AutoConfig.from_pretrained(tmp_path, gguf_file="m.gguf")
+    native = gguf_native.load(tmp_path / "m.gguf", config, torch.float32)
+    reference = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="m.gguf", dtype=torch.float32)
+    return native, reference.eval().requires_grad_(False)
+
+
+def greedy(step, prompt: list[int], tokens: int) -> list[int]:
+    """`tokens` greedy tokens after `prompt`, `step(ids, new)` giving the last position's logits."""
+    ids = list(prompt)
+    logits = step(ids, ids)
+    for _ in range(tokens):
+        ids.append(int(logits.argmax()))
+        logits = step(ids, ids[-1:])
+    return ids[len(prompt):]
+
+
+@pytest.mark.parametrize("types", TYPES, ids=list(TYPES))
+def test_a_native_qwen3_scores_and_decodes_as_transformers_loads_the_file(tmp_path, types):
+    native, reference = native_and_transformers(tmp_path, "qwen3", TYPES[types])
+    runner = CachedModel(native, VOCAB)
+    assert runner.cache.native is not None  # the whole forward, q/k norms included, in one kernel call
+    logits = runner.forward(PROMPT, keep=len(PROMPT))
+    expected = reference(input_ids=torch.tensor([PROMPT])).logits[0]
+    assert (logits - expected).abs().max() < CLOSE * (expected.max() - expected.min())
+    assert torch.equal(logits.argmax(-1), expected.argmax(-1))
+    runner.rollback(0)
+    ours = greedy(lambda ids, new: runner.forward(new)[-1], PROMPT, 32)
+    theirs = greedy(lambda ids, new: reference(input_ids=torch.tensor([ids])).logits[0, -1], PROMPT, 32)
+    assert ours == theirs
+
+
+def test_a_qwen3_without_its_q_k_norms_scores_otherwise(tmp_path):
+    """Negative control: the same file with each head's q/k norm weights reset to ones is not transformers'
+    (the kernel reads the norms' float32 `file_weight`)."""
+    native, reference = native_and_transformers(tmp_path, "qwen3", Q4_K_M)
+    for layer in native.model.layers:
+        for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
+            norm.file_weight = torch.ones_like(norm.file_weight)
+    logits = CachedModel(native, VOCAB).forward(PROMPT, keep=len(PROMPT))
+    expected = reference(input_ids=torch.tensor([PROMPT])).logits[0]
+    assert (logits - expected).abs().max() > CLOSE * (expected.max() - expected.min())
+
+
+@pytest.mark.parametrize("types", ["Q4_K_M", "Q8_0"])
+def test_a_native_qwen3_gives_a_row_the_same_bits_alone_in_a_block_and_on_1_2_4_threads(tmp_path, types):
+    write_model(tmp_path / "m.gguf", "qwen3", TYPES[types])
+    config = AutoConfig.from_pretrained(tmp_path, gguf_file="m.gguf")
+    runner = CachedModel(gguf_native.load(tmp_path / "m.gguf", config, torch.float32), VOCAB)
+    tokens = [3, 7, 11, 5, 9, 2, 8, 4, 6, 1] * 8
+    prompt, block = tokens[:70], tokens[70:]  # past a 64-position score tile, more rows than the 8 of a block
+    runner.forward(prompt[:-1])
+    alone = torch.cat([runner.forward([t]) for t in prompt[-1:] + block])
+    threads = torch.get_num_threads()
+    found = {}
+    try:
+        for count in (1, 2, 4):
+            torch.set_num_threads(count)
+            runner.rollback(len(prompt) - 1)
+            found[count] = runner.forward(prompt[-1:] + block, keep=len(block) + 1)
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(logits, alone) for logits in found.values())
+
+
+def test_a_projection_type_the_kernel_does_not_take_is_de_quantised_with_a_notice(tmp_path, monkeypatch, capsys):
+    types = dict(Q4_K_M, attn_q=Q.IQ4_NL, ffn_up=Q.IQ4_XS)
+    write_model(tmp_path / "m.gguf", "qwen3", types)
+    config = AutoConfig.from_pretrained(tmp_path, gguf_file="m.gguf")
+    config.save_pretrained(tmp_path / "metadata")
+    monkeypatch.setattr(loading, "gguf_metadata", lambda path: tmp_path / "metadata")  # no tokenizer in the file
+    model = loading._native_model(str(tmp_path / "m.gguf"), torch.device("cpu"), torch.float32, "native")
+    assert model is None
+    notice = capsys.readouterr().err.strip()
+    assert notice.startswith("specdec: blk.0.attn_q.weight is IQ4_NL; the ")
+    assert notice.endswith(f"{tmp_path / 'm.gguf'} is de-quantised into torch.float32")
+    assert len(notice.splitlines()) == 1
+    # and transformers' de-quantised loading, the fallback's, reads the file
+    reference = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="m.gguf", dtype=torch.float32)
+    assert torch.isfinite(reference(input_ids=torch.tensor([PROMPT])).logits).all()
+
+
+@pytest.mark.skipif(not q4q8.available() or q4q8.isa_name() == "c", reason="the CPU has no AVX2")
+def test_a_native_qwen3_gives_the_same_bits_on_every_instruction_set(tmp_path, monkeypatch):
+    write_model(tmp_path / "m.gguf", "qwen3", Q4_K_M)
+    native = gguf_native.load(tmp_path / "m.gguf", AutoConfig.from_pretrained(tmp_path, gguf_file="m.gguf"),
+                              torch.float32)
+    ids = [3, 7, 11, 5, 9, 2, 8, 4] * 10
+    logits = {}
+    for isa in [name for name, level in q4q8.ISAS.items() if level <= q4q8.ISAS[q4q8.isa_name()]]:
+        monkeypatch.setenv("SPECDEC_Q4Q8_ISA", isa)
+        q4q8.isa.cache_clear()
+        logits[isa] = CachedModel(native, VOCAB).forward(ids, keep=len(ids))
+    q4q8.isa.cache_clear()
+    assert len(logits) >= 2 and all(torch.equal(found, logits["c"]) for found in logits.values())
