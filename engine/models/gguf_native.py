@@ -590,6 +590,11 @@ def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.de
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     decoder = model.model
     decoder.rotary_emb = type(decoder.rotary_emb)(config=config)  # its inverse frequencies were built on meta
+    rope_freqs = tensors.get("rope_freqs.weight")
+    if rope_freqs is not None:  # Llama 3.1+: llama.cpp keeps the llama3 rope as a divisor of each frequency
+        divisors = torch.from_numpy(np.array(rope_freqs.data, dtype=np.float32))
+        decoder.rotary_emb.inv_freq = decoder.rotary_emb.inv_freq / divisors
+        decoder.rotary_emb.original_inv_freq = decoder.rotary_emb.inv_freq.clone()
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     for i, layer in enumerate(decoder.layers):
         for gguf_name, module_path in PROJECTIONS.items():

@@ -28,24 +28,28 @@ EMBED_SCALE = 2e-3  # embeddings of std ~0.1 (Q6_K): the layers' part of the log
 # How far from transformers' logits ours may be, as a share of their spread: int8 activations (a step of max|x|/127
 # per 32 inputs) move them by ~0.3 %; a model without its q/k norms is 3-5 % away.
 CLOSE = 0.01
+# q and k 8x larger than the other weights: attention scores of a few units, so that where a key sits (the rope)
+# matters, as in a trained model; at the others' size every query attends about evenly
+GAINS = {"attn_q": 8.0, "attn_k": 8.0}
 K_SCALES = {Q.Q4_K: 1e-4, Q.Q5_K: 5e-5, Q.Q6_K: 5e-4}  # `blocks`' scale for weights of std ~0.02
 
 
-def tensor_bytes(qtype: Q, rows: int, cols: int, seed: int) -> np.ndarray:
+def tensor_bytes(qtype: Q, rows: int, cols: int, seed: int, gain: float = 1.0) -> np.ndarray:
     """A tensor's bytes: `blocks` (gguf's quantiser of Gaussian weights of std 0.02, random K-quant blocks), the
     K-quants' made alike: scales giving weights of about that size, Q4_K's and Q5_K's dmin set to d times their
     values' mean, so that a sub-block's weights d·sc·q − dmin·mn centre on d·mean(q)·(sc − mn), as often below zero
     as above. Random bytes as they come give a tiny model whose greedy choices are won by a few thousandths of the
-    logits' spread, less than Q8 activations move them. The IQ4 types (which gguf cannot quantise): random bytes
+    logits' spread, less than Q8 activations move them. `gain` scales the weights. The IQ4 types (which gguf cannot quantise): random bytes
     under a small fp16 d (every bit pattern of their nibbles and scales is valid)."""
     if qtype in K_SCALES:
-        raw = blocks(qtype, rows, cols, seed=seed, scale=K_SCALES[qtype]).reshape(-1, GGML_QUANT_SIZES[qtype][1])
+        raw = blocks(qtype, rows, cols, seed=seed, scale=K_SCALES[qtype] * gain).reshape(
+            -1, GGML_QUANT_SIZES[qtype][1])
         if qtype != Q.Q6_K:
             mean = 7.5 if qtype == Q.Q4_K else 15.5
             raw[:, 2:4] = (raw[:, 0:2].copy().view(np.float16) * mean).view(np.uint8)
         return raw.reshape(rows, -1)
     if qtype not in (Q.IQ4_NL, Q.IQ4_XS):
-        return blocks(qtype, rows, cols, seed=seed)
+        return blocks(qtype, rows, cols, seed=seed, scale=1e-3 * gain)
     rng = np.random.default_rng(seed)
     block, size = GGML_QUANT_SIZES[qtype]
     raw = rng.integers(0, 256, (rows * cols // block, size), dtype=np.uint8)
@@ -53,9 +57,11 @@ def tensor_bytes(qtype: Q, rows: int, cols: int, seed: int) -> np.ndarray:
     return raw.reshape(rows, -1)
 
 
-def write_model(path, architecture: str, types: dict[str, Q], embedding: Q = Q.Q6_K, seed: int = 0) -> None:
+def write_model(path, architecture: str, types: dict[str, Q], embedding: Q = Q.Q6_K, seed: int = 0,
+                rope_freqs: np.ndarray | None = None) -> None:
     """A random-weight GGUF of `architecture` with the metadata llama.cpp writes (that transformers reads too):
-    projections of `types`, embeddings of `embedding` tied to the head, norms in float32."""
+    projections of `types`, embeddings of `embedding` tied to the head, norms in float32, and `rope_freqs` where
+    given (a Llama 3.1+ file's)."""
     rng = np.random.default_rng(seed)
     writer = GGUFWriter(str(path), architecture)
     writer.add_vocab_size(VOCAB)
@@ -65,6 +71,7 @@ def write_model(path, architecture: str, types: dict[str, Q], embedding: Q = Q.Q
     writer.add_block_count(LAYERS)
     writer.add_head_count(HEADS)
     writer.add_head_count_kv(KV_HEADS)
+    writer.add_rope_dimension_count(HEAD_DIM)  # transformers' head_dim for llama (qwen3's is its default, 128)
     writer.add_key_length(HEAD_DIM)
     writer.add_value_length(HEAD_DIM)
     writer.add_rope_freq_base(10000.0)
@@ -76,9 +83,11 @@ def write_model(path, architecture: str, types: dict[str, Q], embedding: Q = Q.Q
     writer.add_tensor("token_embd.weight", blocks(embedding, VOCAB, HIDDEN, seed=seed + 1, scale=EMBED_SCALE),
                       raw_dtype=embedding)
     writer.add_tensor("output_norm.weight", norm(HIDDEN))
+    if rope_freqs is not None:
+        writer.add_tensor("rope_freqs.weight", rope_freqs)
     for i in range(LAYERS):
         for name, qtype in types.items():
-            raw = tensor_bytes(qtype, *SHAPES[name], seed=seed + 10 * i + len(name))
+            raw = tensor_bytes(qtype, *SHAPES[name], seed=seed + 10 * i + len(name), gain=GAINS.get(name, 1.0))
             writer.add_tensor(f"blk.{i}.{name}.weight", raw, raw_dtype=qtype)
         writer.add_tensor(f"blk.{i}.attn_norm.weight", norm(HIDDEN))
         writer.add_tensor(f"blk.{i}.ffn_norm.weight", norm(HIDDEN))
@@ -91,10 +100,10 @@ def write_model(path, architecture: str, types: dict[str, Q], embedding: Q = Q.Q
     writer.close()
 
 
-def native_and_transformers(tmp_path, architecture: str, types: dict[str, Q]):
+def native_and_transformers(tmp_path, architecture: str, types: dict[str, Q], **written):
     """The file loaded native (our loader, the config as the app reads it: transformers' from the file) and by
     transformers itself, de-quantised into float32."""
-    write_model(tmp_path / "m.gguf", architecture, types)
+    write_model(tmp_path / "m.gguf", architecture, types, **written)
     config = AutoConfig.from_pretrained(tmp_path, gguf_file="m.gguf")
     native = gguf_native.load(tmp_path / "m.gguf", config, torch.float32)
     reference = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="m.gguf", dtype=torch.float32)
@@ -189,3 +198,73 @@ def test_a_native_qwen3_gives_the_same_bits_on_every_instruction_set(tmp_path, m
         logits[isa] = CachedModel(native, VOCAB).forward(ids, keep=len(ids))
     q4q8.isa.cache_clear()
     assert len(logits) >= 2 and all(torch.equal(found, logits["c"]) for found in logits.values())
+
+
+# ---------------------------------------------------------------------------------------------------- llama
+
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+
+
+def llama3_rope_freqs() -> np.ndarray:
+    """The divisor of each rope frequency that llama.cpp's converter writes as rope_freqs.weight for a Llama 3.1+
+    model (convert_hf_to_gguf, LlamaModel.generate_extra_tensors), for LLAMA3_ROPE."""
+    freqs = 1.0 / (LLAMA3_ROPE["rope_theta"] ** (np.arange(0, HEAD_DIM, 2, dtype=np.float32) / HEAD_DIM))
+    old, low, high = (LLAMA3_ROPE[k] for k in ("original_max_position_embeddings", "low_freq_factor",
+                                               "high_freq_factor"))
+    factors = []
+    for wavelen in 2 * np.pi / freqs:
+        if wavelen < old / high:
+            factors.append(1.0)
+        elif wavelen > old / low:
+            factors.append(LLAMA3_ROPE["factor"])
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / LLAMA3_ROPE["factor"] + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
+def with_rope(model, rope_parameters: dict):
+    """`model` rotating with `rope_parameters` (transformers' GGUF reader leaves a llama file's rope_freqs out)."""
+    config = type(model.config).from_dict({**model.config.to_dict(), "rope_parameters": rope_parameters})
+    model.model.rotary_emb = type(model.model.rotary_emb)(config=config)
+    return model
+
+
+@pytest.mark.parametrize("types", ["Q4_K_M", "Q8_0"])
+def test_a_native_llama_scores_and_decodes_as_transformers_loads_the_file(tmp_path, types):
+    native, reference = native_and_transformers(tmp_path, "llama", TYPES[types])
+    runner = CachedModel(native, VOCAB)
+    assert runner.cache.native is not None
+    logits = runner.forward(PROMPT, keep=len(PROMPT))
+    expected = reference(input_ids=torch.tensor([PROMPT])).logits[0]
+    assert (logits - expected).abs().max() < CLOSE * (expected.max() - expected.min())
+    runner.rollback(0)
+    ours = greedy(lambda ids, new: runner.forward(new)[-1], PROMPT, 32)
+    theirs = greedy(lambda ids, new: reference(input_ids=torch.tensor([ids])).logits[0, -1], PROMPT, 32)
+    assert ours == theirs
+
+
+def test_a_native_llama_3_file_rotates_as_transformers_llama3_rope(tmp_path):
+    native, reference = native_and_transformers(tmp_path, "llama", Q4_K_M, rope_freqs=llama3_rope_freqs())
+    with_rope(reference, LLAMA3_ROPE)
+    runner = CachedModel(native, VOCAB)
+    assert runner.cache.native is not None
+    ids = PROMPT * 6  # past the original 64 positions' shortest scaled wavelength
+    logits = runner.forward(ids, keep=len(ids))
+    expected = reference(input_ids=torch.tensor([ids])).logits[0]
+    assert (logits - expected).abs().max() < CLOSE * (expected.max() - expected.min())
+    runner.rollback(0)
+    ours = greedy(lambda ids, new: runner.forward(new)[-1], PROMPT, 32)
+    theirs = greedy(lambda ids, new: reference(input_ids=torch.tensor([ids])).logits[0, -1], PROMPT, 32)
+    assert ours == theirs
+
+
+def test_a_llama_3_file_read_without_its_rope_freqs_scores_otherwise(tmp_path):
+    """Negative control: the plain rope (what transformers' GGUF reader gives a Llama 3.1+ file) is not the
+    model's."""
+    native, reference = native_and_transformers(tmp_path, "llama", Q4_K_M, rope_freqs=llama3_rope_freqs())
+    ids = PROMPT * 6
+    logits = CachedModel(native, VOCAB).forward(ids, keep=len(ids))
+    expected = reference(input_ids=torch.tensor([ids])).logits[0]
+    assert (logits - expected).abs().max() > CLOSE * (expected.max() - expected.min())
