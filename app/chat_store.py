@@ -7,6 +7,7 @@ the reply it was writing comes back as a stopped reply with every round that was
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import sqlite3
 import types
@@ -91,6 +92,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
 
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+CHAT_TABLES = ("chats", "turns", "rounds")  # every schema from version 1 on has them
+# Ids past the last chat a scan of a damaged file read are looked up one by one up to its largest id, at most this
+# many (a lookup is a few microseconds): a largest id read from a damaged page may be any number.
+RECOVERY_LOOKUPS = 1_000_000
 
 
 class ChatStoreError(Exception):
@@ -191,8 +196,7 @@ def title_for(request: ReplyRequest) -> str:
 def connect_read_only(path: Path) -> sqlite3.Connection:
     """A connection that cannot change the file. A WAL database in a folder that cannot be written has no
     shared-memory file to read through, so it is then read as immutable (nothing else can write there either)."""
-    uri = path.resolve().as_uri()
-    db = sqlite3.connect(f"{uri}?mode=ro", uri=True)
+    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     try:
         db.execute("PRAGMA user_version")
         return db
@@ -200,7 +204,42 @@ def connect_read_only(path: Path) -> sqlite3.Connection:
         db.close()
         if not cannot_write(exc):
             raise
-        return sqlite3.connect(f"{uri}?immutable=1", uri=True)
+        return connect_immutable(path)
+
+
+def connect_immutable(path: Path) -> sqlite3.Connection:
+    """A connection that reads the file alone, as it is: no lock, no -wal or -shm file made or read."""
+    return sqlite3.connect(f"{path.resolve().as_uri()}?immutable=1", uri=True)
+
+
+def intact_version(db: sqlite3.Connection) -> int:
+    """The schema version of a database whose pages SQLite finds whole and which has the chat tables its version
+    promises; raises DamagedFile otherwise."""
+    # quick_check reads every page: damage deep in the file is found now, not on a later read
+    if (result := db.execute("PRAGMA quick_check").fetchone()[0]) != "ok":
+        raise DamagedFile(result)
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if version and (missing := [table for table in CHAT_TABLES if table not in tables]):
+        raise DamagedFile(f"schema {version} but missing tables: {', '.join(missing)}")
+    return version
+
+
+def chat_ids(source: sqlite3.Connection):
+    """The ids of a damaged database's chats worth looking up: those a scan reads before it meets the damage, then
+    every id up to the largest (a lookup by id walks only the pages on its own path)."""
+    ids = []
+    try:
+        ids.extend(chat_id for (chat_id,) in source.execute("SELECT id FROM chats ORDER BY id"))
+        return ids
+    except sqlite3.DatabaseError:
+        pass
+    try:
+        last = source.execute("SELECT max(id) FROM chats").fetchone()[0] or 0
+    except sqlite3.DatabaseError:
+        return ids
+    first = ids[-1] + 1 if ids else 1
+    return itertools.chain(ids, range(first, min(last, first + RECOVERY_LOOKUPS) + 1))
 
 
 def cannot_write(exc: sqlite3.Error) -> bool:
@@ -225,10 +264,11 @@ class ChatStore:
         if folder.exists() and not folder.is_dir():
             raise ChatStoreError(f"{folder} is a file, not a folder: chats are kept in memory (give a folder)")
         folder.mkdir(parents=True, exist_ok=True)
+        damaged: tuple[Path, DamagedFile] | None = None
         try:
             version = self._version_on_disk()
         except DamagedFile as exc:
-            self._move_aside(exc)
+            damaged = self._move_aside(exc), exc
             version = 0
         except sqlite3.Error as exc:
             raise ChatStoreError(f"{path} is not a readable chat database ({exc})") from exc
@@ -250,6 +290,10 @@ class ChatStore:
             self._open_read_only(version)
         except sqlite3.DatabaseError as exc:
             raise ChatStoreError(f"{path} is not a readable chat database ({exc})") from exc
+        if damaged is not None:
+            aside, exc = damaged
+            self.notice = (f"{path} was damaged ({exc}): it was moved to {aside.name} and a new chat database "
+                           f"started with the chats that could still be read from it ({self._recover(aside)})")
 
     def _version_on_disk(self) -> int:
         """The file's schema version, read without writing anything (0: no file yet, or an empty one); raises
@@ -259,18 +303,15 @@ class ChatStore:
             return 0
         with path.open("rb") as f:
             header = f.read(100)
-        # A newer schema is refused from the file's own header (user_version: 4 bytes at 60): even a read-only
-        # SQLite connection to a WAL database leaves -wal and -shm files beside it.
-        if header.startswith(SQLITE_MAGIC) and len(header) == 100:
-            if (stamped := int.from_bytes(header[60:64], "big")) > SCHEMA_VERSION:
-                return stamped
+        # A file whose header (user_version: 4 bytes at 60) says it is newer is read alone, as it is: even a
+        # read-only connection to a WAL database leaves -wal and -shm files beside it. Its pages are checked before
+        # its number is believed: damage that reaches the header makes any number of those 4 bytes.
+        newer = (header.startswith(SQLITE_MAGIC) and len(header) == 100
+                 and int.from_bytes(header[60:64], "big") > SCHEMA_VERSION)
         try:
-            db = connect_read_only(path)
+            db = connect_immutable(path) if newer else connect_read_only(path)
             try:
-                # quick_check reads every page: damage deep in the file is found now, not on a later read
-                if (result := db.execute("PRAGMA quick_check").fetchone()[0]) != "ok":
-                    raise DamagedFile(result)
-                return db.execute("PRAGMA user_version").fetchone()[0]
+                return intact_version(db)
             finally:
                 db.close()
         except sqlite3.DatabaseError as exc:
@@ -278,8 +319,9 @@ class ChatStore:
                 raise DamagedFile(str(exc)) from exc
             raise
 
-    def _move_aside(self, exc: DamagedFile) -> None:
-        """Rename a damaged database (and its journal files) to a dated name beside it, to start afresh."""
+    def _move_aside(self, exc: DamagedFile) -> Path:
+        """Rename a damaged database (and its journal files) to a dated name beside it, to start afresh; the
+        name it has now."""
         path = Path(self.path)
         aside = path.with_name(f"{path.stem}.damaged-{datetime.now():%Y%m%d-%H%M%S}{path.suffix}")
         try:
@@ -290,7 +332,52 @@ class ChatStore:
         except OSError as error:
             raise ChatStoreError(f"{path} is damaged ({exc}) and could not be moved aside ({error.strerror}): "
                                  "chats are kept in memory") from exc
-        self.notice = f"{path} was damaged ({exc}): it was moved to {aside.name} and a new chat database started"
+        return aside
+
+    def _recover(self, damaged: Path) -> int:
+        """Copy each chat of the damaged database that still reads whole (its row, turns and rounds, and the
+        records they make) into this fresh one, with its ids; the number copied. A chat any part of which cannot
+        be read is left in the damaged file only."""
+        try:
+            source = connect_read_only(damaged)
+        except sqlite3.DatabaseError:
+            return 0
+        recovered = 0
+        try:
+            columns = {table: self._shared_columns(source, table) for table in CHAT_TABLES}
+            if not all(columns.values()):
+                return 0
+            chats, turns, rounds = (", ".join(columns[table]) for table in CHAT_TABLES)
+            for chat_id in chat_ids(source):
+                try:
+                    chat = source.execute(f"SELECT {chats} FROM chats WHERE id = ?", (chat_id,)).fetchall()
+                    chat_turns = source.execute(f"SELECT {turns} FROM turns WHERE chat_id = ?", (chat_id,)).fetchall()
+                    chat_rounds = source.execute(f"SELECT {rounds} FROM rounds WHERE turn_id IN "
+                                                 "(SELECT id FROM turns WHERE chat_id = ?)", (chat_id,)).fetchall()
+                except sqlite3.DatabaseError:
+                    continue
+                if not chat:
+                    continue
+                try:
+                    with self.db:
+                        for table, rows in zip(CHAT_TABLES, (chat, chat_turns, chat_rounds)):
+                            marks = ", ".join("?" * len(columns[table]))
+                            self.db.executemany(f"INSERT INTO {table} ({', '.join(columns[table])}) VALUES ({marks})",
+                                                rows)
+                        self._load_chat(chat_id)  # rolled back unless it reads back as a chat
+                    recovered += 1
+                except (sqlite3.DatabaseError, ValueError, KeyError, TypeError):
+                    continue
+        except sqlite3.DatabaseError:
+            pass  # the damaged file's schema cannot be read: nothing in it can be
+        finally:
+            source.close()
+        return recovered
+
+    def _shared_columns(self, source: sqlite3.Connection, table: str) -> list[str]:
+        """The columns of `table` that both the damaged database and this one have (it may be older, or newer)."""
+        ours = {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
+        return [row[1] for row in source.execute(f"PRAGMA table_info({table})") if row[1] in ours]
 
     def _open_writable(self) -> None:
         db = sqlite3.connect(str(self.path))

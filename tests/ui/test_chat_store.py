@@ -19,7 +19,7 @@ import pytest
 
 from engine.events import (DecodeSettings, DraftedToken, EmittedToken, Fate, ModelInfo, PairInfo, RoundEvent,
                            TokenProb)
-from app.chat_store import MIGRATIONS, SCHEMA_VERSION, ChatRecorder, ChatStore, ChatStoreError
+from app.chat_store import MIGRATIONS, SCHEMA_VERSION, SQLITE_MAGIC, ChatRecorder, ChatStore, ChatStoreError
 from app.session import Comparison, Reply, ReplyRequest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -285,7 +285,7 @@ def test_a_damaged_database_is_moved_aside_and_a_fresh_one_started(tmp_path):
     [aside] = tmp_path.glob("chats.damaged-*.sqlite3")
     assert aside.read_bytes() == damaged  # the old file whole, where the notice says
     assert store.notice == (f"{path} was damaged (file is not a database): it was moved to {aside.name} and a new "
-                            "chat database started")
+                            "chat database started with the chats that could still be read from it (0)")
     recorder = ChatRecorder(store)  # the next chat is saved
     recorder.turn_started(0, request("hi"), None)
     store.close()
@@ -293,20 +293,93 @@ def test_a_damaged_database_is_moved_aside_and_a_fresh_one_started(tmp_path):
     assert reopened.notice is None and [c.title for c in reopened.list_chats()] == ["hi"]
 
 
-def test_a_database_with_a_malformed_page_is_moved_aside(tmp_path):
-    path = tmp_path / "chats.sqlite3"
-    recorder = ChatRecorder(ChatStore(path))
+def database_of_20_chats(path: Path) -> dict[int, object]:
+    """A chats database of 20 one-reply chats, each a few pages long; each chat as it loads, by id."""
+    store = ChatStore(path)
+    recorder = ChatRecorder(store)
     for i in range(20):
         recorder.new_chat()
-        recorder.turn_started(0, request(f"chat {i} " + "x" * 2000), None)
-    recorder.store.close()
+        ask = request(f"chat {i} " + "x" * 2000)
+        recorder.turn_started(0, ask, PAIR)
+        events = tuple(round_event(r) for r in range(3))
+        for event in events:
+            recorder.round_finished(event)
+        recorder.reply_finished(Reply(ask, events, "ababab", False))
+    chats = {c.id: store.load_chat(c.id) for c in store.list_chats()}
+    store.close()
+    return chats
+
+
+def damage_page(path: Path, at: float, header: bytes | None = None) -> bytes:
+    """Overwrite the page `at` (0 to 1) of the way into the file with 0xff, and the header's first 100 bytes with
+    `header` if given; the file's new bytes."""
     data = bytearray(path.read_bytes())
     page = int.from_bytes(data[16:18], "big")
-    data[2 * page: 3 * page] = b"\xff" * page  # the third page, inside a table's b-tree
+    n = int(len(data) // page * at)
+    data[n * page:(n + 1) * page] = b"\xff" * page
+    if header is not None:
+        data[:100] = header
     path.write_bytes(bytes(data))
+    return bytes(data)
+
+
+def assert_moved_aside_with_the_readable_chats(path: Path, damaged: bytes, chats: dict[int, object]) -> None:
     store = ChatStore(path)
-    assert "was damaged" in store.notice and "moved to chats.damaged-" in store.notice
-    assert store.list_chats() == []
+    [aside] = path.parent.glob("chats.damaged-*.sqlite3")
+    assert aside.read_bytes() == damaged  # kept as it was, where the notice says
+    assert "was damaged" in store.notice and f"it was moved to {aside.name}" in store.notice
+    recovered = {c.id: store.load_chat(c.id) for c in store.list_chats()}
+    assert 10 <= len(recovered) < len(chats)  # the page lost a chat or two, not the rest
+    assert store.notice.endswith(f"with the chats that could still be read from it ({len(recovered)})")
+    assert all(chat == chats[i] for i, chat in recovered.items())  # each one whole, ids kept
+    recorder = ChatRecorder(store)  # the fresh database saves the next chat beside them
+    recorder.turn_started(0, request("after the damage"), None)
+    store.close()
+    reopened = ChatStore(path)
+    assert reopened.notice is None and len(reopened.list_chats()) == len(recovered) + 1
+
+
+def test_a_database_with_a_malformed_page_is_moved_aside_with_its_readable_chats(tmp_path):
+    path = tmp_path / "chats.sqlite3"
+    chats = database_of_20_chats(path)
+    damaged = damage_page(path, 0.5)
+    assert damaged[60:64] == SCHEMA_VERSION.to_bytes(4, "big")  # the header kept
+    assert_moved_aside_with_the_readable_chats(path, damaged, chats)
+
+
+def test_a_damaged_database_whose_header_claims_a_newer_schema_is_moved_aside(tmp_path):
+    """Damage reaching the header's user_version makes any number of it: the pages are checked before it is
+    believed."""
+    path = tmp_path / "chats.sqlite3"
+    chats = database_of_20_chats(path)
+    header = bytearray(path.read_bytes()[:100])
+    header[60:64] = (1469548517).to_bytes(4, "big")
+    damaged = damage_page(path, 0.5, bytes(header))
+    assert_moved_aside_with_the_readable_chats(path, damaged, chats)
+
+
+def test_the_sqlite_magic_followed_by_noise_is_moved_aside_not_taken_for_a_newer_schema(tmp_path):
+    path = tmp_path / "chats.sqlite3"
+    noise = SQLITE_MAGIC + random.Random(1).randbytes(64 * 1024)
+    assert int.from_bytes(noise[60:64], "big") > SCHEMA_VERSION
+    path.write_bytes(noise)
+    store = ChatStore(path)
+    [aside] = tmp_path.glob("chats.damaged-*.sqlite3")
+    assert aside.read_bytes() == noise
+    assert "was damaged (file is not a database)" in store.notice
+    ChatRecorder(store).turn_started(0, request("hi"), None)
+    assert [c.title for c in store.list_chats()] == ["hi"]
+
+
+def test_a_database_stamped_newer_without_the_chat_tables_is_moved_aside(tmp_path):
+    """Whole pages, but not a chats database: its number is no newer release's."""
+    path = tmp_path / "chats.sqlite3"
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE TABLE notes (x)")
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    store = ChatStore(path)
+    assert f"was damaged (schema {SCHEMA_VERSION + 1} but missing tables: chats, turns, rounds)" in store.notice
+    assert len(list(tmp_path.glob("chats.damaged-*.sqlite3"))) == 1
 
 
 READ_ONLY = textwrap.dedent("""
