@@ -1,4 +1,5 @@
-"""A lean decode-time forward for Llama-family models (Llama 3, SmolLM2, Qwen2, Qwen3): the engine's fast path.
+"""A lean decode-time forward for Llama-family models (Llama 3, SmolLM2, Qwen2, Qwen3, Phi-3): the engine's fast
+path.
 
 transformers' forward is general: every call builds masks and position tensors, and its DynamicCache grows by
 concatenation. Decoding feeds 1 to γ+1 tokens at a time, so that bookkeeping is a large share of a step
@@ -28,7 +29,8 @@ import torch.nn.functional as F
 from engine.kernels import q4q8
 from engine.models import gguf_native
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3")  # qwen2: q/k/v biases, which `_Layer.qkv_bias` adds
+# qwen2: q/k/v biases, which `_Layer.qkv_bias` adds; phi3: q/k/v and gate/up already fused
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3")
 POSITION_ONLY_ROPE = ("default", "linear", "llama3")  # RoPE whose angles depend on the position alone
 INT8_ALIGNMENT = 16  # the CPU int8 kernel returns garbage unless the input width is a multiple of 16 (measured)
 # The longest block a decoding round feeds: γ ≤ 64 drafts (DecodeSettings) and the position after them. Blocks up
@@ -52,9 +54,14 @@ def supports(model) -> bool:
     layer_types = getattr(config, "layer_types", None) or []
     devices = {p.device for p in model.parameters()}
     rope = getattr(getattr(getattr(model, "model", None), "rotary_emb", None), "rope_type", None)  # GPT-2 has no .model
+    rotated = (getattr(config, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0)  # of each head
+    # layers with a sliding window: those its layer types name, or every layer where a config has a window and no
+    # layer types (Phi-3's)
+    windowed = any(t != "full_attention" for t in layer_types) or (
+        not layer_types and getattr(config, "sliding_window", None) is not None)
     return (config.model_type in ARCHITECTURES and not getattr(config, "attention_bias", False)
             and not getattr(config, "mlp_bias", False) and getattr(config, "hidden_act", "silu") == "silu"
-            and all(t == "full_attention" for t in layer_types) and rope in POSITION_ONLY_ROPE
+            and not windowed and rope in POSITION_ONLY_ROPE and rotated == 1.0
             and len(devices) == 1 and next(iter(devices)).type != "meta")
 
 
@@ -179,15 +186,17 @@ class _Weights:
         self.layers = []
         for layer in decoder.layers:
             attn, mlp = layer.self_attn, layer.mlp
+            qkv = [attn.qkv_proj] if hasattr(attn, "qkv_proj") else [attn.q_proj, attn.k_proj, attn.v_proj]
             self.layers.append(_Layer(
                 attn_norm=layer.input_layernorm.weight,
-                qkv=_projection([attn.q_proj, attn.k_proj, attn.v_proj], int8),
-                qkv_bias=_bias([attn.q_proj, attn.k_proj, attn.v_proj]),
+                qkv=_projection(qkv, int8),
+                qkv_bias=_bias(qkv),
                 q_norm=attn.q_norm.weight if hasattr(attn, "q_norm") else None,
                 k_norm=attn.k_norm.weight if hasattr(attn, "k_norm") else None,
                 o=_projection([attn.o_proj], int8),
                 mlp_norm=layer.post_attention_layernorm.weight,
-                gate_up=_projection([mlp.gate_proj, mlp.up_proj], int8),
+                gate_up=_projection([mlp.gate_up_proj] if hasattr(mlp, "gate_up_proj") else [mlp.gate_proj,
+                                                                                              mlp.up_proj], int8),
                 down=_projection([mlp.down_proj], int8),
             ))
         down, native = self.layers[0].down, decoder.layers[0].mlp.down_proj
@@ -207,7 +216,8 @@ class _Weights:
         native GGUF target): built once per head."""
         if not isinstance(head, q4q8.Q4Q8Weight) or any(
                 _q4q8_parts(getattr(layer, name)) is None for layer in self.layers
-                for name in ("qkv", "o", "gate_up", "down")) or self.head_dim % 16 or self.head_dim > q4q8.MAX_HEAD_DIM or self.heads // self.kv_heads > q4q8.MAX_GROUP:
+                for name in ("qkv", "o", "gate_up", "down")) or self.head_dim % 16 \
+                or self.head_dim > q4q8.MAX_HEAD_DIM or self.heads // self.kv_heads > q4q8.MAX_GROUP:
             return None
         key = id(head)
         if key not in self._native:

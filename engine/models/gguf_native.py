@@ -45,9 +45,9 @@ PACK_ROWS = 4096  # rows packed at a time: the kernel's packer wants int32 nibbl
 Q = GGMLQuantizationType
 INT4_TYPES = {Q.Q4_0, Q.Q4_1, Q.Q4_K}  # what torch's int4 kernel takes
 KERNEL_TYPES = {Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q4_K, Q.Q5_K, Q.Q6_K}  # what ours takes (kernel_values)
-# The GGUF layouts mapped below: llama.cpp permutes llama's q and k rows, not qwen2's or qwen3's; qwen2 has q/k/v
-# biases, qwen3 RMS-norms each head's q and k.
-ARCHITECTURES = ("llama", "qwen2", "qwen3")
+# The GGUF layouts mapped below: llama.cpp permutes llama's q and k rows, not qwen2's, qwen3's or phi3's; qwen2 has
+# q/k/v biases, qwen3 RMS-norms each head's q and k, phi3 keeps q/k/v and gate/up fused.
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3")
 PERMUTED_QK = ("llama",)
 BIASES = ("attn_q", "attn_k", "attn_v")
 PROJECTIONS = {  # GGUF name in block i -> (module path in a transformers decoder layer)
@@ -55,6 +55,8 @@ PROJECTIONS = {  # GGUF name in block i -> (module path in a transformers decode
     "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+FUSED_PROJECTIONS = {"attn_qkv": "self_attn.qkv_proj", "attn_output": "self_attn.o_proj",  # phi3's
+                     "ffn_up": "mlp.gate_up_proj", "ffn_down": "mlp.down_proj"}
 NORMS = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",  # those a file has
          "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
 # The kernels a native target's projections can run on: our Q4 × Q8 integer kernel (engine.kernels.q4q8) or
@@ -487,10 +489,14 @@ def check(tensors: dict, architecture: str, device: torch.device, kernel: str = 
         raise NotNative(f"native GGUF weights run on our CPU kernels, not on {device.type}")
     if architecture not in ARCHITECTURES:
         raise NotNative(f"native GGUF weights cover {', '.join(ARCHITECTURES)}, not {architecture}")
+    if "rope_factors_long.weight" in tensors:
+        raise NotNative("its rope is LongRoPE (rope_factors_long/short.weight), which the native forward does not "
+                        "apply")
     ours = kernel == "q4q8" and q4q8.available()
     types = KERNEL_TYPES if ours else INT4_TYPES
+    projections = PROJECTIONS | FUSED_PROJECTIONS
     for name, tensor in tensors.items():
-        if name.startswith("blk.") and name.endswith(".weight") and name.split(".")[2] in PROJECTIONS \
+        if name.startswith("blk.") and name.endswith(".weight") and name.split(".")[2] in projections \
                 and tensor.tensor_type not in types:
             taken = ", ".join(sorted(t.name for t in types))
             raise NotNative(f"{name} is {tensor.tensor_type.name}; the {'q4q8' if ours else 'int4'} kernel takes "
@@ -597,7 +603,8 @@ def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.de
         decoder.rotary_emb.original_inv_freq = decoder.rotary_emb.inv_freq.clone()
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     for i, layer in enumerate(decoder.layers):
-        for gguf_name, module_path in PROJECTIONS.items():
+        for gguf_name, module_path in (FUSED_PROJECTIONS if hasattr(layer.self_attn, "qkv_proj")
+                                       else PROJECTIONS).items():
             order = {"attn_q": heads, "attn_k": kv_heads}.get(gguf_name) if architecture in PERMUTED_QK else None
             tensor = tensors[f"blk.{i}.{gguf_name}.weight"]
             owner_name, attr = module_path.split(".")

@@ -1,7 +1,7 @@
 """The fast Llama-family forward against transformers' own, and the fallback for what it does not cover."""
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from engine.kernels import q4q8
 from engine.models import fast_llama
@@ -15,6 +15,9 @@ def build(kind: str, seed: int = 0):
     torch.manual_seed(seed)
     if kind == "qwen3":
         model = Qwen3ForCausalLM(Qwen3Config(**SHAPE, head_dim=16))
+    elif kind.startswith("phi3"):  # fused q/k/v and gate/up; -window: a sliding window, -partial: a partial rope
+        model = Phi3ForCausalLM(Phi3Config(**SHAPE, pad_token_id=0, sliding_window=8 if kind == "phi3-window" else None,
+                                           partial_rotary_factor=0.5 if kind == "phi3-partial" else 1.0))
     elif kind == "llama3-rope":
         model = LlamaForCausalLM(LlamaConfig(**SHAPE, rope_parameters={
             "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
@@ -24,7 +27,7 @@ def build(kind: str, seed: int = 0):
     return model.eval().requires_grad_(False)
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen3", "llama3-rope"])
+@pytest.mark.parametrize("kind", ["llama", "qwen3", "llama3-rope", "phi3"])
 def test_fast_forward_matches_transformers_through_steps_blocks_and_rollback(kind):
     model = build(kind)
     runner = CachedModel(model, 64)
@@ -48,6 +51,12 @@ def test_the_cache_grows_past_its_first_allocation_without_changing_the_logits()
     last = [runner.forward([token])[0] for token in ids[250:]]  # crosses the initial 256 positions
     reference = model(torch.tensor([ids])).logits[0, 250:]
     assert torch.allclose(torch.stack(last), reference, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["phi3-window", "phi3-partial"])
+def test_a_sliding_window_or_a_partial_rope_is_not_taken_for_the_fast_forward(kind):
+    assert fast_llama.supports(build("phi3"))
+    assert not fast_llama.supports(build(kind))
 
 
 def test_unsupported_architectures_fall_back_to_the_transformers_forward():
