@@ -610,26 +610,9 @@ def served_name(name: str, engine: str) -> str:
     return {"embedded": str(embedded.target_dir()), "embedded-draft": str(embedded.draft_dir())}.get(name, name)
 
 
-def bench_choice(path: Path) -> dict:
-    """From a bench's results.json: target, draft and the recommendation across drafters, else the best
-    predicted one of any method."""
-    try:
-        result = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"--from-bench {path}: not a bench's results.json ({exc})") from None
-    found = result.get("recommendations") or []
-    if not found:
-        raise ValueError(f"--from-bench {path}: no recommendation in it (run the bench at several --gammas)")
-    across = [r for r in found if r["method"] == "drafters"]
-    advice = (across or sorted(found, key=lambda r: -r["recommended"]["speedup"]))[0]["recommended"]
-    env = result.get("env", {})
-    return {"target": (env.get("target") or {}).get("name"), "draft": (env.get("draft") or {}).get("name"),
-            "gamma": advice["gamma"], "drafting": advice["drafting"], "stop_below": advice["stop_below"]}
-
-
 def cmd_export_serving(args) -> int:
     from engine.events import Drafting
-    from engine.serving import TunedPair, export
+    from engine.serving import TunedPair, bench_choice, export
 
     chosen = {"target": None, "draft": None, "gamma": args.gamma, "drafting": args.drafters,
               "stop_below": args.stop_below}

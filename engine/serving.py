@@ -1,6 +1,6 @@
 """The tuned pair for the engines users deploy on: the pair, γ and drafter settings written as a vLLM
 `speculative_config` (and its server command), llama-server flags, and transformers `generate()` kwargs, each in
-that engine's own format. No torch here.
+that engine's own format, from the options or a bench's recommendation. No torch here.
 
 Our drafting knobs map onto theirs only so far: a round of ours stops drafting once the chance that it keeps its
 next draft falls below `stop_below` (engine.decoding.recommend); llama-server's --draft-p-min and transformers'
@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from engine.choices import DRAFTINGS
 from engine.events import Drafting
 
 ENGINES = ("vllm", "llama-server", "transformers")
@@ -25,6 +27,28 @@ CHECKED_AGAINST = {
     "transformers": "transformers 5.24.0 (GenerationConfig, GenerationMixin.generate)",
 }
 LOOKUP_NGRAM = 3  # engine.decoding.drafters.LOOKUP_NGRAM: a copy follows a match of the last 3 tokens
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# What a bench recommendation (engine.decoding.recommend, as_dict) must give an export: each field, the check its
+# value must pass, and what the check asks for
+RECOMMENDED_FIELDS = {
+    "drafting": (lambda value: value in DRAFTINGS, f"one of {', '.join(DRAFTINGS)}"),
+    "gamma": (_whole, "a whole number"),
+    "stop_below": (_number, "a number"),
+    "speedup": (_number, "a number"),
+}
+
+
+class BenchFileError(ValueError):
+    """A --from-bench file that is not a bench's results.json: the message names the file and what it lacks."""
 
 
 @dataclass(frozen=True)
@@ -137,3 +161,46 @@ def export(pair: TunedPair, engine: str) -> Export:
         raise ValueError(f"drafting with {pair.drafting.value} needs a draft model")
     return {"vllm": vllm_export, "llama-server": llama_server_export,
             "transformers": transformers_export}[engine](pair)
+
+
+def bench_choice(path: Path) -> dict:
+    """From a bench's results.json (engine.benchmark.bench writes it): target, draft and the recommendation across
+    drafters, else the best predicted one of any method. A file that does not read as one raises BenchFileError."""
+    def lacks(what: str) -> BenchFileError:
+        return BenchFileError(f"--from-bench {path}: not a bench's results.json: {what}")
+
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BenchFileError(f"--from-bench {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise lacks(f"not JSON ({exc})") from None
+    if not isinstance(result, dict):
+        raise lacks(f"a JSON {type(result).__name__}, not an object with 'recommendations'")
+    found = result.get("recommendations")
+    if not found:
+        raise BenchFileError(f"--from-bench {path}: no recommendation in it (run the bench at several --gammas)")
+    if not isinstance(found, list):
+        raise lacks("its 'recommendations' is not a list")
+    for number, item in enumerate(found, 1):
+        if not (isinstance(item, dict) and isinstance(item.get("method"), str)
+                and isinstance(item.get("recommended"), dict)):
+            raise lacks(f"recommendation {number} has no 'method' and 'recommended' object")
+        advice = item["recommended"]
+        for name, (check, wanted) in RECOMMENDED_FIELDS.items():
+            if not check(advice.get(name)):
+                given = f"is {json.dumps(advice[name])}, not {wanted}" if name in advice else f"is missing ({wanted})"
+                raise lacks(f"recommendation {number}'s '{name}' {given}")
+    env = result.get("env") or {}
+    if not isinstance(env, dict):
+        raise lacks("its 'env' is not an object")
+    across = [r for r in found if r["method"] == "drafters"]
+    advice = (across or sorted(found, key=lambda r: -r["recommended"]["speedup"]))[0]["recommended"]
+    return {"target": _model_name(env, "target"), "draft": _model_name(env, "draft"), "gamma": advice["gamma"],
+            "drafting": advice["drafting"], "stop_below": advice["stop_below"]}
+
+
+def _model_name(env: dict, role: str) -> str | None:
+    """The name of the bench's target or draft model; None where it ran without one."""
+    model = env.get(role)
+    return model.get("name") if isinstance(model, dict) and isinstance(model.get("name"), str) else None
