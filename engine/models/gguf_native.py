@@ -45,11 +45,7 @@ PACK_ROWS = 4096  # rows packed at a time: the kernel's packer wants int32 nibbl
 Q = GGMLQuantizationType
 INT4_TYPES = {Q.Q4_0, Q.Q4_1, Q.Q4_K}  # what torch's int4 kernel takes
 KERNEL_TYPES = {Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q4_K, Q.Q5_K, Q.Q6_K}  # what ours takes (kernel_values)
-# The GGUF layouts mapped below: llama.cpp permutes llama's q and k rows, not qwen2's, qwen3's or phi3's; qwen2 has
-# q/k/v biases, qwen3 RMS-norms each head's q and k, phi3 keeps q/k/v and gate/up fused.
-ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3")
-PERMUTED_QK = ("llama",)
-BIASES = ("attn_q", "attn_k", "attn_v")
+BIASES = ("attn_q", "attn_k", "attn_v")  # qwen2's, added where a file has them
 PROJECTIONS = {  # GGUF name in block i -> (module path in a transformers decoder layer)
     "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
     "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
@@ -59,6 +55,29 @@ FUSED_PROJECTIONS = {"attn_qkv": "self_attn.qkv_proj", "attn_output": "self_attn
                      "ffn_up": "mlp.gate_up_proj", "ffn_down": "mlp.down_proj"}
 NORMS = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",  # those a file has
          "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
+GEMMA_NORMS = {"attn_norm": "input_layernorm", "post_attention_norm": "post_attention_layernorm",
+               "ffn_norm": "pre_feedforward_layernorm", "post_ffw_norm": "post_feedforward_layernorm",
+               "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How an architecture's GGUF tensors map onto a transformers decoder layer."""
+
+    projections: dict[str, str]
+    norms: dict[str, str]
+    permuted_qk: bool = False  # llama.cpp permutes q's and k's rows (llama's)
+    norm_offset: float = 0.0  # the file holds each norm's multiplier, the module's weight plus this (gemma's 1 + w)
+
+
+LAYOUTS = {
+    "llama": Layout(PROJECTIONS, NORMS, permuted_qk=True),
+    "qwen2": Layout(PROJECTIONS, NORMS),  # q/k/v biases
+    "qwen3": Layout(PROJECTIONS, NORMS),  # each head's q and k RMS-normed
+    "phi3": Layout(FUSED_PROJECTIONS, NORMS),  # q/k/v and gate/up kept fused
+    "gemma3": Layout(PROJECTIONS, GEMMA_NORMS, norm_offset=1.0),  # norms after attention and MLP too
+}
+ARCHITECTURES = tuple(LAYOUTS)
 # The kernels a native target's projections can run on: our Q4 × Q8 integer kernel (engine.kernels.q4q8) or
 # torch's int4 one, `torch._weight_int4pack_mm_for_cpu`.
 KERNELS = ("q4q8", "torch-int4")
@@ -415,9 +434,10 @@ class GGUFEmbedding(torch.nn.Module):
     """Token embeddings kept as the file's blocks; the rows looked up are de-quantised exactly: Q8_0 (SmolLM2's)
     in torch, d·q, ~10 µs a step; other types with gguf's numpy de-quantiser, ~45 µs."""
 
-    def __init__(self, raw: np.ndarray, qtype: GGMLQuantizationType, dim: int, dtype: torch.dtype):
+    def __init__(self, raw: np.ndarray, qtype: GGMLQuantizationType, dim: int, dtype: torch.dtype,
+                 scale: float | None = None):
         super().__init__()
-        self.qtype, self.num_embeddings, self.embedding_dim = qtype, raw.shape[0], dim
+        self.qtype, self.num_embeddings, self.embedding_dim, self.scale = qtype, raw.shape[0], dim, scale
         if qtype == GGMLQuantizationType.Q8_0:
             blocks = raw.reshape(raw.shape[0], dim // GROUP, 34)
             self.values = torch.from_numpy(blocks[..., 2:].copy().view(np.int8))  # (vocab, groups, 32)
@@ -441,6 +461,8 @@ class GGUFEmbedding(torch.nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         out = self.lookup(ids).to(self.dtype_marker.dtype)
+        if self.scale is not None:  # as transformers' scaled embedding: the scale rounded to the dtype
+            out = out * torch.tensor(self.scale).to(out.dtype)
         return out.reshape(*ids.shape, self.embedding_dim).to(self.dtype_marker.device)
 
 
@@ -475,11 +497,12 @@ def _linear(tensor, dtype: torch.dtype, row_order: np.ndarray | None = None, ker
     return Int4Linear(packed, scales_and_zeros, cols, copies)
 
 
-def _set_norm(norm: torch.nn.Module, tensor, dtype: torch.dtype) -> None:
-    """The norm's weight in `dtype`, and the file's float32 values as `file_weight` (a plain attribute, which
-    `model.to` leaves alone) for the Q4 × Q8 forward, which runs in float32 whatever the dtype."""
+def _set_norm(norm: torch.nn.Module, tensor, dtype: torch.dtype, offset: float = 0.0) -> None:
+    """The norm's weight (the file's values less `offset`, Layout.norm_offset) in `dtype`, and the file's float32
+    values, the multiplier, as `file_weight` (a plain attribute, which `model.to` leaves alone) for the Q4 × Q8
+    forward, which runs in float32 whatever the dtype."""
     values = torch.from_numpy(np.array(tensor.data, dtype=np.float32))
-    norm.weight = torch.nn.Parameter(values.to(dtype), requires_grad=False)
+    norm.weight = torch.nn.Parameter((values - offset if offset else values).to(dtype), requires_grad=False)
     norm.file_weight = values
 
 
@@ -494,7 +517,7 @@ def check(tensors: dict, architecture: str, device: torch.device, kernel: str = 
                         "apply")
     ours = kernel == "q4q8" and q4q8.available()
     types = KERNEL_TYPES if ours else INT4_TYPES
-    projections = PROJECTIONS | FUSED_PROJECTIONS
+    projections = LAYOUTS[architecture].projections
     for name, tensor in tensors.items():
         if name.startswith("blk.") and name.endswith(".weight") and name.split(".")[2] in projections \
                 and tensor.tensor_type not in types:
@@ -602,10 +625,10 @@ def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.de
         decoder.rotary_emb.inv_freq = decoder.rotary_emb.inv_freq / divisors
         decoder.rotary_emb.original_inv_freq = decoder.rotary_emb.inv_freq.clone()
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    layout = LAYOUTS[architecture]
     for i, layer in enumerate(decoder.layers):
-        for gguf_name, module_path in (FUSED_PROJECTIONS if hasattr(layer.self_attn, "qkv_proj")
-                                       else PROJECTIONS).items():
-            order = {"attn_q": heads, "attn_k": kv_heads}.get(gguf_name) if architecture in PERMUTED_QK else None
+        for gguf_name, module_path in layout.projections.items():
+            order = {"attn_q": heads, "attn_k": kv_heads}.get(gguf_name) if layout.permuted_qk else None
             tensor = tensors[f"blk.{i}.{gguf_name}.weight"]
             owner_name, attr = module_path.split(".")
             module = linear(tensor, None if order is None else _rows_to_hf(int(tensor.shape[1]), order))
@@ -613,13 +636,14 @@ def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.de
             if bias is not None:
                 module.bias = torch.from_numpy(np.array(bias.data, dtype=np.float32))
             setattr(getattr(layer, owner_name), attr, module)
-        for gguf_name, module_path in NORMS.items():
+        for gguf_name, module_path in layout.norms.items():
             tensor = tensors.get(f"blk.{i}.{gguf_name}.weight")
             if tensor is not None:  # one the model has but the file lacks is named below
-                _set_norm(layer.get_submodule(module_path), tensor, dtype)
-    _set_norm(decoder.norm, tensors["output_norm.weight"], dtype)
+                _set_norm(layer.get_submodule(module_path), tensor, dtype, layout.norm_offset)
+    _set_norm(decoder.norm, tensors["output_norm.weight"], dtype, layout.norm_offset)
     embed = tensors["token_embd.weight"]
-    decoder.embed_tokens = GGUFEmbedding(np.asarray(embed.data), embed.tensor_type, config.hidden_size, dtype)
+    scale = getattr(decoder.embed_tokens, "scalar_embed_scale", None)  # gemma's √hidden
+    decoder.embed_tokens = GGUFEmbedding(np.asarray(embed.data), embed.tensor_type, config.hidden_size, dtype, scale)
     head = tensors.get("output.weight", embed)
     if head.tensor_type in (KERNEL_TYPES if ours else INT4_TYPES | {Q.Q8_0}):
         model.lm_head = linear(head)

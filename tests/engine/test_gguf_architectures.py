@@ -8,7 +8,7 @@ from gguf import GGML_QUANT_SIZES, GGUFWriter
 from gguf import GGMLQuantizationType as Q
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from engine.decoding.caches import CachedModel
+from engine.decoding.caches import CachedModel, TransformersCache
 from engine.kernels import q4q8
 from engine.models import gguf_native, loading
 from tests.engine.test_kquants import blocks
@@ -34,6 +34,7 @@ EMBED_SCALE = 2e-3  # embeddings of std ~0.1 (Q6_K): the layers' part of the log
 # llama 3 file with the plain rope 24 %.
 CLOSE = 0.02
 GREEDY_TRIES = 40
+WINDOW = 16  # gemma3's sliding window: shorter than the greedy tests' 40 positions
 # q and k 8x larger than the other weights: attention scores of a few units, so that where a key sits (the rope)
 # matters, as in a trained model; at the others' size every query attends about evenly
 GAINS = {"attn_q": 8.0, "attn_k": 8.0}
@@ -83,6 +84,7 @@ def write_model(path, architecture: str, types: dict[str, Q], embedding: Q = Q.Q
     writer.add_value_length(HEAD_DIM)
     writer.add_rope_freq_base(10000.0)
     writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_sliding_window(WINDOW)  # gemma3's sliding layers; the others have none
 
     def norm(size: int) -> np.ndarray:
         return (1 + 0.2 * rng.standard_normal(size)).astype(np.float32)
@@ -101,9 +103,10 @@ def write_model(path, architecture: str, types: dict[str, Q], embedding: Q = Q.Q
         for name, (qtype, shape) in written.items():
             raw = tensor_bytes(qtype, *shape, seed=seed + 10 * i + len(name), gain=GAINS.get(name, 1.0))
             writer.add_tensor(f"blk.{i}.{name}.weight", raw, raw_dtype=qtype)
-        writer.add_tensor(f"blk.{i}.attn_norm.weight", norm(HIDDEN))
-        writer.add_tensor(f"blk.{i}.ffn_norm.weight", norm(HIDDEN))
-        if architecture == "qwen3":
+        for name in ("attn_norm", "ffn_norm") + (("post_attention_norm", "post_ffw_norm") if architecture == "gemma3"
+                                                  else ()):
+            writer.add_tensor(f"blk.{i}.{name}.weight", norm(HIDDEN))  # gemma3's: the multiplier 1 + w
+        if architecture in ("qwen3", "gemma3"):
             writer.add_tensor(f"blk.{i}.attn_q_norm.weight", norm(HEAD_DIM))
             writer.add_tensor(f"blk.{i}.attn_k_norm.weight", norm(HEAD_DIM))
     writer.write_header_to_file()
@@ -135,13 +138,17 @@ def greedy(step, prompt: list[int], tokens: int) -> tuple[list[int], float]:
     return ids[len(prompt):], lead
 
 
-def assert_scores_and_decodes_as(native, reference, ids: list[int]) -> None:
+def assert_scores_and_decodes_as(native, reference, ids: list[int], one_call: bool = True) -> None:
     """Our forward's logits of `ids` within CLOSE of transformers', and 32 greedy tokens the same as its. The
     greedy prompt is the first of a few random ones after which transformers' every choice leads the runner-up by
     more than twice CLOSE (a random model often has near ties, which Q8 activations may tip either way); it is
-    picked by transformers' scores alone."""
+    picked by transformers' scores alone. `one_call`: ours runs on fast_llama's one-call kernel forward, else on
+    transformers' own forward."""
     runner = CachedModel(native, VOCAB)
-    assert runner.cache.native is not None  # the whole forward in one kernel call
+    if one_call:
+        assert runner.cache.native is not None  # the whole forward in one kernel call
+    else:  # transformers' forward over the native projections
+        assert isinstance(runner.cache, TransformersCache)
     logits = runner.forward(ids, keep=len(ids))
     expected = reference(input_ids=torch.tensor([ids])).logits[0]
     assert (logits - expected).abs().max() < CLOSE * (expected.max() - expected.min())
@@ -153,7 +160,7 @@ def assert_scores_and_decodes_as(native, reference, ids: list[int]) -> None:
             break
     else:
         pytest.fail(f"no prompt of {GREEDY_TRIES} after which transformers' greedy choices are clear")
-    runner.rollback(0)
+    runner = CachedModel(native, VOCAB)
     assert greedy(lambda ids, new: runner.forward(new)[-1], prompt, 32)[0] == theirs
 
 
@@ -300,3 +307,31 @@ def test_a_phi3_file_with_longrope_factors_is_refused_in_one_line(tmp_path):
     with pytest.raises(gguf_native.NotNative, match="LongRoPE") as refused:
         gguf_native.load(tmp_path / "m.gguf", config, torch.float32)
     assert "\n" not in str(refused.value)
+
+
+# ---------------------------------------------------------------------------------------------------- gemma3
+
+
+@pytest.mark.parametrize("types", ["Q4_K_M", "Q8_0"])
+def test_a_native_gemma3_scores_and_decodes_as_transformers_loads_the_file(tmp_path, types):
+    """Gemma 3's norms around attention and MLP, (1 + w) multipliers as the file keeps them, √hidden embeddings,
+    gelu-tanh MLP and sliding-window layers, on transformers' forward over our projections."""
+    native, reference = native_and_transformers(tmp_path, "gemma3", TYPES[types])
+    assert native.config.model_type == "gemma3_text" and "sliding_attention" in native.config.layer_types
+    assert isinstance(native.model.layers[0].mlp.down_proj, gguf_native.NativeLinear)
+    assert_scores_and_decodes_as(native, reference, PROMPT * 3, one_call=False)  # past the window
+
+
+def test_a_gemma3_read_with_the_file_s_norm_values_as_weights_scores_otherwise(tmp_path):
+    """Negative control: transformers' Gemma norm multiplies by 1 + weight; the file's values taken as the weight
+    (no offset) are not the model."""
+    write_model(tmp_path / "m.gguf", "gemma3", Q4_K_M)
+    config = AutoConfig.from_pretrained(tmp_path, gguf_file="m.gguf")
+    native = gguf_native.load(tmp_path / "m.gguf", config, torch.float32)
+    reference = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="m.gguf", dtype=torch.float32)
+    for module in native.modules():
+        if hasattr(module, "file_weight"):
+            module.weight.data = module.file_weight.clone()
+    logits = native(input_ids=torch.tensor([PROMPT])).logits[0]
+    expected = reference(input_ids=torch.tensor([PROMPT])).logits[0]
+    assert (logits - expected).abs().max() > CLOSE * (expected.max() - expected.min())
