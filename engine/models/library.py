@@ -325,17 +325,19 @@ def _snapshot_facts(folder: Path) -> dict:
     facts = {"format": "safetensors", "name": folder.name, "size": sum(f.stat().st_size for f in weights)}
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        if not isinstance(config, dict):
+            raise _Damaged("config.json is not a JSON object")
         parameters, by_dtype = _safetensors_parameters(weights)
     except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
         return facts | {"problem": f"damaged: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"}
-    config = config.get("text_config", config) if "text_config" in config else config
+    text = config.get("text_config") or config  # a vision-language model's language half has the context length
     quantisation = (config.get("quantization_config") or {}).get("quant_method") or (
         max(by_dtype, key=by_dtype.get) if by_dtype else str(config.get("torch_dtype") or config.get("dtype") or ""))
     architectures = config.get("architectures") or []
     tokenizer = _snapshot_tokenizer(folder, config)
     facts |= {"architecture": str(config.get("model_type", "")), "parameters": parameters,
-              "quantisation": str(quantisation).upper() if quantisation in by_dtype else str(quantisation),
-              "context_length": int(config.get("max_position_embeddings") or 0),
+              "quantisation": str(quantisation).upper(),
+              "context_length": int(text.get("max_position_embeddings") or 0),
               "tokenizer": tokenizer and asdict(tokenizer)}
     if not any(name.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")) for name in architectures):
         problem = f"not a text-generation model ({', '.join(architectures) or 'no architectures in config.json'})"

@@ -331,3 +331,15 @@ def test_a_hub_link_whose_blob_is_gone_is_listed_as_broken(machine, tmp_path):
     (record,) = library.scan()
     assert (record.name, record.store) == ("org/Gone-GGUF/gone-q8_0.gguf", "Hugging Face")
     assert record.problem.startswith("a broken link: ../../blobs/")
+
+
+def test_a_vision_language_snapshot_is_read_from_its_text_half(machine, tmp_path):
+    folder = write_snapshot(tmp_path / "vl" / "gemma-3-4b-it")
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+        "text_config": {"model_type": "gemma3_text", "max_position_embeddings": 131072}}))
+    (broken := write_snapshot(tmp_path / "vl" / "broken")).joinpath("config.json").write_text("[]")
+    records = by_name(library.scan([tmp_path / "vl"]))
+    vl = records["gemma-3-4b-it"]
+    assert (vl.architecture, vl.context_length, vl.quantisation, vl.problem) == ("gemma3", 131072, "F16", "")
+    assert records[broken.name].problem == "damaged: config.json is not a JSON object"
