@@ -437,11 +437,25 @@ def _snapshot_record(folder: Path, store: str, kept: _Kept, name: str | None = N
     return _record(facts, folder, store, name)
 
 
+def _files(root: Path) -> list[Path]:
+    """The files under `root`, sorted, through linked folders too (a model folder linked into LM Studio's from
+    another disk is common), each real folder walked once (a link back up would loop)."""
+    seen, found = set(), []
+    for folder, subfolders, names in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            subfolders.clear()
+            continue
+        seen.add(real)
+        found += [Path(folder) / name for name in names]
+    return sorted(found)
+
+
 def _folder_records(root: Path, store: str, kept: _Kept) -> Iterator[ModelRecord]:
     """Every GGUF under `root` and every folder holding config.json beside safetensors weights."""
     if not root.is_dir():
         return
-    for path in sorted(root.rglob("*")):
+    for path in _files(root):
         try:
             if path.suffix.lower() == ".gguf" and path.is_symlink() and not path.exists():
                 yield ModelRecord(str(path), path.stem, store, "gguf",

@@ -343,3 +343,13 @@ def test_a_vision_language_snapshot_is_read_from_its_text_half(machine, tmp_path
     vl = records["gemma-3-4b-it"]
     assert (vl.architecture, vl.context_length, vl.quantisation, vl.problem) == ("gemma3", 131072, "F16", "")
     assert records[broken.name].problem == "damaged: config.json is not a JSON object"
+
+
+def test_a_linked_model_folder_is_walked_and_a_link_back_up_does_not_loop(machine, tmp_path):
+    elsewhere = tmp_path / "other-disk" / "Llama-Tiny-GGUF"
+    write_gguf(elsewhere / "llama-tiny-q8_0.gguf", "llama")
+    (elsewhere / "up").symlink_to("..")
+    lm = machine / ".lmstudio" / "models" / "someone"
+    lm.mkdir(parents=True)
+    (lm / "Llama-Tiny-GGUF").symlink_to(elsewhere)
+    assert [(r.name, r.store, r.architecture) for r in library.scan()] == [("llama-tiny-q8_0", "LM Studio", "llama")]
