@@ -84,10 +84,6 @@ class ModelRecord:
     tokenizer: TokenizerPrint | None = None
     problem: str = ""
 
-    @property
-    def usable(self) -> bool:
-        return not self.problem
-
     def as_dict(self) -> dict:
         return asdict(self)
 
