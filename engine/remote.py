@@ -6,15 +6,18 @@ Requests, streams, server-sent events and status errors by the `openai` client; 
 worker thread, the CLI and the bench can all use it. What a remote engine does not report (which token was drafted,
 accepted or resampled) is not invented: a reply carries the engine's counts, and `EngineSpecStats.source` says where
 they came from. The client stops reading a stream at an event that is not JSON, so such a reply ends there, cut.
+The time-out is a deadline that each new token puts forward, kept by a watchdog thread: httpx's time-outs bound
+only each wait for a byte, which an engine trickling bytes but no token never lets pass.
 """
 from __future__ import annotations
 
 import os
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from urllib.parse import urlsplit
 
 import httpx2
@@ -26,7 +29,7 @@ from engine.remote_records import (CUT, LONE_SURROGATE, URL_EXAMPLE, EngineSpecS
 
 API_KEY_ENV = "SPECDEC_API_KEY"  # sent as a bearer token; read from the environment on every request, never stored
 NO_KEY = "EMPTY"  # what a server without a key is sent (vLLM's documented placeholder; such servers ignore it)
-DEFAULT_TIMEOUT_S = 60.0  # the longest silence (connecting, or between two streamed pieces) before "too slow"
+DEFAULT_TIMEOUT_S = 60.0  # the longest wait for an answer, or for a reply's next token, before "too slow"
 METRICS_SETTLE_TRIES = 20  # vLLM records its counters just after the last byte of a reply is sent
 METRICS_SETTLE_S = 0.05
 
@@ -42,6 +45,64 @@ def api_key() -> str:
 # ---------------------------------------------------------------------------------------------------- the client
 
 
+class Watchdog:
+    """The time-out of one request at a time: a deadline `timeout_s` ahead, put forward by `reset()` (a new token),
+    and a thread that shuts the request's socket once it passes. httpx's own time-outs bound each wait for a byte,
+    so an engine that trickles (headers a byte at a time, keep-alives and empty pieces but no token) would hold a
+    request open for ever. A shut socket ends the request with an error or an early end of its body; `expired`
+    tells those from the engine's own."""
+
+    def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
+        self.expired = False
+        self._deadline = 0.0
+        self._socket: socket.socket | None = None  # the connection of the request now watched
+        self._lock = threading.Lock()
+
+    def reset(self) -> None:
+        self._deadline = time.monotonic() + self.timeout_s
+
+    @contextmanager
+    def armed(self) -> Iterator[None]:
+        """Watch the requests made inside the `with` (one at a time), from now on."""
+        with self._lock:
+            self.expired, self._socket = False, None
+        self.reset()
+        disarmed = threading.Event()
+        thread = threading.Thread(target=self._watch, args=(disarmed,), name="remote-engine-watchdog", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            disarmed.set()
+            thread.join()
+
+    def _watch(self, disarmed: threading.Event) -> None:
+        while not disarmed.wait(max(self._deadline - time.monotonic(), 0.0)):
+            if time.monotonic() >= self._deadline:  # else a token came meanwhile and put the deadline forward
+                with self._lock:
+                    self.expired = True
+                    self._shut()
+                return
+
+    def _shut(self) -> None:
+        if self._socket is not None:
+            with suppress(OSError):  # already closed
+                self._socket.shutdown(socket.SHUT_RDWR)  # wakes a read blocked on it, as close() does not
+
+    def on_request(self, request: httpx2.Request) -> None:
+        """httpx's request hook: have httpcore report the request's connection to `_connected`."""
+        request.extensions["trace"] = self._connected
+
+    def _connected(self, event: str, info: dict) -> None:
+        # TLS wraps the TCP socket in a new one (and detaches the first): the later one is the one to shut
+        if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+            with self._lock:
+                self._socket = info["return_value"].get_extra_info("socket")
+                if self.expired:  # connected after the deadline
+                    self._shut()
+
+
 class RemoteEngine:
     """One OpenAI-compatible server. `base_url` ends in /v1 (`http://127.0.0.1:8000/v1`); its /metrics is read
     at the root of the same host. `model` is the served name to use (None: the only one it serves)."""
@@ -55,34 +116,60 @@ class RemoteEngine:
         origin = public_url(f"{parts.scheme}://{parts.netloc}")  # the URL's user info is no key to send
         self.metrics_url = origin + self.api_path.removesuffix("/v1") + "/metrics"
         self.timeout_s = timeout_s
+        self._watchdog = Watchdog(timeout_s)
         self.requested_model = model
         self.model: str | None = None  # resolved by connect()
         self.engine: str | None = None  # "vllm" where /v1/models says so
-        # A timeout for each wait (connecting, every read), not a whole reply; no retries (the user retries); no
-        # proxy from the environment, the system's certificates, no connection left open between replies.
+        # httpx's timeout bounds connecting (the watchdog has no socket to shut before); no retries (the user
+        # retries); no proxy from the environment, the system's certificates, no connection left open between
+        # replies, so each request's connection is its own.
         self._http = httpx2.Client(trust_env=False, verify=ssl.create_default_context(), timeout=timeout_s,
-                                   limits=httpx2.Limits(max_keepalive_connections=0))
+                                   limits=httpx2.Limits(max_keepalive_connections=0),
+                                   event_hooks={"request": [self._watchdog.on_request],
+                                                "response": [self._refuse_what_is_not_the_api]})
         self._client = openai.OpenAI(base_url=origin + self.api_path, api_key=api_key, timeout=timeout_s,
                                      max_retries=0, http_client=self._http)
 
     @contextmanager
-    def _failures(self, path: str) -> Iterator[None]:
-        """Every failure of a request to `path`, also while its stream is read inside the `with`, as a RemoteError."""
+    def _failures(self, path: str, awaited: str = "answer") -> Iterator[None]:
+        """Every failure of a request to `path`, also while its stream is read inside the `with`, as a RemoteError;
+        the watchdog's deadline, put forward by each `awaited` thing that comes, bounds the whole `with`."""
         try:
-            yield
-        except openai.APITimeoutError:
-            raise RemoteError(f"the engine at {self.url} sent nothing for {self.timeout_s:g} s (busy or stuck); try "
-                              "again or raise --timeout") from None
-        except openai.APIConnectionError as exc:
+            with self._watchdog.armed():
+                yield
+        except openai.APIError as exc:
+            if not (self._watchdog.expired or isinstance(exc, openai.APITimeoutError)):
+                raise RemoteError(self._failure_message(exc, path)) from None
+        else:
+            if not self._watchdog.expired:  # a stream whose socket it shut ends as if the engine had closed it
+                return
+        raise RemoteError(f"the engine at {self.url} sent no {awaited} for {self.timeout_s:g} s (busy or stuck); try "
+                          "again or raise --timeout")
+
+    def _failure_message(self, exc: openai.APIError, path: str) -> str:
+        if isinstance(exc, openai.APIConnectionError):
             cause = _socket_error(exc)
             if isinstance(cause, ConnectionRefusedError | socket.gaierror):
                 reason = "connection refused" if isinstance(cause, ConnectionRefusedError) else "unknown host"
-                raise RemoteError(f"no engine answers at {self.url} ({reason}): is the server running?") from None
-            raise RemoteError(f"cannot reach the engine at {self.url}: {cause and cause.strerror or exc}") from None
-        except openai.APIStatusError as exc:
-            raise RemoteError(self._status_message(exc.status_code, path, error_detail(exc.body))) from None
-        except openai.APIError as exc:  # an error event in the stream
-            raise RemoteError(f"the engine stopped the reply: {exc.message}") from None
+                return f"no engine answers at {self.url} ({reason}): is the server running?"
+            return f"cannot reach the engine at {self.url}: {cause and cause.strerror or exc}"
+        if isinstance(exc, openai.APIStatusError):
+            return self._status_message(exc.status_code, path, error_detail(exc.body))
+        return f"the engine stopped the reply: {exc.message}"  # an error event in the stream
+
+    def _refuse_what_is_not_the_api(self, response: httpx2.Response) -> None:
+        """httpx's response hook: a successful answer of the API that is neither JSON nor a stream of events is not
+        the OpenAI API (a web UI's page, say), whose text the openai client would hand on as if it were the reply.
+        Refused before its body is read; /metrics is plain text."""
+        request = response.request
+        if not response.is_success or request.url.path == urlsplit(self.metrics_url).path:
+            return
+        kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if kind.endswith("json") or kind == "text/event-stream":
+            return
+        body = "an HTML page" if kind in ("text/html", "application/xhtml+xml") else kind or "no content type"
+        raise RemoteError(f"{self.url} answered {request.method} {request.url.path} with {body}, not the OpenAI API: "
+                          f"is the URL the engine's API, ending in /v1 like {URL_EXAMPLE}?")
 
     def _status_message(self, status: int, path: str, detail: str) -> str:
         if status in (401, 403):
@@ -98,7 +185,10 @@ class RemoteEngine:
         """Ask the server what it serves and settle the model name; returns it."""
         path = self.api_path + "/models"
         with self._failures(path):
-            listing = self._client.models.list().data
+            try:
+                listing = self._client.models.list().data
+            except ValueError:  # labelled JSON, but not
+                listing = None
         if not isinstance(listing, list) or not all(isinstance(getattr(m, "id", None), str) for m in listing):
             raise RemoteError(f"{self.url} is not an OpenAI-compatible API (GET {path} is not a model list)")
         served = [entry.id for entry in listing]
@@ -120,10 +210,11 @@ class RemoteEngine:
     def counters(self) -> SpecCounters | None:
         """The engine's speculative-decoding totals now; None where it has no /metrics or no such counters."""
         try:
-            response = self._http.get(self.metrics_url, headers={"Authorization": f"Bearer {api_key()}"})
+            with self._watchdog.armed():
+                response = self._http.get(self.metrics_url, headers={"Authorization": f"Bearer {api_key()}"})
         except httpx2.HTTPError:
             return None
-        if response.status_code != 200:
+        if response.status_code != 200 or self._watchdog.expired:
             return None
         return SpecCounters.from_samples(parse_metrics(response.text), self.model)
 
@@ -166,7 +257,7 @@ class RemoteEngine:
         pieces, token_ids, first_token_s = [], [], None
         usage, finish_reason, timings = None, None, None
         stream = StreamState()
-        with self._failures(path):
+        with self._failures(path, awaited="new token"):
             chunks = self._client.chat.completions.create(
                 model=self.model, messages=messages, stream=True, stream_options={"include_usage": True},
                 extra_body=extra, **sampling)
@@ -180,6 +271,7 @@ class RemoteEngine:
                     if ids:
                         token_ids += ids
                     if text or ids:
+                        self._watchdog.reset()
                         at_s = time.perf_counter() - start
                         first_token_s = at_s if first_token_s is None else first_token_s
                         pieces.append(text)

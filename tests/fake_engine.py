@@ -1,13 +1,17 @@
 """A small local HTTP server that plays an OpenAI-compatible engine (vLLM's /v1/models, streamed
-/v1/chat/completions and /metrics counters), shared by the remote client's, the worker's and the window's tests."""
+/v1/chat/completions and /metrics counters), or one that misbehaves (a web page instead of the API, headers or
+keep-alives trickled without a token), shared by the remote client's, the worker's and the window's tests."""
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
+from collections.abc import Iterable
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+TRICKLE_LIMIT_S = 6.0  # a trickle ends (the connection closes) after this, so a client that never gives up still ends
 
 class FakeEngine:
     """What the handler serves: one model, a streamed reply of `pieces`, counters that advance per reply."""
@@ -23,6 +27,11 @@ class FakeEngine:
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "pos": [0, 0, 0, 0], "done": 0}
         self.requests: list[dict] = []
         self.raw_stream: list[bytes] | None = None  # sent as it is instead of the reply, then the stream closes
+        self.page: tuple[str, bytes] | None = None  # (content type, body) answered with 200 to every request
+        self.trickle_s = 0.05  # between the bytes of a trickle below
+        self.trickle_headers = False  # every answer's headers a byte at a time, never ending
+        self.keep_alive: bytes | None = None  # after the first piece, sent again and again instead of the rest
+        self.stopped = threading.Event()  # set when the server stops: a trickle ends
 
     def metrics(self) -> str:
         c = self.counters
@@ -62,6 +71,29 @@ def handler_for(engine: FakeEngine):
             self.end_headers()
             self.wfile.write(body)
 
+        def _trickle(self, pieces: Iterable[bytes]) -> None:
+            """Send `pieces` one every engine.trickle_s until the client hangs up, the server stops or
+            TRICKLE_LIMIT_S has passed; then close the connection."""
+            end = time.monotonic() + TRICKLE_LIMIT_S
+            self.close_connection = True
+            try:
+                for piece in pieces:
+                    if engine.stopped.wait(engine.trickle_s) or time.monotonic() > end:
+                        return
+                    self.wfile.write(piece)
+            except OSError:
+                pass
+
+        def _answered_otherwise(self) -> bool:
+            """Answer with engine.page or trickled headers where the engine is set to; says whether it did."""
+            if engine.page is not None:
+                self._send(200, engine.page[1], engine.page[0])
+            elif engine.trickle_headers:
+                self._trickle(itertools.chain([b"HTTP/1.1 200 OK\r\nX-Slow: "], itertools.repeat(b"a")))
+            else:
+                return False
+            return True
+
         def _authorised(self) -> bool:
             if engine.api_key and self.headers.get("Authorization") != f"Bearer {engine.api_key}":
                 self._send(401, json.dumps({"error": {"message": "Unauthorized"}}).encode())
@@ -70,7 +102,7 @@ def handler_for(engine: FakeEngine):
 
         def do_GET(self):
             time.sleep(engine.delay_s)
-            if not self._authorised():
+            if not self._authorised() or self._answered_otherwise():
                 return
             if self.path == "/v1/models":
                 self._send(200, json.dumps({"object": "list", "data": [
@@ -85,6 +117,8 @@ def handler_for(engine: FakeEngine):
                 return
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             engine.requests.append(body)
+            if self._answered_otherwise():
+                return
             if self.path != "/v1/chat/completions":
                 self._send(404, b'{"detail": "Not Found"}')
                 return
@@ -101,6 +135,9 @@ def handler_for(engine: FakeEngine):
                 chunk = {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None,
                                       "token_ids": ids}]}
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                if engine.keep_alive is not None:
+                    self._trickle(itertools.repeat(engine.keep_alive))
+                    return
             done = {"choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "stop"}]}
             usage = {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 5, "total_tokens": 14}}
             engine.finish_reply()
@@ -117,6 +154,7 @@ def serving(engine: FakeEngine):
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1"
     finally:
+        engine.stopped.set()
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -139,7 +140,7 @@ def test_wrong_url_path_says_where_the_api_lives():
 
 def test_slow_engine_gives_up_after_the_timeout():
     with serving(FakeEngine(delay_s=1.0)) as url:
-        with pytest.raises(RemoteError, match=r"sent nothing for 0.2 s"):
+        with pytest.raises(RemoteError, match=r"sent no answer for 0.2 s"):
             chat(url, timeout_s=0.2)
 
 
@@ -271,3 +272,104 @@ def test_a_connection_lost_midway_is_said_to_be_cut_and_keeps_what_came():
         reply = list(client.stream_chat([{"role": "user", "content": "hi"}], GREEDY))[-1]
     assert reply.text == "Hello" and reply.finish_reason == "cut"
     assert "closed the stream before the reply ended" in reply.note
+
+
+# ---------------------------------------------------------------------------------------------------- not the API
+
+WEB_PAGE = ("text/html; charset=utf-8", b"<!doctype html><html><head><title>Open WebUI</title></head></html>")
+NOT_THE_API = pytest.mark.parametrize("page, said", [(WEB_PAGE, "an HTML page"), (("text/plain", b"OK"),
+                                                                                  "text/plain")])
+
+
+@NOT_THE_API
+def test_a_model_list_that_is_not_json_is_one_line_asking_for_the_api_url(page, said):
+    engine = FakeEngine()
+    engine.page = page
+    with serving(engine) as url:
+        with pytest.raises(RemoteError, match=f"answered GET /v1/models with {said}, not the OpenAI API: is the URL"):
+            RemoteEngine(url).connect()
+
+
+@NOT_THE_API
+def test_a_chat_answer_that_is_not_a_stream_is_one_line_asking_for_the_api_url(page, said):
+    engine = FakeEngine()
+    engine.page = page
+    with serving(engine) as url:
+        client = RemoteEngine(url)
+        client.model = "fake-model"  # as connect() would settle it
+        with pytest.raises(RemoteError, match=f"answered POST /v1/chat/completions with {said}, not the OpenAI API"):
+            list(client.stream_chat([{"role": "user", "content": "hi"}], GREEDY))
+
+
+def test_a_model_list_labelled_json_that_is_not_is_said_not_to_be_a_model_list():
+    engine = FakeEngine()
+    engine.page = ("application/json", b"OK")
+    with serving(engine) as url:
+        with pytest.raises(RemoteError, match=r"is not an OpenAI-compatible API \(GET /v1/models is not a model list"):
+            RemoteEngine(url).connect()
+
+
+def test_cli_generate_against_a_web_page_is_one_line(capsys):
+    from app.cli import main
+
+    engine = FakeEngine()
+    engine.page = WEB_PAGE
+    with serving(engine) as url:
+        assert main(["generate", "hi", "--target", url]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "with an HTML page, not the OpenAI API: is the URL" in err
+
+
+# ---------------------------------------------------------------------------------------------------- trickles
+
+TIMEOUT_S = 0.5
+GIVEN_UP_WITHIN_S = 10 * TIMEOUT_S  # what "stopped at the time-out" means here, on a busy machine too
+
+
+def test_headers_trickled_byte_by_byte_time_out_the_model_list():
+    engine = FakeEngine()
+    engine.trickle_headers = True
+    with serving(engine) as url:
+        start = time.monotonic()
+        with pytest.raises(RemoteError, match=f"sent no answer for {TIMEOUT_S:g} s"):
+            RemoteEngine(url, timeout_s=TIMEOUT_S).connect()
+        assert time.monotonic() - start < GIVEN_UP_WITHIN_S
+
+
+@pytest.mark.parametrize("keep_alive", [b": keep-alive\n\n", b"\n",
+                                        b'data: {"choices":[{"index":0,"delta":{"content":""}}]}\n\n'],
+                         ids=["comment", "blank line", "empty piece"])
+def test_a_stream_that_keeps_sending_but_no_token_times_out_after_what_came(keep_alive):
+    engine = FakeEngine()
+    engine.keep_alive = keep_alive
+    pieces = []
+    with serving(engine) as url:
+        client = RemoteEngine(url, timeout_s=TIMEOUT_S)
+        client.connect()
+        start = time.monotonic()
+        with pytest.raises(RemoteError, match=f"sent no new token for {TIMEOUT_S:g} s"):
+            pieces += client.stream_chat([{"role": "user", "content": "hi"}], GREEDY)
+        assert time.monotonic() - start < GIVEN_UP_WITHIN_S
+    assert [piece.text for piece in pieces] == ["Hello"]
+
+
+def test_tokens_each_within_the_timeout_outlast_it_together():
+    """The time-out bounds the silence between tokens, not the whole reply."""
+    engine = FakeEngine(piece_delay_s=0.5)
+    engine.pieces = [("a", [1])] * 5
+    with serving(engine) as url:
+        _, reply = chat(url, timeout_s=1.5)
+    assert reply.text == "aaaaa" and reply.finish_reason == "stop"
+
+
+def test_cli_generate_against_a_trickling_engine_is_one_line_at_the_timeout(capsys):
+    from app.cli import main
+
+    engine = FakeEngine()
+    engine.trickle_headers = True
+    with serving(engine) as url:
+        start = time.monotonic()
+        assert main(["generate", "hi", "--target", url, "--timeout", str(TIMEOUT_S)]) == 1
+        assert time.monotonic() - start < GIVEN_UP_WITHIN_S
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"sent no answer for {TIMEOUT_S:g} s" in err
