@@ -576,7 +576,11 @@ def cmd_presets(args) -> int:
         if preset.packaged:
             models = [packaged.MODELS[preset.target], packaged.MODELS[preset.draft]]
             size = sum(m.size for m in models) / 1e9
-            state = (" [installed]" if all(m.installed() for m in models)
+            damage = {m.name: m.damage() for m in models}
+            damaged = "; ".join(f"{name}: {why}" for name, why in damage.items()
+                                if why not in (None, packaged.NOT_INSTALLED))
+            state = (" [installed]" if not any(damage.values())
+                     else f" [damaged ({damaged}): specdec install-pair {preset.name} replaces it]" if damaged
                      else f" [not installed: specdec install-pair {preset.name}, {size:.1f} GB]")
         print(f"{preset.name:14} {preset.target} <- {preset.draft}  ({preset.note}){state}")
     return 0

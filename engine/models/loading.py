@@ -135,6 +135,8 @@ def _check_source(name: str, source: str, path: Path, markers: tuple[str, ...] =
             raise ModelLoadError(f"{path} is a folder, not a GGUF file")
         if not path.is_file():
             raise ModelLoadError(f"GGUF file not found: {path}")
+        if refused := packaged.refusal(path):
+            raise ModelLoadError(refused)
         try:  # the header and every tensor's extent, checked here: transformers' reader would fail obscurely
             gguf_native.read_tensors(path)
         except gguf_native.GGUFError as exc:
