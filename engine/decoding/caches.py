@@ -85,7 +85,7 @@ class CachedModel:
                 head = head.rows(self.draft_vocab.cpu())
         else:
             head = output.weight.detach() if self.draft_vocab is None else output.weight[self.draft_vocab].detach()
-        if fast_llama.supports(model) and self.device.type in STATIC_DEVICES:
+        if fast_llama.supports(model) and fast_llama.plain(model) and self.device.type in STATIC_DEVICES:
             self.cache = graphed.StaticLlama(model, head, graphs=self.device.type == "cuda")
         elif fast_llama.supports(model):
             self.cache = fast_llama.FastLlama(model, head, int8=int8)

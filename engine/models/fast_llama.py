@@ -1,5 +1,5 @@
-"""A lean decode-time forward for Llama-family models (Llama 3, SmolLM2, Qwen2, Qwen3, Phi-3): the engine's fast
-path.
+"""A lean decode-time forward for Llama-family models (Llama 3, SmolLM2, Mistral, Qwen2, Qwen3, Phi-3, Gemma 3): the
+engine's fast path.
 
 transformers' forward is general: every call builds masks and position tensors, and its DynamicCache grows by
 concatenation. Decoding feeds 1 to γ+1 tokens at a time, so that bookkeeping is a large share of a step
@@ -21,7 +21,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 
 import torch
 import torch.nn.functional as F
@@ -29,8 +29,12 @@ import torch.nn.functional as F
 from engine.kernels import q4q8
 from engine.models import gguf_native
 
-# qwen2: q/k/v biases, which `_Layer.qkv_bias` adds; phi3: q/k/v and gate/up already fused
-ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3")
+# qwen2: q/k/v biases, which `_Layer.qkv_bias` adds; phi3: q/k/v and gate/up already fused; gemma3: norms after
+# attention and MLP too, each (1 + w), sliding-window layers with a rope of their own
+ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3_text")
+UNIT_OFFSET_NORMS = ("gemma3_text",)  # whose RMSNorm multiplies by 1 + weight
+ACTIVATIONS = {"silu": F.silu, "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh")}  # the MLP's gate's
+LAYER_TYPES = ("full_attention", "sliding_attention")
 POSITION_ONLY_ROPE = ("default", "linear", "llama3")  # RoPE whose angles depend on the position alone
 INT8_ALIGNMENT = 16  # the CPU int8 kernel returns garbage unless the input width is a multiple of 16 (measured)
 # The longest block a decoding round feeds: γ ≤ 64 drafts (DecodeSettings) and the position after them. Blocks up
@@ -54,15 +58,40 @@ def supports(model) -> bool:
     layer_types = getattr(config, "layer_types", None) or []
     devices = {p.device for p in model.parameters()}
     rope = getattr(getattr(getattr(model, "model", None), "rotary_emb", None), "rope_type", None)  # GPT-2 has no .model
+    ropes = set(rope.values()) if isinstance(rope, dict) else {rope}  # gemma3's: one per layer type
     rotated = (getattr(config, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0)  # of each head
-    # layers with a sliding window: those its layer types name, or every layer where a config has a window and no
-    # layer types (Phi-3's)
-    windowed = any(t != "full_attention" for t in layer_types) or (
-        not layer_types and getattr(config, "sliding_window", None) is not None)
     return (config.model_type in ARCHITECTURES and not getattr(config, "attention_bias", False)
-            and not getattr(config, "mlp_bias", False) and getattr(config, "hidden_act", "silu") == "silu"
-            and not windowed and rope in POSITION_ONLY_ROPE and rotated == 1.0
+            and not getattr(config, "mlp_bias", False) and _activation(config) in ACTIVATIONS
+            and all(t in LAYER_TYPES for t in layer_types) and ropes <= set(POSITION_ONLY_ROPE) and rotated == 1.0
+            and getattr(config, "final_logit_softcapping", None) is None
+            and getattr(config, "attn_logit_softcapping", None) is None
             and len(devices) == 1 and next(iter(devices)).type != "meta")
+
+
+def plain(model) -> bool:
+    """Whether a model `supports` takes is a Llama layer stack exactly: RMSNorm by w, silu, one rope over the whole
+    context, head_dim^-1/2 scores, embeddings as they are. The one-call kernel forward (q4q8) and the CUDA one
+    (graphed) implement these; this module's own forward implements the rest too."""
+    config, decoder = model.config, model.model
+    return (config.model_type not in UNIT_OFFSET_NORMS and _activation(config) == "silu"
+            and all(window is None for window in windows(config))
+            and getattr(config, "query_pre_attn_scalar", None) is None
+            and not hasattr(decoder.rotary_emb, "layer_types") and not hasattr(decoder.embed_tokens, "embed_scale")
+            and getattr(decoder.embed_tokens, "scale", None) is None)
+
+
+def _activation(config) -> str:
+    return getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", "silu")
+
+
+def windows(config) -> list[int | None]:
+    """Each layer's sliding window (the positions a query sees, itself included), or None where it sees all: those
+    its layer types name, or every layer where a config has a window and no layer types (Mistral's, Phi-3's)."""
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    if not layer_types:
+        return [window] * config.num_hidden_layers
+    return [window if t == "sliding_attention" else None for t in layer_types]
 
 
 class Int8Weight:
@@ -146,12 +175,16 @@ class _Layer:
     attn_norm: torch.Tensor
     qkv: Callable
     qkv_bias: torch.Tensor | None  # Qwen2's q, k and v biases, concatenated
-    q_norm: torch.Tensor | None  # Qwen3 normalises each head's q and k
+    q_norm: torch.Tensor | None  # Qwen3 and Gemma 3 normalise each head's q and k
     k_norm: torch.Tensor | None
     o: Callable
     mlp_norm: torch.Tensor
     gate_up: Callable
     down: Callable
+    window: int | None  # a sliding window's length, or None: attends to every position
+    rope: str | None  # which rotary table (Gemma 3's layer type), or None: the model's one
+    post_attn_norm: torch.Tensor | None = None  # Gemma 3 normalises the attention's and the MLP's outputs too
+    post_mlp_norm: torch.Tensor | None = None
 
 
 class _Weights:
@@ -178,27 +211,40 @@ class _Weights:
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.hidden = config.hidden_size
         self.intermediate = config.intermediate_size
-        self.final_norm = decoder.norm.weight
+        unit_offset = config.model_type in UNIT_OFFSET_NORMS
+        self.final_norm = _norm_weight(decoder.norm, unit_offset)
         self.rotary = decoder.rotary_emb
+        self.act = ACTIVATIONS[_activation(config)]
+        # Gemma 3 scales scores by query_pre_attn_scalar^-1/2 rather than head_dim^-1/2
+        self.attn_scale = getattr(config, "query_pre_attn_scalar", None) or self.head_dim
+        rope_kinds = getattr(self.rotary, "layer_types", None)  # a rotary of several tables takes the layer type
+        layer_windows = windows(config)
         self._lm_heads: dict = {}
         self._native: dict = {}
         self._decoder = decoder
         self.layers = []
-        for layer in decoder.layers:
+        for i, layer in enumerate(decoder.layers):
             attn, mlp = layer.self_attn, layer.mlp
             qkv = [attn.qkv_proj] if hasattr(attn, "qkv_proj") else [attn.q_proj, attn.k_proj, attn.v_proj]
+            sandwiched = hasattr(layer, "pre_feedforward_layernorm")  # Gemma's: post_attention_layernorm is after it
+            norm = partial(_norm_weight, unit_offset=unit_offset)
             self.layers.append(_Layer(
-                attn_norm=layer.input_layernorm.weight,
+                attn_norm=norm(layer.input_layernorm),
                 qkv=_projection(qkv, int8),
                 qkv_bias=_bias(qkv),
-                q_norm=attn.q_norm.weight if hasattr(attn, "q_norm") else None,
-                k_norm=attn.k_norm.weight if hasattr(attn, "k_norm") else None,
+                q_norm=norm(attn.q_norm) if hasattr(attn, "q_norm") else None,
+                k_norm=norm(attn.k_norm) if hasattr(attn, "k_norm") else None,
                 o=_projection([attn.o_proj], int8),
-                mlp_norm=layer.post_attention_layernorm.weight,
+                mlp_norm=norm(layer.pre_feedforward_layernorm if sandwiched else layer.post_attention_layernorm),
                 gate_up=_projection([mlp.gate_up_proj] if hasattr(mlp, "gate_up_proj") else [mlp.gate_proj,
                                                                                               mlp.up_proj], int8),
                 down=_projection([mlp.down_proj], int8),
+                window=layer_windows[i],
+                rope=config.layer_types[i] if rope_kinds else None,
+                post_attn_norm=norm(layer.post_attention_layernorm) if sandwiched else None,
+                post_mlp_norm=norm(layer.post_feedforward_layernorm) if sandwiched else None,
             ))
+        self.plain = plain(model)
         down, native = self.layers[0].down, decoder.layers[0].mlp.down_proj
         if isinstance(native, gguf_native.NativeLinear):
             self.compaction = "4-bit" if getattr(native, "compacted", False) else None
@@ -214,7 +260,7 @@ class _Weights:
     def native_forward(self, head: Callable) -> q4q8.LlamaForward | None:
         """The whole forward in one kernel call, where every projection and the head are Q4 × Q8 weights (a
         native GGUF target): built once per head."""
-        if not isinstance(head, q4q8.Q4Q8Weight) or any(
+        if not self.plain or not isinstance(head, q4q8.Q4Q8Weight) or any(
                 _q4q8_parts(getattr(layer, name)) is None for layer in self.layers
                 for name in ("qkv", "o", "gate_up", "down")) or self.head_dim % 16 \
                 or self.head_dim > q4q8.MAX_HEAD_DIM or self.heads // self.kv_heads > q4q8.MAX_GROUP:
@@ -366,8 +412,12 @@ class FastLlama:
         self.k, self.v = k, v
         positions = torch.arange(capacity, device=w.device)[None]
         dtype = torch.float32 if self.native else w.dtype  # the native forward runs in float32
-        cos, sin = w.rotary(torch.zeros(1, dtype=dtype, device=w.device), positions)
-        self.cos, self.sin = cos[0, :, None], sin[0, :, None]  # (capacity, 1, head_dim): broadcast over heads
+        zero = torch.zeros(1, dtype=dtype, device=w.device)
+        self.rope = {}  # (cos, sin) per rotary table, each (capacity, 1, head_dim): broadcast over heads
+        for kind in {layer.rope for layer in w.layers}:
+            cos, sin = w.rotary(zero, positions) if kind is None else w.rotary(zero, positions, kind)
+            self.rope[kind] = cos[0, :, None], sin[0, :, None]
+        self.cos, self.sin = self.rope[w.layers[0].rope]  # the native forward's (its models have one table)
 
     def crop(self, length: int) -> None:
         self.length = length
@@ -390,7 +440,6 @@ class FastLlama:
             self.length = end
             return logits
         x = w.embed(ids)
-        cos, sin = self.cos[start:end], self.sin[start:end]
         q_width, kv_width = w.heads * w.head_dim, w.kv_heads * w.head_dim
         for i, layer in enumerate(w.layers):
             qkv = layer.qkv(_rms_norm(x, layer.attn_norm, w.eps))
@@ -401,24 +450,34 @@ class FastLlama:
             if layer.q_norm is not None:
                 qk = torch.cat((_rms_norm(qk[:, : w.heads], layer.q_norm, w.eps),
                                 _rms_norm(qk[:, w.heads:], layer.k_norm, w.eps)), 1)
-            qk = _rope(qk, cos, sin)
+            cos, sin = self.rope[layer.rope]
+            qk = _rope(qk, cos[start:end], sin[start:end])
             q, k = qk[:, : w.heads].float(), qk[:, w.heads:]  # (n, heads, head_dim), (n, kv_heads, head_dim)
             self.k[i, :, start:end], self.v[i, :, start:end] = k.transpose(0, 1), v.transpose(0, 1)
-            attn = self._attention(q, self.k[i], self.v[i], start).to(x.dtype)
-            x = x + layer.o(attn)
+            attn = self._attention(q, self.k[i], self.v[i], start, layer.window).to(x.dtype)
+            attn = layer.o(attn)
+            if layer.post_attn_norm is not None:
+                attn = _rms_norm(attn, layer.post_attn_norm, w.eps)
+            x = x + attn
             gate, up = layer.gate_up(_rms_norm(x, layer.mlp_norm, w.eps)).split(w.intermediate, -1)
-            x = x + layer.down(F.silu(gate) * up)
+            mlp = layer.down(w.act(gate) * up)
+            if layer.post_mlp_norm is not None:
+                mlp = _rms_norm(mlp, layer.post_mlp_norm, w.eps)
+            x = x + mlp
         self.length = end
         return self.head(_rms_norm(x[-keep:], w.final_norm, w.eps)).float()
 
-    def _attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int) -> torch.Tensor:
+    def _attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int,
+                   window: int | None) -> torch.Tensor:
         """(n, heads·head_dim) attention of queries q (n, heads, head_dim) at positions start..start+n-1 over one
-        layer's cache (kv_heads, capacity, head_dim)."""
+        layer's cache (kv_heads, capacity, head_dim); a query at p sees positions p - window < t ≤ p."""
         n, heads, head_dim = q.shape
         end = start + n
-        scale = head_dim ** -0.5
+        scale = self.weights.attn_scale ** -0.5
         if n > ROW_BY_ROW_MAX:
             mask = torch.ones(n, end, dtype=torch.bool, device=q.device).tril(start)
+            if window is not None:
+                mask &= ~torch.ones(n, end, dtype=torch.bool, device=q.device).tril(start - window)
             out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys[None, :, :end], values[None, :, :end],
                                                  attn_mask=mask, scale=scale, enable_gqa=True)
             return out[0].transpose(0, 1).reshape(n, heads * head_dim)
@@ -426,10 +485,16 @@ class FastLlama:
         # over the same keys, without a mask, so its result is the same bits. One call over the block with a
         # causal mask would differ in the last bits; per row it costs about the same for the 1-3 rows of an
         # average round (docs/batch-invariance.md).
-        rows = [F.scaled_dot_product_attention(q[r][None, :, None], keys[None, :, : start + r + 1],
-                                               values[None, :, : start + r + 1], scale=scale, enable_gqa=True)
+        first = [0 if window is None else max(0, start + r + 1 - window) for r in range(n)]
+        rows = [F.scaled_dot_product_attention(q[r][None, :, None], keys[None, :, first[r]: start + r + 1],
+                                               values[None, :, first[r]: start + r + 1], scale=scale, enable_gqa=True)
                 for r in range(n)]  # each (1, heads, 1, head_dim)
         return torch.cat(rows).view(n, heads * head_dim)
+
+
+def _norm_weight(norm: torch.nn.Module, unit_offset: bool) -> torch.Tensor:
+    """What an RMSNorm multiplies by: its weight, or (Gemma's) 1 + its weight, in the weight's dtype."""
+    return (1 + norm.weight.float()).to(norm.weight.dtype) if unit_offset else norm.weight
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -76,8 +76,9 @@ def test_blocks_up_to_the_longest_gamma_are_invariant_too():
     assert torch.equal(runner.forward(continuation.tolist(), keep=len(continuation)), alone)
 
 
-def _causal_block_attention(self, q, keys, values, start):
-    """The forward's attention before it became invariant: one call over the block with a causal mask."""
+def _causal_block_attention(self, q, keys, values, start, window):
+    """The forward's attention before it became invariant: one call over the block with a causal mask (the
+    test model has no sliding window)."""
     n, heads, head_dim = q.shape
     mask = torch.ones(n, start + n, dtype=torch.bool).tril(start) if n > 1 else None
     out = torch.nn.functional.scaled_dot_product_attention(

@@ -1,7 +1,8 @@
 """The fast Llama-family forward against transformers' own, and the fallback for what it does not cover."""
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 from engine.kernels import q4q8
 from engine.models import fast_llama
@@ -16,8 +17,16 @@ def build(kind: str, seed: int = 0):
     if kind == "qwen3":
         model = Qwen3ForCausalLM(Qwen3Config(**SHAPE, head_dim=16))
     elif kind.startswith("phi3"):  # fused q/k/v and gate/up; -window: a sliding window, -partial: a partial rope
-        model = Phi3ForCausalLM(Phi3Config(**SHAPE, pad_token_id=0, sliding_window=8 if kind == "phi3-window" else None,
+        model = Phi3ForCausalLM(Phi3Config(**SHAPE, pad_token_id=0, sliding_window=4 if kind == "phi3-window" else None,
                                            partial_rotary_factor=0.5 if kind == "phi3-partial" else 1.0))
+    elif kind == "mistral":  # every layer a sliding window
+        model = MistralForCausalLM(MistralConfig(**SHAPE, sliding_window=4))
+    elif kind == "gemma3":  # (1 + w) norms around attention and MLP, gelu-tanh, a window and a rope per layer type
+        model = Gemma3ForCausalLM(Gemma3TextConfig(**SHAPE, head_dim=16, sliding_window=4,
+                                                   layer_types=["sliding_attention", "full_attention"]))
+        for name, parameter in model.named_parameters():
+            if "norm" in name:  # transformers starts them at 0: 1 + w would be 1 everywhere
+                parameter.data.normal_(0, 0.3)
     elif kind == "llama3-rope":
         model = LlamaForCausalLM(LlamaConfig(**SHAPE, rope_parameters={
             "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
@@ -27,7 +36,7 @@ def build(kind: str, seed: int = 0):
     return model.eval().requires_grad_(False)
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen3", "llama3-rope", "phi3"])
+@pytest.mark.parametrize("kind", ["llama", "qwen3", "llama3-rope", "phi3", "phi3-window", "mistral", "gemma3"])
 def test_fast_forward_matches_transformers_through_steps_blocks_and_rollback(kind):
     model = build(kind)
     runner = CachedModel(model, 64)
@@ -43,8 +52,9 @@ def test_fast_forward_matches_transformers_through_steps_blocks_and_rollback(kin
     assert torch.allclose(step[0], model(torch.tensor([sequence[:6] + [50]])).logits[0, -1], atol=1e-5)
 
 
-def test_the_cache_grows_past_its_first_allocation_without_changing_the_logits():
-    model = build("llama")
+@pytest.mark.parametrize("kind", ["llama", "phi3-window", "gemma3"])  # a prompt past the windows too
+def test_the_cache_grows_past_its_first_allocation_without_changing_the_logits(kind):
+    model = build(kind)
     runner = CachedModel(model, 64)
     ids = torch.randint(0, 64, (300,), generator=torch.Generator().manual_seed(0)).tolist()
     runner.forward(ids[:250])
@@ -53,10 +63,9 @@ def test_the_cache_grows_past_its_first_allocation_without_changing_the_logits()
     assert torch.allclose(torch.stack(last), reference, atol=1e-4)
 
 
-@pytest.mark.parametrize("kind", ["phi3-window", "phi3-partial"])
-def test_a_sliding_window_or_a_partial_rope_is_not_taken_for_the_fast_forward(kind):
+def test_a_partial_rope_is_not_taken_for_the_fast_forward():
     assert fast_llama.supports(build("phi3"))
-    assert not fast_llama.supports(build(kind))
+    assert not fast_llama.supports(build("phi3-partial"))
 
 
 def test_unsupported_architectures_fall_back_to_the_transformers_forward():

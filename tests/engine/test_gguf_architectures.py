@@ -8,9 +8,10 @@ from gguf import GGML_QUANT_SIZES, GGUFWriter
 from gguf import GGMLQuantizationType as Q
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from engine.decoding.caches import CachedModel, TransformersCache
+from engine.decoding.caches import CachedModel
 from engine.kernels import q4q8
 from engine.models import gguf_native, loading
+from engine.models.fast_llama import FastLlama
 from tests.engine.test_kquants import blocks
 
 # head_dim = hidden / heads: phi3's config has no other (qwen3's defaults to 128)
@@ -142,13 +143,13 @@ def assert_scores_and_decodes_as(native, reference, ids: list[int], one_call: bo
     """Our forward's logits of `ids` within CLOSE of transformers', and 32 greedy tokens the same as its. The
     greedy prompt is the first of a few random ones after which transformers' every choice leads the runner-up by
     more than twice CLOSE (a random model often has near ties, which Q8 activations may tip either way); it is
-    picked by transformers' scores alone. `one_call`: ours runs on fast_llama's one-call kernel forward, else on
-    transformers' own forward."""
+    picked by transformers' scores alone. `one_call`: ours runs on the one-call kernel forward, else on
+    fast_llama's own over our projections."""
     runner = CachedModel(native, VOCAB)
     if one_call:
         assert runner.cache.native is not None  # the whole forward in one kernel call
-    else:  # transformers' forward over the native projections
-        assert isinstance(runner.cache, TransformersCache)
+    else:
+        assert isinstance(runner.cache, FastLlama) and runner.cache.native is None
     logits = runner.forward(ids, keep=len(ids))
     expected = reference(input_ids=torch.tensor([ids])).logits[0]
     assert (logits - expected).abs().max() < CLOSE * (expected.max() - expected.min())
@@ -182,9 +183,11 @@ def test_a_qwen3_without_its_q_k_norms_scores_otherwise(tmp_path):
     assert (logits - expected).abs().max() > CLOSE * (expected.max() - expected.min())
 
 
-@pytest.mark.parametrize("types", ["Q4_K_M", "Q8_0"])
-def test_a_native_qwen3_gives_a_row_the_same_bits_alone_in_a_block_and_on_1_2_4_threads(tmp_path, types):
-    write_model(tmp_path / "m.gguf", "qwen3", TYPES[types])
+@pytest.mark.parametrize("architecture,types", [("qwen3", "Q4_K_M"), ("qwen3", "Q8_0"), ("phi3", "Q4_K_M"),
+                                                ("gemma3", "Q4_K_M")])
+def test_a_native_model_gives_a_row_the_same_bits_alone_in_a_block_and_on_1_2_4_threads(tmp_path, architecture,
+                                                                                        types):
+    write_model(tmp_path / "m.gguf", architecture, TYPES[types])
     config = AutoConfig.from_pretrained(tmp_path, gguf_file="m.gguf")
     runner = CachedModel(gguf_native.load(tmp_path / "m.gguf", config, torch.float32), VOCAB)
     tokens = [3, 7, 11, 5, 9, 2, 8, 4, 6, 1] * 8
@@ -315,7 +318,7 @@ def test_a_phi3_file_with_longrope_factors_is_refused_in_one_line(tmp_path):
 @pytest.mark.parametrize("types", ["Q4_K_M", "Q8_0"])
 def test_a_native_gemma3_scores_and_decodes_as_transformers_loads_the_file(tmp_path, types):
     """Gemma 3's norms around attention and MLP, (1 + w) multipliers as the file keeps them, √hidden embeddings,
-    gelu-tanh MLP and sliding-window layers, on transformers' forward over our projections."""
+    gelu-tanh MLP and sliding-window layers, on fast_llama's forward over our projections."""
     native, reference = native_and_transformers(tmp_path, "gemma3", TYPES[types])
     assert native.config.model_type == "gemma3_text" and "sliding_attention" in native.config.layer_types
     assert isinstance(native.model.layers[0].mlp.down_proj, gguf_native.NativeLinear)
