@@ -145,6 +145,11 @@ def length_rule(stop_below: float | None) -> dict:
     return {"cost_aware": True} if stop_below is None else {"cost_aware": False, "stop_below": stop_below}
 
 
+def draft_candidate(text: str) -> str:
+    """A pick-draft candidate: a model, or 'lookup' or 'none'."""
+    return text if text in ("lookup", "none") else model_name(text)
+
+
 def model_name(text: str) -> str:
     """A model argument. What looks like a path (as engine.models.loading reads it) must exist; that is checked
     here, before torch loads. Hub ids and the embedded names are the loader's to check."""
@@ -296,6 +301,21 @@ def build_parser() -> argparse.ArgumentParser:
                        default=defaults.stop_below,
                        help="stop drafting once the chance of keeping the next draft falls below P (llama-server's "
                             "--draft-p-min, transformers' assistant_confidence_threshold)")
+
+    pick = command("pick-draft", "measure which draft pays for a target on this machine, and rank them")
+    pick.add_argument("target", type=model_name, help="the target: hub id, directory, .gguf, or a preset's target")
+    pick.add_argument("--drafts", metavar="M,M,...", type=comma_list(draft_candidate), default=None,
+                      help="the candidates: models, 'lookup' (copying from the conversation) and 'none' (plain AR) "
+                           "(default: the models on this machine that can draft for the target, lookup and none)")
+    pick.add_argument("--kind", choices=("code", "chat"), default="code", help="the kind of prompts measured")
+    pick.add_argument("--prompts", metavar="FILE", type=Path, default=None,
+                      help="your own prompts, one per line, instead of --kind's (default: a few of --kind)")
+    pick.add_argument("--max-new-tokens", metavar="N", type=setting("max_new_tokens", whole_number), default=48,
+                      help="most tokens per reply")
+    pick.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
+    pick.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
+    pick.add_argument("--target-weights", default="auto", choices=TARGET_WEIGHTS, help=TARGET_WEIGHTS_HELP)
+    pick.add_argument("--json", action="store_true", help="print the ranking as one JSON object")
 
     models = command("models", "list the models on this machine from their metadata: ours, LM Studio's, Ollama's, "
                                "llama.cpp's cache and the Hugging Face cache")
@@ -567,6 +587,38 @@ def timing_progress():
     return report
 
 
+def cmd_pick_draft(args) -> int:
+    from engine.benchmark import pick_draft as picking
+    from engine.benchmark.bench import load_prompts
+    from engine.models.loading import gguf_file, resolve
+
+    prompts = load_prompts(args.prompts) if args.prompts else picking.prompts_of(args.kind)
+    kind = args.prompts.name if args.prompts else args.kind
+    candidates = args.drafts or picking.default_candidates(args.target)
+    quiet_loading()
+
+    def progress(done: int, total: int, what: str) -> None:
+        print(f"\rspecdec pick-draft: {done}/{total} replies ({what})\x1b[K", end="", file=sys.stderr, flush=True)
+
+    picks = picking.pick_draft(args.target, candidates, prompts, device=args.device, dtype=args.dtype,
+                               weights=args.target_weights, max_new_tokens=args.max_new_tokens, progress=progress)
+    print(file=sys.stderr)
+    ranking = picking.new_ranking(args.target, kind, picks)
+    source = gguf_file(args.target) or Path(resolve(args.target))
+    if source.exists():
+        picking.keep(ranking, picking.ranking_file(source, kind, args.device, args.dtype))
+    if args.json:
+        print(json.dumps(ranking.as_dict()))
+        return 0
+    print(f"drafts for {args.target} on {ranking.machine}, {len(prompts)} {kind} prompts × {args.max_new_tokens} "
+          "tokens, greedy")
+    print(picking.ranking_table(ranking))
+    best = ranking.best
+    print(f"\nbest: {best.draft} ({best.measured_speedup:.2f}x plain AR's speed here)" if best.draft != picking.NONE
+          else "\nbest: no draft (none measured faster than plain AR here)")
+    return 0
+
+
 def cmd_presets(args) -> int:
     from engine.models import packaged
     from engine.models.pairing import PRESETS
@@ -721,7 +773,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     commands = {"generate": cmd_generate, "bench": cmd_bench, "export-serving": cmd_export_serving,
-                "prepare": cmd_prepare,
+                "prepare": cmd_prepare, "pick-draft": cmd_pick_draft,
                 "train-draft": cmd_train_draft, "models": cmd_models, "presets": cmd_presets,
                 "install-pair": cmd_install_pair}
     try:
