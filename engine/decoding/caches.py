@@ -177,10 +177,12 @@ class CachedModel:
     def prefill_chunks(self, ids: list[int]) -> Iterator[int]:
         """`prefill` a chunk per forward, yielding the cached length after each, so a caller can stop between
         chunks: each is sized by `chunk_size` from the speed of the chunks before it (in this reply or an
-        earlier one) and ends at a multiple of its size."""
+        earlier one), or fixed where the model reads prompts in by a matrix product (its numbers depend on the
+        chunk), and ends at a multiple of its size."""
         self.rollback(min(self.common_prefix(ids), len(ids) - 1))
+        fixed = getattr(self.cache, "read_in_rows", None)
         while (start := len(self.tokens)) < len(ids) - 1:
-            size = chunk_size(self.seconds_per_position)
+            size = fixed or chunk_size(self.seconds_per_position)
             end = min((start // size + 1) * size, len(ids) - 1)
             began = self.clock()
             self.forward(ids[start:end])

@@ -412,38 +412,73 @@ void q4q8_linear(const qweight *w, const void *x, int bf16, int64_t rows, void *
         for (int64_t i = 0; i < rows * w->N; i++) ((uint16_t *)out)[i] = float_to_bf16(o32[i]);
 }
 
-/* w de-quantised into out (N, K) bfloat16, rows of K: the weights as a matrix-product library multiplies them (a
- * prompt's read-in, where one product over many rows beats the kernel's blocks of MAX_CHUNK). Each value is the one
- * the kernel's integers and scales stand for, a·(u − zero) + b (or the half group's scale), rounded once. */
-CLONES void q4q8_dequantize(const qweight *w, uint16_t *out, int threads) {
-    int64_t K = w->K, groups = K / GROUP, blocks = w->N / ROWS;
+/* ------------------------------------------------------------------------------------------- de-quantising */
+/* A weight de-quantised and transposed into out (K, N) bfloat16, rows `ldo` apart: the weights as a matrix-product library
+ * multiplies them (a prompt's read-in, where one product over many rows beats the kernel's blocks of MAX_CHUNK).
+ * Each value is the one the kernel's integers and scales stand for, a·(u − zero) + b (or the half group's scale
+ * alone), a product and a sum each rounded to float32, then rounded once to bfloat16 (to nearest, ties to even):
+ * the same bits on every path. Transposed, a block's 16 rows of one input are 16 neighbours. */
+
+/* One block's group: inputs g·32.. of outputs b·16.., out pointing at (g·32, b·16), rows N apart. */
+CLONES static void dequantize_scalar(const uint8_t *wb, const float *a, const float *bb, int four, int kind, int zero,
+                              uint16_t *out, int64_t N) {
+    for (int i = 0; i < GROUP; i++) {
+        /* input i: chunk c, byte j of each row's four (its low or high nibble, 4-bit) */
+        int c = four ? (i % 16) / 4 : i / 4, j = i % 4, shift = four && i >= 16 ? 4 : 0;
+        const float *scale = kind == SCALES_HALVES && i >= GROUP / 2 ? bb : a;
+        for (int n = 0; n < ROWS; n++) {
+            int byte = wb[c * 64 + 4 * n + j];
+            float u = (float)((four ? (byte >> shift) & 0x0F : byte) - zero);
+            out[i * N + n] = float_to_bf16(kind == SCALES_HALVES ? scale[n] * u : a[n] * u + bb[n]);
+        }
+    }
+}
+
+#if defined(__x86_64__)
+static AVX512 void dequantize_avx512(const uint8_t *wb, const float *a, const float *bb, int four, int kind,
+                                     int zero, uint16_t *out, int64_t N) {
+    __m512 va = _mm512_loadu_ps(a), vb = _mm512_loadu_ps(bb);
+    __m512i vzero = _mm512_set1_epi32(zero), byte_mask = _mm512_set1_epi32(four ? 0x0F : 0xFF);
+    for (int i = 0; i < GROUP; i += 4) {
+        int c = four ? (i % 16) / 4 : i / 4, shift = four && i >= 16 ? 4 : 0;
+        __m512i chunk = _mm512_loadu_si512((const void *)(wb + c * 64));  /* row n's 4 bytes in lane n */
+        __m512 scale = kind == SCALES_HALVES && i >= GROUP / 2 ? vb : va;
+        for (int j = 0; j < 4; j++) {
+            __m512i u = _mm512_and_si512(_mm512_srli_epi32(chunk, 8 * j + shift), byte_mask);
+            __m512 value = _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_sub_epi32(u, vzero)));
+            if (kind != SCALES_HALVES) value = _mm512_add_ps(value, vb);
+            /* to bfloat16, to nearest, ties to even: float_to_bf16's integer rounding */
+            __m512i bits = _mm512_castps_si512(value);
+            __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+            bits = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
+            _mm256_storeu_si256((__m256i *)(out + (i + j) * N), _mm512_cvtepi32_epi16(bits));
+        }
+    }
+}
+#endif
+
+void q4q8_dequantize(const qweight *w, uint16_t *out, int64_t ldo, int isa, int threads) {
+    int64_t groups = w->K / GROUP, blocks = w->N / ROWS;
     int64_t group_bytes = w->bits == 4 ? 256 : 512, sbytes = scale_bytes((int)w->kind);
-    int kind = (int)w->kind, zero = (int)w->zero;
+    int kind = (int)w->kind, zero = (int)w->zero, four = w->bits == 4;
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t b = 0; b < blocks; b++) {
         for (int64_t g = 0; g < groups; g++) {
-            const uint8_t *wb = w->blocks + (b * groups + g) * group_bytes;
             const uint8_t *s = w->scales + (b * groups + g) * sbytes;
+            float a[ROWS], bb[ROWS];
             for (int n = 0; n < ROWS; n++) {
-                float a = scale_at(s, kind, n), bb = scale_at(s, kind, ROWS + n);
-                float u[GROUP];
-                for (int c = 0; c < 4; c++)
-                    for (int j = 0; j < 4; j++) {
-                        if (w->bits == 4) {
-                            uint8_t byte = wb[c * 64 + 4 * n + j];
-                            u[4 * c + j] = (float)((byte & 0x0F) - zero);
-                            u[16 + 4 * c + j] = (float)((byte >> 4) - zero);
-                        } else {
-                            u[4 * c + j] = (float)(wb[c * 64 + 4 * n + j] - zero);
-                            u[16 + 4 * c + j] = (float)(wb[(4 + c) * 64 + 4 * n + j] - zero);
-                        }
-                    }
-                uint16_t *row = out + (b * ROWS + n) * K + g * GROUP;
-                for (int i = 0; i < GROUP; i++) {
-                    float value = kind == SCALES_HALVES ? (i < GROUP / 2 ? a : bb) * u[i] : a * u[i] + bb;
-                    row[i] = float_to_bf16(value);
-                }
+                a[n] = scale_at(s, kind, n);
+                bb[n] = scale_at(s, kind, ROWS + n);
             }
+            const uint8_t *wb = w->blocks + (b * groups + g) * group_bytes;
+            uint16_t *o = out + g * GROUP * ldo + b * ROWS;
+#if defined(__x86_64__)
+            if (isa == 2) {
+                dequantize_avx512(wb, a, bb, four, kind, zero, o, ldo);
+                continue;
+            }
+#endif
+            dequantize_scalar(wb, a, bb, four, kind, zero, o, ldo);
         }
     }
 }
@@ -703,6 +738,13 @@ CLONES static void rms_norm(const float *x, const float *weight, int64_t rows, i
     }
 }
 
+/* The forward's own norm and gated activation, for a caller that multiplies the weights elsewhere (read_in). */
+void llama_rms_norm(const float *x, const float *weight, int64_t rows, int64_t n, float eps, float *out) {
+    rms_norm(x, weight, rows, n, eps, out);
+}
+
+void llama_silu_mul(const float *gate_up, int64_t rows, int64_t I, float *out) { silu_mul(gate_up, rows, I, out); }
+
 /* HF's rotate-half RoPE on one head vector at one position's cos / sin (head_dim each). */
 static void rope(float *v, const float *cos, const float *sin, int64_t head_dim) {
     int64_t half_dim = head_dim / 2;
@@ -732,6 +774,30 @@ int64_t llama_scratch_bytes(const llama *m, int64_t rows, int64_t capacity) {
     return floats * 4 + q8_scratch_bytes(rows, widest) + 256;
 }
 
+/* Layer `layer`'s q, k and v of `rows` rows at positions start.. in qkv (rows of q, k, v outputs, changed in place)
+ * get the bias, the heads' norms and RoPE, and the keys and values go into the caches (see llama_forward). */
+void llama_place(const llama *m, int64_t layer, float *qkv, int64_t rows, int64_t start, uint16_t *kcache,
+                 uint16_t *vcache, int64_t capacity, const float *cos, const float *sin) {
+    int64_t hd = m->head_dim, nq = m->heads * hd, nkv = m->kv_heads * hd, wqkv = nq + 2 * nkv;
+    uint16_t *kc = kcache + layer * m->kv_heads * capacity * hd, *vc = vcache + layer * m->kv_heads * capacity * hd;
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = qkv + r * wqkv;
+        if (m->qkv_bias)
+            for (int64_t i = 0; i < wqkv; i++) row[i] += m->qkv_bias[layer * wqkv + i];
+        if (m->q_norm) {  /* each head a row of head_dim, in place */
+            rms_norm(row, m->q_norm + layer * hd, m->heads, hd, m->eps, row);
+            rms_norm(row + nq, m->k_norm + layer * hd, m->kv_heads, hd, m->eps, row + nq);
+        }
+        const float *c = cos + (start + r) * hd, *s = sin + (start + r) * hd;
+        for (int64_t head = 0; head < m->heads + m->kv_heads; head++) rope(row + head * hd, c, s, hd);
+        for (int64_t kvh = 0; kvh < m->kv_heads; kvh++)
+            for (int64_t i = 0; i < hd; i++) {
+                kc[(kvh * hd + i) * capacity + start + r] = float_to_bf16(row[nq + kvh * hd + i]);
+                vc[(kvh * capacity + start + r) * hd + i] = float_to_bf16(row[nq + nkv + kvh * hd + i]);
+            }
+    }
+}
+
 /* x (rows, hidden) float32: the embeddings of `rows` tokens at positions start.., changed in place. The keys of
  * every layer go to kcache (layers, kv_heads, head_dim, capacity), transposed, and the values to vcache (layers,
  * kv_heads, capacity, head_dim), at those positions, both rounded to bfloat16: a long context's step reads the whole
@@ -746,26 +812,11 @@ void llama_forward(const llama *m, float *x, int64_t rows, int64_t start, uint16
     float *act = gu + rows * 2 * I, *scores = act + rows * I;
     uint8_t *q8 = (uint8_t *)(scores + BLOCK_ROWS * m->heads * capacity);
     for (int64_t layer = 0; layer < m->layers; layer++) {
-        uint16_t *kc = kcache + layer * m->kv_heads * capacity * hd, *vc = vcache + layer * m->kv_heads * capacity * hd;
         rms_norm(x, m->attn_norm + layer * H, rows, H, m->eps, h);
         run_parts(m->qkv, m->qkv_first, layer, h, rows, qkv, wqkv, q8, isa, threads);
-        for (int64_t r = 0; r < rows; r++) {
-            float *row = qkv + r * wqkv;
-            if (m->qkv_bias)
-                for (int64_t i = 0; i < wqkv; i++) row[i] += m->qkv_bias[layer * wqkv + i];
-            if (m->q_norm) {  /* each head a row of head_dim, in place */
-                rms_norm(row, m->q_norm + layer * hd, m->heads, hd, m->eps, row);
-                rms_norm(row + nq, m->k_norm + layer * hd, m->kv_heads, hd, m->eps, row + nq);
-            }
-            const float *c = cos + (start + r) * hd, *s = sin + (start + r) * hd;
-            for (int64_t head = 0; head < m->heads + m->kv_heads; head++) rope(row + head * hd, c, s, hd);
-            for (int64_t kvh = 0; kvh < m->kv_heads; kvh++)
-                for (int64_t i = 0; i < hd; i++) {
-                    kc[(kvh * hd + i) * capacity + start + r] = float_to_bf16(row[nq + kvh * hd + i]);
-                    vc[(kvh * capacity + start + r) * hd + i] = float_to_bf16(row[nq + nkv + kvh * hd + i]);
-                }
-        }
-        attention(m, qkv, wqkv, rows, start, kc, vc, capacity, scores, attn, threads);
+        llama_place(m, layer, qkv, rows, start, kcache, vcache, capacity, cos, sin);
+        attention(m, qkv, wqkv, rows, start, kcache + layer * m->kv_heads * capacity * hd,
+                  vcache + layer * m->kv_heads * capacity * hd, capacity, scores, attn, threads);
         q4q8_run(&m->o[layer], attn, rows, h, q8, isa, threads);
         add_into(x, h, rows * H);
         rms_norm(x, m->mlp_norm + layer * H, rows, H, m->eps, h);

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from engine.paths import home
 
@@ -39,6 +40,11 @@ ISAS = {"vnni": 2, "avx2": 1, "c": 0}  # SPECDEC_Q4Q8_ISA forces one (tests comp
 # How a weight's scales are kept (q4q8.c's SCALES_*): w = d·u + m with fp16 or float32 d, m per row and group of
 # 32, or w = d_h·(u − zero) with a float32 d_h per half group of 16 (Q6_K).
 SCALES_F16, SCALES_F32, SCALES_HALVES = 0, 1, 2
+# A prompt is read in by matrix products over de-quantised weights (LlamaForward.read_in) where the CPU multiplies
+# bfloat16 matrices on AMX tiles (measured there: docs/q4q8-kernel.md), in blocks of READ_IN_ROWS rows at multiples
+# of it, so that a prompt is cut at the same positions whatever the machine's speed. SPECDEC_READ_IN=dense|kernel
+# forces the choice.
+READ_IN_ROWS = 256
 
 
 def _library_path() -> Path:
@@ -86,6 +92,14 @@ def _library() -> ctypes.CDLL | None:
     lib.q4q8_scratch_bytes.argtypes = [i64, i64, i64]
     lib.q4q8_scratch_bytes.restype = i64
     lib.q4q8_best_isa.restype = ctypes.c_int
+    lib.q4q8_dequantize.argtypes = [ptr, ptr, i64, ctypes.c_int, ctypes.c_int]
+    lib.q4q8_dequantize.restype = None
+    lib.llama_place.argtypes = [ptr, i64, ptr, i64, i64, ptr, ptr, i64, ptr, ptr]
+    lib.llama_place.restype = None
+    lib.llama_rms_norm.argtypes = [ptr, ptr, i64, i64, ctypes.c_float, ptr]
+    lib.llama_rms_norm.restype = None
+    lib.llama_silu_mul.argtypes = [ptr, i64, i64, ptr]
+    lib.llama_silu_mul.restype = None
     return lib
 
 
@@ -102,6 +116,14 @@ def isa() -> int:
 
 def isa_name() -> str:
     return {v: k for k, v in ISAS.items()}[isa()]
+
+
+def reads_in_densely() -> bool:
+    """Whether a native forward reads prompts in with `LlamaForward.read_in` on this machine (see READ_IN_ROWS)."""
+    forced = os.environ.get("SPECDEC_READ_IN")
+    if forced in ("dense", "kernel"):
+        return forced == "dense"
+    return torch.cpu._is_amx_tile_supported()
 
 
 def fast() -> bool:
@@ -200,6 +222,16 @@ class Q4Q8Weight:
             return halves.reshape(n, k)
         return (u.float().view(n, -1, GROUP) * a[..., None] + b[..., None]).reshape(n, k)
 
+    def dense_bf16_t(self, out: torch.Tensor | None = None) -> torch.Tensor:
+        """`dense` rounded to bfloat16 and transposed (K, N), by the kernel's library (fast); into `out` where given,
+        (K, ≥ N) columns of a wider matrix whose rows may lie further apart."""
+        if out is None:
+            out = torch.empty((self.in_features, self.out_features), dtype=torch.bfloat16)
+        assert out.dtype == torch.bfloat16 and out.stride(1) == 1 and out.shape == (self.in_features, self.out_features)
+        self._lib.q4q8_dequantize(ctypes.byref(_QWeight.of(self)), out.data_ptr(), out.stride(0), isa(),
+                                  torch.get_num_threads())
+        return out
+
     def rows(self, ids: torch.Tensor) -> "Q4Q8Weight":
         """The weight of output rows `ids` alone, in their order (a multiple of ROWS of them): a draft's head over
         its draft vocabulary."""
@@ -256,6 +288,11 @@ class _Llama(ctypes.Structure):
                 ("head", ctypes.POINTER(_QWeight)), ("q_norm", ctypes.c_void_p), ("k_norm", ctypes.c_void_p)]
 
 
+def _product(x: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+    """x (rows, K) times a de-quantised weight (K, N) bfloat16, in float32 (contiguous)."""
+    return torch.mm(x.to(torch.bfloat16), dense).float()
+
+
 def _parts(per_layer: list) -> tuple[list[Q4Q8Weight], ctypes.Array]:
     """Each layer's weight or list of weights (side by side in the output) as one flat list and its layers'
     offsets into it."""
@@ -299,6 +336,57 @@ class LlamaForward:
                            ctypes.pointer(self._head), *(None if n is None else n.data_ptr()
                                                          for n in (self.q_norm, self.k_norm)))
         self.hidden = qkv[0].in_features
+        # per layer, for read_in: the projections' weights (each a list of parts side by side in the output), and
+        # where they are de-quantised, one layer at a time (every layer's projections have the same shapes)
+        self._projections = [[list(w) if isinstance(w, (list, tuple)) else [w] for w in layer[:4]] for layer in layers]
+        self._dense: list[torch.Tensor] = []
+
+    def read_in(self, x: torch.Tensor, start: int, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
+                sin: torch.Tensor, keep: int) -> torch.Tensor:
+        """`__call__` for a prompt's many rows: each layer's projections de-quantised into bfloat16 for the block
+        and multiplied by torch's matrix products (oneDNN, on AMX tiles where the CPU has them), as its attention;
+        the norms, RoPE, cache writes and activation are the forward's own C code. A row's numbers are not the
+        kernel's (its activations are not quantised to 8 bits) and may depend on the block's other rows: the
+        caller reads a prompt in blocks fixed by the prompt alone (engine.decoding.caches)."""
+        assert k.dtype == v.dtype == KV_DTYPE
+        x = x.to(torch.float32, copy=True).contiguous()
+        rows, capacity, threads = x.shape[0], v.shape[2], torch.get_num_threads()
+        lib, spec, hidden = self._lib, self.spec, self.hidden
+        heads, kv_heads, head_dim, end = spec.heads, spec.kv_heads, spec.head_dim, start + rows
+        h = torch.empty((rows, hidden))
+        act = torch.empty((rows, spec.intermediate))
+        mask = torch.ones(rows, end, dtype=torch.bool).tril(start)  # row r sees positions up to start + r
+        for layer in range(spec.layers):
+            qkv, o, gate_up, down = self._dense_layer(layer)
+            lib.llama_rms_norm(x.data_ptr(), self.attn_norm[layer].data_ptr(), rows, hidden, spec.eps, h.data_ptr())
+            projected = _product(h, qkv)
+            lib.llama_place(ctypes.byref(spec), layer, projected.data_ptr(), rows, start, k.data_ptr(), v.data_ptr(),
+                            capacity, cos.data_ptr(), sin.data_ptr())
+            queries = projected[:, :heads * head_dim].view(rows, heads, head_dim).transpose(0, 1)
+            keys = k[layer, :, :, :end].transpose(1, 2).contiguous()  # the cache holds them transposed
+            attn = F.scaled_dot_product_attention(queries[None].to(KV_DTYPE), keys[None], v[layer, None, :, :end],
+                                                  attn_mask=mask, scale=head_dim ** -0.5, enable_gqa=True)
+            x += _product(attn[0].transpose(0, 1).reshape(rows, heads * head_dim), o)
+            lib.llama_rms_norm(x.data_ptr(), self.mlp_norm[layer].data_ptr(), rows, hidden, spec.eps, h.data_ptr())
+            projected = _product(h, gate_up)
+            lib.llama_silu_mul(projected.data_ptr(), rows, spec.intermediate, act.data_ptr())
+            x += _product(act, down)
+        last = x[rows - keep:].contiguous()
+        lib.llama_rms_norm(last.data_ptr(), self.final_norm.data_ptr(), keep, hidden, spec.eps, last.data_ptr())
+        return self.head(last)
+
+    def _dense_layer(self, layer: int) -> list[torch.Tensor]:
+        """Layer `layer`'s projections de-quantised and transposed (K, N) into bfloat16, in buffers every layer
+        reuses."""
+        if not self._dense:
+            self._dense = [torch.empty((parts[0].in_features, sum(p.out_features for p in parts)),
+                                       dtype=torch.bfloat16) for parts in self._projections[0]]
+        for weight, parts in zip(self._dense, self._projections[layer]):
+            column = 0
+            for part in parts:
+                part.dense_bf16_t(weight[:, column:column + part.out_features])
+                column += part.out_features
+        return self._dense
 
     def __call__(self, x: torch.Tensor, start: int, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
                  sin: torch.Tensor, keep: int) -> torch.Tensor:

@@ -374,6 +374,8 @@ class FastLlama:
         self.weights = _Weights.of(model, int8)
         self.head = self.weights.lm_head(head, int8) if isinstance(head, torch.Tensor) else head
         self.native = self.weights.native_forward(self.head)
+        # a prompt's blocks of more than ROW_BY_ROW_MAX rows: read in by a matrix product (q4q8.READ_IN_ROWS)
+        self.read_in_rows = q4q8.READ_IN_ROWS if self.native and q4q8.reads_in_densely() else None
         self.length = 0
         self.k = self.v = self.cos = self.sin = None
 
@@ -435,8 +437,9 @@ class FastLlama:
         n, start = len(ids), self.length
         end = start + n
         self._reserve(end)
-        if self.native:  # every block, a prompt's chunks too: a position's numbers do not depend on the chunking
-            logits = self.native(_embed_float(w.embed, ids), start, self.k, self.v, self.cos, self.sin, keep)
+        if self.native:  # a decoding block's rows have the same numbers alone or together, on every kernel path
+            forward = self.native.read_in if self.read_in_rows and n > ROW_BY_ROW_MAX else self.native
+            logits = forward(_embed_float(w.embed, ids), start, self.k, self.v, self.cos, self.sin, keep)
             self.length = end
             return logits
         x = w.embed(ids)
