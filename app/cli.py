@@ -228,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     remote.add_argument("--model-name", metavar="NAME", default=None,
                         help="the served model to ask (default: the only one the engine serves)")
     remote.add_argument("--timeout", metavar="S", type=finite_float, default=60.0,
-                        help="seconds of silence from the engine before giving up")
+                        help="seconds to wait for the engine's answer, and then for each next token, before giving up")
 
     bench = command("bench", "measure speedups against plain decoding and the peers")
     _add_model_arguments(bench)
@@ -518,12 +518,17 @@ def cmd_generate_remote(args) -> int:
     )
     engine = RemoteEngine(args.target, args.model_name, timeout_s=args.timeout)
     engine.connect()
-    reply = None
-    for piece in engine.stream_chat([{"role": "user", "content": prompt}], settings):
-        if isinstance(piece, RemoteReply):
-            reply = piece
-        elif not args.json:
-            print(piece.text, end="", flush=True)
+    reply, streamed = None, False
+    try:
+        for piece in engine.stream_chat([{"role": "user", "content": prompt}], settings):
+            if isinstance(piece, RemoteReply):
+                reply = piece
+            elif not args.json:
+                print(piece.text, end="", flush=True)
+                streamed = True
+    finally:
+        if streamed and reply is None:  # an error ends the reply: its line starts on a line of its own
+            print(flush=True)
     if args.json:
         print(json.dumps({
             "text": reply.text, "token_ids": list(reply.token_ids) if reply.token_ids else None,

@@ -373,3 +373,15 @@ def test_cli_generate_against_a_trickling_engine_is_one_line_at_the_timeout(caps
         assert time.monotonic() - start < GIVEN_UP_WITHIN_S
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and f"sent no answer for {TIMEOUT_S:g} s" in err
+
+
+def test_cli_generate_ends_the_streamed_text_s_line_before_a_failure_mid_reply(capsys):
+    from app.cli import main
+
+    engine = FakeEngine()
+    engine.keep_alive = b": keep-alive\n\n"
+    with serving(engine) as url:
+        assert main(["generate", "hi", "--target", url, "--timeout", str(TIMEOUT_S)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "Hello\n"  # the error's line is not glued to the reply's last word
+    assert "sent no new token" in captured.err
