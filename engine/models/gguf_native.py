@@ -35,6 +35,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from engine.kernels import q4q8
+from engine.models import kept
 from engine.phases import announce
 
 GROUP = 32  # weights per Q4_0 / Q4_1 block and per Q4_K sub-block: the kernel's group size
@@ -547,36 +548,58 @@ PREPARED_LAYOUT = 1  # the version of q4q8's packed layout and kernel_values' ma
 
 
 def prepared_path(path: Path, compacted: bool) -> Path:
-    """Where the kernel's weights of a GGUF are kept once made (keyed on the file's path, size and time, and on
-    PREPARED_LAYOUT): unpacking and packing a 1.5B model's blocks takes ~7 s, reading them back about one."""
-    from engine.models.kept import file_key
+    """Where the kernel's weights of a GGUF are kept once made (keyed on `_prepared_source`): unpacking and packing a
+    1.5B model's blocks takes ~7 s, reading them back about one."""
     from engine.paths import cache_dir
 
-    key = file_key(path, PREPARED_LAYOUT, compacted)
+    key = _prepared_source(path, compacted)
     return cache_dir() / "prepared" / f"{path.stem}{'-compact' if compacted else ''}-{key}.safetensors"
 
 
-def _read_prepared(file: Path) -> dict[str, q4q8.Q4Q8Weight]:
+def _prepared_source(path: Path, compacted: bool) -> str:
+    """What a prepared file is made from: the GGUF's version (its path, size and time), PREPARED_LAYOUT and
+    whether it is compacted."""
+    return kept.file_key(path, PREPARED_LAYOUT, compacted)
+
+
+def _read_prepared(path: Path, compacted: bool) -> tuple[dict[str, q4q8.Q4Q8Weight], str | None]:
+    """The weights kept prepared for the GGUF at `path` and None, or none and why those kept are not used: the
+    file's seal (engine.models.kept) holds the checksum of its layout and of every tensor's bytes, checked as they
+    are read."""
+    file, source = prepared_path(path, compacted), _prepared_source(path, compacted)
     if not file.is_file():
-        return {}
+        return {}, None
     try:
         with safe_open(file, "pt") as f:
-            layout = json.loads(f.metadata()["layout"])
-            return {name: q4q8.Q4Q8Weight(f.get_tensor(f"{name}:blocks"), f.get_tensor(f"{name}:scales"), *shape)
-                    for name, shape in layout.items()}
-    except (OSError, KeyError, ValueError, SafetensorError):  # damaged: made again
-        return {}
+            metadata = f.metadata() or {}
+            tensors = {name: f.get_tensor(name) for name in f.keys()}
+        layout_text = metadata.get("layout", "")
+        why = kept.damage(metadata.get("seal"), source, {"layout": layout_text.encode(),
+                                                           **{name: _bytes(t) for name, t in tensors.items()}})
+        if why is None:
+            return {name: q4q8.Q4Q8Weight(tensors[f"{name}:blocks"], tensors[f"{name}:scales"], *shape)
+                    for name, shape in json.loads(layout_text).items()}, None
+    except (OSError, SafetensorError) as exc:
+        why = f"unreadable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+    return {}, why
 
 
-def _write_prepared(file: Path, weights: dict[str, q4q8.Q4Q8Weight]) -> None:
-    """Best effort (a full disk or a read-only cache leaves the next load to make them again)."""
-    layout = {name: [w.bits, w.out_features, w.in_features, w.kind, w.zero] for name, w in weights.items()}
+def _bytes(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.contiguous().view(torch.uint8).numpy()
+
+
+def _write_prepared(path: Path, compacted: bool, weights: dict[str, q4q8.Q4Q8Weight]) -> None:
+    """Sealed with the checksums `_read_prepared` checks. Best effort (a full disk or a read-only cache leaves the
+    next load to make them again)."""
+    file, source = prepared_path(path, compacted), _prepared_source(path, compacted)
+    layout = json.dumps({name: [w.bits, w.out_features, w.in_features, w.kind, w.zero] for name, w in weights.items()})
     tensors = {f"{name}:{part}": getattr(w, part).contiguous() for name, w in weights.items()
                for part in ("blocks", "scales")}
+    sealed = kept.seal(source, {"layout": layout.encode(), **{name: _bytes(t) for name, t in tensors.items()}})
     partial = file.with_name(f"{file.name}.{os.getpid()}.tmp")
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
-        save_file(tensors, str(partial), metadata={"layout": json.dumps(layout)})
+        save_file(tensors, str(partial), metadata={"layout": layout, "seal": sealed})
         partial.replace(file)
     except OSError:
         partial.unlink(missing_ok=True)
@@ -599,9 +622,10 @@ def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.de
     architecture, tensors = read_tensors(path)
     check(tensors, architecture, device, kernel)
     ours = kernel == "q4q8" and q4q8.available()
-    prepared_file = prepared_path(path, compacted) if ours else None
-    prepared = _read_prepared(prepared_file) if ours else {}
-    if ours and not prepared:
+    prepared, damage = _read_prepared(path, compacted) if ours else ({}, None)
+    if damage is not None:
+        kept.say_damaged(prepared_path(path, compacted), damage, path)
+    elif ours and not prepared:
         announce(f"specdec: preparing {path.name}'s weights for the kernel (once for this file)...")
     made: dict[str, q4q8.Q4Q8Weight] = {}
 
@@ -652,7 +676,7 @@ def load(path: Path, config, dtype: torch.dtype, device: torch.device = torch.de
         model.lm_head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=dtype)
         model.lm_head.weight = torch.nn.Parameter(torch.from_numpy(weight).to(dtype), requires_grad=False)
     if made:
-        _write_prepared(prepared_file, {**prepared, **made})
+        _write_prepared(path, compacted, {**prepared, **made})
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
         raise NotNative(f"no GGUF tensor for {left[0]}")

@@ -6,7 +6,6 @@ The short names `embedded` and `embedded-draft` resolve to the prepared local co
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -195,16 +194,22 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
 def gguf_metadata(path: Path) -> Path:
     """A folder holding the GGUF's config and tokenizer as transformers saves them, made once per file (keyed on
     its path, size and time) in the user's cache: transformers' GGUF reader parses all the metadata, ~13 s for a
-    151k-token vocabulary each time a config or a tokenizer is read, where the saved files load in about one."""
+    151k-token vocabulary each time a config or a tokenizer is read, where the saved files load in about one. The
+    folder is sealed (engine.models.kept): one that does not read back as made is said in one line and made again."""
     from transformers import AutoConfig
 
-    from engine.models.kept import file_key
+    from engine.models import kept
     from engine.paths import cache_dir
 
-    folder = cache_dir() / "gguf-metadata" / f"{path.stem}-{file_key(path)}"
-    if (folder / "config.json").is_file():
-        return folder
-    announce(f"specdec: reading {path.name}'s tokenizer and config (once for this file)...")
+    source = kept.file_key(path)
+    folder = cache_dir() / "gguf-metadata" / f"{path.stem}-{source}"
+    if folder.is_dir():
+        why = kept.folder_damage(folder, source)
+        if why is None:
+            return folder
+        kept.say_damaged(folder, why, path)
+    else:
+        announce(f"specdec: reading {path.name}'s tokenizer and config (once for this file)...")
     partial = folder.with_name(f"{folder.name}.{os.getpid()}.tmp")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
@@ -213,10 +218,8 @@ def gguf_metadata(path: Path) -> Path:
                              f"{type(exc).__name__} {str(exc).splitlines()[0] if str(exc) else ''}".rstrip()) from None
     tokenizer.save_pretrained(partial)
     AutoConfig.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(partial)
-    try:
-        partial.rename(folder)
-    except OSError:  # another process made it first
-        shutil.rmtree(partial, ignore_errors=True)
+    kept.seal_folder(partial, source)
+    kept.put_in_place(partial, folder)
     return folder
 
 
