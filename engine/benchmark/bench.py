@@ -6,6 +6,9 @@ busy machine hits all alike. A timed run covers everything from the prompt's tok
 model loading and tokenisation excluded. Tokens are the generated ones up to and including EOS, counted the same
 way for every method. A row's tokens/s is its total tokens over its total time; "speedup" is that over the
 tokens/s of our AR decoder in the same decoding mode.
+
+Every peer (llama.cpp, its programs, vLLM) runs in a process of its own: one that crashes, exits or hangs leaves its
+row with the reason (a PeerError's line) and no figures, and the other rows, the JSON and the plots are kept.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.benchmark.llama_binaries import METHODS as LLAMA_BINARIES
+from engine.benchmark.peer_process import PeerError, ended
 from engine.benchmark.vllm_peer import VLLM_METHODS
 from engine.events import Drafting, RoundEvent
 from engine.remote_records import EngineSpecStats
@@ -102,6 +106,7 @@ class Run:
 class Row:
     config: Config
     runs: list[Run] = field(default_factory=list)
+    failure: str | None = None  # why its peer stopped: the row then has no figures
 
 
 def plan(methods: Sequence[str], decodings: Sequence[str], gammas: Sequence[int],
@@ -182,7 +187,7 @@ class Bench:
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.device = decoder.target.device
-        self.llamas: dict[str, object] = {}  # llama_cpp.Llama per method, loaded on first use
+        self.llamas: dict[str, object] = {}  # llama_cpp_peer's worker per method, started on first use
         # Our drafting methods take turns on one decoder: each has its drafter and its own planner, so one
         # method's verdicts do not steer another's rounds (copies are kept more often than model drafts).
         lookup = LookupDrafter(decoder.vocab_size, self.device)
@@ -193,9 +198,11 @@ class Bench:
         self.servers: dict[str, object] = {}  # vllm_peer.VllmServer per method, started on first use
 
     def close(self) -> None:
-        """Stop the vLLM servers this bench started."""
+        """Stop the peers' processes this bench started."""
         for server in self.servers.values():
             server.stop()
+        for worker in self.llamas.values():
+            worker.stop()
 
     def run(self, config: Config, prompt: str, seed: int, max_new_tokens: int | None = None) -> Run:
         max_new = max_new_tokens or self.max_new_tokens
@@ -307,33 +314,30 @@ class Bench:
 
 
     def _llama(self, method: str):
-        """llama.cpp on the target's GGUF with as many threads as torch uses; `llama_cpp_lookup` adds its prompt
-        lookup drafting (llama-cpp-python's defaults: 10 drafts from 2-gram matches)."""
+        """llama.cpp's worker process on the target's GGUF with as many threads as torch uses, plain or (for
+        `llama_cpp_lookup`) with its prompt lookup; one that failed raises its PeerError again."""
+        from engine.benchmark import llama_cpp_peer
+
         if method not in self.llamas:
             import torch
-            from llama_cpp import Llama
-            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
             from engine.models.loading import gguf_file
 
-            draft = LlamaPromptLookupDecoding() if method == "llama_cpp_lookup" else None
-            self.llamas[method] = Llama(model_path=str(gguf_file(self.decoder.target.name)), n_ctx=4096,
-                                        n_threads=torch.get_num_threads(), draft_model=draft, verbose=False)
+            gguf = gguf_file(self.decoder.target.name)
+            # kept before it has loaded: close() stops it, and a load that failed fails the method's other rows
+            # at once instead of loading (or hanging) again
+            self.llamas[method] = llama_cpp_peer.start(gguf, torch.get_num_threads(),
+                                                       lookup=method == "llama_cpp_lookup")
+            llama_cpp_peer.wait_loaded(self.llamas[method], gguf)
         return self.llamas[method]
 
     def _llama_cpp(self, config: Config, messages: list[dict], seed: int, max_new: int) -> Run:
-        llm = self._llama(config.method)
+        from engine.benchmark import llama_cpp_peer
+
+        worker = self._llama(config.method)
         prompt = self.decoder.chat_ids(messages)  # our chat template and tokenizer: the same ids as ours
-        llm.reset()  # no KV prefix kept from the previous run, as our decoder is reset
-        llm.set_seed(seed)
-        sampling = dict(temp=0.0) if config.greedy else dict(temp=self.temperature, top_k=0, top_p=1.0)
-        tokens: list[int] = []
-        start = time.perf_counter()
-        for token in llm.generate(prompt, min_p=0.0, typical_p=1.0, repeat_penalty=1.0, reset=True, **sampling):
-            tokens.append(token)
-            if token in self.decoder.eos_ids or len(tokens) >= max_new:
-                break
-        wall_s = time.perf_counter() - start
+        tokens, wall_s = llama_cpp_peer.reply(worker, prompt, seed, 0.0 if config.greedy else self.temperature,
+                                              max_new, self.decoder.eos_ids)
         return Run(config, 0, 0, tokens, wall_s)
 
     def _llama_binary(self, config: Config, messages: list[dict], seed: int, max_new: int) -> Run:
@@ -355,7 +359,8 @@ class Bench:
         return Run(config, 0, 0, [-1] * reply.tokens, reply.seconds)
 
     def _vllm_server(self, method: str):
-        """The vLLM server for `method`, started on first use (in the warm-up, so never inside a timed run)."""
+        """The vLLM server for `method`, started on first use (in the warm-up, so never inside a timed run); one
+        that never got ready fails the method's other rows at once."""
         from engine.benchmark.vllm_peer import SPECULATIVE, VllmServer, log, servable_dir
 
         if method not in self.servers:
@@ -365,28 +370,37 @@ class Bench:
             log(f"starting vLLM for {method} (log: {server.log.name})")
             server.start()
             log(f"vLLM for {method} answered {server.start_s:.0f} s after launch")
+        elif self.servers[method].client is None:
+            raise PeerError(f"vLLM for {method} did not start (log: {self.servers[method].log.name})")
         return self.servers[method]
 
     def _vllm(self, config: Config, messages: list[dict], seed: int, max_new: int) -> Run:
         from engine.events import DecodeSettings
+        from engine.remote import RemoteError
 
-        server = self._vllm_server(config.method)
-        client = server.client
         prompt = self.decoder.chat_ids(messages)  # our chat template and tokenizer: the same ids as ours
         settings = DecodeSettings(mode="ar", greedy=config.greedy, temperature=self.temperature, seed=seed,
                                   max_new_tokens=max_new)
-        # Timed from the request to the whole response: HTTP and the server's scheduling are part of its cost
-        tokens, wall_s, spec = client.complete_ids(prompt, settings, stop_ids=sorted(self.decoder.eos_ids))
+        try:
+            server = self._vllm_server(config.method)
+            # Timed from the request to the whole response: HTTP and the server's scheduling are part of its cost
+            tokens, wall_s, spec = server.client.complete_ids(prompt, settings,
+                                                              stop_ids=sorted(self.decoder.eos_ids))
+        except RemoteError as exc:
+            server = self.servers.get(config.method)
+            if server is not None and server.client is not None and server.process.poll() is not None:
+                raise PeerError(f"vLLM {ended(server.process.returncode)}: {server.last_log_line()} "
+                                f"(log: {server.log.name})") from None
+            raise PeerError(str(exc)) from None
         server.wait_idle()  # untimed: the next run, ours or its, gets the cores to itself
         return Run(config, 0, 0, cut_at_eos(tokens, self.decoder.eos_ids)[:max_new], wall_s, engine_spec=spec)
 
 
 def llama_cpp_missing() -> bool:
-    try:
-        import llama_cpp  # noqa: F401
-    except ImportError:
-        return True
-    return False
+    """Whether llama-cpp-python is absent, found without importing it: only its worker process loads it."""
+    from importlib.util import find_spec
+
+    return find_spec("llama_cpp") is None
 
 
 def available_methods(methods: Sequence[str], target_name: str) -> list[str]:
@@ -446,7 +460,8 @@ def run_all(bench: Bench, configs: list[Config], prompts: list[str], repeats: in
     """Warm each configuration up once, then time every configuration on every prompt, interleaved; hf_compiled's
     rows after all the others, on their own: torch.compile's CUDA graphs free cuBLAS's workspaces, which graphs
     captured before them (ours) still use (on the H200 our next replay then read freed memory). `on_run(what)` is
-    called after each run (warm-ups too); it may raise to stop."""
+    called after each run (warm-ups too); it may raise to stop. A row whose peer fails (PeerError) keeps the
+    reason as its `failure`, said once on stderr, and runs no more."""
     from tqdm import tqdm
 
     rows = [Row(c) for c in configs]
@@ -462,7 +477,7 @@ def _run_interleaved(bench: Bench, rows: list[Row], prompts: list[str], repeats:
                      on_run: Callable[[str], None]) -> None:
     for row in rows:
         bar.set_postfix_str(f"warm-up {row.config.method} {row.config.decoding} {row.config.gamma_label}")
-        bench.run(row.config, prompts[0], seed, max_new_tokens=min(WARM_UP_TOKENS, bench.max_new_tokens))
+        _run_row(bench, row, prompts[0], seed, max_new_tokens=min(WARM_UP_TOKENS, bench.max_new_tokens))
         bar.update()
         on_run(f"warm-up {row.config.method}")
     for repeat in range(repeats):
@@ -472,11 +487,26 @@ def _run_interleaved(bench: Bench, rows: list[Row], prompts: list[str], repeats:
             for row in rows:
                 bar.set_postfix_str(f"prompt {index + 1} {row.config.method} {row.config.decoding} "
                                     f"{row.config.gamma_label}")
-                run = bench.run(row.config, prompt, run_seed)
-                run.prompt_index, run.repeat = index, repeat
-                row.runs.append(run)
+                run = _run_row(bench, row, prompt, run_seed)
+                if run is not None:
+                    run.prompt_index, run.repeat = index, repeat
+                    row.runs.append(run)
                 bar.update()
                 on_run(f"prompt {index + 1} {row.config.method}")
+
+
+def _run_row(bench: Bench, row: Row, prompt: str, seed: int, max_new_tokens: int | None = None) -> Run | None:
+    """One run of the row's configuration; None once its peer has failed."""
+    if row.failure is not None:
+        return None
+    try:
+        return bench.run(row.config, prompt, seed, max_new_tokens=max_new_tokens)
+    except PeerError as exc:
+        from tqdm import tqdm
+
+        row.failure = str(exc)
+        tqdm.write(f"specdec bench: no {row.config.method} {row.config.decoding} figures: {exc}", file=sys.stderr)
+        return None
 
 
 # ---------------------------------------------------------------------------------------------------- summary
@@ -537,7 +567,8 @@ def ar_step_s(ar: Row | None) -> float | None:
 
 
 def summarize_row(row: Row, ar: Row | None) -> dict:
-    """One run record of the JSON (and one line of the table), from a row's runs."""
+    """One run record of the JSON (and one line of the table), from a row's runs; a failed row's record has its
+    `failure` and no figures (the replies before the failure cover only some prompts)."""
     config = row.config
     tokens = sum(len(r.tokens) for r in row.runs)
     wall_s = sum(r.wall_s for r in row.runs)
@@ -549,6 +580,9 @@ def summarize_row(row: Row, ar: Row | None) -> dict:
         "alpha": None, "acceptance_rate": None, "tokens_per_round": None, "rounds": None,
         "speedup_vs_ar": None, "identical_to_ar": None,
     }
+    if row.failure is not None:
+        record.update(failure=row.failure, tokens=None, wall_s=None, tokens_per_s=None)
+        return record
     if ar is not None and ar is not row:
         ar_tokens = sum(len(r.tokens) for r in ar.runs)
         ar_wall = sum(r.wall_s for r in ar.runs)
@@ -654,6 +688,10 @@ def markdown_table(records: list[dict]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 9 + ["---"]) + "|"]
     for r in records:
         config = Config(r["method"], r["decoding"], r["gamma"], r.get("schedule"), r.get("stop_below"))
+        if r.get("failure"):  # the reason where the figures would be
+            lines.append(f"| {r['method']} | {r['decoding']} | {config.gamma_label} | failed: "
+                         f"{r['failure'].replace('|', '/')} |" + " |" * (len(header) - 4))
+            continue
         cells = [
             r["method"], r["decoding"], config.gamma_label, str(r["tokens"]), f"{r['wall_s']:.2f}",
             f"{r['tokens_per_s']:.1f}", "" if r["method"] in ONE_TOKEN_PER_ROUND else _fmt(r["alpha"], ".2f"),

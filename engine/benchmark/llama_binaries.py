@@ -11,15 +11,13 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.benchmark import peer_process
+from engine.benchmark.peer_process import PeerError, ended
+
 METHODS = ("llama_bench", "llama_spec")
 BIN = Path(__file__).resolve().parents[2] / ".peers" / "llama.cpp" / "bin"
 LLAMA_BENCH, LLAMA_SPECULATIVE = BIN / "llama-bench", BIN / "llama-speculative-simple"
 DRAFT_MAX = 3  # llama-speculative-simple's --spec-draft-n-max: its best of 3 and 8 with this pair (issue 49)
-TIMEOUT_S = 600
-
-
-class PeerError(RuntimeError):
-    """A llama.cpp program is missing or failed; the message says which and why, in one line."""
 
 
 def missing() -> str | None:
@@ -29,13 +27,16 @@ def missing() -> str | None:
 
 
 def _run(command: list[str]) -> str:
+    name = Path(command[0]).name
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise PeerError(f"{Path(command[0]).name} could not run: {exc}") from None
+        result = subprocess.run(command, capture_output=True, text=True, timeout=peer_process.TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise PeerError(f"{name} did not finish within {peer_process.TIMEOUT_S:g} s (stopped)") from None
+    except OSError as exc:
+        raise PeerError(f"{name} could not run: {exc}") from None
     if result.returncode:
         last = (result.stderr.strip().splitlines() or ["no message"])[-1]
-        raise PeerError(f"{Path(command[0]).name} failed ({result.returncode}): {last}")
+        raise PeerError(f"{name} {ended(result.returncode)}: {last}")
     return result.stdout + result.stderr
 
 

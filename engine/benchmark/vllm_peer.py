@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from engine.benchmark.peer_process import ended
 from engine.remote import RemoteEngine, RemoteError
 
 SERVING_PEER_INSTALL = "make serving-peer"
@@ -102,7 +103,7 @@ class VllmServer:
         deadline = launched + ready_timeout_s
         while True:
             if self.process.poll() is not None:
-                raise RemoteError(f"vLLM exited with code {self.process.returncode} while starting: "
+                raise RemoteError(f"vLLM {ended(self.process.returncode)} while starting: "
                                   f"{self.last_log_line()} (log: {self.log.name})")
             try:
                 probe.connect()
