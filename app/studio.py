@@ -20,6 +20,7 @@ from transformers.utils import logging as transformers_logging
 
 from app import machine
 from app.chat import ChatController
+from app.model_library import ModelLibrary, PickRequest
 from app.remote_worker import RemoteWorker
 from app.serving_peer import ServingPeer, tuned_choice
 from app.timing import QuietTimings
@@ -58,6 +59,7 @@ class Studio:
     remote_thread: QThread
     peer: ServingPeer  # a vLLM server started from the Model menu
     peer_thread: QThread
+    library: ModelLibrary  # the models on this machine, and Find the best draft
     _threads: tuple = field(init=False, default=())
 
     def __post_init__(self) -> None:
@@ -66,6 +68,7 @@ class Studio:
     def start(self) -> None:
         for thread in self._threads:
             thread.start()
+        self.library.start()
 
     def shutdown(self) -> None:
         """Stop any reply or timing at load, let the workers' current round, timing step or streamed piece finish,
@@ -75,6 +78,7 @@ class Studio:
         self.worker.request_quit()
         self.remote_worker.request_stop()
         self.peer.request_stop(wait=True)
+        self.library.shutdown()
         for thread in self._threads:
             thread.quit()
             thread.wait()
@@ -176,7 +180,38 @@ def build(decoder: Decoder | None = None, target: str = "embedded", draft: str |
     worker.failed.connect(chat.on_failed)
     remote_worker, remote_thread = _wire_remote(window, chat, timeout_s)
     peer_thread = _wire_serving(window, chat, serving_peer)
-    return Studio(window, chat, worker, thread, remote_worker, remote_thread, serving_peer, peer_thread)
+    library = _wire_library(window, preferences)
+    return Studio(window, chat, worker, thread, remote_worker, remote_thread, serving_peer, peer_thread, library)
+
+
+def _wire_library(window: MainWindow, preferences: QSettings | None) -> ModelLibrary:
+    """The Model pair pane's lists of the models on this machine, File ▸ Open model…, and Find the best draft
+    (the pick's progress in the status bar, its ranking in a dialog and beside the drafts)."""
+    library = ModelLibrary(preferences, window)
+    picker, pane, bar = window.picker, window.pair_pane, window.statusBar()
+    picker.refresh_requested.connect(library.refresh)
+    picker.folder_added.connect(library.add_folder)
+    picker.open_requested.connect(library.open_model)
+    picker.summaries_wanted.connect(library.read_summaries)
+    picker.pick_requested.connect(lambda *request: library.pick(PickRequest(request[0], tuple(request[1]),
+                                                                            *request[2:])))
+    picker.finder.stop_requested.connect(library.stop_pick)
+    library.library_changed.connect(picker.show_library)
+    library.model_opened.connect(picker.on_model_opened)
+    library.summaries_changed.connect(picker.show_summaries)
+    library.notice_posted.connect(window.status_bar.on_notice_posted)
+    library.pick_started.connect(picker.on_pick_started)
+    library.pick_started.connect(lambda: bar.showMessage("Find the best draft: loading the target…"))
+    library.pick_progressed.connect(picker.on_pick_progressed)
+    library.pick_progressed.connect(
+        lambda done, total, what: bar.showMessage(f"Measuring the drafts: {done}/{total} replies ({what})"))
+    library.pick_finished.connect(pane.on_pick_finished)
+    library.pick_finished.connect(lambda _ranking: bar.showMessage("Find the best draft: ranked and kept", 8000))
+    library.pick_stopped.connect(picker.on_pick_ended)
+    library.pick_stopped.connect(lambda: bar.showMessage("Find the best draft stopped; nothing was kept", 8000))
+    library.pick_failed.connect(picker.on_pick_ended)
+    library.pick_failed.connect(lambda message: bar.showMessage(f"Find the best draft failed: {message}", 20000))
+    return library
 
 
 def _wire_remote(window: MainWindow, chat: ChatController, timeout_s: float) -> tuple[RemoteWorker, QThread]:

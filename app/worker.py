@@ -22,6 +22,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 from app.labels import with_byte_labels
 from app.machine import described
 from app.session import Comparison, DrafterComparison, DrafterRun, Reply, ReplyRequest
+from engine.benchmark.pick_draft import LOOKUP
 from engine.decoding.costs import RoundPlanner
 from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import LookupDrafter
@@ -130,7 +131,11 @@ class DecodeWorker(QObject):
         if self._quit.is_set():
             return
         try:
-            decoder = Decoder.load(target, draft, device=device, dtype=dtype, target_weights=weights)
+            copying_only = draft == LOOKUP
+            decoder = Decoder.load(target, None if copying_only else draft, device=device, dtype=dtype,
+                                   target_weights=weights)
+            if copying_only:  # the draft list's "lookup only": no draft model, every draft a copy
+                decoder.drafter = LookupDrafter(decoder.vocab_size, decoder.target.device)
             self.timing_started.emit()
             decoder.warm_up(self._timing_step, reuse=True)
         except _Quitting:

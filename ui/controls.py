@@ -5,16 +5,21 @@ imports torch), so the boxes offer only what can work here.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout,
-                               QGroupBox, QHBoxLayout, QLabel, QLineEdit, QMenu, QPushButton, QRadioButton,
+                               QGroupBox, QHBoxLayout, QLabel, QMenu, QPushButton, QRadioButton,
                                QSizePolicy, QSlider, QSpinBox, QToolButton, QVBoxLayout, QWidget)
 
 from app.session import SEED_LIMIT
+from engine.benchmark.pick_draft import LOOKUP, NONE
 from engine.choices import DEVICES, DTYPES, TARGET_WEIGHTS
 from engine.events import DecodeSettings, Mode
 from engine.remote_records import URL_EXAMPLE, is_url
+from ui.draft_ranking import DraftFinder
+from ui.model_boxes import ModelBox, draft_entries, known_target, target_entries
 
 CUSTOM = "custom"
 GAMMA_MAX = 16
@@ -22,6 +27,11 @@ MODE_NAMES = {Mode.SPEC: "speculative", Mode.AR: "plain AR"}
 # Between the side pane's rows, tighter than the style's own (Fusion's 6 px): both groups, compare with AR included, are
 # whole without scrolling in a window on a 1000×700 screen.
 ROW_SPACING = 3
+TARGET_TIP = ("the studio's models folder, LM Studio's, Ollama's, llama.cpp's cache, the Hugging Face cache and the "
+              "folders added (…); or type a hub id, local directory or GGUF file, or a running OpenAI-compatible "
+              f"engine's URL, like {URL_EXAMPLE} (vLLM, SGLang, llama-server)")
+DRAFT_TIP = ("The models that can draft for the target (their tokenizer agrees with its), smallest first, then copying "
+             "only and no draft; the others greyed, with why not on hover")
 
 
 def narrow(box: QComboBox) -> None:
@@ -41,11 +51,17 @@ class PresetBox(QComboBox):
 
 
 class ModelPicker(QGroupBox):
-    """Preset pairs, or any hub id / local directory / GGUF file for the target and the draft; or a running
-    engine's URL as the target, with the served model's name in the draft's place."""
+    """Preset pairs, or any model on this machine (the library app/model_library.py scans), hub id, local
+    directory or GGUF file for the target and the draft; or a running engine's URL as the target, with the served
+    model's name in the draft's place. Find the best draft measures the drafts the list offers for the target."""
 
-    # target, draft (None: AR only), device, dtype, a GGUF target's weights
+    # target, draft (None: AR only; LOOKUP: copying only), device, dtype, a GGUF target's weights
     load_requested = Signal(str, object, str, str, str)
+    refresh_requested = Signal()  # scan the library again
+    folder_added = Signal(str)
+    summaries_wanted = Signal(str, str, str)  # target, device, dtype: the drafts' kept measurements
+    pick_requested = Signal(str, object, str, str, str, str)  # target, candidates, kind, device, dtype, weights
+    open_requested = Signal(str)  # a model file or folder to read and take as the target
 
     def __init__(self, presets: dict, target: str, draft: str | None, device: str, dtype: str,
                  devices: tuple[str, ...] = DEVICES, dtypes: tuple[str, ...] = DTYPES,
@@ -62,12 +78,17 @@ class ModelPicker(QGroupBox):
             self.preset.addItem(name + where, name)
             self.preset.setItemData(self.preset.count() - 1, preset.note, Qt.ItemDataRole.ToolTipRole)
         self.preset.addItem(CUSTOM, CUSTOM)
-        self.target = QLineEdit(target)
-        self.target.setToolTip(f"A hub id, local directory or GGUF file; or a running OpenAI-compatible engine's "
-                               f"URL, like {URL_EXAMPLE} (vLLM, SGLang, llama-server)")
+        self._busy = False
+        self.requested_draft: str | None = None  # the draft of the last load asked (LOOKUP: copying only)
+        self.records: tuple = ()  # the library's, as last scanned
+        self.summaries: dict[str, str] = {}  # the drafts' kept measurements for the target shown
+        self.target = ModelBox(target)
+        self.target.setToolTip(TARGET_TIP)
         self._local_draft = draft or ""  # what the draft box held before the target became a URL
-        self.draft = QLineEdit(draft or "")
+        self.draft = ModelBox(draft or "")
         self.draft.setPlaceholderText("none: plain AR only")
+        self.draft.setToolTip(DRAFT_TIP)
+        self.finder = DraftFinder()
         self.device = QComboBox()
         self.device.addItems(list(devices))
         self.device.setCurrentText(device if device in devices else "auto")
@@ -96,7 +117,11 @@ class ModelPicker(QGroupBox):
         form.addRow("device", self.device)
         form.addRow("dtype", self.dtype)
         form.addRow("weights", self.weights)
-        form.addRow(self.load_button)
+        buttons = QHBoxLayout()
+        buttons.setSpacing(ROW_SPACING)
+        buttons.addWidget(self.load_button)
+        buttons.addWidget(self.finder, 1)
+        form.addRow(buttons)
         self._select_matching_preset()
         self.remote = False
         self._on_target_changed(self.target.text())
@@ -105,9 +130,91 @@ class ModelPicker(QGroupBox):
         self.target.textEdited.connect(self._select_matching_preset)
         self.draft.textEdited.connect(self._select_matching_preset)
         self.load_button.clicked.connect(self.request_load)
+        self.target.textChanged.connect(self._on_target_text)
+        self.finder.find_requested.connect(self._request_pick)
+
+    def ask_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Add models folder")
+        if folder:
+            self.folder_added.emit(folder)
+
+    def show_library(self, records: tuple) -> None:
+        """The models found: every one in the target list (the unusable greyed), the draft list for the target."""
+        self.records = records
+        unusable = sum(1 for r in records if r.problem)
+        self.target.setToolTip(f"{len(records) - unusable} models on this machine"
+                               + (f" and {unusable} it cannot use (greyed)" if unusable else "") + ": " + TARGET_TIP)
+        self.target.set_entries(target_entries(records))
+        self._on_target_text(self.target.text())
+
+    def show_summaries(self, target: str, summaries: dict) -> None:
+        """The drafts' kept measurements for `target`, beside their entries (if it is still the target shown)."""
+        if target == self.target.text().strip():
+            self.summaries = summaries
+            self._fill_drafts()
+
+    def _on_target_text(self, text: str) -> None:
+        self.summaries = {}
+        self._fill_drafts()
+        if text.strip() and not self.remote and known_target(text, self.records) is not None:
+            self.summaries_wanted.emit(text.strip(), self.device.currentText(), self.dtype.currentText())
+
+    def _fill_drafts(self) -> None:
+        if not self.remote:
+            self.draft.set_entries(draft_entries(known_target(self.target.text(), self.records), self.records,
+                                                 self.summaries))
+
+    def draft_candidates(self) -> list[str]:
+        """What Find the best draft measures: the drafts the list offers (the usable ones), copying and none."""
+        paths = [path for _, path, enabled in self.draft.entries() if enabled and path not in (LOOKUP, "")]
+        return [*paths, LOOKUP, NONE]
+
+    def _request_pick(self, kind: str) -> None:
+        self.pick_requested.emit(self.target.text().strip(), self.draft_candidates(), kind,
+                                 self.device.currentText(), self.dtype.currentText(), self.weights.currentText())
+
+    @property
+    def picking(self) -> bool:
+        return self.finder.running
+
+    def set_busy(self, busy: bool) -> None:
+        """Loading waits for a reply or a pick (which measures the CPU) to end; a pick waits for the chat."""
+        self._busy = busy
+        self._gate()
+
+    def on_pick_started(self) -> None:
+        self.finder.on_pick_started()
+        self._gate()
+
+    def on_pick_progressed(self, done: int, total: int, _what: str = "") -> None:
+        self.finder.on_pick_progressed(done, total)
+
+    def on_pick_ended(self) -> None:
+        """The pick finished, stopped or failed: its measurements (if any were kept) beside the drafts."""
+        self.finder.on_pick_ended()
+        self._gate()
+        self._on_target_text(self.target.text())
+
+    def _gate(self) -> None:
+        self.load_button.setEnabled(not self._busy and not self.picking)
+        if not self.picking:
+            self.finder.setEnabled(not self._busy)
+
+    def ask_model_file(self) -> None:
+        """File ▸ Open model…: a GGUF file, or a model folder's config.json (its folder is the model)."""
+        path, _ = QFileDialog.getOpenFileName(self, "Open model", "",
+                                              "GGUF models (*.gguf);;A model folder's config.json (config.json)")
+        if path:
+            self.open_requested.emit(str(Path(path).parent) if Path(path).name == "config.json" else path)
+
+    def on_model_opened(self, record) -> None:
+        """An opened model (engine.models.library.ModelRecord) becomes the target."""
+        self.target.setText(record.path)
+        self._select_matching_preset()
 
     def request_load(self) -> None:
         draft = self.draft.text().strip() or None
+        self.requested_draft = draft
         self.load_requested.emit(self.target.text().strip(), draft, self.device.currentText(),
                                  self.dtype.currentText(), self.weights.currentText())
 
@@ -123,21 +230,24 @@ class ModelPicker(QGroupBox):
         else:
             self.draft.setText(self._local_draft)
         self.draft.setPlaceholderText("the only model served" if remote else "none: plain AR only")
-        self.draft.setToolTip("The served model's name; empty: the only one the engine serves" if remote else "")
+        self.draft.setToolTip("The served model's name; empty: the only one the engine serves" if remote else DRAFT_TIP)
         self.form.labelForField(self.draft.parentWidget()).setText("model" if remote else "draft")
-        for box in (self.device, self.dtype, self.weights):
+        for box in (self.device, self.dtype, self.weights, self.finder):
             box.setEnabled(not remote)
         self.load_button.setText("Connect" if remote else "Load pair")
         self.load_button.setToolTip("Connect to the engine at this URL" if remote
                                     else "Load the target and draft models (this can take a while)")
 
-    def _with_browse(self, line: QLineEdit) -> QWidget:
+    def _with_browse(self, line: ModelBox) -> QWidget:
         button = QToolButton()
         button.setText("…")
-        button.setToolTip("Open a local model directory or a GGUF file")
+        button.setToolTip("Open a local model directory or a GGUF file; add a folder of models to the lists")
         menu = QMenu(button)
         menu.addAction("Open model folder…", lambda: self._browse(line, folder=True))
         menu.addAction("Open GGUF file…", lambda: self._browse(line, folder=False))
+        menu.addSeparator()
+        menu.addAction("Add models folder…", self.ask_folder)
+        menu.addAction("Look for models again", self.refresh_requested.emit)
         button.setMenu(menu)
         button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         box = QWidget()
@@ -147,7 +257,7 @@ class ModelPicker(QGroupBox):
         row.addWidget(button)
         return box
 
-    def _browse(self, line: QLineEdit, folder: bool) -> None:
+    def _browse(self, line: ModelBox, folder: bool) -> None:
         if folder:
             path = QFileDialog.getExistingDirectory(self, "Model folder")
         else:

@@ -162,6 +162,10 @@ class MainWindow(QMainWindow):
     def send(self, text: str) -> None:
         if self.status.busy:
             return
+        if self.picker.picking:
+            self.statusBar().showMessage("Find the best draft is measuring this CPU: send once it ends (or stop it)",
+                                         6000)
+            return
         if self.status.ready:
             self.message_box.clear()
         self.statusBar().clearMessage()  # "New chat, decoding as: …" would outlive settings changed before this send
@@ -218,7 +222,7 @@ class MainWindow(QMainWindow):
         if status.state is TurnState.STOPPING:  # the worker stops between rounds or prompt chunks: say it was heard
             self.prefill_progress.hide()
             self.statusBar().showMessage("Stopping… (the round or prompt chunk in progress finishes first)")
-        self.picker.load_button.setEnabled(not busy)
+        self.picker.set_busy(busy)
         self.menus.compare_drafters_action.setEnabled(status.ready and not busy and bool(status.n_turns)
                                                 and not status.remote)
         serving = self.status_bar.serving_timer.isActive()

@@ -19,6 +19,12 @@ class WindowMenus(QObject):
         self.guide: GuideDialog | None = None
         bar = window.menuBar()
         file_menu = bar.addMenu("&File")
+        picker = window.picker
+        self._action(file_menu, "&Open model…", QKeySequence.StandardKey.Open, picker.ask_model_file).setStatusTip(
+            "A GGUF file or a model folder, as the target")
+        self._action(file_menu, "Add models &folder…", "", picker.ask_folder).setStatusTip(
+            "A folder of models, kept and listed in the Model pair pane from now on")
+        file_menu.addSeparator()
         self._action(file_menu, "&Export chat…", "Ctrl+E", window.export_dialog)
         file_menu.addSeparator()
         self._action(file_menu, "&Quit", "Ctrl+Q", window.close)
@@ -53,7 +59,7 @@ class WindowMenus(QObject):
         self._action(help_menu, "&Keyboard shortcuts", "F1", self.show_shortcuts)
         self._action(help_menu, "&About SpecDec Studio", "", self.show_about)
 
-    def _action(self, menu: QMenu, text: str, shortcut: str, slot) -> QAction:
+    def _action(self, menu: QMenu, text: str, shortcut: str | QKeySequence.StandardKey, slot) -> QAction:
         act = QAction(text, self.window)
         act.setShortcut(QKeySequence(shortcut))
         act.triggered.connect(slot)

@@ -7,8 +7,10 @@ from PySide6.QtWidgets import QScrollArea, QVBoxLayout, QWidget
 
 from app.session import EngineTarget
 from app.why import WhyGamma, recommendation_text
+from engine.benchmark.pick_draft import LOOKUP, Ranking
 from engine.events import DecodeSettings, PairInfo
 from ui.controls import DecodingControls, ModelPicker
+from ui.draft_ranking import RankingDialog
 from ui.preferences import apply_settings
 
 SIDE_MAX_WIDTH = 320
@@ -20,6 +22,7 @@ class PairPane(QScrollArea):
     def __init__(self, picker: ModelPicker, controls: DecodingControls, least_width: int):
         super().__init__()
         self.picker, self.controls = picker, controls
+        self.ranking_dialog: RankingDialog | None = None
         side = QWidget()
         layout = QVBoxLayout(side)
         layout.addWidget(picker)
@@ -35,8 +38,21 @@ class PairPane(QScrollArea):
         # to the panes' widths, the controls included).
         self.setMaximumWidth(SIDE_MAX_WIDTH)
 
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        """The library is scanned again each time the pane opens (the window's first showing included)."""
+        super().showEvent(event)
+        self.picker.refresh_requested.emit()
+
     def on_pair_loaded(self, info: PairInfo) -> None:
-        self.controls.set_draft_available(info.draft is not None)
+        self.controls.set_draft_available(info.draft is not None or self.picker.requested_draft == LOOKUP)
+
+    def on_pick_finished(self, ranking: Ranking) -> None:
+        """The ranking, in a dialog beside the window; its figures beside the drafts in the list."""
+        self.picker.on_pick_ended()
+        if self.ranking_dialog is not None:
+            self.ranking_dialog.close()
+        self.ranking_dialog = RankingDialog(ranking, self.window())
+        self.ranking_dialog.show()
 
     def on_load_failed(self, kept: PairInfo, loaded_request: tuple | None) -> None:
         """A new pair could not be loaded; `kept` still answers: the picker shows it again."""

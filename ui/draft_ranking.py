@@ -1,0 +1,134 @@
+"""Find the best draft: the Model pair pane's button (the kind of prompts measured in its menu), which turns into Stop with
+the measurement's progress while it runs, and the ranking it ends with, in a dialog that stays open beside the
+chat. The measuring itself is app/model_library.py's, on its own thread."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QActionGroup
+from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QHeaderView, QLabel, QMenu, QSizePolicy, QTableWidget,
+                               QTableWidgetItem, QToolButton, QVBoxLayout)
+
+from engine.benchmark.pick_draft import KINDS, LOOKUP, NONE, Ranking
+
+RANKING_COLUMNS = ("draft", "measured", "predicted", "α", "tokens/round", "draft step ms", "target step ms")
+NAMES = {LOOKUP: "copying only", NONE: "none (plain AR)"}
+FIND = "Find best draft"
+
+
+def draft_name(draft: str) -> str:
+    """A candidate as the ranking names it: a model's file or folder name, or what copying and none are."""
+    return NAMES.get(draft) or Path(draft).name
+
+
+class DraftFinder(QToolButton):
+    """Find the best draft, with the kind of prompts measured in its menu; `stop_requested` while a pick runs,
+    `find_requested` else."""
+
+    find_requested = Signal(str)  # the kind of prompts
+    stop_requested = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setText(FIND)
+        self.setToolTip("Measure each draft that fits the target, copying only and no draft on a few short prompts "
+                        "of the kind chosen in the arrow's menu, on this machine, and rank them by their speed over "
+                        "plain AR (about a minute; the chat waits meanwhile)")
+        self.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        # its text's margins may go first: beside Load pair it fits the side pane's least width
+        self.setMinimumWidth(self.fontMetrics().horizontalAdvance(FIND + "  ") + 14)
+        menu = QMenu(self)
+        kinds = QActionGroup(self)
+        for kind in KINDS:
+            action = menu.addAction(f"on {kind} prompts")
+            action.setCheckable(True)
+            action.setData(kind)
+            kinds.addAction(action)
+        kinds.actions()[0].setChecked(True)
+        self.kinds = kinds
+        self.setMenu(menu)
+        self.running = False
+        self.clicked.connect(self._on_clicked)
+
+    @property
+    def kind(self) -> str:
+        return self.kinds.checkedAction().data()
+
+    def _on_clicked(self) -> None:
+        if self.running:
+            self.setText("Stopping…")
+            self.setEnabled(False)
+            self.stop_requested.emit()
+        else:
+            self.find_requested.emit(self.kind)
+
+    def on_pick_started(self) -> None:
+        self.running = True
+        self.menu().setEnabled(False)
+        self.setText("Stop")
+
+    def on_pick_progressed(self, done: int, total: int) -> None:
+        if self.isEnabled():
+            self.setText(f"Stop {done}/{total}")
+
+    def on_pick_ended(self) -> None:
+        self.running = False
+        self.menu().setEnabled(True)
+        self.setEnabled(True)
+        self.setText(FIND)
+
+
+def ranking_table(ranking: Ranking) -> QTableWidget:
+    table = QTableWidget(len(ranking.picks), len(RANKING_COLUMNS))
+    table.setHorizontalHeaderLabels(list(RANKING_COLUMNS))
+    table.verticalHeader().setVisible(False)
+    table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+    for r, pick in enumerate(ranking.picks):
+        figures = (pick.measured_speedup, pick.predicted_speedup, pick.alpha, pick.tokens_per_round,
+                   pick.draft_step_ms, pick.target_step_ms)
+        formats = ("{:.2f}x", "{:.2f}x", "{:.2f}", "{:.2f}", "{:.1f}", "{:.1f}")
+        cells = [draft_name(pick.draft)] + ["" if value is None else spec.format(value)
+                                            for value, spec in zip(figures, formats)]
+        if pick.problem:
+            cells[1] = pick.problem
+        for c, text in enumerate(cells):
+            item = QTableWidgetItem(text)
+            item.setToolTip(pick.draft if c == 0 else text)
+            if c:
+                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            table.setItem(r, c, item)
+    header = table.horizontalHeader()
+    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+    return table
+
+
+class RankingDialog(QDialog):
+    """The drafts for a target, best measured speedup first."""
+
+    def __init__(self, ranking: Ranking, parent=None):
+        super().__init__(parent)
+        self.setWindowTitle("The best draft")
+        best = ranking.best
+        verdict = (f"{draft_name(best.draft)} pays most: {best.measured_speedup:.2f}x plain AR's speed here."
+                   if best.draft != NONE else "No draft was measured faster than plain AR here.")
+        note = QLabel(f"Drafts for {Path(ranking.target).name}, measured on {ranking.kind} prompts on "
+                      f"{ranking.machine}, {ranking.measured_on}. {verdict} Measured: over plain AR on the same "
+                      f"prompts; predicted: the cost model's figure for the same rounds. Kept, and shown in the draft "
+                      f"list.")
+        note.setWordWrap(True)
+        self.table = ranking_table(ranking)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(self.close)
+        layout = QVBoxLayout(self)
+        layout.addWidget(note)
+        layout.addWidget(self.table)
+        layout.addWidget(buttons)
+        width = sum(self.table.horizontalHeader().sectionSize(c) for c in range(1, len(RANKING_COLUMNS)))
+        self.resize(max(640, width + 260), 150 + 30 * (len(ranking.picks) + 1))
+
+    def rows(self) -> list[list[str]]:
+        return [[self.table.item(r, c).text() for c in range(self.table.columnCount())]
+                for r in range(self.table.rowCount())]
