@@ -51,6 +51,18 @@ POSITIONS_SEEN = 512
 CONTEXT_SPAN = 0.25
 CONTEXT_REPEATS = 5
 RECENT_ROUNDS = 64  # the last plain steps, and drafted rounds, whose median loads LoadGap compares
+# Drafted rounds are judged by their outcome too, PAYING_WINDOW at a time: where their tokens would have taken plain
+# AR less time than they took, drafting pauses for PAUSE_ROUNDS plain rounds, twice as many each time in a row
+# (up to MAX_PAUSE_ROUNDS), and is tried again after: a reply whose drafts stop paying (prose after code, a
+# sampled answer) falls back to plain rounds within a few rounds, where the acceptance measured over many rounds
+# would take dozens to fall, and comes back to drafting once they pay again.
+PAYING_WINDOW = 3
+PAUSE_ROUNDS, MAX_PAUSE_ROUNDS = 4, 64
+# What rounds took over what the costs said they would, drafted and plain, over the last DRIFT_ROUNDS of each, from
+# DRIFT_LEAST of each on: a drafted round is priced at their ratio (a draft step or a verification row dearer on this
+# CPU, or at this moment, than the costs file holds), within DRIFT_BOUNDS.
+DRIFT_ROUNDS, DRIFT_LEAST = 16, 4
+DRIFT_BOUNDS = (0.5, 2.0)
 
 
 @dataclass
@@ -309,25 +321,21 @@ class Acceptance:
         kept, reached = self._counts(position)
         return (kept + PRIOR * PRIOR_WEIGHT) / (reached + PRIOR_WEIGHT)
 
-    def hoped_at(self, position: int) -> float:
-        """`at` one standard error up: what a draft not made yet may be worth while few verdicts judge it, the hope
-        narrowing as they accumulate. A reply's first draft is where draft and target disagree most (a chat
-        preamble against a code fence): judged at the plain `at`, that one rejection stopped the Qwen pair drafting
-        for the rest of a code answer (8-14 drafts in 128 tokens, where the pair keeps 0.87 of its drafts on code)."""
-        _, reached = self._counts(position)
-        chance = self.at(position)
-        return min(1.0, chance + math.sqrt(chance * (1.0 - chance) / (reached + PRIOR_WEIGHT)))
+    def hoped(self, positions: int) -> list[float]:
+        """What drafts not made yet at positions 1..`positions` may be worth: each position's measured chance with
+        the chance at the position before it as its prior (PRIOR at the first), one standard error up.
 
-    def expected_at(self, positions: int) -> list[float]:
-        """`at` for positions 1..`positions`, each estimate's prior being the chance at the position before (PRIOR
-        at the first) rather than PRIOR: a position rounds have rarely reached is expected to keep drafts as the
-        ones before it do, so rounds whose drafts are all kept lengthen quickly where drafting is cheap."""
-        chances, chance = [], PRIOR
+        The prior chain expects a position rounds have rarely reached to keep drafts as the ones before it do, so
+        rounds whose drafts are all kept lengthen quickly where drafting is cheap (a GPU's rounds); the standard
+        error keeps a position few verdicts judge hopeful, the hope narrowing as they accumulate, so one rejected
+        first draft (a chat preamble against a code fence, where draft and target disagree most) does not stop a
+        code answer's drafting, while rejections in a row do."""
+        hopes, chance = [], PRIOR
         for position in range(1, positions + 1):
             kept, reached = self._counts(position)
             chance = (kept + chance * PRIOR_WEIGHT) / (reached + PRIOR_WEIGHT)
-            chances.append(chance)
-        return chances
+            hopes.append(min(1.0, chance + math.sqrt(chance * (1.0 - chance) / (reached + PRIOR_WEIGHT))))
+        return hopes
 
     def calibrated(self, estimate: float, kind: str) -> float:
         kept, estimated = self.calibration[kind]
@@ -383,14 +391,52 @@ class RoundPlanner:
     # one do not keep the other from drafting. `acceptance` is the current decoding's, `resting` the other's.
     greedy: bool | None = None
     resting: Acceptance | None = None
+    # the last drafted rounds' (plain AR's time for their tokens, their time) by the costs, not judged yet
+    window: list[tuple[float, float]] = field(default_factory=list)
+    paused: int = 0  # plain rounds to go before drafting is tried again
+    next_pause: int = PAUSE_ROUNDS
+    # a round's time over its costs' price: drafted rounds' (True) and plain rounds' (False), the last DRIFT_ROUNDS
+    overruns: dict = field(default_factory=lambda: {True: deque(maxlen=DRIFT_ROUNDS),
+                                                    False: deque(maxlen=DRIFT_ROUNDS)})
 
     def forget_acceptance(self) -> None:
         """A new chat, a new topic: its drafts are judged from the prior again, greedy and sampled alike, so
         one chat whose drafts were rarely kept does not leave the next drafting nothing. The costs stay."""
         self.acceptance, self.resting, self.greedy = Acceptance(), None, None
+        self.window, self.paused, self.next_pause = [], 0, PAUSE_ROUNDS
+
+    @property
+    def drift(self) -> float:
+        """What a drafted round costs over its price, against what a plain round does (1 until both are known)."""
+        drafted, plain = self.overruns[True], self.overruns[False]
+        if len(drafted) < DRIFT_LEAST or len(plain) < DRIFT_LEAST:
+            return 1.0
+        low, high = DRIFT_BOUNDS
+        return min(high, max(low, median(drafted) / median(plain)))
+
+    def observe_round(self, drafted: bool, ar_s: float, priced_s: float, took_s: float) -> None:
+        """A round's outcome: whether it verified drafts, plain AR's time for its tokens and its own, both by the
+        costs, and what it took. Drafted rounds that did not pay, judged PAYING_WINDOW at a time at the drift's
+        price, pause drafting (see PAYING_WINDOW)."""
+        if priced_s > 0 and took_s > 0:
+            self.overruns[drafted].append(took_s / priced_s)
+        if not drafted:
+            self.paused = max(0, self.paused - 1)
+            return
+        self.window.append((ar_s, priced_s))
+        if len(self.window) < PAYING_WINDOW:
+            return
+        ar_total, priced_total = (sum(column) for column in zip(*self.window))
+        self.window = []
+        if ar_total < priced_total * self.drift:
+            self.paused, self.next_pause = self.next_pause, min(2 * self.next_pause, MAX_PAUSE_ROUNDS)
+        else:
+            self.next_pause = PAUSE_ROUNDS
 
     def decode(self, greedy: bool) -> None:
-        """Plan the next rounds for greedy or sampled decoding."""
+        """Plan a reply's rounds for greedy or sampled decoding; its drafted rounds are judged by their outcome
+        afresh (another prompt's pause would keep a code answer from drafting)."""
+        self.window, self.paused, self.next_pause = [], 0, PAUSE_ROUNDS
         if self.greedy is not None and greedy != self.greedy:
             self.acceptance, self.resting = self.resting or Acceptance(), self.acceptance
         self.greedy = greedy
@@ -403,7 +449,9 @@ class RoundPlanner:
     def planned_length(self, cap: int) -> int:
         """How many model drafts (up to `cap`) a round makes when it cannot read each before making the next (on a
         GPU): the length with the most tokens per second by the acceptance expected at each position."""
-        chances = self.acceptance.expected_at(cap)
+        if self.paused:
+            return 0
+        chances = self.acceptance.hoped(cap)
         return max(range(cap + 1), key=lambda d: self._rate(["model"] * d, chances, d))
 
     def draft_more(self, kinds: Sequence[str], chances: Sequence[float], cap: int, next_kind: str = "model",
@@ -412,18 +460,21 @@ class RoundPlanner:
         longer round, its future drafts judged by the acceptance measured at their positions, against the best
         rate of verifying what is drafted. The next draft costs what `next_kind` costs, later ones `later_kind`
         (a drafter without a draft model only ever copies)."""
-        if len(kinds) >= cap:
+        if len(kinds) >= cap or self.paused:
             return False
         stop = self._rate(kinds, chances, self.best_length(kinds, chances))
         future_kinds, future_chances = list(kinds), list(chances)
+        hopes = self.acceptance.hoped(cap)
         for position in range(len(kinds) + 1, cap + 1):
             future_kinds.append(next_kind if position == len(kinds) + 1 else later_kind)
-            future_chances.append(self.acceptance.hoped_at(position))
+            future_chances.append(hopes[position - 1])
             if self._rate(future_kinds, future_chances, len(future_kinds)) > stop:
                 return True
         return False
 
     def _rate(self, kinds: Sequence[str], chances: Sequence[float], verified: int) -> float:
+        """Tokens per second of a round that makes `kinds` and verifies the first `verified`, at the drift's price
+        where it drafts."""
         verify_s = self.costs.verify_s(verified + 1, "model" in kinds, self.positions)
-        return expected_tokens(chances[:verified]) / (self.costs.drafting_s(kinds, self.positions) + verify_s
-                                                      + self.costs.overhead_s)
+        round_s = self.costs.drafting_s(kinds, self.positions) + verify_s + self.costs.overhead_s
+        return expected_tokens(chances[:verified]) / (round_s * (self.drift if kinds else 1.0))

@@ -319,8 +319,10 @@ class Decoder:
                 self.planner.positions = len(sequence) - 1  # what this round's block attends to besides itself
                 proposal = self.drafter.propose(sequence, asked, settings, generator, self.planner)
                 draft_tokens, draft_probs, kinds = proposal.tokens, proposal.probs.to(device), proposal.kinds
+                dropped = proposal.dropped
             else:
                 draft_tokens, draft_probs, kinds = [], torch.empty((0, self.vocab_size), device=device), []
+                dropped = []
             gamma = len(draft_tokens)
             synchronize(device)
             drafted_at = time.perf_counter()
@@ -362,7 +364,7 @@ class Decoder:
             n_generated += len(emitted)
             round_s = time.perf_counter() - round_start
             cached = len(sequence) - len(new_tokens) - 1  # what the round's block attended to besides itself
-            planned_s = self.costs.round_s(kinds, cached)
+            planned_s = self.costs.round_s(kinds, cached) + self.costs.drafting_s(dropped, cached)
             load = max(1.0, forward_s / self.costs.verify_s(gamma + 1, "model" in kinds, cached))
             # each token plain AR would emit attends to one more position than the one before it
             ar_equivalent_s = sum(self.costs.ar_step_s(cached + i) for i in range(len(emitted)))
@@ -370,6 +372,8 @@ class Decoder:
             plain_load = (self.load_gap.drafted_round(load) if gamma
                           else self.load_gap.plain_step(round_s - draft_s, ar_equivalent_s))
             self.costs.observe_round(kinds, forward_s, round_s, cached)
+            if speculative:
+                self.planner.observe_round(bool(kinds or dropped), ar_equivalent_s, planned_s, round_s)
             yield RoundEvent(
                 index=index, gamma=gamma, drafted=drafted, emitted=tuple(emitted),
                 text_delta="".join(t.text for t in emitted),

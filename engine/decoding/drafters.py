@@ -32,6 +32,7 @@ class Proposal:
     tokens: list[int]  # x_1..x_γ
     probs: torch.Tensor  # (γ, vocab): q each draft was drawn from: warped exactly like p, or 1 on a copied token
     kinds: list[str] = field(default_factory=list)  # "model" or "copy" for each draft (what it cost)
+    dropped: list[str] = field(default_factory=list)  # the kinds of drafts made after these, not worth verifying
 
 
 class Drafter(Protocol):
@@ -182,7 +183,7 @@ class DraftModelDrafter:
             del tokens[planner.best_length(kinds, chances):]
         self._kinds = kinds[: len(tokens)]
         self._dropped = len(kinds) > len(tokens)
-        return self._proposal(tokens, q_rows[: len(tokens)], self._kinds)
+        return self._proposal(tokens, q_rows[: len(tokens)], self._kinds, kinds[len(tokens):])
 
     def _propose_on_device(self, sequence: list[int], gamma: int, settings: DecodeSettings,
                            generator: torch.Generator, planner: RoundPlanner) -> Proposal:
@@ -221,12 +222,13 @@ class DraftModelDrafter:
                 kept += 1
         self._kinds, self._estimates = kinds[:kept], estimates
         self._dropped = settings.cost_aware and kept < planned  # as the host loop's: made, not worth verifying
-        return self._proposal(tokens[:kept], q_rows[:kept], self._kinds)
+        return self._proposal(tokens[:kept], q_rows[:kept], self._kinds, kinds[kept:])
 
-    def _proposal(self, tokens: list[int], q_rows: list[torch.Tensor | None], kinds: list[str]) -> Proposal:
+    def _proposal(self, tokens: list[int], q_rows: list[torch.Tensor | None], kinds: list[str],
+                  dropped: list[str]) -> Proposal:
         """q over the whole vocabulary: the warped draft rows spread from the head's rows, 1 on a copied token."""
         if not tokens:  # most rounds beside a fast target: no tensor work for them
-            return Proposal([], self._no_drafts, [])
+            return Proposal([], self._no_drafts, [], dropped)
         draft_vocab = self.runner.draft_vocab
         width = self.runner.vocab_size if draft_vocab is None else len(draft_vocab)
         rows = torch.zeros((len(tokens), width), device=self.runner.device)
@@ -236,7 +238,7 @@ class DraftModelDrafter:
         probs = self.runner.to_vocab(rows, 0.0)
         copies = [i for i, q in enumerate(q_rows) if q is None]
         probs[copies, [tokens[i] for i in copies]] = 1.0  # a copied row is all zeros until here
-        return Proposal(tokens, probs, list(kinds))
+        return Proposal(tokens, probs, list(kinds), dropped)
 
     def update(self, n_accepted: int) -> None:
         self.runner.rollback(min(len(self.runner), self._proposed_from + n_accepted))

@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from engine.decoding.costs import (DECAY, PRIOR, PRIOR_WEIGHT, RECENT_ROUNDS, Acceptance, CostModel, LoadGap,
+from engine.decoding.costs import (DECAY, DRIFT_LEAST, PAUSE_ROUNDS, PRIOR, PRIOR_WEIGHT, RECENT_ROUNDS, Acceptance,
+                                   CostModel, LoadGap,
                                    RoundPlanner, expected_tokens)
 from engine.events import DecodeSettings
 from tests.tiny import tiny_decoder
@@ -33,7 +34,7 @@ def test_planned_length_is_the_analytic_optimum_for_a_known_acceptance(draft_ms,
     while planner.draft_more(kinds, drafted, 8):  # drafts whose chance is the measured one
         kinds.append("model")
         drafted.append(chances[len(drafted)])
-    # the hope (Acceptance.hoped_at) may make one draft more than the optimum; once made, it is verified where that pays
+    # the hope (Acceptance.hoped) may make one draft more than the optimum; once made, it is verified where that pays
     assert len(kinds) in (best, best + 1) and planner.best_length(kinds, drafted) in (best, len(kinds))
 
 
@@ -326,3 +327,71 @@ def test_on_a_gpu_s_flat_block_costs_rounds_draft_to_the_cap_and_a_target_sized_
     dear = RoundPlanner(costs(draft_ms=21.0, row_ms=0.05, step_ms=21.0), Acceptance(kept=[60.0] * 8,
                                                                                       reached=[100.0] * 8))
     assert not dear.draft_more([], [], 8)
+
+
+def decode_phases(planner: RoundPlanner, phases: list[tuple[bool, int]], gamma: int = 6) -> list[list[int]]:
+    """A synthetic pair on `planner`'s costs: in each phase (kept, rounds) the target keeps every draft or none.
+    Each round drafts while the planner says so (drafts sure of themselves), is verified, timed at the costs' price
+    and told to the planner as the decoder tells it. Returns each phase's drafts per round."""
+    costs, drafted = planner.costs, []
+    planner.decode(True)
+    for kept, rounds in phases:
+        per_round = []
+        for _ in range(rounds):
+            kinds, chances = [], []
+            while planner.draft_more(kinds, chances, gamma):
+                kinds.append("model")
+                chances.append(planner.acceptance.calibrated(0.9, "model"))
+            verified = planner.best_length(kinds, chances)
+            accepted = verified if kept else 0
+            planner.acceptance.record(kinds[:verified], [0.9] * verified, accepted, len(kinds) > verified)
+            priced = costs.round_s(kinds[:verified]) + costs.drafting_s(kinds[verified:])
+            planner.observe_round(bool(kinds), (accepted + 1) * costs.ar_step_s(), priced, priced)
+            per_round.append(len(kinds))
+        drafted.append(per_round)
+    return drafted
+
+
+def test_drafts_that_stop_paying_mid_reply_give_way_to_plain_rounds_within_a_few_rounds():
+    """The pair's drafts are all kept for 20 rounds, then none: drafting stops within 5 rounds (the acceptance
+    measured over the rounds alone keeps it drafting for 15), and pauses longer each time it is tried in vain."""
+    planner = RoundPlanner(costs(draft_ms=5.5, row_ms=5.5, step_ms=21.0))
+    good, bad = decode_phases(planner, [(True, 20), (False, 40)])
+    assert all(good)
+    assert bad.index(0) <= 5
+    assert sum(1 for n in bad if n) <= 12
+    assert planner.next_pause > PAUSE_ROUNDS
+
+
+def test_drafting_comes_back_once_drafts_pay_again():
+    planner = RoundPlanner(costs(draft_ms=5.5, row_ms=5.5, step_ms=21.0))
+    *_, back = decode_phases(planner, [(True, 20), (False, 40), (True, 60)])
+    assert sum(1 for n in back[-20:] if n) >= 15
+
+
+def test_a_drafted_round_is_priced_at_what_drafted_rounds_took_over_what_plain_ones_did():
+    planner = RoundPlanner(costs(draft_ms=5.5, row_ms=5.5, step_ms=21.0))
+    planner.acceptance = Acceptance(kept=[60.0], reached=[100.0])  # drafts that pay at their price, barely
+    assert planner.draft_more([], [], 1)
+    for _ in range(DRIFT_LEAST):
+        planner.observe_round(False, 0.02, 0.02, 0.02)
+        planner.observe_round(True, 0.03, 0.03, 0.045)  # a drafted round took 1.5x its price
+    assert planner.drift == pytest.approx(1.5) and not planner.draft_more([], [], 1)
+
+
+def test_a_machine_slower_at_everything_does_not_price_drafts_out():
+    """The control: plain rounds took as much over their price as drafted ones."""
+    planner = RoundPlanner(costs(draft_ms=5.5, row_ms=5.5, step_ms=21.0))
+    planner.acceptance = Acceptance(kept=[60.0], reached=[100.0])
+    for _ in range(DRIFT_LEAST):
+        planner.observe_round(False, 0.02, 0.02, 0.03)
+        planner.observe_round(True, 0.06, 0.03, 0.045)
+    assert planner.drift == pytest.approx(1.0) and planner.draft_more([], [], 1)
+
+
+def test_a_new_reply_is_judged_by_its_own_outcome():
+    planner = RoundPlanner(costs(draft_ms=5.5, row_ms=5.5, step_ms=21.0))
+    decode_phases(planner, [(True, 20), (False, 6)])
+    assert planner.paused
+    planner.decode(True)
+    assert not planner.paused and planner.next_pause == PAUSE_ROUNDS

@@ -58,7 +58,8 @@ def test_a_draft_dearer_than_the_target_step_is_never_run():
 
 def test_a_round_reports_how_much_slower_than_its_quiet_cost_its_forward_ran():
     decoder = tiny_decoder(draft_seed=0)
-    settings = DecodeSettings(gamma=4, max_new_tokens=12, lookup=False)
+    # γ drafts every round: a plain round (the planner's choice) would refine the block it times for the next
+    settings = DecodeSettings(gamma=4, max_new_tokens=12, lookup=False, cost_aware=False)
     decoder.set_costs(CostModel([1e-9] * 9, draft_step_s=1e-9))  # no forward is this fast: every round is "slow"
     slow = list(decoder.generate(PROMPT, settings))
     decoder.reset()
