@@ -123,7 +123,8 @@ def reads_in_densely() -> bool:
     forced = os.environ.get("SPECDEC_READ_IN")
     if forced in ("dense", "kernel"):
         return forced == "dense"
-    return torch.cpu._is_amx_tile_supported()
+    onednn_isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()  # set lower, oneDNN leaves AMX alone
+    return torch.cpu._is_amx_tile_supported() and (onednn_isa in ("ALL", "DEFAULT") or "AMX" in onednn_isa)
 
 
 def fast() -> bool:
