@@ -99,9 +99,8 @@ def ranking_table(ranking: Ranking) -> QTableWidget:
             if c:
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             table.setItem(r, c, item)
-    header = table.horizontalHeader()
-    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-    header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+    table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    table.setWordWrap(False)
     return table
 
 
@@ -126,8 +125,13 @@ class RankingDialog(QDialog):
         layout.addWidget(note)
         layout.addWidget(self.table)
         layout.addWidget(buttons)
-        width = sum(self.table.horizontalHeader().sectionSize(c) for c in range(1, len(RANKING_COLUMNS)))
-        self.resize(max(640, width + 260), 150 + 30 * (len(ranking.picks) + 1))
+        # the table whole, each name on one line, no empty rows below it
+        table = self.table
+        table.resizeColumnsToContents()
+        width = sum(table.horizontalHeader().sectionSize(c) for c in range(len(RANKING_COLUMNS)))
+        height = table.horizontalHeader().height() + sum(table.rowHeight(r) for r in range(table.rowCount()))
+        table.setFixedHeight(height + 2 * table.frameWidth())
+        self.resize(width + 2 * table.frameWidth() + 24, self.sizeHint().height())
 
     def rows(self) -> list[list[str]]:
         return [[self.table.item(r, c).text() for c in range(self.table.columnCount())]

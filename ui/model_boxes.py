@@ -63,6 +63,13 @@ class ModelBox(QComboBox):
 
     def setText(self, text: str) -> None:  # noqa: N802 (QLineEdit's name)
         self.setEditText(text)
+        self.show_name()
+
+    def show_name(self) -> None:
+        """Scroll a path's text to its file or folder name: a narrow box shows which model, not where it is."""
+        line, text = self.lineEdit(), self.text()
+        line.setCursorPosition(len(text))
+        line.setCursorPosition(text.rfind(os.sep) + 1)
 
     def clear(self) -> None:
         """The text, as QLineEdit.clear; the entries stay."""
@@ -86,7 +93,7 @@ class ModelBox(QComboBox):
             if not enabled:  # greyed and not choosable, its reason on hover
                 self.model().item(index).setEnabled(False)
         self.setCurrentIndex(-1)
-        self.setEditText(text)
+        self.setText(text)
         self.lineEdit().blockSignals(False)
         self.view().setMinimumWidth(self.view().sizeHintForColumn(0) + 24)  # the open list shows entries whole
 
@@ -97,7 +104,7 @@ class ModelBox(QComboBox):
 
     def _on_activated(self, index: int) -> None:
         path = self.itemData(index, PATH_ROLE)
-        self.setEditText(path)
+        self.setText(path)
         self.textEdited.emit(path)
 
 

@@ -220,3 +220,10 @@ def test_a_pair_loaded_as_lookup_only_still_decodes_speculatively(qtbot, mixed_d
     window.picker.request_load()
     window.on_pair_loaded(dataclasses.replace(mixed_decoder.info(), draft=None))
     assert window.controls.mode.isEnabled()
+
+
+def test_a_long_path_in_a_narrow_box_shows_its_file_name(qtbot, studio, models):
+    target = studio.window.picker.target
+    target.setText(str(models["target"]))
+    line = target.lineEdit()
+    assert line.cursorPosition() == len(str(models["target"].parent)) + 1  # where "target.gguf" begins
