@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from engine.decoding.caches import PREFILL_CHUNK, CachedModel
+from engine.decoding.chat_template import encode_chat, refusing
 from engine.decoding.context import fit, require_text, window_of
 from engine.decoding.costs import (CONTEXT_REPEATS, LONG_POSITIONS, MEASURE_REPEATS, MEASURED_ROWS,
                                    SCRATCH_POSITIONS, CostModel, LoadGap, RoundPlanner, fastest, save_costs,
@@ -90,8 +91,12 @@ class Decoder:
             device=str(self.target.device), dtype=str(self.target.model.dtype).removeprefix("torch."),
             greedy_exact=self.runner.batch_invariant, target_step_s=self.target_step_s,
             costs=self.costs.as_dict() if self.costs else {},
-            default_system_prompt=template_system_prompt(self.tokenizer),
+            default_system_prompt=self._system_prompt(),
         )
+
+    def _system_prompt(self) -> str:
+        with refusing(self.target.name):
+            return template_system_prompt(self.tokenizer)
 
     def request_gamma(self, gamma: int) -> None:
         """Change γ from the next round on (thread-safe enough: one int, read once per round)."""
@@ -106,14 +111,7 @@ class Decoder:
     def chat_ids(self, messages: list[dict]) -> list[int]:
         for message in messages:
             require_text(message["content"])
-        if self.tokenizer.chat_template:
-            # A conversation that ends with the assistant's own words (the app's Continue) carries on that
-            # message rather than opening a new one.
-            continuing = messages[-1]["role"] == "assistant"
-            return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=not continuing,
-                                                           continue_final_message=continuing, tokenize=True,
-                                                           return_dict=False))
-        return self.tokenizer("\n".join(m["content"] for m in messages))["input_ids"]
+        return encode_chat(self.tokenizer, messages, self.target.name)
 
     def measure_target_step(self, rows: int = 3) -> float:
         """Time the target's blocks of 1..`rows` rows and one longer block in turn (best of 3 each) on a scratch
