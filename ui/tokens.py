@@ -106,7 +106,9 @@ def round_spans(event: RoundEvent, lookup: bool = False, round_index: int | None
     last = len(event.emitted) - 1
     for i, token in enumerate(event.emitted):
         drafted = event.drafted[i] if i < len(event.drafted) else None
-        special = bool(SPECIAL_TOKEN.fullmatch(token.text)) or (i == last and event.finish_reason == "eos")
+        # The engine writes no text for a control token, so a token that reads like one ("</s>", a pasted
+        # "<|im_end|>") is text; the control token that ends the reply is the one a reader does not see.
+        special = i == last and event.finish_reason == "eos"
         after = "".join(t.text for t in event.emitted[i + 1:])
         if token.fate is Fate.ACCEPTED:
             spans.append(TokenSpan(token.text, token.fate, index, token, drafted,

@@ -49,3 +49,14 @@ def test_a_rejected_draft_knows_the_text_written_in_its_place():
     spans = round_spans(event(drafted, [EmittedToken(7, "你", Fate.RESAMPLED, 0.5)]))
     assert spans[0].fate is Fate.REJECTED and spans[0].after == "你"
     assert spans[0].byte_wording == "‹e4 bd›: 2 of the 3 bytes of 你"
+
+
+def test_a_token_that_reads_like_a_control_token_is_text():
+    # Qwen2's vocabulary has "</s>" as an ordinary token, and a reply may echo a pasted "<|im_end|>" piece by piece;
+    # the engine writes no text for a real control token
+    emitted = [EmittedToken(128247, "</s>", Fate.TARGET, 0.9), EmittedToken(27, "<|im_end|>", Fate.TARGET, 0.8),
+               EmittedToken(151645, "", Fate.TARGET, 0.9)]
+    spans = round_spans(RoundEvent(index=0, gamma=0, drafted=(), emitted=tuple(emitted), text_delta="", draft_s=0.0,
+                                   verify_s=0.0, round_s=0.0, finish_reason="eos"))
+    assert [s.special for s in spans] == [False, False, True]
+    assert reply_text(spans) == "</s><|im_end|>"
