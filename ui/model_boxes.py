@@ -18,6 +18,7 @@ from engine.models.library import DraftChoice, ModelRecord, compatible_drafts, f
 SPECIAL_DRAFTS = {LOOKUP: ("lookup only: copying from the conversation", LOOKUP),
                   NONE: ("none: plain AR only", "")}
 PATH_ROLE = Qt.ItemDataRole.UserRole
+NAME_MARGIN = 6  # px a line edit keeps beside its text, and its cursor's width
 
 
 def entry_text(record: ModelRecord) -> str:
@@ -66,10 +67,20 @@ class ModelBox(QComboBox):
         self.show_name()
 
     def show_name(self) -> None:
-        """Scroll a path's text to its file or folder name: a narrow box shows which model, not where it is."""
+        """Scroll a path's text to its file or folder name: a narrow box shows which model, not where it is. A line
+        edit scrolls as it paints, the cursor at its right edge where it was out of view: the cursor goes as far
+        into the name as fits the box."""
         line, text = self.lineEdit(), self.text()
-        line.setCursorPosition(len(text))
-        line.setCursorPosition(text.rfind(os.sep) + 1)
+        start = end = text.rfind(os.sep) + 1
+        room = line.contentsRect().width() - NAME_MARGIN
+        while end < len(text) and line.fontMetrics().horizontalAdvance(text[start:end + 1]) <= room:
+            end += 1
+        line.setCursorPosition(end)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        if not self.lineEdit().hasFocus():
+            self.show_name()
 
     def clear(self) -> None:
         """The text, as QLineEdit.clear; the entries stay."""
