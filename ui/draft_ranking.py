@@ -15,6 +15,7 @@ from engine.benchmark.pick_draft import KINDS, LOOKUP, NONE, Ranking
 RANKING_COLUMNS = ("draft", "measured", "predicted", "α", "tokens/round", "draft step ms", "target step ms")
 NAMES = {LOOKUP: "copying only", NONE: "none (plain AR)"}
 FIND = "Find best draft"
+FASTER = 1.005  # a measured speedup that reads as more than 1.00x
 
 
 def draft_name(draft: str) -> str:
@@ -112,8 +113,9 @@ class RankingDialog(QDialog):
         self.setWindowTitle("The best draft")
         best = ranking.best
         verdict = (f"{draft_name(best.draft)} pays most: {best.measured_speedup:.2f}x plain AR's speed here."
-                   if best.draft != NONE else "No draft was measured faster than plain AR here.")
-        note = QLabel(f"Drafts for {Path(ranking.target).name}, measured on {ranking.kind} prompts on "
+                   if best.draft != NONE and best.measured_speedup >= FASTER
+                   else "Nothing was measured faster than plain AR here: load the target with no draft.")
+        self.note = note = QLabel(f"Drafts for {Path(ranking.target).name}, measured on {ranking.kind} prompts on "
                       f"{ranking.machine}, {ranking.measured_on}. {verdict} Measured: over plain AR on the same "
                       f"prompts; predicted: the cost model's figure for the same rounds. Kept, and shown in the draft "
                       f"list.")

@@ -231,3 +231,13 @@ def test_a_long_path_in_a_narrow_box_shows_the_start_of_its_file_name(qtbot, stu
     name_at = line.cursorRect().center().x() - line.fontMetrics().horizontalAdvance(
         path[path.rfind("/") + 1: line.cursorPosition()])
     assert 0 <= name_at <= 8  # the name starts at the box's left edge, its margin aside
+
+
+def test_a_ranking_whose_best_is_no_faster_than_plain_ar_says_so(qtbot):
+    from ui.draft_ranking import RankingDialog
+
+    ranking = picking.Ranking("t.gguf", "code", "here", "2026-12-05",
+                              [Pick(LOOKUP, 1.001, 1.01, 0.6, 1.02), Pick(NONE, 1.0, 1.0, None, 1.0)])
+    dialog = RankingDialog(ranking)
+    qtbot.addWidget(dialog)
+    assert "Nothing was measured faster than plain AR here" in dialog.note.text()
