@@ -113,7 +113,7 @@ class ChatController(QObject):
     round_received = Signal(object)  # RoundShown
     reply_finished = Signal(object)  # ReplyShown
     comparison_progressed = Signal(int, int)  # tokens the comparison's runs have made so far, tokens they aim at
-    comparison_reading = Signal(int, int)  # one of those runs reads the prompt in again: positions read, of
+    comparison_reading = Signal(object)  # PrefillProgress: one of those runs reads the prompt in again
     comparison_finished = Signal(object)  # ComparisonShown
     context_fitted = Signal(object)  # ContextNotice of the turn just completed
     why_changed = Signal(object)  # WhyGamma: the session's acceptance by position and the recommendation
@@ -549,8 +549,8 @@ class ChatController(QObject):
             return
         self._finish_turn()
 
-    def on_comparison_reading(self, done: int, total: int) -> None:
-        self.comparison_reading.emit(done, total)
+    def on_comparison_reading(self, progress: PrefillProgress) -> None:
+        self.comparison_reading.emit(progress)
 
     def on_comparison_progressed(self, tokens: int, aim: int) -> None:
         """Compare with AR's runs have produced `tokens` of the `aim` (the worker's count of them)."""

@@ -404,10 +404,15 @@ class PrefillBar:
     def update(self, progress) -> None:
         if progress.total <= self.min_total or not sys.stderr.isatty():
             return
-        filled = self.WIDTH * progress.done // progress.total
-        print(f"\rreading the prompt [{'#' * filled}{'.' * (self.WIDTH - filled)}] {progress.done}/{progress.total}"
-              " tokens", end="", file=sys.stderr, flush=True)
+        print(f"\r{self.text(progress)}\033[K", end="", file=sys.stderr, flush=True)
         self.shown = True
+
+    def text(self, progress) -> str:
+        """The bar's line (a shorter time left than the last line's: the rest of that is cleared after it)."""
+        from ui.wording import read_in_said
+
+        filled = self.WIDTH * progress.done // progress.total
+        return f"reading the prompt [{'#' * filled}{'.' * (self.WIDTH - filled)}] {read_in_said(progress)}"
 
     def close(self) -> None:
         if self.shown:

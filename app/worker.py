@@ -84,7 +84,7 @@ class DecodeWorker(QObject):
     comparison_finished = Signal(object)  # Comparison
     # tokens a comparison's runs (plain AR, then a speculative reply again) have made so far, and all they aim at
     comparison_progressed = Signal(int, int)
-    comparison_reading = Signal(int, int)  # a comparison's run reads the prompt in again: positions read, of
+    comparison_reading = Signal(object)  # PrefillProgress: a comparison's run reads the prompt in again
     costs_measured = Signal(object)  # the cost model (CostModel.as_dict) as the reply's rounds left it
     drafters_progressed = Signal(str, int)  # Compare drafters: the drafting running, its tokens so far
     drafters_compared = Signal(object)  # DrafterComparison
@@ -275,10 +275,9 @@ class DecodeWorker(QObject):
         self._await_drawn()
         decoder.runner.rollback(min(cached, len(decoder.runner)))
         ar_request = dataclasses.replace(request, settings=dataclasses.replace(request.settings, mode=Mode.AR))
-        reading = lambda read: self.comparison_reading.emit(read.done, read.total)  # noqa: E731
         ar_events, ar_text, ar_stopped = self._decode(ar_request, emit=False,
                                                       progress=lambda n: self.comparison_progressed.emit(n, aim),
-                                                      reading=reading)
+                                                      reading=self.comparison_reading.emit)
         ar = reply_stats(ar_events)
         rerun, stopped = [], ar_stopped
         if not stopped and rerun_wanted:
@@ -289,7 +288,7 @@ class DecodeWorker(QObject):
                 decoder.runner.rollback(min(cached, len(decoder.runner)))
                 rerun, _, stopped = self._decode(
                     request, emit=False, progress=lambda n: self.comparison_progressed.emit(ar.n_tokens + n, aim),
-                    reading=reading)
+                    reading=self.comparison_reading.emit)
             finally:
                 decoder.planner = kept
         spec = reply_stats(rerun) if rerun and not stopped else reply.stats

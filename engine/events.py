@@ -183,10 +183,36 @@ class RoundEvent:
 
 @dataclass(frozen=True)
 class PrefillProgress:
-    """Yielded between the chunks of a reply's prompt prefill: `done` of `total` prompt positions are cached."""
+    """Yielded between the chunks of a reply's prompt prefill: `done` of `total` prompt positions are cached, those
+    from `start` on read in `read_s` seconds, the last `chunk` of them in `chunk_s` (both models' share, measured)."""
 
     done: int
     total: int
+    start: int = 0  # what was cached before this read-in (an earlier reply's prefix) is not read again
+    read_s: float = 0.0
+    chunk: int = 0
+    chunk_s: float = 0.0
+
+    def chunk_read(self, done: int, rows: int, seconds: float) -> PrefillProgress:
+        """This read-in after one more chunk: `rows` more positions, up to `done`, read in `seconds`."""
+        start = self.start if self.chunk else done - rows
+        return PrefillProgress(done, self.total, start, self.read_s + seconds, rows, seconds)
+
+    @property
+    def seconds_left(self) -> float | None:
+        """The time the rest will take at the rate measured so far, or None before a chunk is timed. A position
+        costs more the further in it is (its attention reads all before it): the cost per position is taken to
+        grow in a line through the chunks before the last and the last, and never faster than in proportion to
+        the position (which a position's fixed matrix products rule out), so a stalled chunk cannot run it away."""
+        if self.chunk_s <= 0 or self.chunk <= 0 or self.done >= self.total:
+            return None
+        last_rate, last_at = self.chunk_s / self.chunk, self.done - self.chunk / 2
+        growth = 0.0
+        if (earlier := self.done - self.chunk - self.start) > 0:
+            earlier_rate = (self.read_s - self.chunk_s) / earlier
+            growth = max(0.0, (last_rate - earlier_rate) / ((self.done - self.start) / 2))
+        growth = min(growth, last_rate / last_at)
+        return (self.total - self.done) * (last_rate + growth * ((self.done + self.total) / 2 - last_at))
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,8 @@ from ui.pane_splitter import PANE_MIN_WIDTH, PaneSplitter
 from ui.preferences import export_folder, remember_export_folder, restore_preferences, save_preferences
 from ui.window_fit import MIN_HEIGHT, MIN_WIDTH, ScreenFit
 from ui.window_status import WindowStatusBar
-from ui.wording import remote_header, reply_header, settings_said
+from ui.wording import read_in_said, remote_header, reply_header, settings_said
 
-READING = "reading the prompt: %d of %d tokens…"
 HISTORY_WIDTH = 140  # the history dock's first width: its titles elide, and a small window's chat needs the room
 # short enough to be read whole at 1000×700 beside a progress bar
 INT4_NOTE = "The target runs on its GGUF's 4-bit blocks, as llama.cpp does; set weights to dtype to de-quantise it"
@@ -353,7 +352,7 @@ class MainWindow(QMainWindow):
         for it (where the eye is)."""
         reading = progress.done < progress.total and self.status.state is not TurnState.STOPPING
         self.status_bar.show_prefill(progress, reading)
-        self.chat.show_reading(READING % (progress.done, progress.total) if reading else "")
+        self.chat.show_reading(f"reading the prompt: {read_in_said(progress)}…" if reading else "")
 
     def on_settings_restored(self, settings: DecodeSettings) -> None:
         """A reopened chat's decoding settings in the controls, and a line that says they changed (when they did)."""

@@ -12,16 +12,21 @@ from app.session import Comparison, EngineTarget, Reply
 from engine.events import PairInfo, PrefillProgress
 from engine.remote_records import is_url
 from ui.status_bar import PartsLabel, StatusBar
-from ui.wording import SEPARATOR, measured_figures, pair_said, remote_line, stats_figures
+from ui.wording import SEPARATOR, measured_figures, pair_said, read_in_said, remote_line, stats_figures
 
 STATUS_RIGHT_MARGIN = 8  # between the status bar's last widget and the window's right edge
 # The most of the status bar's width that the pair's models' names keep whole beside the last reply's figures (long
 # hub ids are elided, whole in the tooltip)
 PAIR_NAMES_SHARE = 1 / 3
 UNLIMITED_WIDTH = 16777215  # Qt's QWIDGETSIZE_MAX, which PySide6 does not export
-# Compare with AR's progress bar: its runs' tokens, or a run reading a long prompt in again (%v of %m positions)
+# Compare with AR's progress bar: its runs' tokens, or a run reading a long prompt in again (read_in_said)
 COMPARISON_DECODING = "Compare with AR, undrawn: %v of ~%m tokens"
-COMPARISON_READING = "Compare with AR: reading the prompt in again, %v of %m"
+COMPARISON_READING = "Compare with AR reading: {}"
+# The reply's own read-in, said in full after its header where the eye is: the bar's shorter form leaves a notice
+# beside it (INT4_NOTE) whole at 1000×700
+READING = "reading: {}"
+# read_in_said's widest: a prompt's positions run to five digits, its time left to minutes
+WIDEST_READ_IN = "00,000 of 00,000 tokens, about 00 min left"
 LAST_REPLY = "last reply: "  # the status bar's summary of the last reply begins so
 SERVING_READY_S = 100  # about how long vLLM takes to answer here (engine.benchmark.vllm_peer.READY_TIMEOUT_S bounds it)
 # A few seconds on a quiet machine; many times that beside another busy program, which the timing must not mistake
@@ -55,8 +60,8 @@ class WindowStatusBar(StatusBar):
                                             "AR and then as the reply was, to measure the speedup")
         # The text is drawn over the bar, so the bar is never narrower than it (the labels beside it elide).
         metrics = self.comparison_progress.fontMetrics()  # tokens run to four digits, a prompt's positions to five
-        widest = max(metrics.horizontalAdvance(form.replace("%v", digits).replace("%m", digits))
-                     for form, digits in ((COMPARISON_DECODING, "0000"), (COMPARISON_READING, "00000")))
+        widest = max(metrics.horizontalAdvance(COMPARISON_DECODING.replace("%v", "0000").replace("%m", "0000")),
+                     metrics.horizontalAdvance(COMPARISON_READING.format(WIDEST_READ_IN)))
         self.comparison_progress.setMinimumWidth(widest + 24)
         self.comparison_progress.hide()
         holder = QWidget()  # the bar's room, with a margin: at the window's edge it looked cut off
@@ -70,9 +75,9 @@ class WindowStatusBar(StatusBar):
         self.load_progress.hide()
         holder_layout.addWidget(self.load_progress)
         self.prefill_progress = QProgressBar()
-        self.prefill_progress.setFormat("reading the prompt: %v of %m tokens")
-        self.prefill_progress.setToolTip("A long prompt is read in chunks; Stop takes effect between them")
-        widest = self.prefill_progress.format().replace("%v", "00000").replace("%m", "00000")
+        self.prefill_progress.setToolTip("The prompt is read in chunks, the time left measured from them; Stop "
+                                         "takes effect between them")
+        widest = READING.format(WIDEST_READ_IN)
         self.prefill_progress.setMinimumWidth(self.prefill_progress.fontMetrics().horizontalAdvance(widest) + 24)
         self.prefill_progress.hide()
         holder_layout.addWidget(self.prefill_progress)
@@ -186,11 +191,11 @@ class WindowStatusBar(StatusBar):
 
     # -- a turn ---------------------------------------------------------------------------------------------
 
-    def on_comparison_reading(self, done: int, total: int) -> None:
-        """One of Compare with AR's runs is reading the prompt in again: `done` of its `total` positions."""
-        self.comparison_progress.setFormat(COMPARISON_READING)
-        self.comparison_progress.setRange(0, max(total, 1))
-        self.comparison_progress.setValue(done)
+    def on_comparison_reading(self, progress: PrefillProgress) -> None:
+        """One of Compare with AR's runs is reading the prompt in again."""
+        self.comparison_progress.setFormat(COMPARISON_READING.format(read_in_said(progress)))
+        self.comparison_progress.setRange(0, max(progress.total, 1))
+        self.comparison_progress.setValue(progress.done)
         self.comparison_progress.show()
 
     def on_comparison_progressed(self, tokens: int, expected: int) -> None:
@@ -202,7 +207,8 @@ class WindowStatusBar(StatusBar):
         self.comparison_progress.show()
 
     def show_prefill(self, progress: PrefillProgress, reading: bool) -> None:
-        """How far a long prompt has been read in, while it is."""
+        """How far a long prompt has been read in, and the time left, while it is."""
+        self.prefill_progress.setFormat(READING.format(read_in_said(progress)))
         self.prefill_progress.setRange(0, max(progress.total, 1))
         self.prefill_progress.setValue(progress.done)
         self.prefill_progress.setVisible(reading)

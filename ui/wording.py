@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 from app.session import Comparison, Reply
 from app.speedup import HOST_NOTABLE_CORES, OTHERS_IDLE_CORES
-from engine.events import DecodeSettings, Mode, PairInfo
+from engine.events import DecodeSettings, Mode, PairInfo, PrefillProgress
 from engine.stats import ReplyStats
 
 
@@ -91,6 +91,15 @@ def measured_figures(comparison: Comparison, part: int, chat_measured: tuple[flo
 
 
 SHOWN_PREFILL_S = 0.1  # reading the prompt is named beside tokens/s (which leaves it out) once it is noticeable
+
+
+def read_in_said(progress: PrefillProgress) -> str:
+    """How far a prompt's read-in is, and once a chunk has been timed, the time left: "1,024 of 4,096 tokens, about
+    12 s left" (the status bar, the reply's header and the CLI's bar say it so)."""
+    said = f"{progress.done:,} of {progress.total:,} tokens"
+    if (left := progress.seconds_left) is None:
+        return said
+    return said + (f", about {max(1, round(left))} s left" if left < 59.5 else f", about {round(left / 60)} min left")
 
 
 def alpha_wording(stats: ReplyStats) -> str:

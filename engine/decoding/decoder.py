@@ -386,18 +386,28 @@ class Decoder:
             index += 1
 
     def _prefill(self, prompt: list[int], speculative: bool) -> Iterator[PrefillProgress]:
-        """Cache prompt[:-1] in the target (and the draft), a chunk at a time, reporting progress after each."""
-        total = len(prompt) - 1
+        """Cache prompt[:-1] in the target (and the draft), a chunk at a time, reporting progress after each with
+        the time it took (the time between reports is the consumer's, not the read-in's)."""
+        device = self.target.device
+        read = PrefillProgress(0, len(prompt) - 1)
+        began = time.perf_counter()
         for cached in self.runner.prefill_chunks(prompt):
             if speculative:
                 self.drafter.prefill(prompt[: cached + 1])  # the draft keeps pace, chunk by chunk
-            yield PrefillProgress(cached, total)
+            synchronize(device)
+            read = read.chunk_read(cached, self.runner.last_chunk[0], time.perf_counter() - began)
+            yield read
+            began = time.perf_counter()
         if speculative:
             # The target had the prompt cached already (plain AR replies earlier in this chat): the draft catches
             # up alone, still in chunks; the last call also rolls back a cache that holds another conversation.
-            while (cached := self.drafter.cached_length()) < total:
-                self.drafter.prefill(prompt[: min(cached + PREFILL_CHUNK, total) + 1])
-                yield PrefillProgress(min(cached + PREFILL_CHUNK, total), total)
+            while (cached := self.drafter.cached_length()) < read.total:
+                done = min(cached + PREFILL_CHUNK, read.total)
+                self.drafter.prefill(prompt[: done + 1])
+                synchronize(device)
+                read = read.chunk_read(done, done - cached, time.perf_counter() - began)
+                yield read
+                began = time.perf_counter()
             self.drafter.prefill(prompt)
 
     def _token_text(self, token: int) -> str:

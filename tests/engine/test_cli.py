@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
-from app.cli import build_parser, main, resolve_pair
+from app.cli import PrefillBar, build_parser, main, resolve_pair
 from engine.kernels import q4q8
-from engine.events import DecodeSettings
+from engine.events import DecodeSettings, PrefillProgress
 from engine.models.pairing import PRESETS
 
 
@@ -528,8 +528,8 @@ def test_the_terminal_shows_whole_characters_in_colour_and_a_prefill_progress_ba
     output, code = run_in_terminal(["generate", "--prompt-file", str(tmp_path / "prompt.txt"), "--target", target,
                                     "--draft", draft, "--stop-below", "0", "--draft-weights", "dtype"])
     assert code == 0, output
-    assert "reading the prompt [" in output and "699/699 tokens" in output
-    reply = output.split("\x1b[K")[1].split("\r\n")[0]  # after the progress bar is cleared
+    assert "reading the prompt [" in output and "699 of 699 tokens" in output
+    reply = output.split("\x1b[K")[-1].split("\r\n")[0]  # after the progress bar is cleared
     # a rejected draft read after the accepted bytes (½ 日, then x) is shown as itself, without the bytes' '�'
     assert "\x1b[9;31mx\x1b[0m" in reply and "\ufffd" not in reply
     kept = re.sub("\x1b\\[9;31m.*?\x1b\\[0m", "", reply)  # rejected drafts are struck out; the rest is the reply
@@ -588,3 +588,11 @@ def test_a_saved_gpt2_decodes_from_its_directory_through_the_fallback(tmp_path, 
     reply = json.loads(out)
     assert len(reply["token_ids"]) <= 64 - 2 and reply["context"]["window"] == 64
     assert "cut the reply to at most 62 new tokens" in err
+
+
+def test_the_read_in_bar_says_the_tokens_read_and_the_time_left_once_a_chunk_is_timed():
+    bar = PrefillBar()
+    assert bar.text(PrefillProgress(0, 4096)) == f"reading the prompt [{'.' * 30}] 0 of 4,096 tokens"
+    assert bar.text(PrefillProgress(1024, 4096, 0, 4.0, 256, 1.0)) == (
+        f"reading the prompt [{'#' * 7}{'.' * 23}] 1,024 of 4,096 tokens, about 12 s left")
+    assert bar.text(PrefillProgress(1024, 4096, 0, 40.0, 256, 10.0)).endswith("4,096 tokens, about 2 min left")

@@ -385,3 +385,47 @@ def test_a_loaded_model_keeps_its_own_layers_rather_than_kernels_fetched_from_th
     tiny.tokenizer.save_pretrained(tmp_path / "m")
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "m").use_kernels  # transformers' default: hub kernels
     assert not load_model(str(tmp_path / "m"), torch.device("cpu"), torch.float32).model.use_kernels
+
+
+def test_each_read_in_report_carries_its_chunk_and_the_time_measured_so_far():
+    decoder = tiny_decoder()
+    items = [p for p in decoder.stream(long_prompt(900), DecodeSettings(max_new_tokens=1))
+             if isinstance(p, PrefillProgress)]
+    assert len(items) >= 2
+    done = 0
+    for item in items:
+        assert (item.start, item.chunk) == (0, item.done - done) and item.chunk_s > 0
+        done = item.done
+    assert [p.read_s for p in items] == pytest.approx([sum(p.chunk_s for p in items[: i + 1])
+                                                       for i in range(len(items))])
+    assert items[0].seconds_left is not None and items[-1].seconds_left is None  # the last: nothing left
+
+
+def test_a_read_in_after_a_cached_prefix_starts_where_the_cache_ends():
+    decoder = tiny_decoder()
+    list(decoder.generate(long_prompt(300), DecodeSettings(mode="ar", max_new_tokens=1)))
+    cached = len(decoder.runner)
+    longer = long_prompt(300)[0]["content"] + " " + " ".join(WORDS[i % len(WORDS)] for i in range(600))
+    first = next(p for p in decoder.stream([{"role": "user", "content": longer}],
+                                           DecodeSettings(mode="ar", max_new_tokens=1))
+                 if isinstance(p, PrefillProgress))
+    assert 0 < first.start <= cached and first.chunk == first.done - first.start
+
+
+def test_the_time_left_is_the_rest_at_the_rate_measured_and_none_before_a_chunk_is_timed():
+    assert PrefillProgress(0, 4096).seconds_left is None
+    # 1,024 read in 4 s, the last 256 of them in 1 s: as fast as the 768 before, so the rest at that rate
+    assert PrefillProgress(1024, 4096, 0, 4.0, 256, 1.0).seconds_left == pytest.approx(12.0)
+    # from an earlier reply's cached 512 on, at a steady rate
+    assert PrefillProgress(1024, 4096, 512, 2.0, 256, 1.0).seconds_left == pytest.approx(12.0)
+    # a last chunk faster than those before it (or the only one) is taken as the rate: never less, never negative
+    assert PrefillProgress(1024, 4096, 0, 3.5, 256, 0.5).seconds_left == pytest.approx(6.0)
+    assert PrefillProgress(256, 4096, 0, 1.0, 256, 1.0).seconds_left == pytest.approx(15.0)
+
+
+def test_later_chunks_dearer_make_the_rest_dearer_still_but_no_faster_than_in_proportion_to_the_position():
+    # the last chunk 1.5× the rate of the 768 before it: the cost per position grows in a line through both,
+    # (1.5 + 0.5 × (2560 − 896) / 512) / 256 s at the rest's middle
+    assert PrefillProgress(1024, 4096, 0, 4.5, 256, 1.5).seconds_left == pytest.approx(37.5)
+    # a stalled last chunk (10×) grows no faster than its position: 10/256 s × 2560/896 at the rest's middle
+    assert PrefillProgress(1024, 4096, 0, 13.0, 256, 10.0).seconds_left == pytest.approx(3072 * 10 / 256 * 2560 / 896)

@@ -140,7 +140,7 @@ def test_stop_during_a_long_prefill_takes_effect_within_one_chunk(make_studio, m
     studio = make_studio(mixed_decoder, max_new_tokens=4)
     shown, progress = [], []
     bar = studio.window.prefill_progress
-    said = lambda: "· reading the prompt: 256 of 899 tokens…" in studio.window.chat.toPlainText()  # noqa: E731
+    said = lambda: "· reading the prompt: 256 of 899 tokens, about " in studio.window.chat.toPlainText()  # noqa: E731
     studio.chat.prefill_progressed.connect(lambda _p: shown.append((bar.isVisible(), bar.value(), bar.maximum(),
                                                                     said())))
 
@@ -169,7 +169,7 @@ def test_a_long_prompt_s_read_in_is_said_after_its_reply_s_header_until_it_is_re
     studio = make_studio(mixed_decoder, max_new_tokens=4)
     seen = []
     studio.chat.prefill_progressed.connect(lambda p: seen.append(
-        f"· reading the prompt: {p.done} of {p.total} tokens…" in studio.window.chat.toPlainText()))
+        f"· reading the prompt: {p.done} of {p.total} tokens, about " in studio.window.chat.toPlainText()))
     mixed_decoder.runner.seconds_per_position = PREFILL_CHUNK_S / 300  # the prompt is read in several chunks
     assert send(qtbot, studio, words(900)).events
     assert len(seen) >= 2 and all(seen[:-1]) and not seen[-1]  # after the last chunk the prompt is read
@@ -538,12 +538,13 @@ def test_compare_with_ar_shows_its_runs_reading_a_long_prompt_in_again(make_stud
     studio = make_studio(mixed_decoder, greedy=True, max_new_tokens=4)
     studio.window.controls.compare_ar.setChecked(True)
     bar, reading, formats = studio.window.comparison_progress, [], []
-    studio.chat.comparison_reading.connect(lambda done, total: reading.append((done, total, bar.format(),
-                                                                               bar.value(), bar.maximum())))
+    studio.chat.comparison_reading.connect(lambda read: reading.append((read.done, read.total, bar.format(),
+                                                                        bar.value(), bar.maximum())))
     studio.chat.comparison_progressed.connect(lambda *_: formats.append(bar.format()))
     send(qtbot, studio, words(900))
-    from ui.window_status import COMPARISON_DECODING, COMPARISON_READING
+    from ui.window_status import COMPARISON_DECODING
     assert [(done, total) for done, total, *_ in reading] == [(256, 899), (512, 899), (768, 899)] * 2  # AR, rerun
-    assert all(form == COMPARISON_READING and value == done and most == total
+    assert all(form.startswith(f"Compare with AR reading: {done} of {total} tokens, about ")
+               and form.endswith(" left") and value == done and most == total
                for done, total, form, value, most in reading)
     assert formats and formats[-1] == COMPARISON_DECODING

@@ -385,3 +385,36 @@ def test_a_load_names_its_own_pair_when_its_progress_opened_first(qtbot):
     window.status_bar.open_progress()  # the next load's state, then its name
     window.status_bar.on_load_started("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
     assert window.pair_label.text() == "Loading qwen2.5-coder-1.5b and qwen2.5-coder-0.5b…"
+
+
+
+LONG_READ_IN = PrefillProgress(12880, 14404, 0, 5071.0, 256, 100.8)  # five-digit counts, minutes left
+
+
+def test_the_read_in_bar_says_the_tokens_read_and_the_time_left_once_a_chunk_is_timed(qtbot):
+    window = shown_window(qtbot, 1600, 1000)
+    window.on_prefill_progressed(PrefillProgress(1024, 4096, 0, 4.0, 256, 1.0))
+    assert window.prefill_progress.text() == "reading: 1,024 of 4,096 tokens, about 12 s left"
+    window.on_prefill_progressed(PrefillProgress(256, 4096))  # no chunk timed: no estimate
+    assert window.prefill_progress.text() == "reading: 256 of 4,096 tokens"
+
+
+@pytest.mark.parametrize("bar", ["prefill", "comparison"])
+def test_at_1000_by_700_a_long_read_ins_text_is_whole_in_its_bar_beside_the_replys_figures(qtbot, bar):
+    window = int4_pair_beside_a_reply_at_1000_by_700(qtbot)
+    if bar == "prefill":
+        window.on_prefill_progressed(LONG_READ_IN)
+    else:
+        window.status_bar.on_comparison_reading(LONG_READ_IN)
+    QApplication.processEvents()
+    shown = drawn(window)
+    progress = window.prefill_progress if bar == "prefill" else window.comparison_progress
+    assert progress.text().endswith("12,880 of 14,404 tokens, about 10 min left")
+    assert progress.fontMetrics().horizontalAdvance(progress.text()) <= progress.contentsRect().width()
+    assert set(shown) == {"pair", "reply", bar}
+    for (one, a), (other, b) in combinations(shown.items(), 2):
+        assert not a.intersects(b), (one, other)
+    # the reply's figures give up their least ranked parts, as beside the bars' shorter texts before
+    reply = window.reply_label.shown_text()
+    assert shows_whole_parts(window.reply_label) and "66.7 tok/s" in reply and "est. 1.33× vs AR" in reply
+    assert window.pair_label.shown_text() == "embedded + embedded-draft · …"
