@@ -196,8 +196,9 @@ class DecodeWorker(QObject):
 
     def _decode(self, request: ReplyRequest, emit: bool, progress: Callable[[int], None] = lambda _tokens: None,
                 reading: Callable[[PrefillProgress], None] = lambda _read: None) -> tuple[list, str, bool]:
-        """Run the engine's stream to its end or to a stop request (checked between rounds and prefill chunks);
-        drawn (`emit`), on one thread from where the machine's load stalls its threads (LOADED_ROUNDS). Unless
+        """Run the engine's stream to its end or to a stop request (checked between rounds and prefill chunks, and
+        by the engine between a read-in block's layers); drawn (`emit`), on one thread from where the machine's
+        load stalls its threads (LOADED_ROUNDS). Unless
         `emit`, the tokens so far are reported to `progress` after a round, and the prompt read so far to `reading`
         after a chunk but the last (whose report the window would draw beside the first, timed, round), at most
         every PROGRESS_EVERY_S."""
@@ -209,7 +210,8 @@ class DecodeWorker(QObject):
         switched = False  # once judged, the decode keeps its threads
         if emit and request.settings.mode is Mode.SPEC:
             self.decoder.measure_target_step()  # fresh, so the live AR-speedup estimate tracks machine load
-        stream = self.decoder.stream([dict(m) for m in request.messages], request.settings)
+        stream = self.decoder.stream([dict(m) for m in request.messages], request.settings, self._stop)
+        finished = False
         try:
             for item in stream:
                 if isinstance(item, ContextNotice):
@@ -252,7 +254,7 @@ class DecodeWorker(QObject):
         finally:
             stream.close()
             torch.set_num_threads(self.threads)  # a load or timing after a stalled reply runs on all threads again
-        return events, "".join(pieces), False
+        return events, "".join(pieces), not finished  # a stream stopped in a read-in block ends without a last round
 
     def _await_drawn(self) -> None:
         """Until the window has drawn the last reply, a stop or a quit comes, or DRAWN_WAIT_S passes."""

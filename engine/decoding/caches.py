@@ -7,6 +7,7 @@ ids kept beside the cache let a new chat turn reuse the longest cached prefix of
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -96,6 +97,12 @@ class CachedModel:
         # low, and each that takes under half of PREFILL_CHUNK_S doubles the one after it.
         self.seconds_per_position: float | None = None
         self.last_chunk: tuple[int, float] | None = None  # (positions, seconds) of the last prefill chunk
+
+    def stop_read_in(self, stop: threading.Event | None) -> None:
+        """From now on a prompt's read-in block ends between two layers once `stop` is set (q4q8.ReadInStopped):
+        where a model reads prompts in by matrix products a block takes seconds (None: blocks run to their end)."""
+        if isinstance(self.cache, fast_llama.FastLlama):
+            self.cache.stop_read_in = stop
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -269,10 +269,11 @@ class Decoder:
         finally:
             rounds.close()
 
-    def stream(self, messages: list[dict],
-               settings: DecodeSettings) -> Iterator[ContextNotice | PrefillProgress | RoundEvent]:
+    def stream(self, messages: list[dict], settings: DecodeSettings,
+               stop: threading.Event | None = None) -> Iterator[ContextNotice | PrefillProgress | RoundEvent]:
         """As `generate`, with what happens before the first round: a ContextNotice if the conversation had to be
-        fitted into the window, then a PrefillProgress after each prefill chunk (stop there by closing it too)."""
+        fitted into the window, then a PrefillProgress after each prefill chunk (stop there by closing it too).
+        Once `stop` is set, a read-in block that takes seconds ends between two layers and the stream with it."""
         if self.costs is None:
             self.warm_up()
         fitted = fit(messages, settings.max_new_tokens, self.window, self.chat_ids)
@@ -293,7 +294,16 @@ class Decoder:
         # 0) prefill: both caches end up holding the prompt but its last token
         prompt = fitted.ids
         start = time.perf_counter()
-        yield from self._prefill(prompt, speculative)
+        runners = [self.runner] + ([self.drafter.runner] if isinstance(self.drafter, DraftModelDrafter) else [])
+        for runner in runners:
+            runner.stop_read_in(stop)
+        try:
+            yield from self._prefill(prompt, speculative)
+        except q4q8.ReadInStopped:
+            return
+        finally:
+            for runner in runners:
+                runner.stop_read_in(None)
         synchronize(device)
         prefill_s = time.perf_counter() - start
 

@@ -47,6 +47,10 @@ SCALES_F16, SCALES_F32, SCALES_HALVES = 0, 1, 2
 READ_IN_ROWS = 256
 
 
+class ReadInStopped(Exception):
+    """A read-in (`LlamaForward.read_in`) was stopped between two layers: the cache holds what it held before it."""
+
+
 def _library_path() -> Path:
     digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:12]
     local = SOURCE.parent / "build"
@@ -343,12 +347,14 @@ class LlamaForward:
         self._dense: list[torch.Tensor] = []
 
     def read_in(self, x: torch.Tensor, start: int, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
-                sin: torch.Tensor, keep: int) -> torch.Tensor:
+                sin: torch.Tensor, keep: int, stop: threading.Event | None = None) -> torch.Tensor:
         """`__call__` for a prompt's many rows: each layer's projections de-quantised into bfloat16 for the block
         and multiplied by torch's matrix products (oneDNN, on AMX tiles where the CPU has them), as its attention;
         the norms, RoPE, cache writes and activation are the forward's own C code. A row's numbers are not the
         kernel's (its activations are not quantised to 8 bits) and may depend on the block's other rows: the
-        caller reads a prompt in blocks fixed by the prompt alone (engine.decoding.caches)."""
+        caller reads a prompt in blocks fixed by the prompt alone (engine.decoding.caches). Once `stop` is set it
+        raises ReadInStopped before the next layer: a block takes seconds, a layer a few hundredths of them; the
+        positions it wrote lie past the cache's length, which the caller advances only after the block."""
         assert k.dtype == v.dtype == KV_DTYPE
         x = x.to(torch.float32, copy=True).contiguous()
         rows, capacity, threads = x.shape[0], v.shape[2], torch.get_num_threads()
@@ -358,6 +364,8 @@ class LlamaForward:
         act = torch.empty((rows, spec.intermediate))
         mask = torch.ones(rows, end, dtype=torch.bool).tril(start)  # row r sees positions up to start + r
         for layer in range(spec.layers):
+            if stop is not None and stop.is_set():
+                raise ReadInStopped
             qkv, o, gate_up, down = self._dense_layer(layer)
             lib.llama_rms_norm(x.data_ptr(), self.attn_norm[layer].data_ptr(), rows, hidden, spec.eps, h.data_ptr())
             projected = _product(h, qkv)

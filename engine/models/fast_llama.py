@@ -18,6 +18,7 @@ decoder reports as PairInfo.greedy_exact).
 """
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -376,6 +377,7 @@ class FastLlama:
         self.native = self.weights.native_forward(self.head)
         # a prompt's blocks of more than ROW_BY_ROW_MAX rows: read in by a matrix product (q4q8.READ_IN_ROWS)
         self.read_in_rows = q4q8.READ_IN_ROWS if self.native and q4q8.reads_in_densely() else None
+        self.stop_read_in: threading.Event | None = None  # set: a read-in block ends between layers (ReadInStopped)
         self.length = 0
         self.k = self.v = self.cos = self.sin = None
 
@@ -438,8 +440,11 @@ class FastLlama:
         end = start + n
         self._reserve(end)
         if self.native:  # a decoding block's rows have the same numbers alone or together, on every kernel path
-            forward = self.native.read_in if self.read_in_rows and n > ROW_BY_ROW_MAX else self.native
-            logits = forward(_embed_float(w.embed, ids), start, self.k, self.v, self.cos, self.sin, keep)
+            x = _embed_float(w.embed, ids)
+            if self.read_in_rows and n > ROW_BY_ROW_MAX:
+                logits = self.native.read_in(x, start, self.k, self.v, self.cos, self.sin, keep, self.stop_read_in)
+            else:
+                logits = self.native(x, start, self.k, self.v, self.cos, self.sin, keep)
             self.length = end
             return logits
         x = w.embed(ids)

@@ -114,6 +114,70 @@ def test_greedy_speculative_equals_greedy_ar_after_a_long_prompt(tmp_path, monke
     assert len(replies["ar"]) > 5 and replies["spec"] == replies["ar"]
 
 
+class StopAfter:
+    """A stop request that comes after `checks` looks at it: mid-block, at a layer known in advance."""
+
+    def __init__(self, checks: int):
+        self.checks = checks
+
+    def is_set(self) -> bool:
+        self.checks -= 1
+        return self.checks < 0
+
+
+def test_a_read_in_stopped_between_layers_keeps_the_blocks_before_and_reads_on_to_the_same_bits(tmp_path, monkeypatch):
+    native, _ = tiny_gguf_pair(tmp_path)
+    layers = native.model.config.num_hidden_layers
+    whole, stopped = runner(monkeypatch, native, "dense"), runner(monkeypatch, native, "dense")
+    read_in(whole, PROMPT_IDS)
+    stopped.stop_read_in(StopAfter(layers + 1))  # the first block whole, the second stopped after its first layer
+    ends = []
+    with pytest.raises(q4q8.ReadInStopped):
+        for end in stopped.prefill_chunks(PROMPT_IDS):
+            ends.append(end)
+    assert ends == [256] and len(stopped) == 256 and stopped.cache.length == 256
+    stopped.stop_read_in(None)
+    assert read_in(stopped, PROMPT_IDS) == [512, 599]
+    assert torch.equal(stopped.forward(PROMPT_IDS[-1:]), whole.forward(PROMPT_IDS[-1:]))
+    never = runner(monkeypatch, native, "dense")  # the control: a stop that is not set reads the prompt whole
+    never.stop_read_in(StopAfter(10 ** 9))
+    assert read_in(never, PROMPT_IDS) == [256, 512, 599]
+
+
+def test_a_reply_stopped_in_a_read_in_block_ends_there_and_the_next_is_as_from_a_fresh_decoder(tmp_path, monkeypatch,
+                                                                                                qapp):
+    from app.session import ReplyRequest
+    from app.worker import DecodeWorker
+
+    native, _ = tiny_gguf_pair(tmp_path)
+    monkeypatch.setenv("SPECDEC_READ_IN", "dense")
+    draft = tiny_model(1, layers=1, vocab_size=64)
+    worker = DecodeWorker(Decoder(native, DraftModelDrafter(draft, native.vocab_size), draft))
+    messages = ({"role": "user", "content": " ".join(f"w{i % 60 + 2}" for i in range(420))},)
+    request = ReplyRequest(messages, DecodeSettings(mode="spec", gamma=4, greedy=True, max_new_tokens=12))
+    worker.decoder.warm_up()  # its timings read a block in too
+    layers_read = []
+    dense_layer = q4q8.LlamaForward._dense_layer
+
+    def stop_in_the_second_block(forward, layer):  # the window's Stop, as the target reads its second block
+        layers_read.append(layer)
+        if len(layers_read) == forward.spec.layers + 1:
+            worker.request_stop()
+        return dense_layer(forward, layer)
+
+    monkeypatch.setattr(q4q8.LlamaForward, "_dense_layer", stop_in_the_second_block)
+    events, text, stopped = worker._decode(request, emit=False)
+    assert stopped and events == [] and text == ""
+    assert len(layers_read) == native.model.config.num_hidden_layers + 1  # no layer after the stop
+    assert len(worker.decoder.runner) == q4q8.READ_IN_ROWS
+    monkeypatch.setattr(q4q8.LlamaForward, "_dense_layer", dense_layer)
+    worker._stop.clear()
+    again = worker._decode(request, emit=False)
+    fresh = DecodeWorker(Decoder(native, DraftModelDrafter(draft, native.vocab_size), draft))
+    expected = fresh._decode(request, emit=False)
+    assert not again[2] and again[1] == expected[1] and len(again[0]) > 0
+
+
 def test_dense_read_in_is_where_the_cpu_has_amx_unless_forced(monkeypatch):
     monkeypatch.delenv("SPECDEC_READ_IN", raising=False)
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
