@@ -14,7 +14,7 @@ from tests.engine.test_q4q8 import random_weight
 from tests.tiny import tiny_model
 
 pytestmark = pytest.mark.skipif(not q4q8.available(), reason="no C compiler for the kernel")
-PROMPT_IDS = [3, 7, 11, 5, 9, 2, 8, 4, 6, 10] * 60  # 600 positions: two whole blocks of READ_IN_ROWS and a tail
+PROMPT_IDS = [3, 7, 11, 5, 9, 2, 8, 4, 6, 10] * 60  # 600 positions: two whole blocks of 256 rows and a tail
 ISAS = [name for name, level in q4q8.ISAS.items() if q4q8.available() and level <= q4q8.ISAS[q4q8.isa_name()]]
 
 
@@ -46,6 +46,12 @@ def test_a_wrong_layout_is_not_the_kernel_s_values():
     weight = q4q8.Q4Q8Weight.from_values(values, scales, offsets, 4)
     shuffled = q4q8.Q4Q8Weight.from_values(values[::-1].copy(), scales, offsets, 4)
     assert not torch.equal(shuffled.dense_bf16_t(), weight.dense_bf16_t())
+
+
+@pytest.fixture(autouse=True)
+def _blocks_of_256(monkeypatch):
+    """Blocks of 256 rows: two whole ones and a tail fit the tiny model's window of 512 positions."""
+    monkeypatch.setattr(q4q8, "READ_IN_ROWS", 256)
 
 
 def runner(monkeypatch, native, how: str) -> CachedModel:
