@@ -100,6 +100,9 @@ class Run:
     target_calls: int | None = None  # hf_assisted: target forwards (= rounds) and draft forwards (= drafts)
     draft_calls: int | None = None
     engine_spec: EngineSpecStats | None = None  # vllm_ngram: the server's /metrics deltas around this request
+    # Our engine's rows after a --long-prompt: the prompt's tokens and the seconds its read-in took (not in wall_s)
+    prompt_tokens: int | None = None
+    read_in_s: float | None = None
 
 
 @dataclass
@@ -166,6 +169,24 @@ def load_prompts(path: Path | None) -> list[str]:
     return list(EVAL_PROMPTS)
 
 
+def read_long_prompt(path: Path | None, configs: list[Config]) -> str:
+    """`--long-prompt`'s text ("" without one). Only our engine's rows time a read-in apart from the decoding after
+    it; llama.cpp's own figure for it is `llama-bench -p N` and `-d N` (docs/speed-figures.md)."""
+    if path is None:
+        return ""
+    others = sorted({c.method for c in configs} - {"ar", *ENGINE_DRAFTING})
+    if others:
+        raise ValueError(f"--long-prompt times our engine's rows only (ar, {', '.join(ENGINE_DRAFTING)}), not "
+                         f"{', '.join(others)}: give --methods")
+    if not path.is_file():
+        raise ValueError(f"--long-prompt must be a text file: {path} is "
+                         f"{'a directory' if path.is_dir() else 'not found'}")
+    text = path.read_text(encoding="utf-8", errors="replace").strip()
+    if not text:
+        raise ValueError(f"--long-prompt {path} is empty")
+    return text
+
+
 def cut_at_eos(tokens: list[int], eos_ids: set[int]) -> list[int]:
     """Generated tokens up to and including the first EOS."""
     for i, token in enumerate(tokens):
@@ -180,12 +201,15 @@ def cut_at_eos(tokens: list[int], eos_ids: set[int]) -> list[int]:
 class Bench:
     """Runs one configuration on one prompt. Owns the decoder; the HF methods use the decoder's own models."""
 
-    def __init__(self, decoder, max_new_tokens: int, temperature: float):
+    def __init__(self, decoder, max_new_tokens: int, temperature: float, long_prompt: str = ""):
+        """`long_prompt`: a text put before every prompt (`--long-prompt`); each run's read-in of it is then timed
+        apart from its decoding."""
         from engine.decoding.drafters import LookupDrafter
 
         self.decoder = decoder
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
+        self.long_prompt = long_prompt
         self.device = decoder.target.device
         self.llamas: dict[str, object] = {}  # llama_cpp_peer's worker per method, started on first use
         # Our drafting methods take turns on one decoder: each has its drafter and its own planner, so one
@@ -206,7 +230,7 @@ class Bench:
 
     def run(self, config: Config, prompt: str, seed: int, max_new_tokens: int | None = None) -> Run:
         max_new = max_new_tokens or self.max_new_tokens
-        messages = [{"role": "user", "content": prompt}]
+        messages = [{"role": "user", "content": f"{self.long_prompt}\n\n{prompt}" if self.long_prompt else prompt}]
         method = {"ar": self._engine, "spec": self._engine, "spec_draft": self._engine, "spec_lookup": self._engine,
                   "hf_generate": self._hf, "hf_compiled": self._hf,
                   "hf_assisted": self._hf, "naive": self._naive, "llama_cpp": self._llama_cpp,
@@ -231,14 +255,18 @@ class Bench:
         # generate() tokenises inside; time that alone, just before, and take it off the wall time
         synchronize(self.device)
         start = time.perf_counter()
-        self.decoder.chat_ids(messages)
+        prompt_tokens = len(self.decoder.chat_ids(messages))
         tokenise_s = time.perf_counter() - start
         start = time.perf_counter()
         events = list(self.decoder.generate(messages, settings))
         synchronize(self.device)
         wall_s = time.perf_counter() - start - tokenise_s
         tokens = [t.token_id for e in events for t in e.emitted]
-        return Run(config, 0, 0, tokens, wall_s, events=events)
+        if not self.long_prompt:
+            return Run(config, 0, 0, tokens, wall_s, events=events)
+        read_in_s = events[0].prefill_s
+        return Run(config, 0, 0, tokens, wall_s - read_in_s, events=events, prompt_tokens=prompt_tokens,
+                   read_in_s=read_in_s)
 
     def _use_drafter(self, method: str) -> None:
         """Give the decoder this method's drafter and planner (the costs are the pair's, shared)."""
@@ -583,6 +611,10 @@ def summarize_row(row: Row, ar: Row | None) -> dict:
     if row.failure is not None:
         record.update(failure=row.failure, tokens=None, wall_s=None, tokens_per_s=None)
         return record
+    if row.runs and all(r.read_in_s is not None for r in row.runs):  # after a --long-prompt; wall_s is decoding's
+        read_in_s = sum(r.read_in_s for r in row.runs)
+        record.update(prompt_tokens=sum(r.prompt_tokens for r in row.runs) // len(row.runs), read_in_s=read_in_s,
+                      read_in_tokens_per_s=_ratio(sum(r.prompt_tokens for r in row.runs), read_in_s))
     if ar is not None and ar is not row:
         ar_tokens = sum(len(r.tokens) for r in ar.runs)
         ar_wall = sum(r.wall_s for r in ar.runs)
@@ -683,9 +715,12 @@ def _fmt(value, spec: str) -> str:
 
 
 def markdown_table(records: list[dict]) -> str:
+    """After a --long-prompt, "wall s" and "tokens/s" are the decoding's, and a column gives the read-in's rate."""
+    long = any(r.get("read_in_tokens_per_s") for r in records)
     header = ["method", "decoding", "γ", "tokens", "wall s", "tokens/s", "α", "drafts/round", "tokens/round",
-              "speedup vs ar", "predicted", "slowest prompt", "greedy = ar"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 9 + ["---"]) + "|"]
+              "speedup vs ar", "predicted", "slowest prompt", "greedy = ar"] + ["read-in tokens/s"] * long
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join(["---"] * 3 + ["---:"] * 9 + ["---"] + ["---:"] * long) + "|"]
     for r in records:
         config = Config(r["method"], r["decoding"], r["gamma"], r.get("schedule"), r.get("stop_below"))
         if r.get("failure"):  # the reason where the figures would be
@@ -700,7 +735,7 @@ def markdown_table(records: list[dict]) -> str:
             "" if r.get("predicted_speedup") is None else f"{r['predicted_speedup']:.2f}x",
             "" if r.get("slowest_prompt_speedup") is None else f"{r['slowest_prompt_speedup']:.2f}x",
             r.get("identical_to_ar") or "",
-        ]
+        ] + [_fmt(r.get("read_in_tokens_per_s"), ".1f")] * long
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -961,6 +996,7 @@ def run_cli(args, target_name: str, draft_name: str | None) -> int:
     if "sample" in args.decoding and args.temperature <= 0:
         raise ValueError("--temperature must be positive for sampled decoding")
     prompts = load_prompts(args.prompts)
+    long_prompt = read_long_prompt(getattr(args, "long_prompt", None), configs)
     needs_draft = any(c.method in NEEDS_DRAFT for c in configs)
     if needs_draft and draft_name is None:
         raise ValueError(f"the {', '.join(NEEDS_DRAFT)} methods need a draft model (--draft)")
@@ -981,7 +1017,7 @@ def run_cli(args, target_name: str, draft_name: str | None) -> int:
 
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # generate() warns about unused sampling flags on every call
-    bench = Bench(decoder, args.max_new_tokens, args.temperature)
+    bench = Bench(decoder, args.max_new_tokens, args.temperature, long_prompt)
     try:
         rows = run_all(bench, configs, prompts, args.repeats, args.seed)
     finally:

@@ -217,6 +217,34 @@ def test_tiny_end_to_end_bench_with_every_method(monkeypatch, tmp_path, capsys):
         "alpha_tokens_per_round.png", "per_position_acceptance.png", "speedup.png"]
 
 
+def test_a_long_prompt_before_every_prompt_is_read_in_and_timed_apart_from_the_decoding(monkeypatch, tmp_path, capsys):
+    from app import cli
+    from engine.decoding.decoder import Decoder
+
+    decoder = tiny_decoder()
+    monkeypatch.setattr(Decoder, "load", classmethod(lambda cls, *a, **k: decoder))
+    prompts, paste = tmp_path / "prompts.txt", tmp_path / "paste.txt"
+    prompts.write_text("w3 w7 w11 w5\nw9 w2 w4\n")
+    paste.write_text("\n".join(" ".join(f"w{(i * 7 + j) % 50 + 2}" for j in range(10)) for i in range(30)))
+    args = ["bench", "--target", "tiny-0", "--draft", "tiny-1", "--prompts", str(prompts), "--max-new-tokens", "8",
+            "--gammas", "3", "--decoding", "greedy", "--methods", "ar,spec", "--long-prompt", str(paste)]
+    assert cli.main(args) == 0
+    table = capsys.readouterr().out
+    assert "| read-in tokens/s |" in table
+    assert cli.main(args + ["--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    for r in runs:
+        asked = decoder.chat_ids([{"role": "user", "content": paste.read_text().strip() + "\n\nw9 w2 w4"}])
+        assert r["prompt_tokens"] >= len(asked) > 300 and r["read_in_s"] > 0
+        assert r["read_in_tokens_per_s"] == pytest.approx(2 * r["prompt_tokens"] / r["read_in_s"], rel=0.01)
+    assert runs[1]["identical_to_ar"] == "2/2"
+    # the control: without it, no read-in figures and no column
+    assert cli.main(args[:-2]) == 0 and "read-in" not in capsys.readouterr().out
+    # our rows only: a peer's row would time its read-in inside its decoding
+    assert cli.main(args[:-6] + ["--methods", "ar,hf_generate", "--long-prompt", str(paste)]) == 1
+    assert "--long-prompt times our engine's rows only" in capsys.readouterr().err
+
+
 def test_bench_defaults_to_the_held_out_evaluation_prompts():
     from engine.prompts import EVAL_PROMPTS
 
