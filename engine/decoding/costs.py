@@ -434,9 +434,11 @@ class RoundPlanner:
             self.next_pause = PAUSE_ROUNDS
 
     def decode(self, greedy: bool) -> None:
-        """Plan a reply's rounds for greedy or sampled decoding; its drafted rounds are judged by their outcome
-        afresh (another prompt's pause would keep a code answer from drafting)."""
-        self.window, self.paused, self.next_pause = [], 0, PAUSE_ROUNDS
+        """Plan a reply's rounds for greedy or sampled decoding. It drafts at once (another prompt's pause would
+        keep a code answer from drafting), and its drafted rounds are judged by their own outcome; but a pause it
+        earns is as long as the chat's drafts have earned so far, so a pair whose drafts never pay loses one
+        window of rounds a reply, not one per pause length (a new chat starts at PAUSE_ROUNDS again)."""
+        self.window, self.paused = [], 0
         if self.greedy is not None and greedy != self.greedy:
             self.acceptance, self.resting = self.resting or Acceptance(), self.acceptance
         self.greedy = greedy

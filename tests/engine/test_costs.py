@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from engine.decoding.costs import (DECAY, DRIFT_LEAST, PAUSE_ROUNDS, PRIOR, PRIOR_WEIGHT, RECENT_ROUNDS, Acceptance,
+from engine.decoding.costs import (DECAY, DRIFT_LEAST, PAUSE_ROUNDS, PAYING_WINDOW, PRIOR, PRIOR_WEIGHT, RECENT_ROUNDS, Acceptance,
                                    CostModel, LoadGap,
                                    RoundPlanner, expected_tokens)
 from engine.events import DecodeSettings
@@ -389,9 +389,14 @@ def test_a_machine_slower_at_everything_does_not_price_drafts_out():
     assert planner.drift == pytest.approx(1.0) and planner.draft_more([], [], 1)
 
 
-def test_a_new_reply_is_judged_by_its_own_outcome():
+def test_a_new_reply_drafts_at_once_and_pauses_as_long_as_the_chat_has_earned():
+    """Replies whose drafts never pay: each drafts again at its start, but after the first reply each loses one
+    window of drafted rounds before a long pause, where starting every reply at PAUSE_ROUNDS lost one per pause."""
     planner = RoundPlanner(costs(draft_ms=5.5, row_ms=5.5, step_ms=21.0))
-    decode_phases(planner, [(True, 20), (False, 6)])
-    assert planner.paused
-    planner.decode(True)
-    assert not planner.paused and planner.next_pause == PAUSE_ROUNDS
+    decode_phases(planner, [(True, 20), (False, 40)])
+    assert planner.next_pause > 2 * PAUSE_ROUNDS
+    [second] = decode_phases(planner, [(False, 40)])
+    assert all(second[:PAYING_WINDOW])  # not held back by the last reply's pause
+    assert not any(second[PAYING_WINDOW:PAYING_WINDOW + 4 * PAUSE_ROUNDS])  # then a long pause at once
+    planner.forget_acceptance()  # the control: a new chat starts again from the shortest pause
+    assert planner.next_pause == PAUSE_ROUNDS
