@@ -29,7 +29,6 @@ from engine.events import Mode, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance, round_alpha
 from ui.compare import explain, greedy_is_exact
 from ui.markdown import FENCE
-from ui.tokens import SPECIAL_TOKEN
 from ui.transcript import CONTEXT, reply_notes
 from ui.wording import comparison_line, estimate_apart, pair_said, part_label, remote_header, reply_header
 
@@ -241,13 +240,13 @@ def markdown(session: Session) -> str:
         said = pair_said(numbered.pair) if numbered.pair is not None else ""
         if said and session.pair is not None and said != pair_said(session.pair):  # another pair than the header's
             notes.append((f"decoded by {said}", ""))
-        text = SPECIAL_TOKEN.sub("", reply.text).strip()
+        text = reply.text.strip()  # the engine writes no text for a control token: all of it is the reply's
         lines += [f"**Reply {numbered.number} · {header}**", "", hard_line_breaks(text), ""]
         for note, details in notes:
             lines += [f"*{note}*", ""] + ([details, ""] if details else [])
         compared = numbered.parts[-1]  # the AR text beside the reply is its last part's comparison's, as in the chat
-        ar_text = SPECIAL_TOKEN.sub("", comparison.ar_text).strip() if comparison is not None else ""
-        if ar_text and ar_text != SPECIAL_TOKEN.sub("", compared.text).strip():  # the chat shows both side by side
+        ar_text = comparison.ar_text.strip() if comparison is not None else ""
+        if ar_text and ar_text != compared.text.strip():  # the chat shows both side by side
             of = " of the continued part" if compared.request.continues else ""
             lines += [f"**Plain AR's text (the comparison{of})**", "", hard_line_breaks(ar_text), ""]
     return "\n".join(lines)

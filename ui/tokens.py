@@ -6,8 +6,6 @@ from dataclasses import dataclass
 
 from engine.events import DraftedToken, EmittedToken, Fate, RoundEvent
 
-# Chat-template markers such as <|im_end|> or </s>: part of the trace, never of the text a reader sees.
-SPECIAL_TOKEN = re.compile(r"<\|[^<>|]*\|>|</?s>")
 # A piece of a character labelled by its bytes, as app/labels.py and the engine's top lists write it: ‹e4 bd›
 BYTE_LABEL = re.compile(r"‹([0-9a-f]{2}(?: [0-9a-f]{2})*)›")
 PART_OF_A_CHARACTER = "part of a UTF-8 character"

@@ -10,7 +10,7 @@ from engine.events import Fate, RoundEvent
 from engine.stats import LOADED_ROUNDS, token_pace_s
 from ui.chat_links import LAST_REPLY_ONLY
 from ui.markdown import Block, inline_runs, parse_blocks
-from ui.tokens import SPECIAL_TOKEN, TokenSpan, remote_span, reply_text, round_spans
+from ui.tokens import TokenSpan, remote_span, reply_text, round_spans
 from ui.wording import busy_note, load_cause, outside_causes, part_label, remote_line, stats_line
 
 
@@ -198,13 +198,13 @@ def owner_runs(owners: list[int], start: int, end: int):
 
 
 def clean_tokens(tokens: tuple[str, ...]) -> tuple[str, list[int]]:
-    """Tokens' text as the clean view reads it (no chat-template tokens) and, for each of its characters, the index
-    of the token it came from: a comparison's column."""
+    """Tokens' text as the clean view reads it and, for each of its characters, the index of the token it came
+    from: a comparison's column. The engine writes no text for a control token, so one that reads like it (a
+    pasted "<|im_end|>", Qwen's ordinary "</s>") is text."""
     source, owners = "", []
     for index, token in enumerate(tokens):
-        if not SPECIAL_TOKEN.fullmatch(token):
-            source += token
-            owners += [index] * len(token)
+        source += token
+        owners += [index] * len(token)
     return source, owners
 
 

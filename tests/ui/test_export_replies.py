@@ -270,3 +270,15 @@ def test_a_continued_reply_of_another_pair_still_says_so(qtbot):
         window.on_reply_finished(ReplyShown(index, answer, answer, can_continue=False, live=False, pair=pair))
     notes = [[note.text for note in item.notes] for item in window.chat.transcript.replies()]
     assert len(notes) == 2 and any(text.startswith("Decoded by qwen") for text in notes[1])
+
+
+def test_a_reply_that_reads_like_control_tokens_is_exported_and_compared_as_written(tmp_path):
+    """The engine writes no text for a control token: a reply echoing a pasted "<|im_end|>" or Qwen's ordinary "</s>"
+    keeps it in the Markdown, and the comparison column reads it too."""
+    from ui.transcript import clean_tokens
+
+    text = "Type <|im_end|> to end a turn; HTML closes </s>."
+    answer = reply([("user", "how do turns end?")], (accepted_round(0, ["Type"], " <|im_end|>"),), text)
+    _, _, _, markdown = exported(tmp_path, Session(PAIR, [answer], {}, "turns"))
+    assert text in markdown
+    assert clean_tokens(("a", "</s>", "<|im_end|>")) == ("a</s><|im_end|>", [0, 1, 1, 1, 1] + [2] * 10)
