@@ -603,7 +603,6 @@ def timing_progress():
 def cmd_pick_draft(args) -> int:
     from engine.benchmark import pick_draft as picking
     from engine.benchmark.bench import load_prompts
-    from engine.models.loading import gguf_file, resolve
 
     prompts = load_prompts(args.prompts) if args.prompts else picking.prompts_of(args.kind)
     kind = args.prompts.name if args.prompts else args.kind
@@ -617,8 +616,7 @@ def cmd_pick_draft(args) -> int:
                                weights=args.target_weights, max_new_tokens=args.max_new_tokens, progress=progress)
     print(file=sys.stderr)
     ranking = picking.new_ranking(args.target, kind, picks)
-    source = gguf_file(args.target) or Path(resolve(args.target))
-    if source.exists():
+    if (source := picking.ranking_source(args.target)) is not None:
         picking.keep(ranking, picking.ranking_file(source, kind, args.device, args.dtype))
     if args.json:
         print(json.dumps(ranking.as_dict()))

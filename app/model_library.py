@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 
 from PySide6.QtCore import QObject, QSettings, QThread, Signal, Slot
 
@@ -30,18 +29,10 @@ class PickRequest:
     weights: str
 
 
-def ranking_source(target: str) -> Path | None:
-    """The file or folder a target's kept rankings are keyed by (None for a hub id not on disk)."""
-    from engine.models.loading import gguf_file, resolve
-
-    source = gguf_file(target) or Path(resolve(target))
-    return source if source.exists() else None
-
-
 def kept_summaries(target: str, device: str, dtype: str) -> dict[str, str]:
     """Each candidate's kept measurement for `target` on this machine (summary_line), by its real path (LOOKUP and
     NONE as they are); of two kinds of prompts, the later measurement."""
-    source = ranking_source(target)
+    source = picking.ranking_source(target)
     rankings = [r for kind in picking.KINDS
                 if source is not None and (r := picking.kept_ranking(picking.ranking_file(source, kind, device, dtype)))]
     lines = {}
@@ -102,7 +93,7 @@ class DraftPicker(QObject):
                                        device=request.device, dtype=request.dtype, weights=request.weights,
                                        progress=self._progress)
             ranking = picking.new_ranking(request.target, request.kind, picks)
-            source = ranking_source(request.target)
+            source = picking.ranking_source(request.target)
             if source is not None:
                 picking.keep(ranking, picking.ranking_file(source, request.kind, request.device, request.dtype))
         except picking.PickStopped:

@@ -170,6 +170,14 @@ def machine() -> str:
     return f"{cpu_name()}, {torch.get_num_threads()} threads"
 
 
+def ranking_source(target: str) -> Path | None:
+    """The file or folder a target's kept rankings are keyed by (None for a hub id not on disk)."""
+    from engine.models.loading import gguf_file, resolve
+
+    source = gguf_file(target) or Path(resolve(target))
+    return source if source.exists() else None
+
+
 def ranking_file(target: Path, kind: str, device: str, dtype: str) -> Path:
     """Where the ranking of drafts for this target file, kind of prompts and machine is kept."""
     from engine.models.kept import file_key
