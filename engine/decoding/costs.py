@@ -398,6 +398,7 @@ class RoundPlanner:
     # a round's time over its costs' price: drafted rounds' (True) and plain rounds' (False), the last DRIFT_ROUNDS
     overruns: dict = field(default_factory=lambda: {True: deque(maxlen=DRIFT_ROUNDS),
                                                     False: deque(maxlen=DRIFT_ROUNDS)})
+    drift: float = 1.0  # what a drafted round costs over its price, against what a plain round does (_drift_of)
 
     def forget_acceptance(self) -> None:
         """A new chat, a new topic: its drafts are judged from the prior again, greedy and sampled alike, so
@@ -405,9 +406,8 @@ class RoundPlanner:
         self.acceptance, self.resting, self.greedy = Acceptance(), None, None
         self.window, self.paused, self.next_pause = [], 0, PAUSE_ROUNDS
 
-    @property
-    def drift(self) -> float:
-        """What a drafted round costs over its price, against what a plain round does (1 until both are known)."""
+    def _drift_of(self) -> float:
+        """`drift` from the rounds observed (1 until both kinds are known); kept, as every draft decision reads it."""
         drafted, plain = self.overruns[True], self.overruns[False]
         if len(drafted) < DRIFT_LEAST or len(plain) < DRIFT_LEAST:
             return 1.0
@@ -420,6 +420,7 @@ class RoundPlanner:
         price, pause drafting (see PAYING_WINDOW)."""
         if priced_s > 0 and took_s > 0:
             self.overruns[drafted].append(took_s / priced_s)
+            self.drift = self._drift_of()
         if not drafted:
             self.paused = max(0, self.paused - 1)
             return
