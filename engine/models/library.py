@@ -40,6 +40,7 @@ _SCALAR_FORMATS = {GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValu
                    GGUFValueType.FLOAT32: "<f", GGUFValueType.BOOL: "<?", GGUFValueType.UINT64: "<Q",
                    GGUFValueType.INT64: "<q", GGUFValueType.FLOAT64: "<d"}
 _U64 = struct.Struct("<Q")
+FETCH_AGAIN = "download or copy it again"  # what a truncated file's reason ends with
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,10 @@ class _Damaged(ValueError):
     """The header claims something the file does not hold; the message says what."""
 
 
+class _Truncated(_Damaged):
+    """The header reads on past the file's end: a download or copy that stopped early."""
+
+
 def _read_gguf_header(buffer, size: int) -> tuple[dict, TokenizerPrint | None, list[tuple[str, int, list[int], int]],
                                                   int]:
     """The metadata (scalars and strings; of the arrays only the tokens, as a fingerprint), the tensor entries
@@ -120,12 +125,13 @@ def _read_gguf_header(buffer, size: int) -> tuple[dict, TokenizerPrint | None, l
         raise _Damaged(f"GGUF version {version}; version 2 or later is needed")
     # the smallest a field (key, type, value) and a tensor entry (name, 1 dimension, type, offset) can be
     if n_fields > size // 13 or n_tensors > size // 32:
-        raise _Damaged(f"its header claims {n_tensors} tensors and {n_fields} metadata fields in {size} bytes")
+        raise _Truncated(f"its header claims {n_tensors} tensors and {n_fields} metadata fields, more than its "
+                         f"{size:,} bytes hold")
     at = 24
 
     def within(end: int, what: str) -> int:
         if end > size:
-            raise _Damaged(f"{what} ends at byte {end} of a {size}-byte file")
+            raise _Truncated(f"its header alone reads on to byte {end:,} ({what}), past the file's {size:,} bytes")
         return end
 
     def string(at: int) -> tuple[str, int]:
@@ -211,12 +217,15 @@ def _gguf_facts(path: Path) -> dict:
     size = path.stat().st_size
     facts = {"format": "gguf", "size": size, "name": path.stem}
     if size < 24:
-        return facts | {"problem": f"damaged: {size} bytes, fewer than a GGUF header"}
+        return facts | {"problem": f"truncated: {size} bytes, fewer than a GGUF header; {FETCH_AGAIN}"}
     with path.open("rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         buffer = memoryview(mapped)
         try:
             fields, tokenizer, tensors, data_start = _read_gguf_header(buffer, size)
-        except (_Damaged, struct.error, OverflowError) as exc:
+        except (_Truncated, struct.error) as exc:  # every length is checked, so a fixed field past the end is a cut
+            why = exc if isinstance(exc, _Truncated) else f"its header stops short of the file's {size:,} bytes"
+            return facts | {"problem": f"truncated: {why}; {FETCH_AGAIN}"}
+        except (_Damaged, OverflowError) as exc:
             return facts | {"problem": f"damaged: {exc}"}
         finally:
             buffer.release()
@@ -246,7 +255,7 @@ def _gguf_facts(path: Path) -> dict:
     if fields.get("general.type") == "mmproj" or architecture == "clip":
         problem = "a vision projector (mmproj), not a language model: it goes beside a vision model"
     elif end > size:
-        problem = f"truncated: its tensor data ends at byte {end:,} of a {size:,}-byte file"
+        problem = f"truncated: its tensor data ends at byte {end:,} of a {size:,}-byte file; {FETCH_AGAIN}"
     elif unknown:
         problem = f"unsupported tensor type {', '.join(map(str, sorted(unknown)))} (newer than this gguf package)"
     elif architecture not in LOADABLE_ARCHITECTURES:

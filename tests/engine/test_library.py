@@ -191,7 +191,7 @@ def test_unusable_files_are_listed_with_their_reasons(stores):
     assert problems["big"] == "a split file's missing part: big-00003-of-00003.gguf of 3 parts is not beside it"
 
 
-def test_a_file_cut_inside_its_header_is_damaged_not_a_crash(machine, tmp_path):
+def test_a_file_cut_inside_its_header_is_called_truncated_not_a_crash(machine, tmp_path):
     whole = write_gguf(tmp_path / "whole.gguf").read_bytes()
     folder = tmp_path / "cut"
     folder.mkdir()
@@ -199,7 +199,9 @@ def test_a_file_cut_inside_its_header_is_damaged_not_a_crash(machine, tmp_path):
         (folder / f"cut-{end}.gguf").write_bytes(whole[:end])
     problems = {r.name: r.problem for r in library.scan([folder])}
     assert problems.keys() == {"cut-10", "cut-30", "cut-60", "cut-200"}
-    assert all(p.startswith("damaged: ") for p in problems.values()), problems
+    assert all(p.startswith("truncated: ") and p.endswith(library.FETCH_AGAIN) for p in problems.values()), problems
+    assert problems["cut-200"].startswith("truncated: its header alone reads on to byte ")
+    assert problems["cut-200"].split(", past the file's ")[1].startswith("200 bytes")
 
 
 def test_a_whole_split_file_is_one_model_of_all_its_parts(machine, tmp_path):
@@ -243,7 +245,7 @@ def test_drafts_are_the_models_whose_tokenizer_agrees_smaller_first(machine, tmp
     assert reasons["other-vocab"] == f"vocabularies differ (both {len(TOKENS)} tokens, not the same ones)"
     assert reasons["other-eos"] == "eos_token differs (id 1 vs 2)"
     assert reasons["big"].startswith("not smaller than the target")
-    assert reasons["broken"].startswith("damaged")
+    assert reasons["broken"].startswith("truncated")
 
 
 VARIANTS = {  # a draft's tokenizer next to TOKENS with <s> / </s>: what changes, and whether it can still draft
