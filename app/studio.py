@@ -201,7 +201,7 @@ def _wire_library(window: MainWindow, preferences: QSettings | None) -> ModelLib
     library.summaries_changed.connect(picker.show_summaries)
     library.notice_posted.connect(window.status_bar.on_notice_posted)
     library.pick_started.connect(picker.on_pick_started)
-    library.pick_started.connect(lambda: bar.showMessage("Find the best draft: loading the target…"))
+    library.pick_started.connect(lambda: bar.showMessage("Find the best draft: loading a copy of the target to measure with…"))
     library.pick_progressed.connect(picker.on_pick_progressed)
     library.pick_progressed.connect(
         lambda done, total, what: bar.showMessage(f"Measuring the drafts: {done}/{total} replies ({what})"))

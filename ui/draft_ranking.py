@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QHeaderView, QLabel, Q
 from engine.benchmark.pick_draft import KINDS, LOOKUP, NONE, Ranking
 
 RANKING_COLUMNS = ("draft", "measured", "predicted", "α", "tokens/round", "draft step ms", "target step ms")
-NAMES = {LOOKUP: "copying only", NONE: "none (plain AR)"}
+NAMES = {LOOKUP: "lookup only (copying)", NONE: "none (plain AR)"}
 FIND = "Find best draft"
 FASTER = 1.005  # a measured speedup that reads as more than 1.00x
 

@@ -156,9 +156,20 @@ def pick_draft(target: str, candidates: Sequence[str], prompts: Sequence[str], *
         decoder.warm_up(reuse=True)
         configs = [Config("ar", decoding), Config(method, decoding, GAMMA, stop_below="cost")]
         rows = run_all(bench, configs, list(prompts), 1, 0, progress=False,
-                       on_run=lambda run, c=candidate: report(f"{c}: {run}"))
+                       on_run=lambda run, c=candidate: report(run_said(c, run)))
         picks.append(_pick_of(candidate, summarize(rows)["runs"]))
     return rank(picks)
+
+
+RUN_WORDS = {"ar": "plain AR", "spec_draft": "drafting", "spec_lookup": "copying"}
+
+
+def run_said(candidate: str, run: str) -> str:
+    """A pick's progress in a reader's words: the bench's 'prompt 2 spec_draft' for the candidate
+    'models/x.gguf' is 'x.gguf: prompt 2, drafting'."""
+    what, method = run.rsplit(" ", 1)
+    name = candidate if candidate in (LOOKUP, NONE) else Path(candidate).name
+    return f"{name}: {what}, {RUN_WORDS.get(method, method)}"
 
 
 def machine() -> str:

@@ -115,3 +115,11 @@ def test_the_default_candidates_are_the_drafts_the_library_finds_for_the_target_
                            tokenizer=TokenizerPrint(49152, "s" * 64, 1, 2))]
     monkeypatch.setattr(library, "scan", lambda folders=(): records)
     assert picking.default_candidates("big") == ["/m/small.gguf", LOOKUP, NONE]
+
+
+def test_a_picks_progress_names_the_file_and_the_run_in_words():
+    from engine.benchmark.pick_draft import run_said
+
+    assert run_said("/home/me/models/small.gguf", "prompt 2 spec_draft") == "small.gguf: prompt 2, drafting"
+    assert run_said(LOOKUP, "warm-up ar") == "lookup: warm-up, plain AR"
+    assert run_said(LOOKUP, "prompt 1 spec_lookup") == "lookup: prompt 1, copying"

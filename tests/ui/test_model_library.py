@@ -141,7 +141,7 @@ def test_find_the_best_draft_shows_the_ranking(qtbot, studio, models, monkeypatc
     show_target(qtbot, studio, models["target"])
     pick(qtbot, studio, studio.library.pick_finished)
     rows = studio.window.pair_pane.ranking_dialog.rows()
-    assert [row[:3] for row in rows] == [["small.gguf", "1.31x", "1.41x"], ["copying only", "1.05x", "1.15x"],
+    assert [row[:3] for row in rows] == [["small.gguf", "1.31x", "1.41x"], ["lookup only (copying)", "1.05x", "1.15x"],
                                          ["none (plain AR)", "1.00x", "1.00x"]]
     assert rows[0][3:5] == ["0.60", "2.00"]  # α, tokens per round
 
