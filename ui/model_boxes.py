@@ -49,6 +49,7 @@ class ModelBox(QComboBox):
 
     def __init__(self, text: str = ""):
         super().__init__()
+        self._help = ""  # what setToolTip was given: the hover shows the box's whole text above it
         self.setEditable(True)
         self.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
         # narrower than its entries (shown whole in the open list), so the side pane fits a 1000 px window
@@ -56,6 +57,7 @@ class ModelBox(QComboBox):
         self.setMinimumContentsLength(5)  # beside its … button, no wider than the other boxes
         self.lineEdit().textEdited.connect(self.textEdited)
         self.lineEdit().textChanged.connect(self.textChanged)
+        self.lineEdit().textChanged.connect(self._show_tip)
         self.activated.connect(self._on_activated)
         self.setText(text)
 
@@ -65,6 +67,15 @@ class ModelBox(QComboBox):
     def setText(self, text: str) -> None:  # noqa: N802 (QLineEdit's name)
         self.setEditText(text)
         self.show_name()
+
+    def setToolTip(self, tip: str) -> None:  # noqa: N802 (Qt's name)
+        self._help = tip
+        self._show_tip()
+
+    def _show_tip(self) -> None:
+        """A narrow box shows the start of a file name: its hover gives the whole text, then what the box is for."""
+        text = self.text()
+        super().setToolTip(f"{text}\n\n{self._help}" if text and self._help else text or self._help)
 
     def show_name(self) -> None:
         """Scroll a path's text to its file or folder name: a narrow box shows which model, not where it is. A line

@@ -231,6 +231,9 @@ def test_a_long_path_in_a_narrow_box_shows_the_start_of_its_file_name(qtbot, stu
     name_at = line.cursorRect().center().x() - line.fontMetrics().horizontalAdvance(
         path[path.rfind("/") + 1: line.cursorPosition()])
     assert 0 <= name_at <= 8  # the name starts at the box's left edge, its margin aside
+    assert target.toolTip().startswith(path + "\n\n")  # the hover gives it whole, then what the box is for
+    target.clear()
+    assert target.toolTip() and not target.toolTip().startswith("\n")
 
 
 def test_a_ranking_whose_best_is_no_faster_than_plain_ar_says_so(qtbot):
