@@ -68,6 +68,7 @@ class ChatPane(QWidget):
         super().__init__()
         self.preferences = preferences
         self.status = ChatStatus(TurnState.IDLE, ready=False, n_turns=0, can_continue=False, editing=None)
+        self.pick_running = False  # Find the best draft is measuring: Send waits (set_pick_running)
         # the chat's system prompt, named above the chat while one is set: nothing else there says it is sent
         self.system_prompt_line = SystemPromptLine()
         self.system_prompt_line.linkActivated.connect(lambda _link: self.ask_system_prompt())
@@ -226,11 +227,17 @@ class ChatPane(QWidget):
 
     # -- the controller's reports -----------------------------------------------------------------------------
 
+    def set_pick_running(self, running: bool) -> None:
+        """Find the best draft measures the CPU: Send waits for it (greyed, as Load pair), so a reply cannot slow
+        the measurement nor look ignored."""
+        self.pick_running = running
+        self.on_status_changed(self.status)
+
     def on_status_changed(self, status: ChatStatus) -> None:
         """The buttons and the reply's actions that can be used now."""
         self.status = status
         busy, ready = status.busy, status.ready
-        self.send_button.setEnabled(ready and not busy)
+        self.send_button.setEnabled(ready and not busy and not self.pick_running)
         editing = status.editing is not None and not busy
         self.send_button.setText("Resend" if editing else "Send")
         self.cancel_edit_button.setVisible(editing)

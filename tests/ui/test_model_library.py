@@ -185,13 +185,13 @@ def test_the_chat_waits_while_a_pick_measures_the_cpu(qtbot, studio, models, hel
     show_target(qtbot, studio, models["target"])
     pick(qtbot, studio, studio.library.pick_progressed)
     window = studio.window
-    assert not window.picker.load_button.isEnabled()
+    assert not window.picker.load_button.isEnabled() and not window.send_button.isEnabled()
     window.send("w3 w7")
     assert window.statusBar().currentMessage().startswith("Find the best draft is measuring this CPU")
     assert not studio.chat.replies
     with qtbot.waitSignal(studio.library.pick_finished, timeout=SIGNAL_MS):
         held_pick.set()
-    assert window.picker.load_button.isEnabled()
+    assert window.picker.load_button.isEnabled() and window.send_button.isEnabled()
 
 
 def test_lookup_only_loads_the_target_with_copying_as_its_only_drafter(monkeypatch):
