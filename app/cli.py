@@ -236,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a text file, one prompt per line (default: the evaluation prompts)")
     bench.add_argument("--long-prompt", metavar="FILE", type=Path, default=None,
                        help="a long text (a source file, a paste) put before every prompt: our rows' wall time and "
-                            "tokens/s are then the decoding's after it, and a column gives the read-in's tokens/s (default: none)")
+                            "tokens/s are then the decoding's after it, and a column gives the read-in's tokens/s "
+                            "(default: none)")
     bench.add_argument("--max-new-tokens", metavar="N", type=setting("max_new_tokens", whole_number), default=96,
                        help="most new tokens per prompt")
     bench.add_argument("--gammas", metavar="N,N,...", type=comma_list(setting("gamma", whole_number)),

@@ -204,7 +204,8 @@ def _wire_library(window: MainWindow, preferences: QSettings | None) -> ModelLib
     library.pick_started.connect(lambda: window.chat_pane.set_pick_running(True))
     for ended in (library.pick_finished, library.pick_stopped, library.pick_failed):
         ended.connect(lambda *_: window.chat_pane.set_pick_running(False))
-    library.pick_started.connect(lambda: bar.showMessage("Find the best draft: loading a copy of the target to measure with…"))
+    library.pick_started.connect(
+        lambda: bar.showMessage("Find the best draft: loading a copy of the target to measure with…"))
     library.pick_progressed.connect(picker.on_pick_progressed)
     library.pick_progressed.connect(
         lambda done, total, what: bar.showMessage(f"Measuring the drafts: {done}/{total} replies ({what})"))

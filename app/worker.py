@@ -198,10 +198,9 @@ class DecodeWorker(QObject):
                 reading: Callable[[PrefillProgress], None] = lambda _read: None) -> tuple[list, str, bool]:
         """Run the engine's stream to its end or to a stop request (checked between rounds and prefill chunks, and
         by the engine between a read-in block's layers); drawn (`emit`), on one thread from where the machine's
-        load stalls its threads (LOADED_ROUNDS). Unless
-        `emit`, the tokens so far are reported to `progress` after a round, and the prompt read so far to `reading`
-        after a chunk but the last (whose report the window would draw beside the first, timed, round), at most
-        every PROGRESS_EVERY_S."""
+        load stalls its threads (LOADED_ROUNDS). Unless `emit`, the tokens so far are reported to `progress` after
+        a round, and the prompt read so far to `reading` after a chunk but the last (whose report the window would
+        draw beside the first, timed, round), at most every PROGRESS_EVERY_S."""
         events, pieces, n_tokens, reported_at = [], [], 0, time.monotonic()
         self.threads = self.threads or torch.get_num_threads()  # read on the thread that decodes: it is that thread's
         torch.set_num_threads(self.threads)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import platform
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path

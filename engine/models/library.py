@@ -222,9 +222,10 @@ def _gguf_facts(path: Path) -> dict:
         buffer = memoryview(mapped)
         try:
             fields, tokenizer, tensors, data_start = _read_gguf_header(buffer, size)
-        except (_Truncated, struct.error) as exc:  # every length is checked, so a fixed field past the end is a cut
-            why = exc if isinstance(exc, _Truncated) else f"its header stops short of the file's {size:,} bytes"
-            return facts | {"problem": f"truncated: {why}; {FETCH_AGAIN}"}
+        except _Truncated as exc:
+            return facts | {"problem": f"truncated: {exc}; {FETCH_AGAIN}"}
+        except struct.error:  # every length is checked, so a fixed-size field past the end is a cut
+            return facts | {"problem": f"truncated: its header stops short of the file's {size:,} bytes; {FETCH_AGAIN}"}
         except (_Damaged, OverflowError) as exc:
             return facts | {"problem": f"damaged: {exc}"}
         finally:
