@@ -64,9 +64,10 @@ static uint16_t float_to_bf16(float f) { /* round to nearest even, as torch conv
 }
 
 /* The loops below are compiled once per instruction set and picked at load (target_clones); without contracted
- * multiply-adds and with explicit lanes every clone does the same IEEE operations in the same order. */
+ * multiply-adds and with explicit lanes every clone does the same IEEE operations in the same order. The AVX2 clone
+ * is x86-64-v3's (AVX2 with FMA): attention's fused multiply-adds (fma16) are single instructions there. */
 #if defined(__x86_64__) && defined(__linux__)
-#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define CLONES __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
 #else
 #define CLONES
 #endif
@@ -558,6 +559,14 @@ static inline sixteen load_sixteen(const float *p) {
     return v;
 }
 
+/* a·b + c in every lane, rounded once (fmaf): one instruction in the AVX-512 and AVX2 clones, whose adds would
+ * otherwise take a port each beside their multiplies; the default clone calls libm's fmaf, with the same bits. */
+static inline __attribute__((always_inline)) sixteen fma16(float a, sixteen b, sixteen c) {
+    sixteen r;
+    for (int l = 0; l < LANES; l++) r[l] = fmaf(a, b[l], c[l]);
+    return r;
+}
+
 typedef uint16_t sixteen_bf16 __attribute__((vector_size(32)));
 typedef uint32_t sixteen_bits __attribute__((vector_size(64)));
 
@@ -572,6 +581,23 @@ static inline sixteen load_bf16(const uint16_t *p) {
 }
 
 #define SCORE_TILE 64  /* positions a score task takes: 4 cache lines of each key row, read in turn */
+#define SCORE_QUERIES 2  /* queries scored side by side over a whole tile, where the CPU has AVX-512 */
+
+/* G queries' scores over a whole tile (SCORE_TILE positions of `tile`, widened keys): G·SCORE_TILE/LANES running
+ * sums in registers, each query's still adding the head's dimensions in order. A count known when compiling keeps
+ * them out of memory (a sum stored and reloaded every step waits on it), and two queries side by side keep enough
+ * multiply-adds in flight to fill an AVX-512 core; AVX2's sixteen registers hold one query's. */
+static inline __attribute__((always_inline)) void score_whole_tile(const float *const *queries, int G,
+                                                                   const float *tile, int64_t hd, float *p,
+                                                                   int64_t capacity, int64_t t0) {
+    sixteen acc[SCORE_QUERIES][SCORE_TILE / LANES] = {{{0}}};
+    for (int64_t i = 0; i < hd; i++)
+        _Pragma("GCC unroll 4") for (int c = 0; c < SCORE_TILE / LANES; c++) {
+            sixteen key = load_sixteen(tile + i * SCORE_TILE + LANES * c);
+            _Pragma("GCC unroll 2") for (int g = 0; g < G; g++) acc[g][c] = fma16(queries[g][i], key, acc[g][c]);
+        }
+    for (int g = 0; g < G; g++) memcpy(p + g * capacity + t0, acc[g], sizeof acc[g]);
+}
 
 /* p[j·capacity + t] = Σ_i queries[j][i] · keys_t[i·capacity + t] for t0 <= t < t0 + width (keys_t: (hd, capacity)
  * bfloat16, width <= SCORE_TILE); the tile's keys, widened once into floats, stay in L1 cache for all the queries. */
@@ -587,17 +613,24 @@ CLONES static void score_tile(const float *const *queries, int64_t count, const 
         }
         for (int64_t t = LANES * vectors; t < width; t++) tile[i * SCORE_TILE + t] = bf16_to_float(k[t]);
     }
-    for (int64_t j = 0; j < count; j++) {
+    int64_t j = 0;
+    if (width == SCORE_TILE) {
+        if (__builtin_cpu_supports("avx512f"))
+            for (; j + SCORE_QUERIES <= count; j += SCORE_QUERIES)
+                score_whole_tile(queries + j, SCORE_QUERIES, tile, hd, p + j * capacity, capacity, t0);
+        for (; j < count; j++) score_whole_tile(queries + j, 1, tile, hd, p + j * capacity, capacity, t0);
+    }
+    for (; j < count; j++) {
         const float *q = queries[j];
         sixteen acc[SCORE_TILE / LANES] = {{0}};
         for (int64_t i = 0; i < hd; i++) {
             const float *k = tile + i * SCORE_TILE;
-            for (int64_t c = 0; c < vectors; c++) acc[c] += q[i] * load_sixteen(k + LANES * c);
+            for (int64_t c = 0; c < vectors; c++) acc[c] = fma16(q[i], load_sixteen(k + LANES * c), acc[c]);
         }
         memcpy(p + j * capacity + t0, acc, vectors * sizeof acc[0]);
         for (int64_t t = LANES * vectors; t < width; t++) {
             float sum = 0.0f;
-            for (int64_t i = 0; i < hd; i++) sum += q[i] * tile[i * SCORE_TILE + t];
+            for (int64_t i = 0; i < hd; i++) sum = fmaf(q[i], tile[i * SCORE_TILE + t], sum);
             p[j * capacity + t0 + t] = sum;
         }
     }
@@ -636,8 +669,10 @@ CLONES static float softmax_weights(float *p, int64_t end, float scale) {
 
 /* Up to WEIGHTED_QUERIES queries' weighted sums go on over positions from <= t < to, side by side: each value read
  * once for all of them, and G running sums in flight instead of a query's one, whose adds would wait on each other.
- * Each sum still adds its positions one by one in order of t, so every query gets the bits it would get alone. */
-#define WEIGHTED_QUERIES 4
+ * Each sum still adds its positions one by one in order of t, so every query gets the bits it would get alone.
+ * AVX2's sixteen registers hold four queries' sums (two registers each) beside the value; AVX-512 takes eight. */
+#define WEIGHTED_QUERIES 8
+#define WEIGHTED_QUERIES_AVX2 4
 #define WEIGHTED_GROUP(G)                                                                                          \
     CLONES static void weighted_##G(const float *const *w, int64_t from, int64_t to, const uint16_t *restrict values, \
                                     int64_t hd, sixteen *sums) {                                                  \
@@ -645,7 +680,7 @@ CLONES static float softmax_weights(float *p, int64_t end, float scale) {
         memcpy(s, sums, sizeof s);                                                                                 \
         for (int64_t t = from; t < to; t++) {                                                                      \
             sixteen v = load_bf16(values + t * hd);                                                                \
-            _Pragma("GCC unroll 4") for (int k = 0; k < G; k++) s[k] += w[k][t] * v;                               \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) s[k] = fma16(w[k][t], v, s[k]);                    \
         }                                                                                                          \
         memcpy(sums, s, sizeof s);                                                                                 \
     }
@@ -653,16 +688,22 @@ WEIGHTED_GROUP(1)
 WEIGHTED_GROUP(2)
 WEIGHTED_GROUP(3)
 WEIGHTED_GROUP(4)
+WEIGHTED_GROUP(5)
+WEIGHTED_GROUP(6)
+WEIGHTED_GROUP(7)
+WEIGHTED_GROUP(8)
 typedef void (*weighted_fn)(const float *const *, int64_t, int64_t, const uint16_t *, int64_t, sixteen *);
-static const weighted_fn WEIGHTED[WEIGHTED_QUERIES + 1] = {0, weighted_1, weighted_2, weighted_3, weighted_4};
+static const weighted_fn WEIGHTED[WEIGHTED_QUERIES + 1] = {0,          weighted_1, weighted_2, weighted_3, weighted_4,
+                                                            weighted_5, weighted_6, weighted_7, weighted_8};
 
 /* out[j][d0 + l] = inv[j] · Σ_{t < ends[j]} p[j·capacity + t] · values[t·hd + d0 + l] for l < LANES (values bfloat16:
  * (capacity, hd)): the positions every query of a group attends to side by side, then each query's own last ones. */
 CLONES static void weighted_tile(const float *restrict p, int64_t count, const int64_t *ends, const float *inv,
                                  const uint16_t *restrict values, int64_t d0, int64_t hd, int64_t capacity,
                                  float *const *out) {
-    for (int64_t j0 = 0; j0 < count; j0 += WEIGHTED_QUERIES) {
-        int64_t g = count - j0 < WEIGHTED_QUERIES ? count - j0 : WEIGHTED_QUERIES, shared = ends[j0];
+    int64_t most = __builtin_cpu_supports("avx512f") ? WEIGHTED_QUERIES : WEIGHTED_QUERIES_AVX2;
+    for (int64_t j0 = 0; j0 < count; j0 += most) {
+        int64_t g = count - j0 < most ? count - j0 : most, shared = ends[j0];
         const float *w[WEIGHTED_QUERIES];
         sixteen sums[WEIGHTED_QUERIES] = {{0}};
         for (int64_t k = 0; k < g; k++) {
