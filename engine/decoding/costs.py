@@ -55,7 +55,9 @@ RECENT_ROUNDS = 64  # the last plain steps, and drafted rounds, whose median loa
 # AR less time than they took, drafting pauses for PAUSE_ROUNDS plain rounds, twice as many each time in a row
 # (up to MAX_PAUSE_ROUNDS), and is tried again after: a reply whose drafts stop paying (prose after code, a
 # sampled answer) falls back to plain rounds within a few rounds, where the acceptance measured over many rounds
-# would take dozens to fall, and comes back to drafting once they pay again.
+# would take dozens to fall, and comes back to drafting once they pay again. Rounds that ran the draft model and
+# rounds of copies alone are judged and paused apart: beside a fast target a model draft may not pay where a copy,
+# nearly free, still does (the embedded pair on code).
 PAYING_WINDOW = 3
 PAUSE_ROUNDS, MAX_PAUSE_ROUNDS = 4, 64
 # What rounds took over what the costs said they would, drafted and plain, over the last DRIFT_ROUNDS of each, from
@@ -391,10 +393,12 @@ class RoundPlanner:
     # one do not keep the other from drafting. `acceptance` is the current decoding's, `resting` the other's.
     greedy: bool | None = None
     resting: Acceptance | None = None
-    # the last drafted rounds' (plain AR's time for their tokens, their time) by the costs, not judged yet
-    window: list[tuple[float, float]] = field(default_factory=list)
-    paused: int = 0  # plain rounds to go before drafting is tried again
-    next_pause: int = PAUSE_ROUNDS
+    # Per drafting kind ("model": rounds that ran the draft model, "copy": rounds of copies alone): the last such
+    # rounds' (plain AR's time for their tokens, their time) by the costs, not judged yet; the rounds without that
+    # kind to go before it is tried again; and the pause its next failed window earns.
+    window: dict = field(default_factory=lambda: {kind: [] for kind in KINDS})
+    paused: dict = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    next_pause: dict = field(default_factory=lambda: dict.fromkeys(KINDS, PAUSE_ROUNDS))
     # a round's time over its costs' price: drafted rounds' (True) and plain rounds' (False), the last DRIFT_ROUNDS
     overruns: dict = field(default_factory=lambda: {True: deque(maxlen=DRIFT_ROUNDS),
                                                     False: deque(maxlen=DRIFT_ROUNDS)})
@@ -404,7 +408,8 @@ class RoundPlanner:
         """A new chat, a new topic: its drafts are judged from the prior again, greedy and sampled alike, so
         one chat whose drafts were rarely kept does not leave the next drafting nothing. The costs stay."""
         self.acceptance, self.resting, self.greedy = Acceptance(), None, None
-        self.window, self.paused, self.next_pause = [], 0, PAUSE_ROUNDS
+        self.window = {kind: [] for kind in KINDS}
+        self.paused, self.next_pause = dict.fromkeys(KINDS, 0), dict.fromkeys(KINDS, PAUSE_ROUNDS)
 
     def _drift_of(self) -> float:
         """`drift` from the rounds observed (1 until both kinds are known); kept, as every draft decision reads it."""
@@ -414,32 +419,37 @@ class RoundPlanner:
         low, high = DRIFT_BOUNDS
         return min(high, max(low, median(drafted) / median(plain)))
 
-    def observe_round(self, drafted: bool, ar_s: float, priced_s: float, took_s: float) -> None:
-        """A round's outcome: whether it verified drafts, plain AR's time for its tokens and its own, both by the
-        costs, and what it took. Drafted rounds that did not pay, judged PAYING_WINDOW at a time at the drift's
-        price, pause drafting (see PAYING_WINDOW)."""
+    def observe_round(self, drafted: str | None, ar_s: float, priced_s: float, took_s: float) -> None:
+        """A round's outcome: what it drafted ("model" where it ran the draft model, "copy" for copies alone, None
+        for nothing), plain AR's time for its tokens and its own, both by the costs, and what it took. Drafted
+        rounds that did not pay, judged PAYING_WINDOW of a kind at a time at the drift's price, pause that kind
+        (see PAYING_WINDOW)."""
         if priced_s > 0 and took_s > 0:
-            self.overruns[drafted].append(took_s / priced_s)
+            self.overruns[drafted is not None].append(took_s / priced_s)
             self.drift = self._drift_of()
-        if not drafted:
-            self.paused = max(0, self.paused - 1)
+        for kind in KINDS:
+            if kind != drafted:
+                self.paused[kind] = max(0, self.paused[kind] - 1)
+        if drafted is None:
             return
-        self.window.append((ar_s, priced_s))
-        if len(self.window) < PAYING_WINDOW:
+        window = self.window[drafted]
+        window.append((ar_s, priced_s))
+        if len(window) < PAYING_WINDOW:
             return
-        ar_total, priced_total = (sum(column) for column in zip(*self.window))
-        self.window = []
+        ar_total, priced_total = (sum(column) for column in zip(*window))
+        window.clear()
         if ar_total < priced_total * self.drift:
-            self.paused, self.next_pause = self.next_pause, min(2 * self.next_pause, MAX_PAUSE_ROUNDS)
+            self.paused[drafted] = self.next_pause[drafted]
+            self.next_pause[drafted] = min(2 * self.next_pause[drafted], MAX_PAUSE_ROUNDS)
         else:
-            self.next_pause = PAUSE_ROUNDS
+            self.next_pause[drafted] = PAUSE_ROUNDS
 
     def decode(self, greedy: bool) -> None:
         """Plan a reply's rounds for greedy or sampled decoding. It drafts at once (another prompt's pause would
         keep a code answer from drafting), and its drafted rounds are judged by their own outcome; but a pause it
         earns is as long as the chat's drafts have earned so far, so a pair whose drafts never pay loses one
         window of rounds a reply, not one per pause length (a new chat starts at PAUSE_ROUNDS again)."""
-        self.window, self.paused = [], 0
+        self.window, self.paused = {kind: [] for kind in KINDS}, dict.fromkeys(KINDS, 0)
         if self.greedy is not None and greedy != self.greedy:
             self.acceptance, self.resting = self.resting or Acceptance(), self.acceptance
         self.greedy = greedy
@@ -452,7 +462,7 @@ class RoundPlanner:
     def planned_length(self, cap: int) -> int:
         """How many model drafts (up to `cap`) a round makes when it cannot read each before making the next (on a
         GPU): the length with the most tokens per second by the acceptance expected at each position."""
-        if self.paused:
+        if self.paused["model"]:
             return 0
         chances = self.acceptance.hoped(cap)
         return max(range(cap + 1), key=lambda d: self._rate(["model"] * d, chances, d))
@@ -462,13 +472,14 @@ class RoundPlanner:
         """Whether drafting beyond these drafts (up to `cap` in all) can beat stopping now: the best rate of any
         longer round, its future drafts judged by the acceptance measured at their positions, against the best
         rate of verifying what is drafted. The next draft costs what `next_kind` costs, later ones `later_kind`
-        (a drafter without a draft model only ever copies)."""
-        if len(kinds) >= cap or self.paused:
+        (a drafter without a draft model only ever copies); a paused kind is not drafted, nor hoped for later."""
+        if len(kinds) >= cap or self.paused[next_kind]:
             return False
         stop = self._rate(kinds, chances, self.best_length(kinds, chances))
         future_kinds, future_chances = list(kinds), list(chances)
         hopes = self.acceptance.hoped(cap)
-        for position in range(len(kinds) + 1, cap + 1):
+        last = cap if not self.paused[later_kind] else len(kinds) + 1
+        for position in range(len(kinds) + 1, last + 1):
             future_kinds.append(next_kind if position == len(kinds) + 1 else later_kind)
             future_chances.append(hopes[position - 1])
             if self._rate(future_kinds, future_chances, len(future_kinds)) > stop:

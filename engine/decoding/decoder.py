@@ -382,7 +382,9 @@ class Decoder:
                           else self.load_gap.plain_step(round_s - draft_s, ar_equivalent_s))
             self.costs.observe_round(kinds, forward_s, round_s, cached)
             if speculative:
-                self.planner.observe_round(bool(kinds or dropped), ar_equivalent_s, planned_s, round_s)
+                ran = [*kinds, *dropped]
+                self.planner.observe_round("model" if "model" in ran else "copy" if ran else None, ar_equivalent_s,
+                                           planned_s, round_s)
             yield RoundEvent(
                 index=index, gamma=gamma, drafted=drafted, emitted=tuple(emitted),
                 text_delta="".join(t.text for t in emitted),
