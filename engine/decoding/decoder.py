@@ -403,22 +403,15 @@ class Decoder:
         the time it took (the time between reports is the consumer's, not the read-in's)."""
         device = self.target.device
         read = PrefillProgress(0, len(prompt) - 1)
-        drafter_reads = speculative  # the drafter reads the prompt here, beside the target
-        if speculative and isinstance(self.drafter, DraftModelDrafter) and self.drafter.unread(prompt) <= PREFILL_CHUNK:
-            # A few positions are read with the first draft, in its step: a reply that drafts nothing (its pair's
-            # drafts did not pay in this chat) never pays for them, and a short prompt's read-in was over 1 % of a
-            # reply beside a fast target.
-            self.drafter.defer(prompt)
-            drafter_reads = False
         began = time.perf_counter()
         for cached in self.runner.prefill_chunks(prompt):
-            if drafter_reads:
+            if speculative:
                 self.drafter.prefill(prompt[: cached + 1])  # the draft keeps pace, chunk by chunk
             synchronize(device)
             read = read.chunk_read(cached, self.runner.last_chunk[0], time.perf_counter() - began)
             yield read
             began = time.perf_counter()
-        if drafter_reads:
+        if speculative:
             # The target had the prompt cached already (plain AR replies earlier in this chat): the draft catches
             # up alone, still in chunks; the last call also rolls back a cache that holds another conversation.
             while (cached := self.drafter.cached_length()) < read.total:

@@ -143,14 +143,6 @@ class DraftModelDrafter:
     def prefill(self, prompt: list[int]) -> None:
         self.runner.prefill(prompt)
 
-    def unread(self, prompt: list[int]) -> int:
-        """How many of `prompt`'s positions `prefill` would read (what the cache holds of it stays)."""
-        return len(prompt) - 1 - min(self.runner.common_prefix(prompt), len(prompt) - 1)
-
-    def defer(self, prompt: list[int]) -> None:
-        """As `prefill`, but what the cache lacks of `prompt` is read with the next draft step (`step_logits`)."""
-        self.runner.rollback(min(self.runner.common_prefix(prompt), len(prompt) - 1))
-
     def step_logits(self, sequence: list[int]) -> torch.Tensor:
         """The draft's logits after `sequence`, feeding it whatever it has not seen (a round that drafted nothing
         or only copies leaves it behind; one forward catches up)."""

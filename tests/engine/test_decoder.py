@@ -5,7 +5,7 @@ from collections import deque
 import pytest
 import torch
 
-from engine.decoding.caches import PREFILL_CHUNK, CachedModel
+from engine.decoding.caches import CachedModel
 from engine.decoding.costs import MEASURE_REPEATS, RECENT_ROUNDS, CostModel, LoadGap
 from engine.decoding.decoder import WARM_UP_STEPS, Decoder
 from engine.decoding.drafters import ContinuationIndex, DraftModelDrafter
@@ -52,26 +52,8 @@ def test_a_draft_dearer_than_the_target_step_is_never_run():
     settings = DecodeSettings(gamma=4, max_new_tokens=20, lookup=False)
     events = list(decoder.generate(PROMPT, settings))
     assert all(e.gamma == 0 for e in events)  # every round a plain target step
-    assert decoder.drafter.cached_length() == 0  # the draft never ran, not even over the prompt
+    assert decoder.drafter.cached_length() < len(decoder.chat_ids(PROMPT))  # the draft never ran past the prompt
     assert tokens(events) == ar_tokens(settings)
-
-
-@pytest.mark.parametrize("words", [4, 300])
-def test_the_draft_reads_a_short_prompt_with_its_first_draft_and_a_long_one_beside_the_target(words):
-    decoder = tiny_decoder(draft_seed=0)
-    messages = [{"role": "user", "content": " ".join(f"w{i % 60 + 2}" for i in range(words))}]
-    prompt = decoder.chat_ids(messages)
-    fed = []
-    forward_rows = decoder.drafter.runner.forward_rows
-    decoder.drafter.runner.forward_rows = lambda ids, keep=1: fed.append(len(ids)) or forward_rows(ids, keep)
-    settings = DecodeSettings(gamma=4, max_new_tokens=12, lookup=False)
-    events = list(decoder.generate(messages, settings))
-    assert events[0].gamma > 0
-    if len(prompt) - 1 <= PREFILL_CHUNK:
-        assert fed[0] == len(prompt)  # the prompt and its last token, in the first draft's step
-    else:
-        assert fed[0] < len(prompt) - 1  # a chunk of it, beside the target's first
-    assert tokens(events) == ar_tokens(settings, messages)
 
 
 def test_a_round_reports_how_much_slower_than_its_quiet_cost_its_forward_ran():
