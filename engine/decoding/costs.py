@@ -65,6 +65,10 @@ PAUSE_ROUNDS, MAX_PAUSE_ROUNDS = 4, 64
 # CPU, or at this moment, than the costs file holds), within DRIFT_BOUNDS.
 DRIFT_ROUNDS, DRIFT_LEAST = 16, 4
 DRIFT_BOUNDS = (0.5, 2.0)
+# Drafted rounds' overruns fade too: the oldest is dropped after each DRIFT_FADE plain rounds in a row. Else a few
+# slow drafted rounds (a moment the machine was busy) could price every draft out for good: with no drafted round,
+# nothing would measure the drift again. Past DRIFT_LEAST it is 1 again (about 100 plain rounds).
+DRIFT_FADE = 8
 
 
 @dataclass
@@ -403,6 +407,7 @@ class RoundPlanner:
     overruns: dict = field(default_factory=lambda: {True: deque(maxlen=DRIFT_ROUNDS),
                                                     False: deque(maxlen=DRIFT_ROUNDS)})
     drift: float = 1.0  # what a drafted round costs over its price, against what a plain round does (_drift_of)
+    plain_run: int = 0  # plain rounds since the last drafted one (DRIFT_FADE)
 
     def forget_acceptance(self) -> None:
         """A new chat, a new topic: its drafts are judged from the prior again, greedy and sampled alike, so
@@ -426,7 +431,10 @@ class RoundPlanner:
         (see PAYING_WINDOW)."""
         if priced_s > 0 and took_s > 0:
             self.overruns[drafted is not None].append(took_s / priced_s)
-            self.drift = self._drift_of()
+        self.plain_run = 0 if drafted is not None else self.plain_run + 1
+        if self.plain_run and self.plain_run % DRIFT_FADE == 0 and self.overruns[True]:
+            self.overruns[True].popleft()
+        self.drift = self._drift_of()
         for kind in KINDS:
             if kind != drafted:
                 self.paused[kind] = max(0, self.paused[kind] - 1)

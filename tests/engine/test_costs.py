@@ -402,6 +402,22 @@ def test_a_drafted_round_is_priced_at_what_drafted_rounds_took_over_what_plain_o
     assert planner.drift == pytest.approx(1.5) and not planner.draft_more([], [], 1)
 
 
+def test_a_drift_that_priced_drafts_out_fades_over_plain_rounds():
+    """A few drafted rounds that took twice their price (a busy moment) price every draft out; no drafted round
+    measures the drift again, so it fades over the plain rounds that follow and drafting is tried again."""
+    planner = RoundPlanner(costs(draft_ms=5.5, row_ms=5.5, step_ms=21.0))
+    planner.acceptance = Acceptance(kept=[60.0], reached=[100.0])
+    for _ in range(DRIFT_LEAST):
+        planner.observe_round(None, 0.02, 0.02, 0.02)
+        planner.observe_round("model", 0.03, 0.03, 0.06)
+    assert planner.drift == pytest.approx(2.0) and not planner.draft_more([], [], 1)
+    plain_rounds = 0
+    while not planner.draft_more([], [], 1) and plain_rounds < 200:
+        planner.observe_round(None, 0.02, 0.02, 0.02)
+        plain_rounds += 1
+    assert plain_rounds < 50 and planner.drift == pytest.approx(1.0)
+
+
 def test_a_machine_slower_at_everything_does_not_price_drafts_out():
     """The control: plain rounds took as much over their price as drafted ones."""
     planner = RoundPlanner(costs(draft_ms=5.5, row_ms=5.5, step_ms=21.0))
