@@ -583,6 +583,15 @@ static inline sixteen load_bf16(const uint16_t *p) {
 #define SCORE_TILE 64  /* positions a score task takes: 4 cache lines of each key row, read in turn */
 #define SCORE_QUERIES 2  /* queries scored side by side over a whole tile, where the CPU has AVX-512 */
 
+/* Whether the CPU has AVX-512's 32 vector registers: its clone keeps twice the running sums in flight. */
+static inline int wide_registers(void) {
+#if defined(__x86_64__)
+    return __builtin_cpu_supports("avx512f");
+#else
+    return 0;
+#endif
+}
+
 /* G queries' scores over a whole tile (SCORE_TILE positions of `tile`, widened keys): G·SCORE_TILE/LANES running
  * sums in registers, each query's still adding the head's dimensions in order. A count known when compiling keeps
  * them out of memory (a sum stored and reloaded every step waits on it), and two queries side by side keep enough
@@ -615,7 +624,7 @@ CLONES static void score_tile(const float *const *queries, int64_t count, const 
     }
     int64_t j = 0;
     if (width == SCORE_TILE) {
-        if (__builtin_cpu_supports("avx512f"))
+        if (wide_registers())
             for (; j + SCORE_QUERIES <= count; j += SCORE_QUERIES)
                 score_whole_tile(queries + j, SCORE_QUERIES, tile, hd, p + j * capacity, capacity, t0);
         for (; j < count; j++) score_whole_tile(queries + j, 1, tile, hd, p + j * capacity, capacity, t0);
@@ -701,7 +710,7 @@ static const weighted_fn WEIGHTED[WEIGHTED_QUERIES + 1] = {0,          weighted_
 CLONES static void weighted_tile(const float *restrict p, int64_t count, const int64_t *ends, const float *inv,
                                  const uint16_t *restrict values, int64_t d0, int64_t hd, int64_t capacity,
                                  float *const *out) {
-    int64_t most = __builtin_cpu_supports("avx512f") ? WEIGHTED_QUERIES : WEIGHTED_QUERIES_AVX2;
+    int64_t most = wide_registers() ? WEIGHTED_QUERIES : WEIGHTED_QUERIES_AVX2;
     for (int64_t j0 = 0; j0 < count; j0 += most) {
         int64_t g = count - j0 < most ? count - j0 : most, shared = ends[j0];
         const float *w[WEIGHTED_QUERIES];
