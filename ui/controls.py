@@ -20,6 +20,7 @@ from engine.events import DecodeSettings, Mode
 from engine.remote_records import URL_EXAMPLE, is_url
 from ui.draft_ranking import DraftFinder
 from ui.model_boxes import ModelBox, draft_entries, known_target, target_entries
+from ui.preferences import models_folder
 
 CUSTOM = "custom"
 GAMMA_MAX = 16
@@ -134,7 +135,7 @@ class ModelPicker(QGroupBox):
         self.finder.find_requested.connect(self._request_pick)
 
     def ask_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Add models folder")
+        folder = QFileDialog.getExistingDirectory(self, "Add models folder", str(models_folder(self.target.text())))
         if folder:
             self.folder_added.emit(folder)
 
@@ -202,7 +203,7 @@ class ModelPicker(QGroupBox):
 
     def ask_model_file(self) -> None:
         """File ▸ Open model…: a GGUF file, or a model folder's config.json (its folder is the model)."""
-        path, _ = QFileDialog.getOpenFileName(self, "Open model", "",
+        path, _ = QFileDialog.getOpenFileName(self, "Open model", str(models_folder(self.target.text())),
                                               "GGUF models (*.gguf);;A model folder's config.json (config.json)")
         if path:
             self.open_requested.emit(str(Path(path).parent) if Path(path).name == "config.json" else path)
@@ -259,9 +260,10 @@ class ModelPicker(QGroupBox):
 
     def _browse(self, line: ModelBox, folder: bool) -> None:
         if folder:
-            path = QFileDialog.getExistingDirectory(self, "Model folder")
+            path = QFileDialog.getExistingDirectory(self, "Model folder", str(models_folder(line.text())))
         else:
-            path, _ = QFileDialog.getOpenFileName(self, "GGUF file", "", "GGUF models (*.gguf)")
+            path, _ = QFileDialog.getOpenFileName(self, "GGUF file", str(models_folder(line.text())),
+                                                  "GGUF models (*.gguf)")
         if path:
             line.setText(path)
             self._select_matching_preset()

@@ -29,6 +29,18 @@ def export_folder(preferences: QSettings | None) -> Path:
     return Path(documents) if documents and Path(documents).is_dir() else Path.home()
 
 
+def models_folder(current: str) -> Path:
+    """Where a dialog that picks a model opens: the folder of the model named now (`current`, a path), else the
+    user's Downloads folder (where a downloaded GGUF lands), else home; never the working directory."""
+    named = Path(current).expanduser() if current else None
+    if named is not None and named.is_absolute():
+        folder = named if named.is_dir() else named.parent
+        if folder.is_dir():
+            return folder
+    downloads = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DownloadLocation)
+    return Path(downloads) if downloads and Path(downloads).is_dir() else Path.home()
+
+
 def remember_export_folder(preferences: QSettings | None, written: Path) -> None:
     if preferences is not None:
         preferences.setValue(EXPORT_FOLDER, str(written.parent))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QSettings, QStandardPaths, Qt
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QFileDialog
 
@@ -244,3 +244,20 @@ def test_a_ranking_whose_best_is_no_faster_than_plain_ar_says_so(qtbot):
     dialog = RankingDialog(ranking)
     qtbot.addWidget(dialog)
     assert "Nothing was measured faster than plain AR here" in dialog.note.text()
+
+
+def test_model_dialogs_open_in_the_target_s_folder_else_downloads_never_the_working_directory(studio, tmp_path,
+                                                                                             monkeypatch):
+    asked = []
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda _parent, _title, folder, *_args: asked.append(folder)
+                        or ("", ""))
+    downloads = tmp_path / "Downloads"
+    downloads.mkdir()
+    monkeypatch.setattr(QStandardPaths, "writableLocation", lambda _location: str(downloads))
+    picker = studio.window.picker
+    target = write_gguf(tmp_path / "models" / "target.gguf", layers=2)
+    picker.target.setText(str(target))
+    open_model_action(studio.window).trigger()
+    picker.target.setText("HuggingFaceTB/SmolLM2-135M-Instruct")  # a hub id is no folder here
+    open_model_action(studio.window).trigger()
+    assert asked == [str(target.parent), str(downloads)]
