@@ -24,9 +24,14 @@ def export_folder(preferences: QSettings | None) -> Path:
     last = preferences.value(EXPORT_FOLDER, "", type=str) if preferences is not None else ""
     if last and Path(last).is_dir():
         return Path(last)
-    documents = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
-    # Qt names ~/Documents even where it does not exist, and a dialog then opens in the working directory
-    return Path(documents) if documents and Path(documents).is_dir() else Path.home()
+    return _standard_folder(QStandardPaths.StandardLocation.DocumentsLocation)
+
+
+def _standard_folder(location: QStandardPaths.StandardLocation) -> Path:
+    """The user's folder for `location` where it exists, else home: Qt names ~/Documents or ~/Downloads even where
+    it does not exist, and a dialog then opens in the working directory."""
+    folder = QStandardPaths.writableLocation(location)
+    return Path(folder) if folder and Path(folder).is_dir() else Path.home()
 
 
 def models_folder(current: str) -> Path:
@@ -37,8 +42,7 @@ def models_folder(current: str) -> Path:
         folder = named if named.is_dir() else named.parent
         if folder.is_dir():
             return folder
-    downloads = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DownloadLocation)
-    return Path(downloads) if downloads and Path(downloads).is_dir() else Path.home()
+    return _standard_folder(QStandardPaths.StandardLocation.DownloadLocation)
 
 
 def remember_export_folder(preferences: QSettings | None, written: Path) -> None:
