@@ -328,10 +328,10 @@ class Decoder:
                 self.planner.positions = len(sequence) - 1  # what this round's block attends to besides itself
                 proposal = self.drafter.propose(sequence, asked, settings, generator, self.planner)
                 draft_tokens, draft_probs, kinds = proposal.tokens, proposal.probs.to(device), proposal.kinds
-                dropped = proposal.dropped
+                dropped, read_s = proposal.dropped, proposal.read_s
             else:
                 draft_tokens, draft_probs, kinds = [], torch.empty((0, self.vocab_size), device=device), []
-                dropped = []
+                dropped, read_s = [], 0.0
             gamma = len(draft_tokens)
             synchronize(device)
             drafted_at = time.perf_counter()
@@ -380,11 +380,13 @@ class Decoder:
             draft_s = drafted_at - round_start
             plain_load = (self.load_gap.drafted_round(load) if gamma
                           else self.load_gap.plain_step(round_s - draft_s, ar_equivalent_s))
-            self.costs.observe_round(kinds, forward_s, round_s, cached)
+            # a draft's reading of what it was behind on is paid once, when drafting resumes: not the round's cost
+            judged_s = round_s - read_s
+            self.costs.observe_round(kinds, forward_s, judged_s, cached)
             if speculative:
                 ran = [*kinds, *dropped]
                 self.planner.observe_round("model" if "model" in ran else "copy" if ran else None, ar_equivalent_s,
-                                           planned_s, round_s)
+                                           planned_s, judged_s)
             yield RoundEvent(
                 index=index, gamma=gamma, drafted=drafted, emitted=tuple(emitted),
                 text_delta="".join(t.text for t in emitted),
@@ -403,15 +405,24 @@ class Decoder:
         the time it took (the time between reports is the consumer's, not the read-in's)."""
         device = self.target.device
         read = PrefillProgress(0, len(prompt) - 1)
+        drafter_reads = speculative  # the drafter reads the prompt here, beside the target
+        if (speculative and isinstance(self.drafter, DraftModelDrafter) and not self.drafter.runner.on_device
+                and self.drafter.unread(prompt) <= PREFILL_CHUNK):
+            # A few positions are read with the first draft, apart from its step (Proposal.read_s): a reply that
+            # drafts nothing (its pair's drafts did not pay in this chat) never pays for them, and a short prompt's
+            # read-in was over 1 % of a reply beside a fast target. On a GPU the draft's steps take what is unread
+            # as one block of its graphs, which a prompt would overflow.
+            self.drafter.defer(prompt)
+            drafter_reads = False
         began = time.perf_counter()
         for cached in self.runner.prefill_chunks(prompt):
-            if speculative:
+            if drafter_reads:
                 self.drafter.prefill(prompt[: cached + 1])  # the draft keeps pace, chunk by chunk
             synchronize(device)
             read = read.chunk_read(cached, self.runner.last_chunk[0], time.perf_counter() - began)
             yield read
             began = time.perf_counter()
-        if speculative:
+        if drafter_reads:
             # The target had the prompt cached already (plain AR replies earlier in this chat): the draft catches
             # up alone, still in chunks; the last call also rolls back a cache that holds another conversation.
             while (cached := self.drafter.cached_length()) < read.total:

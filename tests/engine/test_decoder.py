@@ -5,11 +5,11 @@ from collections import deque
 import pytest
 import torch
 
-from engine.decoding.caches import CachedModel
+from engine.decoding.caches import PREFILL_CHUNK, CachedModel
 from engine.decoding.costs import MEASURE_REPEATS, RECENT_ROUNDS, CostModel, LoadGap
 from engine.decoding.decoder import WARM_UP_STEPS, Decoder
-from engine.decoding.drafters import ContinuationIndex, DraftModelDrafter
-from engine.events import DecodeSettings, Fate, Mode
+from engine.decoding.drafters import READ_APART, ContinuationIndex, DraftModelDrafter
+from engine.events import DecodeSettings, Fate, Mode, RoundEvent
 from engine.models.pairing import PairingError, check_vocabularies
 from engine.stats import reply_stats
 from tests.tiny import PROMPT, cheap_draft_costs, tiny_decoder, tiny_model, tiny_tokenizer
@@ -52,8 +52,44 @@ def test_a_draft_dearer_than_the_target_step_is_never_run():
     settings = DecodeSettings(gamma=4, max_new_tokens=20, lookup=False)
     events = list(decoder.generate(PROMPT, settings))
     assert all(e.gamma == 0 for e in events)  # every round a plain target step
-    assert decoder.drafter.cached_length() < len(decoder.chat_ids(PROMPT))  # the draft never ran past the prompt
+    assert decoder.drafter.cached_length() == 0  # the draft never ran, not even over the prompt
     assert tokens(events) == ar_tokens(settings)
+
+
+@pytest.mark.parametrize("words", [20, 300])
+def test_the_draft_reads_a_short_prompt_with_its_first_draft_and_a_long_one_beside_the_target(words):
+    decoder = tiny_decoder(draft_seed=0)
+    messages = [{"role": "user", "content": " ".join(f"w{i % 60 + 2}" for i in range(words))}]
+    prompt = decoder.chat_ids(messages)
+    fed, read_in, proposals = [], [], []
+    forward_rows = decoder.drafter.runner.forward_rows
+    decoder.drafter.runner.forward_rows = lambda ids, keep=1: fed.append(len(ids)) or forward_rows(ids, keep)
+    propose = decoder.drafter.propose
+    decoder.drafter.propose = lambda *args: proposals.append((propose(*args), len(fed))) or proposals[-1][0]
+    observed = []
+    settings = DecodeSettings(gamma=4, max_new_tokens=12, lookup=False)
+    events = []
+    for item in decoder.stream(messages, settings):
+        if isinstance(item, RoundEvent):
+            observed.append(decoder.planner.overruns[True][-1] if decoder.planner.overruns[True] else None)
+            events.append(item)
+        else:
+            read_in.append(sum(fed))  # what the draft had read by each report of the target's read-in
+    assert events[0].gamma > 0
+    if len(prompt) - 1 <= PREFILL_CHUNK:
+        assert read_in[-1] == 0  # nothing beside the target
+        first, fed_by_then = proposals[0]
+        assert len(prompt) - 1 > READ_APART
+        step = fed.index(1)  # read apart, then its first step: all in the first round
+        assert sum(fed[:step]) == len(prompt) - 1 and step < fed_by_then
+        assert first.read_s > 0
+        # the first round is judged without the reading: its overrun is what the round took less it
+        took_s = events[0].round_s - first.read_s
+        assert observed[0] == pytest.approx(took_s / events[0].planned_s)
+    else:
+        assert 0 < read_in[0] < len(prompt) - 1  # a chunk of it, beside the target's first
+        assert proposals[0][0].read_s == 0
+    assert tokens(events) == ar_tokens(settings, messages)
 
 
 def test_a_round_reports_how_much_slower_than_its_quiet_cost_its_forward_ran():
