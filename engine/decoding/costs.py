@@ -96,6 +96,9 @@ class CostModel:
     # (positions, what they add to a single-row block) timed in the conversation's own cache, by positions: between
     # and near them a block is priced by them, the load's linear cost scaled to agree (a further row's too)
     context_steps: list[tuple[int, float]] = field(default_factory=list)
+    # What a draft model's reading of tokens it is behind on costs a position (a prompt it reads with its first draft,
+    # the tokens of rounds that did not run it): the fastest seen (0: none seen yet).
+    draft_read_s: float = 0.0
 
     def block_s(self, rows: int) -> float:
         """The target's forward over `rows` rows; past the measured ones, the last step's growth goes on.
@@ -195,6 +198,12 @@ class CostModel:
         if rows <= len(self.target_block_s) and forward_s > 0:
             self.target_block_s[rows - 1] = min(self.target_block_s[rows - 1], forward_s)
 
+    def observe_read(self, positions: int, seconds: float) -> None:
+        """A draft model's reading of `positions` tokens it was behind on: the fastest per position stands."""
+        if positions > 0 and seconds > 0:
+            per = seconds / positions
+            self.draft_read_s = min(self.draft_read_s, per) if self.draft_read_s else per
+
     def observe_draft_step(self, seconds: float, positions: int) -> None:
         """A timing of one draft-model step after `positions` cached positions: the fastest seen stands, as for the
         target's blocks (a draft step timed at a busy load would otherwise price every draft out for good)."""
@@ -238,7 +247,8 @@ class CostModel:
                 "position_us": round(self.position_s * 1e6, 4), "position_row_us": round(self.position_row_s * 1e6, 4),
                 "draft_position_us": round(self.draft_position_s * 1e6, 4),
                 "context_steps_ms": [[p, round(s * 1e3, 3)] for p, s in self.context_steps],
-                "drafted_block_ms": [round(s * 1e3, 3) for s in self.drafted_block_s]}
+                "drafted_block_ms": [round(s * 1e3, 3) for s in self.drafted_block_s],
+                "draft_read_us": round(self.draft_read_s * 1e6, 4)}
 
 
 def saved_costs(file: Path) -> CostModel | None:
@@ -476,27 +486,35 @@ class RoundPlanner:
         return max(range(cap + 1), key=lambda d: self._rate(["model"] * d, chances, d))
 
     def draft_more(self, kinds: Sequence[str], chances: Sequence[float], cap: int, next_kind: str = "model",
-                   later_kind: str = "model") -> bool:
+                   later_kind: str = "model", unread: int = 0) -> bool:
         """Whether drafting beyond these drafts (up to `cap` in all) can beat stopping now: the best rate of any
         longer round, its future drafts judged by the acceptance measured at their positions, against the best
         rate of verifying what is drafted. The next draft costs what `next_kind` costs, later ones `later_kind`
-        (a drafter without a draft model only ever copies); a paused kind is not drafted, nor hoped for later."""
+        (a drafter without a draft model only ever copies); a paused kind is not drafted, nor hoped for later.
+
+        `unread`: the tokens the draft model must read before its first step. A round that would run it first pays
+        that reading, spread over the PAYING_WINDOW rounds it serves before the outcome guard judges them: paid
+        once, it is what resuming drafting costs, and beside a fast target it is dearer than a round's drafts (the
+        embedded draft reads a 50-token prompt in ~7 ms, two target steps)."""
         if len(kinds) >= cap or self.paused[next_kind]:
             return False
         stop = self._rate(kinds, chances, self.best_length(kinds, chances))
+        reading_s = 0.0 if "model" in kinds else unread * self.costs.draft_read_s / PAYING_WINDOW
         future_kinds, future_chances = list(kinds), list(chances)
         hopes = self.acceptance.hoped(cap)
         last = cap if not self.paused[later_kind] else len(kinds) + 1
         for position in range(len(kinds) + 1, last + 1):
             future_kinds.append(next_kind if position == len(kinds) + 1 else later_kind)
             future_chances.append(hopes[position - 1])
-            if self._rate(future_kinds, future_chances, len(future_kinds)) > stop:
+            if self._rate(future_kinds, future_chances, len(future_kinds),
+                          reading_s if "model" in future_kinds else 0.0) > stop:
                 return True
         return False
 
-    def _rate(self, kinds: Sequence[str], chances: Sequence[float], verified: int) -> float:
+    def _rate(self, kinds: Sequence[str], chances: Sequence[float], verified: int, reading_s: float = 0.0
+              ) -> float:
         """Tokens per second of a round that makes `kinds` and verifies the first `verified`, at the drift's price
-        where it drafts."""
+        where it drafts, with `reading_s` of the draft's reading."""
         verify_s = self.costs.verify_s(verified + 1, "model" in kinds, self.positions)
-        round_s = self.costs.drafting_s(kinds, self.positions) + verify_s + self.costs.overhead_s
+        round_s = self.costs.drafting_s(kinds, self.positions) + verify_s + self.costs.overhead_s + reading_s
         return expected_tokens(chances[:verified]) / (round_s * (self.drift if kinds else 1.0))

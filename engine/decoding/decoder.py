@@ -329,6 +329,7 @@ class Decoder:
                 proposal = self.drafter.propose(sequence, asked, settings, generator, self.planner)
                 draft_tokens, draft_probs, kinds = proposal.tokens, proposal.probs.to(device), proposal.kinds
                 dropped, read_s = proposal.dropped, proposal.read_s
+                self.costs.observe_read(proposal.read, read_s)
             else:
                 draft_tokens, draft_probs, kinds = [], torch.empty((0, self.vocab_size), device=device), []
                 dropped, read_s = [], 0.0

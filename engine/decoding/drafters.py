@@ -41,8 +41,9 @@ class Proposal:
     probs: torch.Tensor  # (γ, vocab): q each draft was drawn from: warped exactly like p, or 1 on a copied token
     kinds: list[str] = field(default_factory=list)  # "model" or "copy" for each draft (what it cost)
     dropped: list[str] = field(default_factory=list)  # the kinds of drafts made after these, not worth verifying
-    # Seconds the draft spent reading tokens it was behind on before its first step (READ_APART): what resuming
+    # The tokens the draft read apart before its first step (READ_APART), and the seconds that took: what resuming
     # drafting costs once, not what this round's drafts cost, so rounds are judged without it.
+    read: int = 0
     read_s: float = 0.0
 
 
@@ -140,7 +141,7 @@ class DraftModelDrafter:
         self._no_drafts = torch.empty((0, vocab_size), device=self.runner.device)
         self._lookup = ContinuationIndex()
         self._acceptance: Acceptance | None = None  # the planner's, told each verdict
-        self._read_s = 0.0  # the current proposal's reading (step_logits)
+        self._read = (0, 0.0)  # the current proposal's reading (step_logits): tokens, seconds
 
     @classmethod
     def for_model(cls, draft: LoadedModel, vocab_size: int, *, int8: bool = True) -> "DraftModelDrafter":
@@ -171,14 +172,14 @@ class DraftModelDrafter:
             began = time.perf_counter()
             for start in range(0, len(behind), ROW_BY_ROW_MAX):
                 self.runner.forward_rows(behind[start:start + ROW_BY_ROW_MAX])
-            self._read_s += time.perf_counter() - began
+            self._read = (self._read[0] + len(behind), self._read[1] + time.perf_counter() - began)
         return self.runner.forward_rows(sequence[len(self.runner):])[-1]
 
     def propose(self, sequence: list[int], gamma: int, settings: DecodeSettings, generator: torch.Generator,
                 planner: RoundPlanner) -> Proposal:
         self._proposed_from = len(sequence)
         self._acceptance = planner.acceptance
-        self._read_s = 0.0
+        self._read = (0, 0.0)
         if self.runner.on_device:
             return self._propose_on_device(sequence, gamma, settings, generator, planner)
         tokens, kinds, chances, q_rows = [], [], [], []
@@ -189,7 +190,8 @@ class DraftModelDrafter:
             kind = "model" if copied is None else "copy"
             # Whether one more draft pays is decided from this round's drafts, earlier rounds' verdicts and the
             # measured costs, never from this round's p: every position's output is still distributed as p.
-            if settings.cost_aware and not planner.draft_more(kinds, chances, gamma, kind):
+            unread = max(0, len(sequence) + len(tokens) - 1 - len(self.runner))
+            if settings.cost_aware and not planner.draft_more(kinds, chances, gamma, kind, unread=unread):
                 break
             if copied is None:
                 q = warp(self.step_logits(sequence + tokens), settings)
@@ -255,7 +257,7 @@ class DraftModelDrafter:
                   dropped: list[str]) -> Proposal:
         """q over the whole vocabulary: the warped draft rows spread from the head's rows, 1 on a copied token."""
         if not tokens:  # most rounds beside a fast target: no tensor work for them
-            return Proposal([], self._no_drafts, [], dropped, self._read_s)
+            return Proposal([], self._no_drafts, [], dropped, *self._read)
         draft_vocab = self.runner.draft_vocab
         width = self.runner.vocab_size if draft_vocab is None else len(draft_vocab)
         rows = torch.zeros((len(tokens), width), device=self.runner.device)
@@ -265,7 +267,7 @@ class DraftModelDrafter:
         probs = self.runner.to_vocab(rows, 0.0)
         copies = [i for i, q in enumerate(q_rows) if q is None]
         probs[copies, [tokens[i] for i in copies]] = 1.0  # a copied row is all zeros until here
-        return Proposal(tokens, probs, list(kinds), dropped, self._read_s)
+        return Proposal(tokens, probs, list(kinds), dropped, *self._read)
 
     def update(self, n_accepted: int) -> None:
         self.runner.rollback(min(len(self.runner), self._proposed_from + n_accepted))

@@ -78,7 +78,8 @@ def cost_model_from_dict(costs: dict) -> CostModel:
                      position_row_s=costs.get("position_row_us", 0.0) / 1e6,
                      draft_position_s=costs.get("draft_position_us", 0.0) / 1e6,
                      context_steps=[(p, ms / 1e3) for p, ms in costs.get("context_steps_ms", [])],
-                     drafted_block_s=[ms / 1e3 for ms in costs.get("drafted_block_ms", [])])
+                     drafted_block_s=[ms / 1e3 for ms in costs.get("drafted_block_ms", [])],
+                     draft_read_s=costs.get("draft_read_us", 0.0) / 1e6)
 
 
 def draft_cost_s(costs: CostModel, profile: PositionAcceptance, position: int, drafting: Drafting,

@@ -82,6 +82,17 @@ def test_a_sure_copy_is_drafted_where_a_model_draft_is_not():
     assert not planner.draft_more([], [], 8, next_kind="model")
 
 
+def test_a_draft_model_far_behind_pays_its_reading_before_it_drafts_again():
+    model = costs(draft_ms=1.0)
+    planner = RoundPlanner(model, Acceptance(kept=[80.0] * 4, reached=[100.0] * 4))
+    assert planner.draft_more([], [], 8, unread=200)  # no reading seen yet: priced as free
+    model.observe_read(50, 50 * 0.5e-3)  # half a millisecond a token: 200 tokens cost ten target steps
+    assert planner.draft_more([], [], 8, unread=1)
+    assert not planner.draft_more([], [], 8, unread=200)
+    assert planner.draft_more([], [], 8, next_kind="copy", later_kind="copy", unread=200)  # copies read nothing
+    assert planner.draft_more(["model"], [0.8], 8, unread=200)  # once read, the reading is paid
+
+
 def test_a_drafted_token_too_unlikely_to_be_kept_is_not_verified():
     planner = RoundPlanner(costs(draft_ms=1.0, row_ms=4.0))
     assert planner.best_length(["model", "model"], [0.9, 0.01]) == 1

@@ -82,7 +82,8 @@ def test_the_draft_reads_a_short_prompt_with_its_first_draft_and_a_long_one_besi
         assert len(prompt) - 1 > READ_APART
         step = fed.index(1)  # read apart, then its first step: all in the first round
         assert sum(fed[:step]) == len(prompt) - 1 and step < fed_by_then
-        assert first.read_s > 0
+        assert first.read_s > 0 and first.read == len(prompt) - 1
+        assert decoder.costs.draft_read_s <= first.read_s / first.read  # learnt from it
         # the first round is judged without the reading: its overrun is what the round took less it
         took_s = events[0].round_s - first.read_s
         assert observed[0] == pytest.approx(took_s / events[0].planned_s)

@@ -140,10 +140,11 @@ def test_rounds_that_sometimes_draft_less_cost_less_than_rounds_that_always_draf
 
 def test_the_window_s_cost_dict_gives_back_the_cost_model():
     model = costs(draft_ms=2.7)
+    model.observe_read(40, 6e-3)
     again = cost_model_from_dict(model.as_dict())
     assert again.target_block_s == pytest.approx(model.target_block_s)
-    assert (again.draft_step_s, again.copy_s, again.overhead_s) == pytest.approx(
-        (model.draft_step_s, model.copy_s, model.overhead_s))
+    assert (again.draft_step_s, again.copy_s, again.overhead_s, again.draft_read_s) == pytest.approx(
+        (model.draft_step_s, model.copy_s, model.overhead_s, 0.15e-3))
 
 
 def test_a_long_chat_is_recommended_what_pays_at_its_length():
