@@ -326,6 +326,8 @@ class Acceptance:
     kept: list[float] = field(default_factory=list)  # [i]: discounted count of drafts kept at position i + 1
     reached: list[float] = field(default_factory=list)
     calibration: dict = field(default_factory=lambda: {kind: [PRIOR_WEIGHT, PRIOR_WEIGHT] for kind in KINDS})
+    # [kind]: discounted counts [kept, reached] of rounds' first drafts of that kind, a dropped one as reached
+    first: dict = field(default_factory=lambda: {kind: [0.0, 0.0] for kind in KINDS})
 
     def _counts(self, position: int) -> tuple[float, float]:
         """The discounted counts of drafts kept and reached at `position` (1-based; 0 where none was)."""
@@ -337,9 +339,12 @@ class Acceptance:
         kept, reached = self._counts(position)
         return (kept + PRIOR * PRIOR_WEIGHT) / (reached + PRIOR_WEIGHT)
 
-    def hoped(self, positions: int) -> list[float]:
+    def hoped(self, positions: int, first_kind: str | None = None) -> list[float]:
         """What drafts not made yet at positions 1..`positions` may be worth: each position's measured chance with
-        the chance at the position before it as its prior (PRIOR at the first), one standard error up.
+        the chance at the position before it as its prior (PRIOR at the first), one standard error up. A first
+        draft of `first_kind` is judged by how that kind's first drafts fared, the position's chance as their
+        prior: copies kept in a row do not make the draft model's next first draft look sure (on prose beside the
+        embedded target a model draft is kept less than half the time where a copy is kept most of the time).
 
         The prior chain expects a position rounds have rarely reached to keep drafts as the ones before it do, so
         rounds whose drafts are all kept lengthen quickly where drafting is cheap (a GPU's rounds); the standard
@@ -350,6 +355,9 @@ class Acceptance:
         for position in range(1, positions + 1):
             kept, reached = self._counts(position)
             chance = (kept + chance * PRIOR_WEIGHT) / (reached + PRIOR_WEIGHT)
+            if position == 1 and first_kind is not None:
+                kind_kept, kind_reached = self.first[first_kind]
+                chance = (kind_kept + chance * PRIOR_WEIGHT) / (kind_reached + PRIOR_WEIGHT)
             hopes.append(min(1.0, chance + math.sqrt(chance * (1.0 - chance) / (reached + PRIOR_WEIGHT))))
         return hopes
 
@@ -357,11 +365,11 @@ class Acceptance:
         kept, estimated = self.calibration[kind]
         return min(1.0, estimate * kept / estimated)
 
-    def record(self, kinds: Sequence[str], estimates: Sequence[float], n_accepted: int, dropped: bool = False
+    def record(self, kinds: Sequence[str], estimates: Sequence[float], n_accepted: int, dropped: str | None = None
                ) -> None:
         """A verdict: the target kept the first `n_accepted` of drafts of these kinds and keep estimates.
 
-        `dropped`: one more draft was made after these but not verified, its own estimate too low to pay. For
+        `dropped`: the kind of one more draft made after these but not verified, its own estimate too low to pay. For
         planning it is a draft that yielded no token: its position counts as reached and not kept (where the
         drafts before it were all kept), though the calibration, which needs the target's verdict, leaves it out.
         Otherwise a planner expecting drafts to pay at a position would draft there and drop the draft every round.
@@ -374,8 +382,13 @@ class Acceptance:
             counts[:] = [c * decay for c in counts]
         for kind in KINDS:
             self.calibration[kind] = [c * decay for c in self.calibration[kind]]
+            self.first[kind] = [c * decay for c in self.first[kind]]
+        if kinds or dropped:
+            first = self.first[kinds[0] if kinds else dropped]
+            first[0] += n_accepted > 0
+            first[1] += 1
         looked_at = min(n_accepted + 1, len(kinds))  # drafts after the first rejection were never judged
-        reached = looked_at + (dropped and n_accepted == len(kinds))
+        reached = looked_at + (dropped is not None and n_accepted == len(kinds))
         while len(self.reached) < reached:
             self.kept.append(0.0)
             self.reached.append(0.0)
@@ -482,7 +495,7 @@ class RoundPlanner:
         GPU): the length with the most tokens per second by the acceptance expected at each position."""
         if self.paused["model"]:
             return 0
-        chances = self.acceptance.hoped(cap)
+        chances = self.acceptance.hoped(cap, first_kind="model")
         return max(range(cap + 1), key=lambda d: self._rate(["model"] * d, chances, d))
 
     def draft_more(self, kinds: Sequence[str], chances: Sequence[float], cap: int, next_kind: str = "model",
@@ -501,7 +514,7 @@ class RoundPlanner:
         stop = self._rate(kinds, chances, self.best_length(kinds, chances))
         reading_s = 0.0 if "model" in kinds else unread * self.costs.draft_read_s / PAYING_WINDOW
         future_kinds, future_chances = list(kinds), list(chances)
-        hopes = self.acceptance.hoped(cap)
+        hopes = self.acceptance.hoped(cap, first_kind=None if kinds else next_kind)
         last = cap if not self.paused[later_kind] else len(kinds) + 1
         for position in range(len(kinds) + 1, last + 1):
             future_kinds.append(next_kind if position == len(kinds) + 1 else later_kind)

@@ -137,7 +137,7 @@ class DraftModelDrafter:
         self._proposed_from = 0  # sequence length when the last proposal started
         self._kinds: list[str] = []  # the last proposal's drafts: "model" or "copy"
         self._estimates: list[float] = []  # and their keep estimates
-        self._dropped = False  # and whether it made a draft beyond them that was not worth verifying
+        self._dropped: str | None = None  # and the kind of a draft it made beyond them not worth verifying
         self._no_drafts = torch.empty((0, vocab_size), device=self.runner.device)
         self._lookup = ContinuationIndex()
         self._acceptance: Acceptance | None = None  # the planner's, told each verdict
@@ -211,7 +211,7 @@ class DraftModelDrafter:
         if settings.cost_aware:  # a draft made before its chance was known may not be worth verifying
             del tokens[planner.best_length(kinds, chances):]
         self._kinds = kinds[: len(tokens)]
-        self._dropped = len(kinds) > len(tokens)
+        self._dropped = kinds[len(tokens)] if len(kinds) > len(tokens) else None
         return self._proposal(tokens, q_rows[: len(tokens)], self._kinds, kinds[len(tokens):])
 
     def _propose_on_device(self, sequence: list[int], gamma: int, settings: DecodeSettings,
@@ -224,7 +224,7 @@ class DraftModelDrafter:
         Copies (`settings.lookup`) need the drafts on the host, and a model draft here costs less than that read."""
         planned = planner.planned_length(gamma) if settings.cost_aware else gamma
         if not planned:
-            self._kinds, self._estimates, self._dropped = [], [], False
+            self._kinds, self._estimates, self._dropped = [], [], None
             return Proposal([], self._no_drafts, [])
         runner = self.runner
         fed = sequence[len(runner):]  # what the draft has not seen, then each draft but the last
@@ -250,7 +250,8 @@ class DraftModelDrafter:
                 all_kept *= chances[kept]
                 kept += 1
         self._kinds, self._estimates = kinds[:kept], estimates
-        self._dropped = settings.cost_aware and kept < planned  # as the host loop's: made, not worth verifying
+        # as the host loop's: made, not worth verifying
+        self._dropped = "model" if settings.cost_aware and kept < planned else None
         return self._proposal(tokens[:kept], q_rows[:kept], self._kinds, kinds[kept:])
 
     def _proposal(self, tokens: list[int], q_rows: list[torch.Tensor | None], kinds: list[str],
