@@ -142,6 +142,7 @@ class DraftModelDrafter:
         self._lookup = ContinuationIndex()
         self._acceptance: Acceptance | None = None  # the planner's, told each verdict
         self._read = (0, 0.0)  # the current proposal's reading (step_logits): tokens, seconds
+        self._prompt_end = 0  # the length of the prompt whose reading was deferred (`defer`)
 
     @classmethod
     def for_model(cls, draft: LoadedModel, vocab_size: int, *, int8: bool = True) -> "DraftModelDrafter":
@@ -163,6 +164,7 @@ class DraftModelDrafter:
     def defer(self, prompt: list[int]) -> None:
         """As `prefill`, but what the cache lacks of `prompt` is read with the next draft step (`step_logits`)."""
         self.runner.rollback(min(self.runner.common_prefix(prompt), len(prompt) - 1))
+        self._prompt_end = len(prompt) - 1
 
     def step_logits(self, sequence: list[int]) -> torch.Tensor:
         """The draft's logits after `sequence`, feeding it whatever it has not seen (a round that drafted nothing
@@ -190,7 +192,10 @@ class DraftModelDrafter:
             kind = "model" if copied is None else "copy"
             # Whether one more draft pays is decided from this round's drafts, earlier rounds' verdicts and the
             # measured costs, never from this round's p: every position's output is still distributed as p.
-            unread = max(0, len(sequence) + len(tokens) - 1 - len(self.runner))
+            # The planner prices the reading of what rounds left unread; a deferred prompt's is not: read beside the
+            # target, it was paid in every reply, and priced it kept a pair whose drafts pay on prose (the Qwen pair:
+            # ~3 ms a token beside a 51 ms step) from drafting a reply's first rounds.
+            unread = max(0, len(sequence) + len(tokens) - 1 - max(len(self.runner), self._prompt_end))
             if settings.cost_aware and not planner.draft_more(kinds, chances, gamma, kind, unread=unread):
                 break
             if copied is None:
