@@ -582,8 +582,9 @@ def read(path: str | Path) -> ModelRecord:
 
 
 def find(name: str, records: Sequence[ModelRecord]) -> ModelRecord:
-    """The record `name` means: a file or folder, a short name the studio knows (embedded, qwen2.5-coder-1.5b), or a
-    listed model's name or file name (case aside). Raises ValueError naming the choices when none fits."""
+    """The record `name` means: a file or folder, a short name the studio knows (embedded, qwen2.5-coder-1.5b), a
+    listed model's name or file name (case aside), or a part of one name alone. Raises ValueError naming the
+    choices when none fits or a part fits several."""
     if name in packaged.MODELS:
         name = str(packaged.MODELS[name].path)
     elif name == "embedded":
@@ -595,6 +596,11 @@ def find(name: str, records: Sequence[ModelRecord]) -> ModelRecord:
     for record in records:
         if wanted in (record.name.lower(), Path(record.path).name.lower(), Path(record.path).stem.lower()):
             return record
+    partly = [r for r in records if wanted in r.name.lower() or wanted in Path(r.path).name.lower()]
+    if len(partly) == 1:
+        return partly[0]
+    if partly:
+        raise ValueError(f"{name!r} could be any of {', '.join(sorted(r.name for r in partly))}; name one")
     raise ValueError(f"no model {name!r} on this machine; `specdec models` lists them")
 
 

@@ -248,6 +248,19 @@ def test_drafts_are_the_models_whose_tokenizer_agrees_smaller_first(machine, tmp
     assert reasons["broken"].startswith("truncated")
 
 
+def test_a_model_is_found_by_a_part_of_its_name_where_one_name_alone_has_it(machine, tmp_path):
+    folder = tmp_path / "models"
+    for name in ("qwen-coder-1.5b", "qwen-coder-0.5b", "smol-135m"):
+        write_gguf(folder / f"{name}.gguf", layers=1)
+    records = library.scan([folder])
+    assert library.find("smol", records).name == "smol-135m"
+    assert library.find("1.5B", records).name == "qwen-coder-1.5b"
+    with pytest.raises(ValueError, match="could be any of qwen-coder-0.5b, qwen-coder-1.5b"):
+        library.find("qwen", records)
+    with pytest.raises(ValueError, match="no model 'llama'"):
+        library.find("llama", records)
+
+
 VARIANTS = {  # a draft's tokenizer next to TOKENS with <s> / </s>: what changes, and whether it can still draft
     "same": (TOKENS, "<s>", "</s>"),
     "a token renamed": (TOKENS[:-1] + ["gh"], "<s>", "</s>"),
