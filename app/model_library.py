@@ -128,6 +128,7 @@ class ModelLibrary(QObject):
         self.records: tuple[library.ModelRecord, ...] = ()
         self.picking = False
         self._scanning = self._rescan = False
+        self._added: list[str] = []  # folders added since the last scan ended: its end says what each holds
         self.scanner, self.picker = LibraryScanner(), DraftPicker()
         self.threads = (QThread(), QThread())
         for worker, thread, name in zip((self.scanner, self.picker), self.threads, ("library-scan", "draft-pick")):
@@ -174,6 +175,7 @@ class ModelLibrary(QObject):
         if self.preferences is not None and folder not in self.folders:
             self.preferences.setValue(FOLDERS_KEY, [*self.folders, folder])
         self.notice_posted.emit(f"Models folder added: {folder}; scanning it")
+        self._added.append(folder)
         self.refresh()
 
     def open_model(self, path: str) -> library.ModelRecord | None:
@@ -213,6 +215,13 @@ class ModelLibrary(QObject):
         self._scanning = False
         self.records = records
         self.library_changed.emit(records)
+        if not self._rescan:
+            for folder in self._added:
+                inside = [r for r in records if _within(r.path, folder)]
+                unusable = sum(1 for r in inside if r.problem)
+                self.notice_posted.emit(f"Models folder {folder}: {len(inside)} model{'s' * (len(inside) != 1)} "
+                                        f"found" + (f", {unusable} cannot be used" if unusable else ""))
+            self._added = []
         if self._rescan:
             self._rescan = False
             self.refresh()
@@ -231,3 +240,9 @@ class ModelLibrary(QObject):
     def on_pick_failed(self, message: str) -> None:
         self.picking = False
         self.pick_failed.emit(message)
+
+
+def _within(path: str, folder: str) -> bool:
+    """Whether `path`, as the scan found it, is in `folder` or below it."""
+    found, root = os.path.abspath(path), os.path.abspath(folder)
+    return found == root or found.startswith(root.rstrip(os.sep) + os.sep)

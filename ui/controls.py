@@ -209,7 +209,11 @@ class ModelPicker(QGroupBox):
             self.open_requested.emit(str(Path(path).parent) if Path(path).name == "config.json" else path)
 
     def on_model_opened(self, record) -> None:
-        """An opened model (engine.models.library.ModelRecord) becomes the target."""
+        """An opened model (engine.models.library.ModelRecord) becomes the target; the draft box lets go of it (a
+        model drafting for itself pays nothing), its list then offering the drafts that fit the new target."""
+        draft = self.draft.text().strip()
+        if draft and Path(draft).expanduser().resolve() == Path(record.path).resolve():
+            self.draft.setText("")
         self.target.setText(record.path)
         self._select_matching_preset()
 
@@ -267,6 +271,11 @@ class ModelPicker(QGroupBox):
         if path:
             line.setText(path)
             self._select_matching_preset()
+
+    def use_draft(self, draft: str) -> None:
+        """A ranking's winner in the draft box (a path, LOOKUP, or NONE: no draft), not loaded yet."""
+        self.draft.setText("" if draft == NONE else draft)
+        self._select_matching_preset()
 
     def show_pair(self, target: str, draft: str | None, device: str | None = None, dtype: str | None = None,
                   weights: str | None = None) -> None:

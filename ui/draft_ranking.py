@@ -34,7 +34,7 @@ class DraftFinder(QToolButton):
         super().__init__(parent)
         self.setText(FIND)
         self.setToolTip("Measure each draft that fits the target, copying only and no draft on a few short prompts "
-                        "of the kind chosen in the arrow's menu, on this machine, and rank them by their speed over "
+                        "(code, or chat from the arrow's menu), on this machine, and rank them by their speed over "
                         "plain AR (about a minute; the chat waits meanwhile)")
         self.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
@@ -48,6 +48,8 @@ class DraftFinder(QToolButton):
             action.setData(kind)
             kinds.addAction(action)
         kinds.actions()[0].setChecked(True)
+        # choosing a kind measures it at once (the button then measures the kind last chosen)
+        kinds.triggered.connect(lambda action: self.running or self.find_requested.emit(action.data()))
         self.kinds = kinds
         self.setMenu(menu)
         self.running = False
@@ -106,15 +108,19 @@ def ranking_table(ranking: Ranking) -> QTableWidget:
 
 
 class RankingDialog(QDialog):
-    """The drafts for a target, best measured speedup first."""
+    """The drafts for a target, best measured speedup first; its Use button asks for the winner in the draft box
+    (`use_requested`: a draft's path, pick_draft.LOOKUP, or NONE), which Load pair then loads."""
+
+    use_requested = Signal(str)
 
     def __init__(self, ranking: Ranking, parent=None):
         super().__init__(parent)
         self.setWindowTitle("The best draft")
         best = ranking.best
+        pays = best.draft != NONE and best.measured_speedup >= FASTER
+        winner = best.draft if pays else NONE
         verdict = (f"{draft_name(best.draft)} pays most: {best.measured_speedup:.2f}x plain AR's speed here."
-                   if best.draft != NONE and best.measured_speedup >= FASTER
-                   else "Nothing was measured faster than plain AR here: load the target with no draft.")
+                   if pays else "Nothing was measured faster than plain AR here: load the target with no draft.")
         self.note = note = QLabel(f"Drafts for {Path(ranking.target).name}, measured on {ranking.kind} prompts on "
                       f"{ranking.machine}, {ranking.measured_on}. {verdict} Measured: over plain AR on the same "
                       f"prompts; predicted: the cost model's figure for the same rounds. Kept, and shown in the draft "
@@ -123,6 +129,9 @@ class RankingDialog(QDialog):
         self.table = ranking_table(ranking)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.close)
+        self.use_button = buttons.addButton(f"Use {draft_name(winner)}", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.use_button.setToolTip("Put it in the draft box; Load pair then loads it")
+        self.use_button.clicked.connect(lambda: (self.use_requested.emit(winner), self.close()))
         layout = QVBoxLayout(self)
         layout.addWidget(note)
         layout.addWidget(self.table)

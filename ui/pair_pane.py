@@ -52,6 +52,7 @@ class PairPane(QScrollArea):
         if self.ranking_dialog is not None:
             self.ranking_dialog.close()
         self.ranking_dialog = RankingDialog(ranking, self.window())
+        self.ranking_dialog.use_requested.connect(self.picker.use_draft)
         self.ranking_dialog.show()
 
     def on_load_failed(self, kept: PairInfo, loaded_request: tuple | None) -> None:

@@ -97,6 +97,8 @@ def test_an_added_models_folder_is_listed_and_kept_in_the_settings(qtbot, studio
         studio.window.picker.folder_added.emit(str(added.parent))
     assert str(added) in entries(studio.window.picker.target)
     assert studio.window.preferences.value("library/folders") == [str(added.parent)]
+    # the status bar says what the scan found there, not "scanning it" until the next message
+    assert studio.window.statusBar().currentMessage() == f"Models folder {added.parent}: 1 model found"
 
 
 def open_model_action(window):
@@ -110,6 +112,18 @@ def test_ctrl_o_takes_the_opened_model_as_the_target(studio, tmp_path, monkeypat
     open_model_action(studio.window).trigger()
     assert studio.window.picker.target.text() == str(opened)
     assert str(opened) in entries(studio.window.picker.target)
+
+
+def test_ctrl_o_on_the_draft_makes_it_the_target_and_empties_the_draft_box(studio, models, monkeypatch):
+    picker = studio.window.picker
+    picker.draft.setText(str(models["small"]))
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *_args: (str(models["small"]), ""))
+    open_model_action(studio.window).trigger()
+    assert picker.target.text() == str(models["small"]) and picker.draft.text() == ""
+    picker.draft.setText(str(models["small"]))  # control: another model opened leaves the draft alone
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *_args: (str(models["target"]), ""))
+    open_model_action(studio.window).trigger()
+    assert picker.target.text() == str(models["target"]) and picker.draft.text() == str(models["small"])
 
 
 def test_ctrl_o_says_in_one_line_why_a_model_cannot_be_used(studio, models, monkeypatch):
@@ -144,6 +158,26 @@ def test_find_the_best_draft_shows_the_ranking(qtbot, studio, models, monkeypatc
     assert [row[:3] for row in rows] == [["small.gguf", "1.31x", "1.41x"], ["lookup only (copying)", "1.05x", "1.15x"],
                                          ["none (plain AR)", "1.00x", "1.00x"]]
     assert rows[0][3:5] == ["0.60", "2.00"]  # α, tokens per round
+    picker = studio.window.picker
+    picker.draft.setText("")
+    dialog = studio.window.pair_pane.ranking_dialog
+    assert dialog.use_button.text() == "Use small.gguf"
+    qtbot.mouseClick(dialog.use_button, Qt.MouseButton.LeftButton)
+    assert picker.draft.text() == str(models["small"]) and not dialog.isVisible()  # in the box, not loaded yet
+
+
+def test_choosing_a_kind_of_prompts_in_the_finder_s_menu_measures_it(qtbot):
+    from ui.draft_ranking import DraftFinder
+
+    finder = DraftFinder()
+    qtbot.addWidget(finder)
+    chat = next(a for a in finder.kinds.actions() if a.data() == "chat")
+    with qtbot.waitSignal(finder.find_requested) as asked:
+        chat.trigger()
+    assert asked.args == ["chat"] and finder.kind == "chat"
+    finder.on_pick_started()
+    with qtbot.assertNotEmitted(finder.find_requested):  # not while a pick runs (the menu is disabled then too)
+        chat.trigger()
 
 
 def test_a_kept_ranking_is_shown_beside_its_draft(qtbot, studio, models, monkeypatch):
@@ -244,6 +278,10 @@ def test_a_ranking_whose_best_is_no_faster_than_plain_ar_says_so(qtbot):
     dialog = RankingDialog(ranking)
     qtbot.addWidget(dialog)
     assert "Nothing was measured faster than plain AR here" in dialog.note.text()
+    assert dialog.use_button.text() == "Use none (plain AR)"
+    with qtbot.waitSignal(dialog.use_requested) as used:
+        dialog.use_button.click()
+    assert used.args == [NONE]
 
 
 def test_model_dialogs_open_in_the_target_s_folder_else_downloads_never_the_working_directory(studio, tmp_path,
