@@ -156,6 +156,7 @@ class DraftModelDrafter:
 
     def prefill(self, prompt: list[int]) -> None:
         self.runner.prefill(prompt)
+        self._prompt_end = 0
 
     def unread(self, prompt: list[int]) -> int:
         """How many of `prompt`'s positions `prefill` would read (what the cache holds of it stays)."""
@@ -286,6 +287,7 @@ class DraftModelDrafter:
     def reset(self) -> None:
         self.runner.reset()
         self._lookup = ContinuationIndex()
+        self._prompt_end = 0
 
 
 class LookupDrafter:

@@ -66,7 +66,9 @@ def test_the_draft_reads_a_short_prompt_with_its_first_draft_and_a_long_one_besi
     decoder.drafter.runner.forward_rows = lambda ids, keep=1: fed.append(len(ids)) or forward_rows(ids, keep)
     propose = decoder.drafter.propose
     decoder.drafter.propose = lambda *args: proposals.append((propose(*args), len(fed))) or proposals[-1][0]
-    observed = []
+    observed, priced = [], []
+    draft_more = decoder.planner.draft_more
+    decoder.planner.draft_more = lambda *args, **kw: priced.append(kw.get("unread", 0)) or draft_more(*args, **kw)
     settings = DecodeSettings(gamma=4, max_new_tokens=12, lookup=False)
     events = []
     for item in decoder.stream(messages, settings):
@@ -83,6 +85,7 @@ def test_the_draft_reads_a_short_prompt_with_its_first_draft_and_a_long_one_besi
         step = fed.index(1)  # read apart, then its first step: all in the first round
         assert sum(fed[:step]) == len(prompt) - 1 and step < fed_by_then
         assert first.read_s > 0 and first.read == len(prompt) - 1
+        assert priced[0] == 0  # the prompt's reading is not priced: read beside the target, every reply paid it
         assert decoder.costs.draft_read_s <= first.read_s / first.read  # learnt from it
         # the first round is judged without the reading: its overrun is what the round took less it
         took_s = events[0].round_s - first.read_s
