@@ -220,7 +220,8 @@ class ModelLibrary(QObject):
                 inside = [r for r in records if _within(r.path, folder)]
                 unusable = sum(1 for r in inside if r.problem)
                 self.notice_posted.emit(f"Models folder {folder}: {len(inside)} model{'s' * (len(inside) != 1)} "
-                                        f"found" + (f", {unusable} cannot be used" if unusable else ""))
+                                        f"listed from it" + (f", {unusable} of them greyed: it cannot be used "
+                                                             f"(hover for why)" if unusable else ""))
             self._added = []
         if self._rescan:
             self._rescan = False

@@ -192,6 +192,7 @@ def _wire_library(window: MainWindow, preferences: QSettings | None) -> ModelLib
     picker.refresh_requested.connect(library.refresh)
     picker.folder_added.connect(library.add_folder)
     picker.open_requested.connect(library.open_model)
+    picker.notice_posted.connect(window.status_bar.on_notice_posted)
     picker.summaries_wanted.connect(library.read_summaries)
     picker.pick_requested.connect(lambda *request: library.pick(PickRequest(request[0], tuple(request[1]),
                                                                             *request[2:])))

@@ -63,6 +63,7 @@ class ModelPicker(QGroupBox):
     summaries_wanted = Signal(str, str, str)  # target, device, dtype: the drafts' kept measurements
     pick_requested = Signal(str, object, str, str, str, str)  # target, candidates, kind, device, dtype, weights
     open_requested = Signal(str)  # a model file or folder to read and take as the target
+    notice_posted = Signal(str)  # one line for the status bar
 
     def __init__(self, presets: dict, target: str, draft: str | None, device: str, dtype: str,
                  devices: tuple[str, ...] = DEVICES, dtypes: tuple[str, ...] = DTYPES,
@@ -212,10 +213,15 @@ class ModelPicker(QGroupBox):
         """An opened model (engine.models.library.ModelRecord) becomes the target; the draft box lets go of it (a
         model drafting for itself pays nothing), its list then offering the drafts that fit the new target."""
         draft = self.draft.text().strip()
-        if draft and Path(draft).expanduser().resolve() == Path(record.path).resolve():
+        was_draft = bool(draft) and Path(draft).expanduser().resolve() == Path(record.path).resolve()
+        if was_draft:
             self.draft.setText("")
         self.target.setText(record.path)
         self._select_matching_preset()
+        # the loaded pair answers until Load pair: the boxes now name another
+        self.notice_posted.emit(f"{record.name} is in the target box" + (
+            ", and the draft box is empty (a model cannot draft for itself): Load pair loads them" if was_draft
+            else ": Load pair loads it"))
 
     def request_load(self) -> None:
         draft = self.draft.text().strip() or None

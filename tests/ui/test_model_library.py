@@ -98,7 +98,7 @@ def test_an_added_models_folder_is_listed_and_kept_in_the_settings(qtbot, studio
     assert str(added) in entries(studio.window.picker.target)
     assert studio.window.preferences.value("library/folders") == [str(added.parent)]
     # the status bar says what the scan found there, not "scanning it" until the next message
-    assert studio.window.statusBar().currentMessage() == f"Models folder {added.parent}: 1 model found"
+    assert studio.window.statusBar().currentMessage() == f"Models folder {added.parent}: 1 model listed from it"
 
 
 def open_model_action(window):
@@ -112,6 +112,7 @@ def test_ctrl_o_takes_the_opened_model_as_the_target(studio, tmp_path, monkeypat
     open_model_action(studio.window).trigger()
     assert studio.window.picker.target.text() == str(opened)
     assert str(opened) in entries(studio.window.picker.target)
+    assert studio.window.statusBar().currentMessage() == "opened is in the target box: Load pair loads it"
 
 
 def test_ctrl_o_on_the_draft_makes_it_the_target_and_empties_the_draft_box(studio, models, monkeypatch):
@@ -120,6 +121,8 @@ def test_ctrl_o_on_the_draft_makes_it_the_target_and_empties_the_draft_box(studi
     monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *_args: (str(models["small"]), ""))
     open_model_action(studio.window).trigger()
     assert picker.target.text() == str(models["small"]) and picker.draft.text() == ""
+    assert studio.window.statusBar().currentMessage() == ("small is in the target box, and the draft box is empty (a "
+                                                          "model cannot draft for itself): Load pair loads them")
     picker.draft.setText(str(models["small"]))  # control: another model opened leaves the draft alone
     monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *_args: (str(models["target"]), ""))
     open_model_action(studio.window).trigger()
