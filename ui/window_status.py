@@ -6,7 +6,7 @@ import math
 
 from PySide6.QtCore import QElapsedTimer, QEvent, QTimer
 from PySide6.QtGui import QFontMetricsF
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QWidget
 
 from app.session import Comparison, EngineTarget, Reply
 from engine.events import PairInfo, PrefillProgress
@@ -53,6 +53,10 @@ class WindowStatusBar(StatusBar):
         # The reply's label is resized as the window is and as a progress bar shows or goes: the room changes
         self.reply_label.installEventFilter(self)
         self.addWidget(self.pair_label)
+        self.separator = QFrame()  # the pair's name and the last reply's figures read as one line without it
+        self.separator.setFrameShape(QFrame.Shape.VLine)
+        self.separator.setFrameShadow(QFrame.Shadow.Sunken)
+        self.addWidget(self.separator)
         self.addWidget(self.reply_label, 1)
         self.comparison_progress = QProgressBar()
         self.comparison_progress.setFormat(COMPARISON_DECODING)
