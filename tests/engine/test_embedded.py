@@ -82,8 +82,9 @@ def test_cli_speculation_and_ar_decode_one_target_identically_at_any_thread_coun
 def test_stop_during_a_6000_token_read_in_is_heard_within_half_a_second():
     """Each prefill chunk is sized from the speed the chunks before it were read at, so the time between two
     chances to stop (the target's chunk, then the draft keeping pace) is under 0.5 s. The chunks' sizes are
-    checked against that speed; their measured times only in the median, as another job on the machine can
-    stretch any single one."""
+    checked against that speed, or where the target reads prompts in fixed blocks (a CPU with AMX: Stop is heard
+    between their layers) against that size; their measured times only in the median, as another job on the
+    machine can stretch any single one."""
     import statistics
     import time
 
@@ -107,7 +108,8 @@ def test_stop_during_a_6000_token_read_in_is_heard_within_half_a_second():
                 break
     stream.close()  # Stop, between two chunks
     assert total >= 6000
-    assert all(n * seconds <= PREFILL_CHUNK_S or n == 1 for n, seconds in chunks[1:]), chunks
+    fixed = getattr(decoder.runner.cache, "read_in_rows", None)
+    assert all(n == fixed if fixed else n * seconds <= PREFILL_CHUNK_S or n == 1 for n, seconds in chunks[1:]), chunks
     assert statistics.median(gaps) < 0.5, gaps
     assert len(list(decoder.generate(MESSAGES, DecodeSettings(max_new_tokens=4)))) >= 1  # the next reply works
 
