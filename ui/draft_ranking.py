@@ -3,6 +3,7 @@ the measurement's progress while it runs, and the ranking it ends with, in a dia
 chat. The measuring itself is app/model_library.py's, on its own thread."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
@@ -16,6 +17,11 @@ RANKING_COLUMNS = ("draft", "measured", "predicted", "α", "tokens/round", "draf
 NAMES = {LOOKUP: "lookup only (copying)", NONE: "none (plain AR)"}
 FIND = "Find best draft"
 FASTER = 1.005  # a measured speedup that reads as more than 1.00x
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two of a ranking's names are one model: the same file (links followed), or the same LOOKUP / NONE."""
+    return a == b or os.path.realpath(a) == os.path.realpath(b)
 
 
 def draft_name(draft: str) -> str:
@@ -113,7 +119,8 @@ class RankingDialog(QDialog):
 
     use_requested = Signal(str)
 
-    def __init__(self, ranking: Ranking, parent=None):
+    def __init__(self, ranking: Ranking, parent=None, loaded: tuple[str, str] | None = None):
+        """`loaded`: the pair loaded now, (its target's path, its draft: a path, LOOKUP or NONE)."""
         super().__init__(parent)
         self.setWindowTitle("The best draft")
         best = ranking.best
@@ -132,6 +139,10 @@ class RankingDialog(QDialog):
         self.use_button = buttons.addButton(f"Use {draft_name(winner)}", QDialogButtonBox.ButtonRole.AcceptRole)
         self.use_button.setToolTip("Put it in the draft box; Load pair then loads it")
         self.use_button.clicked.connect(lambda: (self.use_requested.emit(winner), self.close()))
+        if loaded is not None and same_model(loaded[0], ranking.target) and same_model(loaded[1], winner):
+            self.use_button.setText(f"{draft_name(winner)} is loaded")
+            self.use_button.setToolTip("The pair loaded now already drafts so")
+            self.use_button.setEnabled(False)
         layout = QVBoxLayout(self)
         layout.addWidget(note)
         layout.addWidget(self.table)

@@ -7,7 +7,7 @@ from PySide6.QtWidgets import QScrollArea, QVBoxLayout, QWidget
 
 from app.session import EngineTarget
 from app.why import WhyGamma, recommendation_text
-from engine.benchmark.pick_draft import LOOKUP, Ranking
+from engine.benchmark.pick_draft import LOOKUP, NONE, Ranking
 from engine.events import DecodeSettings, PairInfo
 from ui.controls import DecodingControls, ModelPicker
 from ui.draft_ranking import RankingDialog
@@ -23,6 +23,7 @@ class PairPane(QScrollArea):
         super().__init__()
         self.picker, self.controls = picker, controls
         self.ranking_dialog: RankingDialog | None = None
+        self.loaded: tuple[str, str] | None = None  # the loaded pair: its target's path, its draft's (LOOKUP, NONE)
         side = QWidget()
         layout = QVBoxLayout(side)
         layout.addWidget(picker)
@@ -45,13 +46,15 @@ class PairPane(QScrollArea):
 
     def on_pair_loaded(self, info: PairInfo) -> None:
         self.controls.set_draft_available(info.draft is not None or self.picker.requested_draft == LOOKUP)
+        draft = info.draft.path if info.draft else LOOKUP if self.picker.requested_draft == LOOKUP else NONE
+        self.loaded = (info.target.path, draft)
 
     def on_pick_finished(self, ranking: Ranking) -> None:
         """The ranking, in a dialog beside the window; its figures beside the drafts in the list."""
         self.picker.on_pick_ended()
         if self.ranking_dialog is not None:
             self.ranking_dialog.close()
-        self.ranking_dialog = RankingDialog(ranking, self.window())
+        self.ranking_dialog = RankingDialog(ranking, self.window(), self.loaded)
         self.ranking_dialog.use_requested.connect(self.picker.use_draft)
         self.ranking_dialog.show()
 

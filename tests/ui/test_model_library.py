@@ -285,6 +285,12 @@ def test_a_ranking_whose_best_is_no_faster_than_plain_ar_says_so(qtbot):
     with qtbot.waitSignal(dialog.use_requested) as used:
         dialog.use_button.click()
     assert used.args == [NONE]
+    loaded = RankingDialog(ranking, loaded=("t.gguf", NONE))  # the pair loaded now has no draft: nothing to use
+    qtbot.addWidget(loaded)
+    assert not loaded.use_button.isEnabled() and loaded.use_button.text() == "none (plain AR) is loaded"
+    elsewhere = RankingDialog(ranking, loaded=("other.gguf", NONE))  # control: another target is loaded
+    qtbot.addWidget(elsewhere)
+    assert elsewhere.use_button.isEnabled()
 
 
 def test_model_dialogs_open_in_the_target_s_folder_else_downloads_never_the_working_directory(studio, tmp_path,
