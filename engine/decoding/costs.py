@@ -422,22 +422,32 @@ class RoundPlanner:
     resting: Acceptance | None = None
     # Per drafting kind ("model": rounds that ran the draft model, "copy": rounds of copies alone): the last such
     # rounds' (plain AR's time for their tokens, their time) by the costs, not judged yet; the rounds without that
-    # kind to go before it is tried again; and the pause its next failed window earns.
-    window: dict = field(default_factory=lambda: {kind: [] for kind in KINDS})
-    paused: dict = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
-    next_pause: dict = field(default_factory=lambda: dict.fromkeys(KINDS, PAUSE_ROUNDS))
+    # kind to go before it is tried again; and the pause its next failed window earns (_start_judging sets them).
+    window: dict = field(init=False)
+    paused: dict = field(init=False)
+    next_pause: dict = field(init=False)
     # a round's time over its costs' price: drafted rounds' (True) and plain rounds' (False), the last DRIFT_ROUNDS
     overruns: dict = field(default_factory=lambda: {True: deque(maxlen=DRIFT_ROUNDS),
                                                     False: deque(maxlen=DRIFT_ROUNDS)})
     drift: float = 1.0  # what a drafted round costs over its price, against what a plain round does (_drift_of)
     plain_run: int = 0  # plain rounds since the last drafted one (DRIFT_FADE)
 
+    def __post_init__(self) -> None:
+        self._start_judging(earned=False)
+
+    def _start_judging(self, earned: bool) -> None:
+        """No round judged yet and no kind paused; the pauses the next failed windows earn back at PAUSE_ROUNDS
+        unless `earned` (what the chat's drafts earned so far stands)."""
+        self.window = {kind: [] for kind in KINDS}
+        self.paused = dict.fromkeys(KINDS, 0)
+        if not earned:
+            self.next_pause = dict.fromkeys(KINDS, PAUSE_ROUNDS)
+
     def forget_acceptance(self) -> None:
         """A new chat, a new topic: its drafts are judged from the prior again, greedy and sampled alike, so
         one chat whose drafts were rarely kept does not leave the next drafting nothing. The costs stay."""
         self.acceptance, self.resting, self.greedy = Acceptance(), None, None
-        self.window = {kind: [] for kind in KINDS}
-        self.paused, self.next_pause = dict.fromkeys(KINDS, 0), dict.fromkeys(KINDS, PAUSE_ROUNDS)
+        self._start_judging(earned=False)
 
     def _drift_of(self) -> float:
         """`drift` from the rounds observed (1 until both kinds are known); kept, as every draft decision reads it."""
@@ -480,7 +490,7 @@ class RoundPlanner:
         keep a code answer from drafting), and its drafted rounds are judged by their own outcome; but a pause it
         earns is as long as the chat's drafts have earned so far, so a pair whose drafts never pay loses one
         window of rounds a reply, not one per pause length (a new chat starts at PAUSE_ROUNDS again)."""
-        self.window, self.paused = {kind: [] for kind in KINDS}, dict.fromkeys(KINDS, 0)
+        self._start_judging(earned=True)
         if self.greedy is not None and greedy != self.greedy:
             self.acceptance, self.resting = self.resting or Acceptance(), self.acceptance
         self.greedy = greedy
