@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 from PySide6.QtCore import QObject, QSettings, QThread, Signal, Slot
 
@@ -215,17 +216,17 @@ class ModelLibrary(QObject):
         self._scanning = False
         self.records = records
         self.library_changed.emit(records)
-        if not self._rescan:
-            for folder in self._added:
-                inside = [r for r in records if _within(r.path, folder)]
-                unusable = sum(1 for r in inside if r.problem)
-                self.notice_posted.emit(f"Models folder {folder}: {len(inside)} model{'s' * (len(inside) != 1)} "
-                                        f"listed from it" + (f", {unusable} of them greyed: it cannot be used "
-                                                             f"(hover for why)" if unusable else ""))
-            self._added = []
         if self._rescan:
             self._rescan = False
             self.refresh()
+            return
+        for folder in self._added:  # the models listed from it, as the scan found their paths
+            inside = [r for r in records if Path(os.path.abspath(r.path)).is_relative_to(os.path.abspath(folder))]
+            unusable = sum(1 for r in inside if r.problem)
+            self.notice_posted.emit(f"Models folder {folder}: {len(inside)} model{'s' * (len(inside) != 1)} "
+                                    f"listed from it" + (f", {unusable} of them greyed: it cannot be used "
+                                                         f"(hover for why)" if unusable else ""))
+        self._added = []
 
     @Slot(object)
     def on_picked(self, ranking: picking.Ranking) -> None:
@@ -242,8 +243,3 @@ class ModelLibrary(QObject):
         self.picking = False
         self.pick_failed.emit(message)
 
-
-def _within(path: str, folder: str) -> bool:
-    """Whether `path`, as the scan found it, is in `folder` or below it."""
-    found, root = os.path.abspath(path), os.path.abspath(folder)
-    return found == root or found.startswith(root.rstrip(os.sep) + os.sep)

@@ -18,7 +18,7 @@ from engine.benchmark.pick_draft import LOOKUP, NONE
 from engine.choices import DEVICES, DTYPES, TARGET_WEIGHTS
 from engine.events import DecodeSettings, Mode
 from engine.remote_records import URL_EXAMPLE, is_url
-from ui.draft_ranking import DraftFinder
+from ui.draft_ranking import DraftFinder, same_model
 from ui.model_boxes import ModelBox, draft_entries, known_target, target_entries
 from ui.preferences import models_folder
 
@@ -213,7 +213,7 @@ class ModelPicker(QGroupBox):
         """An opened model (engine.models.library.ModelRecord) becomes the target; the draft box lets go of it (a
         model drafting for itself pays nothing), its list then offering the drafts that fit the new target."""
         draft = self.draft.text().strip()
-        was_draft = bool(draft) and Path(draft).expanduser().resolve() == Path(record.path).resolve()
+        was_draft = bool(draft) and same_model(draft, record.path)
         if was_draft:
             self.draft.setText("")
         self.target.setText(record.path)

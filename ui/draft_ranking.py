@@ -20,8 +20,8 @@ FASTER = 1.005  # a measured speedup that reads as more than 1.00x
 
 
 def same_model(a: str, b: str) -> bool:
-    """Whether two of a ranking's names are one model: the same file (links followed), or the same LOOKUP / NONE."""
-    return a == b or os.path.realpath(a) == os.path.realpath(b)
+    """Whether two names are one model: the same file (links and ~ followed), or the same LOOKUP / NONE."""
+    return a == b or os.path.realpath(os.path.expanduser(a)) == os.path.realpath(os.path.expanduser(b))
 
 
 def draft_name(draft: str) -> str:
