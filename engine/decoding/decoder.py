@@ -408,12 +408,11 @@ class Decoder:
         read = PrefillProgress(0, len(prompt) - 1)
         drafter_reads = speculative  # the drafter reads the prompt here, beside the target
         if (speculative and isinstance(self.drafter, DraftModelDrafter) and not self.drafter.runner.on_device
-                and self.drafter.unread(prompt) <= PREFILL_CHUNK):
+                and self.drafter.defer(prompt, PREFILL_CHUNK)):
             # A few positions are read with the first draft, apart from its step (Proposal.read_s): a reply that
             # drafts nothing (its pair's drafts did not pay in this chat) never pays for them, and a short prompt's
             # read-in was over 1 % of a reply beside a fast target. On a GPU the draft's steps take what is unread
             # as one block of its graphs, which a prompt would overflow.
-            self.drafter.defer(prompt)
             drafter_reads = False
         began = time.perf_counter()
         for cached in self.runner.prefill_chunks(prompt):

@@ -158,14 +158,15 @@ class DraftModelDrafter:
         self.runner.prefill(prompt)
         self._prompt_end = 0
 
-    def unread(self, prompt: list[int]) -> int:
-        """How many of `prompt`'s positions `prefill` would read (what the cache holds of it stays)."""
-        return len(prompt) - 1 - min(self.runner.common_prefix(prompt), len(prompt) - 1)
-
-    def defer(self, prompt: list[int]) -> None:
-        """As `prefill`, but what the cache lacks of `prompt` is read with the next draft step (`step_logits`)."""
-        self.runner.rollback(min(self.runner.common_prefix(prompt), len(prompt) - 1))
+    def defer(self, prompt: list[int], most: int) -> bool:
+        """Whether what the cache lacks of `prompt` is at most `most` positions: then, as `prefill`, but those are
+        read with the next draft step (`step_logits`). Either way the cache keeps only what it holds of `prompt`."""
+        cached = min(self.runner.common_prefix(prompt), len(prompt) - 1)
+        self.runner.rollback(cached)
+        if len(prompt) - 1 - cached > most:
+            return False
         self._prompt_end = len(prompt) - 1
+        return True
 
     def step_logits(self, sequence: list[int]) -> torch.Tensor:
         """The draft's logits after `sequence`, feeding it whatever it has not seen (a round that drafted nothing
