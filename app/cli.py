@@ -263,6 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a synthetic pair of random weights built here instead of --target/--draft: TARGET:DRAFT "
                             "or perfect:TARGET (the draft is the target's first layers, α = 1), from qwen3-4b, "
                             "qwen3-0.6b, tiny; speed is the machine's, acceptance is not (default: none)")
+    bench.add_argument("--background-load", metavar="MB", type=whole_number, default=0,
+                       help="beside the timed runs, a process copying an array of MB megabytes in a loop on one "
+                            "core, as another program on a busy desktop (default: 0, none)")
     bench.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     bench.add_argument("--out", metavar="DIR", type=Path, default=None,
                        help="write PNG plots and results.json here (default: no files)")

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.benchmark.background_load import background_load
 from engine.benchmark.llama_binaries import METHODS as LLAMA_BINARIES
 from engine.benchmark.peer_process import PeerError, ended
 from engine.benchmark.vllm_peer import VLLM_METHODS
@@ -861,7 +862,7 @@ def environment(decoder, prompts: list[str], args, servers: dict | None = None) 
         "prompts": len(prompts), "repeats": args.repeats, "max_new_tokens": args.max_new_tokens,
         "temperature": args.temperature, "seed": args.seed, "draft_weights": args.draft_weights,
         "target_weights": decoder.target.weights, "llama_cpp": _llama_cpp_version(), "costs": info.costs,
-        "vllm": _vllm_environment(servers or {}),
+        "vllm": _vllm_environment(servers or {}), "background_load_mb": getattr(args, "background_load", 0),
         "hf_assisted_schedules": {"constant": "γ drafts every round, confidence early stop off", **HF_SCHEDULES},
         "timing": "wall clock from prompt ids to the last token; model loading and tokenisation excluded",
     }
@@ -1019,7 +1020,8 @@ def run_cli(args, target_name: str, draft_name: str | None) -> int:
     hf_logging.set_verbosity_error()  # generate() warns about unused sampling flags on every call
     bench = Bench(decoder, args.max_new_tokens, args.temperature, long_prompt)
     try:
-        rows = run_all(bench, configs, prompts, args.repeats, args.seed)
+        with background_load(getattr(args, "background_load", 0)):
+            rows = run_all(bench, configs, prompts, args.repeats, args.seed)
     finally:
         hf_logging.set_verbosity(verbosity)
         bench.close()
