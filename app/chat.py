@@ -22,7 +22,6 @@ from engine.remote_records import RemoteReply, TextDelta, is_url, public_url
 from app.session import (SEED_LIMIT, ChatStatus, Comparison, ComparisonShown, DrafterComparison, DraftersShown,
                         EngineTarget, RemoteSource, Reply, ReplyRequest, ReplyShown, RoundShown, Runtime, Session,
                         TurnOptions, TurnStarted, TurnState, kept_drafters, same_models)
-from app.speedup import OTHERS_IDLE_CORES
 from app.why import WhyGamma, why_gamma
 
 
@@ -522,7 +521,7 @@ class ChatController(QObject):
     def on_round_finished(self, event: RoundEvent) -> None:
         self.timing.add_round(event)  # live rounds only: a reopened chat's timings are from another moment
         self.recorder.round_finished(event)
-        self.round_received.emit(RoundShown(event, self.timing.seconds, live=True))
+        self.round_received.emit(RoundShown(event, live=True))
 
     def on_reply_finished(self, reply: Reply) -> None:
         # slow steps beside idle programs and an idle host were this window's own drawing
@@ -724,7 +723,7 @@ class ChatController(QObject):
             reply = turn.reply
             self.turn_started.emit(TurnStarted(index, turn.request, live=False))
             for event in reply.events:
-                self.round_received.emit(RoundShown(event, reply.reference, live=False))
+                self.round_received.emit(RoundShown(event, live=False))
             self.reply_finished.emit(ReplyShown(index, reply, self.whole_reply(index),
                                                 index == len(self.turns) - 1 and self.can_continue, live=False,
                                                 pair=turn.pair))

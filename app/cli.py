@@ -431,7 +431,7 @@ def cmd_generate(args) -> int:
     from engine.events import ContextNotice, DecodeSettings, PrefillProgress
     from engine.remote_records import is_url
     from engine.stats import reply_stats
-    from ui.wording import alpha_wording
+    from ui.wording import alpha_wording, speedup_said
 
     if is_url(args.target):
         return cmd_generate_remote(args)
@@ -500,8 +500,8 @@ def cmd_generate(args) -> int:
         print()
         print(f"\n[{stats.n_tokens} tokens in {stats.decode_s:.2f}s = {stats.tokens_per_s:.1f} tok/s "
               f"(the prompt read in {stats.prefill_s:.2f}s before); "
-              f"{alpha_wording(stats)}, {stats.tokens_per_round:.2f} tokens/round over {stats.n_rounds} rounds]",
-              file=sys.stderr)
+              f"{alpha_wording(stats)}, {stats.tokens_per_round:.2f} tokens/round over {stats.n_rounds} rounds"
+              + (f"; {speedup_said(stats.speedup)}]" if settings.mode is Mode.SPEC else "]"), file=sys.stderr)
         if settings.mode is Mode.SPEC and settings.greedy:
             exact = decoder.info().greedy_exact
             print("[greedy: exactly the tokens of greedy AR decoding]" if exact else

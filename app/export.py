@@ -23,10 +23,9 @@ from importlib import metadata
 from pathlib import Path
 
 from app.session import DrafterComparison, RemoteSource, Reply, Runtime, Session, numbered_replies
-from app.speedup import estimated_speedup
 from app.why import why_gamma
 from engine.events import Mode, RoundEvent
-from engine.stats import PositionAcceptance, position_acceptance, round_alpha
+from engine.stats import PositionAcceptance, SpeedupMeter, position_acceptance, round_alpha
 from ui.compare import explain, greedy_is_exact
 from ui.markdown import FENCE
 from ui.transcript import CONTEXT, reply_notes
@@ -34,7 +33,7 @@ from ui.wording import comparison_line, estimate_apart, pair_said, part_label, r
 
 CSV_COLUMNS = ("reply", "part", "round", "mode", "gamma", "n_verified", "n_accepted", "n_emitted", "round_alpha",
                "draft_s", "verify_s", "round_s", "prefill_s", "target_step_s", "load", "threads",
-               "estimated_speedup", "finish_reason", "fates", "text")
+               "speedup", "finish_reason", "fates", "text")
 
 
 def environment(runtime: Runtime | None) -> dict:
@@ -90,11 +89,8 @@ def session_json(session: Session) -> dict:
                                                         "draft": numbered.pair.draft and numbered.pair.draft.name,
                                                         "device": numbered.pair.device, "dtype": numbered.pair.dtype,
                                                         "target_weights": numbered.pair.target.weights},
-            # the window's estimate (its robust reference step), not the engine's from the reply's one step; none
-            # for plain AR, as the window gives none
-            "stats": {**reply.stats.as_dict(),
-                      "estimated_speedup": reply.estimated_speedup if reply.speculative else None,
-                      "machine_busy": reply.machine_busy, "others_cores": reply.others_cores,
+            # its speedup measured against its own plain rounds, as the window and `specdec generate --json` give it
+            "stats": {**reply.stats.as_dict(), "machine_busy": reply.machine_busy, "others_cores": reply.others_cores,
                       "host_cores": reply.host_cores},
             # of the last part, decoded again on its own
             "comparison": None if comparison is None else {**plain(comparison), "speedup": comparison.speedup,
@@ -122,10 +118,11 @@ def drafters_json(comparison: DrafterComparison) -> dict:
     return {"settings": plain(comparison.request.settings), "rows": comparison.rows()}
 
 
-def round_row(number: int, part_number: int, part: Reply, event: RoundEvent) -> dict:
-    """One round of reply `number`'s part `part_number` (its round index counts within the part)."""
+def round_row(number: int, part_number: int, part: Reply, event: RoundEvent, meter: SpeedupMeter) -> dict:
+    """One round of reply `number`'s part `part_number` (its round index counts within the part), its speedup as the
+    window's chart drew it: at the part's plain rounds measured up to it (`meter`, this round added)."""
     alpha = round_alpha(event)
-    speedup = estimated_speedup([event], part.reference, part.gamma) if event.round_s and part.speculative else ""
+    speedup = (meter.round_speedup(event) or "") if part.speculative else ""
     return {
         "reply": number, "part": part_number, "round": event.index, "mode": part.request.settings.mode,
         "gamma": event.gamma, "n_verified": len(event.drafted), "n_accepted": event.n_accepted,
@@ -133,7 +130,7 @@ def round_row(number: int, part_number: int, part: Reply, event: RoundEvent) -> 
         "draft_s": event.draft_s, "verify_s": event.verify_s, "round_s": event.round_s,
         "prefill_s": event.prefill_s, "target_step_s": event.target_step_s, "load": event.load,
         "threads": event.threads or "",
-        "estimated_speedup": speedup,
+        "speedup": speedup,
         "finish_reason": event.finish_reason or "", "fates": " ".join(t.fate.value for t in event.emitted),
         "text": event.text_delta,
     }
@@ -145,8 +142,10 @@ def write_csv(session: Session, path: Path) -> None:
         writer.writeheader()
         for numbered in numbered_replies(session):
             for part_number, part in enumerate(numbered.parts, start=1):
+                meter = SpeedupMeter()
                 for event in part.events:
-                    writer.writerow(round_row(numbered.number, part_number, part, event))
+                    meter.add(event)
+                    writer.writerow(round_row(numbered.number, part_number, part, event, meter))
 
 
 # NAME-positions.csv: the summary of each scope's rounds, then a block of columns per measure, one column per draft

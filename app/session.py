@@ -6,10 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from app.speedup import estimated_speedup
 from engine.events import DecodeSettings, Drafting, EmittedToken, Mode, PairInfo, RoundEvent
 from engine.remote_records import RemoteReply
-from engine.stats import ArTime, ReplyStats, reply_stats
+from engine.stats import ReplyStats, SpeedupFigure, reply_stats
 
 # Seeds the window's seed box can hold (a QSpinBox is a signed 32-bit int); Regenerate's next seed wraps below it
 SEED_LIMIT = 2 ** 31
@@ -139,16 +138,10 @@ class Reply:
         return max([self.request.settings.gamma] + [e.gamma for e in self.events])
 
     @property
-    def estimated_speedup(self) -> float:
-        """The speedup vs AR that the window shows and the export writes."""
-        return estimated_speedup(self.events, self.reference, self.gamma)
-
-    @property
-    def estimate_beside_load(self) -> bool:
-        """Whether its estimate prices plain AR at the load its rounds met, by its own plain steps and with few
-        stalls they did not meet (engine.stats.ArTime.load_priced): a busy machine then leaves the estimate fair,
-        though not the tokens/s."""
-        return ArTime(self.events).load_priced
+    def speedup(self) -> SpeedupFigure:
+        """The speedup vs plain AR its rounds measured (engine.stats.SpeedupMeter): what the window shows and the
+        export writes."""
+        return self.stats.speedup
 
 
 @dataclass(frozen=True)
@@ -336,7 +329,6 @@ class TurnStarted:
 @dataclass(frozen=True)
 class RoundShown:
     event: RoundEvent
-    reference_s: float  # the single-token target step its speedup estimate uses
     live: bool
 
 

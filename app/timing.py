@@ -5,9 +5,9 @@ target pass ran (`RoundEvent.load`, the cached positions it attended to reckoned
 many of its rounds ran far slower. Without a cost model (a pair announced without one, chats saved before), the
 reference is the median of recent single-token target steps (the fresh measurement before each speculative
 reply, and every step of a plain AR run); a machine that stays busy makes that median slow too, so the check
-compares against the fastest step seen since the pair was loaded. The speedup estimate (app/speedup.py) charges
-plain AR the load the reply's own steps met (engine.stats.ArTime); the flag says that the reply's tokens/s, and
-any comparison run after it, met a machine far slower than its quiet speed. The cost model itself is judged when
+compares against the fastest step seen since the pair was loaded. The speedup figure is measured against the
+reply's own plain rounds (engine.stats.SpeedupMeter); the flag says that the reply's tokens/s, and any comparison
+run after it, met a machine far slower than its quiet speed. The cost model itself is judged when
 the pair loads, against the pair's last quiet timing on this machine (`QuietTimings`).
 """
 from __future__ import annotations
@@ -26,12 +26,18 @@ from PySide6.QtCore import QSettings
 
 from app.session import Runtime
 from engine.events import PairInfo, RoundEvent
-from engine.stats import BUSY_FACTOR, BUSY_SHARE, ArTime
+from engine.stats import BUSY_FACTOR, BUSY_SHARE, typical_load
 
 RECENT = 32  # samples kept: enough for a stable median, few enough to follow a change of machine load
 # A reply and its AR comparison whose rounds' typical loads differ by more than this factor met different machines:
 # one of them ran beside the window's drawing or another program and the other did not.
 LOAD_MISMATCH = 1.25
+# Other programs' CPU use while a reply was decoded, in cores on average, at or under which its slow steps were
+# this window's own (its drawing and the display server's, beside the decode on few cores): the machine was not busy.
+OTHERS_IDLE_CORES = 0.5
+# Steal time at or above this, in cores on average, is named among a slow reply's causes: a quiet decode on 2
+# virtual cores saw 0.04 (and once 0.23), slowed replies about 0.46.
+HOST_NOTABLE_CORES = 0.3
 
 
 class OtherPrograms:
@@ -120,7 +126,7 @@ def unequal_loads(reply: Sequence[RoundEvent], ar: Sequence[RoundEvent]) -> bool
     their measured ratio says more about the machine than about speculation."""
     if not reply or not ar or not all(e.ar_equivalent_s for e in (*reply, *ar)):
         return False
-    ratio = ArTime(reply).typical_load / ArTime(ar).typical_load
+    ratio = typical_load(reply) / typical_load(ar)
     return not 1 / LOAD_MISMATCH <= ratio <= LOAD_MISMATCH
 
 

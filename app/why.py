@@ -25,7 +25,7 @@ def drafting_of(settings: DecodeSettings) -> Drafting:
 @dataclass(frozen=True)
 class MeasuredPoint:
     """A reply, a fairly compared part of one, or a Compare drafters run of this session on the predicted-speedup
-    chart: its γ cap and its speedup vs AR (the measured comparison where it has one, else the reply's estimate)."""
+    chart: its γ cap and its speedup vs AR (the measured comparison where it has one, else the reply's live figure)."""
 
     drafting: Drafting
     gamma: int
@@ -38,11 +38,11 @@ class MeasuredPoint:
 
     def said(self) -> str:
         """The point's tooltip: what ran it, with which drafting and rule, and where its figure comes from."""
-        source = ("no fair Compare with AR: the reply's own estimate" if not self.measured
+        source = ("no fair Compare with AR: the reply's live figure" if not self.measured
                   else "a fair Compare with AR" if self.origin.startswith("reply") else "its plain AR run")
         rule = "cost-aware rounds" if self.cost_aware else "the confidence stop (the lines do not predict it)"
         return (f"{self.origin}: {self.drafting.label}, γ ≤ {self.gamma}, drafted by {rule}\n"
-                f"{'measured' if self.measured else 'estimated'} {self.speedup:.2f}× vs plain AR ({source})")
+                f"{'measured' if self.measured else 'live'} {self.speedup:.2f}× vs plain AR ({source})")
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
     profiles = {drafting: position_acceptance(rounds) for drafting, rounds in events.items()}
     points = []  # each with the rounds whose speed it is
     for numbered in shown:
-        # each fairly compared part is a dot of its own; with none, the reply's estimate stands, drawn hollow
+        # each fairly compared part is a dot of its own; with none, the reply's fair live figure stands, drawn hollow
         n_parts, reply = len(numbered.parts), numbered.whole
         fair = [(k, part, comparison)
                 for k, (part, comparison) in enumerate(zip(numbered.parts, numbered.comparisons), start=1)
@@ -136,9 +136,9 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
             origin = f"reply {numbered.number}" + (f", part {k} (of {n_parts})" if n_parts > 1 else "")
             points.append((MeasuredPoint(drafting_of(settings), part.gamma, comparison.speedup, True,
                                          settings.cost_aware, origin), comparison.spec_events or part.events))
-        if not fair and reply.estimated_speedup > 0:
+        if not fair and reply.speedup.fair:
             settings = reply.request.settings
-            points.append((MeasuredPoint(drafting_of(settings), reply.gamma, reply.estimated_speedup, False,
+            points.append((MeasuredPoint(drafting_of(settings), reply.gamma, reply.speedup.value, False,
                                          settings.cost_aware, f"reply {numbered.number}"), reply.events))
     for comparison in session.drafters:
         points += drafter_points(comparison)
@@ -239,6 +239,6 @@ def estimate_note(why: WhyGamma) -> str:
         return (f"{last.origin.capitalize()} measured {last.speedup:.2f}× on its own prompt (a fair Compare with "
                 "AR); the lines predict this chat's cost-aware rounds as a whole, at this machine's quietest "
                 f"timings, where no drafting gains {MARGIN - 1:.0%}: what drafts pay moves with the prompt.")
-    return (f"{last.origin.capitalize()}'s own estimate, {last.speedup:.2f}× (hollow dot), is its rounds' time "
-            "against plain AR priced at the load they met; the lines are predicted from this machine's quietest "
+    return (f"{last.origin.capitalize()}'s live figure, {last.speedup:.2f}× (hollow dot), is its rounds' time "
+            "against its own plain rounds at the load they met; the lines are predicted from this machine's quietest "
             "timings, where no drafting gains that much. Compare with AR measures which holds here.")

@@ -6,11 +6,11 @@ E = (1 − α^(γ+1)) / (1 − α) assumes. `acceptance_rate` (accepted / drafte
 """
 from __future__ import annotations
 
-from collections import deque
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from bisect import insort
-from statistics import median
+from statistics import median, quantiles
 
 from engine.events import RoundEvent
 
@@ -43,22 +43,25 @@ class ReplyStats:
     decode_s: float  # all rounds
     wall_s: float  # prefill + all rounds
     tokens_per_s: float  # while decoding (n_tokens / decode_s): reading a long prompt is not the decoding's speed
-    estimated_speedup: float  # vs plain AR (ar_time_s), over the rounds
+    speedup: SpeedupFigure  # vs plain AR, measured against the reply's own plain rounds
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "speedup": self.speedup.as_dict()}
 
 
-PLAIN_ROUNDS = 8  # from this many plain target steps among a reply's rounds, what they took stands for AR's
-LOCAL_PLAIN_ROUNDS = 32  # the last plain steps whose median prices a round: the machine's load near it in time
 BUSY_FACTOR = 2.0  # a timing this many times the reference is a stall, not the model's speed
 BUSY_SHARE = 0.2  # the share of a reply's time in stalled rounds above which its numbers are flagged
 # A reply the machine's load stalled goes on with one thread (app.worker) and keeps it where, over its next
 # LOADED_ROUNDS rounds, its tokens came ONE_THREAD_GAIN times as fast as over the LOADED_ROUNDS before: a smaller
-# gain is one run's spread (±10 % here), and all threads are where every decode starts. (The twenty-fifth walk saw a
-# reply stay on one thread, "faster", at 21.5-21.9 ms a step against 21.7 on two.)
+# gain is one run's spread (±10 % here), and all threads are where every decode starts.
 LOADED_ROUNDS = 8
 ONE_THREAD_GAIN = 1.1
+# The live speedup is measured against the reply's own plain rounds (engine.decoding.costs probes them while it
+# drafts): from MEASURED_PLAIN_ROUNDS of them on, and as a fair figure only while the band of their median's
+# uncertainty (a notched box plot's: ±1.57·IQR/√n) stays within FAIR_SPREAD of the figure.
+MEASURED_PLAIN_ROUNDS = 2
+FAIR_SPREAD = 0.15
+MEDIAN_NOTCH = 1.57
 
 
 def token_pace_s(events: Sequence[RoundEvent]) -> float:
@@ -71,123 +74,130 @@ def went_faster(before: Sequence[RoundEvent], after: Sequence[RoundEvent]) -> bo
     return token_pace_s(after) * ONE_THREAD_GAIN < token_pace_s(before)
 
 
-class ArTime:
-    """What plain AR would take for the tokens of the rounds added so far: the cost model's quiet-machine figure
-    (RoundEvent.ar_equivalent_s) at the load the rounds met, or tokens × a reference single-token step for rounds
-    without a cost model.
+def is_plain(event: RoundEvent) -> bool:
+    """A round that drafted nothing: one plain target step, what plain AR runs for every token."""
+    return not event.gamma and len(event.emitted) == 1
 
-    Where the rounds hold at least PLAIN_ROUNDS plain target steps (rounds that drafted nothing), those steps
-    price plain AR: each is the step plain AR would have run, on the same machine at the same moment, the
-    window's drawing and its bursts beside it included (in the window a streamed plain AR reply ran at 114 tok/s,
-    the same prompt undrawn at 155). A plain step is priced at what it took (its drafting decision left out), so
-    a reply of plain steps reads 1x however the machine stalled; every other round at its quiet cost times the
-    median load (time over quiet cost) of the last LOCAL_PLAIN_ROUNDS plain steps up to it, the load near it in
-    time, and the rounds before at the first such median. A load that moved during a reply (a host taking back a
-    virtual machine's cores) prices plain AR as it would have run at each moment (one load for the whole reply
-    read 2.4x for rounds at 1.03 tokens each); a median, as one plain step stalled 81 times over its quiet cost
-    by another program must not price the 31 rounds after it (a mean read 1.84x for 35 plain steps).
-    Otherwise every round is priced at the median of the rounds' loads as a plain step met them
-    (RoundEvent.plain_load: a drafted block's load carried over by how much more the pair's recent plain steps
-    were slowed), which leaves out what slowed the rest of a drafted round: a median, as a drafted round slowed by
-    what only it met (the draft's run evicting the target's weights) must not make plain AR look dearer. Each round is added in O(log n) for the
-    window's running estimate.
 
-    A continued reply's parts were decoded at other moments (a part's rounds are numbered from 0 again): each part
-    is priced at its own loads. One load for all had priced a quiet continuation's rounds at a busy first part's
-    4.9x, and the whole reply read 1.76x where its parts read 0.93x and 1.88x over 8.2 s and 1.1 s."""
+def plain_s(event: RoundEvent) -> float:
+    """What a plain round's step took: its round without its drafting decision, which plain AR does not make."""
+    return event.round_s - event.draft_s
+
+
+@dataclass(frozen=True)
+class SpeedupFigure:
+    """A reply's speedup over plain AR, measured: its tokens per second over its rounds against its own plain
+    rounds' under the same load. `value` is None where it is not measured yet; `note` says why a figure is not a
+    fair one (empty where it is)."""
+
+    value: float | None
+    low: float = 0.0
+    high: float = 0.0
+    plain_rounds: int = 0
+    note: str = ""
+
+    @property
+    def fair(self) -> bool:
+        return self.value is not None and not self.note
+
+    def as_dict(self) -> dict:
+        return {"value": self.value, "low": self.low, "high": self.high, "plain_rounds": self.plain_rounds,
+                "fair": self.fair, "note": self.note}
+
+
+def _median_band(sorted_values: list[float]) -> tuple[float, float, float]:
+    """The median of these sorted values and its uncertainty band (a notched box plot's)."""
+    n = len(sorted_values)
+    mid = median(sorted_values)
+    q1, q3 = (quantiles(sorted_values, n=4, method="inclusive")[i] for i in (0, 2)) if n > 1 else (mid, mid)
+    half = MEDIAN_NOTCH * (q3 - q1) / math.sqrt(n)
+    return mid, max(0.0, mid - half), mid + half
+
+
+class SpeedupMeter:
+    """The live speedup of one reply, added round by round: the one place the figure is computed (the CLI's
+    --json, the window's charts and footer, the export and the bench all read it).
+
+    Plain AR's time for the reply's tokens is measured, not predicted: each plain round (a round that drafted
+    nothing is a plain AR step, its drafting decision left out) took what it took, and every other round's tokens
+    are priced at the plain rounds' median load (time over the cost model's quiet price for the step, which follows
+    the cached positions; one unit per token without a cost model) times their quiet price. A continued reply's
+    parts were decoded at other moments: each part is measured by its own plain rounds."""
 
     def __init__(self, events: Iterable[RoundEvent] = ()):
-        self.rounds_s = 0.0  # every part's rounds, in full
-        self.stalled_unpriced_s = 0.0  # ... and those of its rounds that drafted and stalled (BUSY_FACTOR)
-        self.earlier_s = 0.0  # the earlier parts' plain AR time, each at its own loads
-        self.earlier_unmodelled = 0
-        self.earlier_priced_by_plain_steps = True
+        self.parts: list[tuple[float, float, float, int]] = []  # finished parts: AR seconds (mid, low, high), plain n
+        self.rounds_s = 0.0
+        self.stalled_s = 0.0  # drafted rounds' time that stalled (BUSY_FACTOR): a load no plain round met
+        self.tokens = 0
+        self.rounds = 0
         self._start_part()
         for event in events:
             self.add(event)
 
     def _start_part(self) -> None:
-        self.loads: list[float] = []  # sorted
-        self.plain_load_sum = 0.0
-        self.plain_rounds = 0
-        self.recent_plain: deque[float] = deque(maxlen=LOCAL_PLAIN_ROUNDS)
-        self.quiet: list[float] = []  # per round of the part: its quiet plain AR seconds
-        self.plain_s: list[float] = []  # ... and, for a plain step, what it took (0 for the other rounds)
-        self.quiet_s = 0.0
-        self.prices: list[float] = []  # and those at its load, from when the part's plain steps price it
-        self.priced_s = 0.0
-        self.unmodelled_tokens = 0
+        self.plain_own_s = 0.0  # the part's plain rounds' own time
+        self.loads: list[float] = []  # sorted: each plain round's time over its quiet price
+        self.priced = 0.0  # the quiet price of the part's other rounds' tokens
 
     def add(self, event: RoundEvent) -> None:
-        if event.index == 0 and self.loads:  # a continuation's first round
-            self.earlier_s += self._part_s
-            self.earlier_unmodelled += self.unmodelled_tokens
-            self.earlier_priced_by_plain_steps &= self._part_priced_by_plain_steps
+        if event.index == 0 and self.rounds:  # a continuation's first round
+            self.parts.append((*self._part_ar_s(), len(self.loads)))
             self._start_part()
-        insort(self.loads, event.plain_load or event.load)
-        quiet = event.ar_equivalent_s
-        plain_s = 0.0
-        if not quiet:
-            self.unmodelled_tokens += len(event.emitted)
-        elif not event.gamma and len(event.emitted) == 1:
-            plain_s = event.round_s - event.draft_s
-            self.plain_load_sum += plain_s / quiet
-            self.plain_rounds += 1
-            self.recent_plain.append(plain_s / quiet)
-        elif event.load > BUSY_FACTOR:
-            self.stalled_unpriced_s += event.round_s
+        quiet = event.ar_equivalent_s or len(event.emitted)
+        if is_plain(event):
+            self.plain_own_s += plain_s(event)
+            insort(self.loads, plain_s(event) / quiet)
+        else:
+            self.priced += quiet
+            self.stalled_s += event.round_s if event.ar_equivalent_s and event.load > BUSY_FACTOR else 0.0
         self.rounds_s += event.round_s
-        self.quiet.append(quiet)
-        self.plain_s.append(plain_s)
-        self.quiet_s += quiet
-        if self._part_priced_by_plain_steps:  # this round, and the first time those before it, at the recent load
-            load = median(self.recent_plain)
-            start = len(self.prices)
-            priced = [own or q * load for q, own in zip(self.quiet[start:], self.plain_s[start:])]
-            self.prices += priced
-            self.priced_s += sum(priced)
+        self.tokens += len(event.emitted)
+        self.rounds += 1
+
+    def _part_ar_s(self) -> tuple[float, float, float]:
+        if not self.loads:
+            return 0.0, 0.0, 0.0
+        mid, low, high = _median_band(self.loads)
+        return tuple(self.plain_own_s + self.priced * load for load in (mid, low, high))
+
+    def round_speedup(self, event: RoundEvent) -> float:
+        """One round's own figure at the part's plain load so far (0 before a plain round is measured)."""
+        if not self.loads or event.round_s <= 0:
+            return 0.0
+        if is_plain(event):
+            return plain_s(event) / event.round_s
+        return (event.ar_equivalent_s or len(event.emitted)) * median(self.loads) / event.round_s
 
     @property
-    def part_prices(self) -> list[float]:
-        """The last part's rounds' plain AR seconds, cost model's rounds only (0 for the others)."""
-        if self._part_priced_by_plain_steps:
-            return self.prices
-        load = self.typical_load
-        return [q * load for q in self.quiet]
+    def figure(self) -> SpeedupFigure:
+        parts = [*self.parts, (*self._part_ar_s(), len(self.loads))]
+        fewest = min(n for *_, n in parts)
+        if self.rounds_s <= 0 or fewest < MEASURED_PLAIN_ROUNDS:
+            return SpeedupFigure(None, plain_rounds=fewest,
+                                 note=f"not measured yet: {fewest} of the {MEASURED_PLAIN_ROUNDS} plain rounds it needs")
+        mid, low, high = (sum(column) / self.rounds_s for column in list(zip(*parts))[:3])
+        note = ""
+        if (high - low) / 2 > FAIR_SPREAD * mid:
+            note = f"machine busy: its plain rounds varied ±{(high - low) / 2 / mid:.0%}"
+        elif self.stalled_s > BUSY_SHARE * self.rounds_s:
+            note = f"machine busy: {self.stalled_s / self.rounds_s:.0%} of its time stalled in drafted rounds"
+        elif mid > self.tokens / self.rounds * 1.02:
+            # every round costs at least a plain step: a figure above its tokens a round met another load
+            note = f"above the {self.tokens / self.rounds:.2f} tokens a round it made"
+        return SpeedupFigure(mid, low, high, fewest, note)
 
-    @property
-    def _part_s(self) -> float:
-        return self.priced_s if self._part_priced_by_plain_steps else self.quiet_s * self.typical_load
 
-    @property
-    def priced_by_plain_steps(self) -> bool:
-        """Whether plain AR is priced as the rounds' own plain steps ran, in every part: a busy moment then slowed
-        both alike."""
-        return self.earlier_priced_by_plain_steps and self._part_priced_by_plain_steps
+def typical_load(events: Sequence[RoundEvent]) -> float:
+    """The load these rounds met, their median's: a plain round's time over its quiet price, a drafted round's
+    RoundEvent.plain_load (its block's, as a plain step would have met it) or, where not recorded, its load."""
+    loads = [plain_s(e) / e.ar_equivalent_s if is_plain(e) and e.ar_equivalent_s else e.plain_load or e.load
+             for e in events]
+    return median(loads) if loads else 1.0
 
-    @property
-    def load_priced(self) -> bool:
-        """Whether plain AR is priced at the load the rounds met: by their own plain steps (priced_by_plain_steps)
-        and with no more than BUSY_SHARE of their time in drafted rounds that stalled, a load no plain step met
-        (a reply whose first round stalled 830 ms of its 1.26 s read 0.57x beside 1.74x for the same rounds)."""
-        return self.priced_by_plain_steps and self.stalled_unpriced_s <= BUSY_SHARE * self.rounds_s
 
-    @property
-    def _part_priced_by_plain_steps(self) -> bool:
-        return self.plain_rounds >= PLAIN_ROUNDS
-
-    @property
-    def typical_load(self) -> float:
-        """The last part's, over all its rounds."""
-        if self._part_priced_by_plain_steps:
-            return self.plain_load_sum / self.plain_rounds
-        n = len(self.loads)
-        if not n:
-            return 1.0
-        return self.loads[n // 2] if n % 2 else (self.loads[n // 2 - 1] + self.loads[n // 2]) / 2
-
-    def seconds(self, reference_s: float) -> float:
-        return self.earlier_s + self._part_s + (self.earlier_unmodelled + self.unmodelled_tokens) * reference_s
+def measured_speedup(events: Iterable[RoundEvent]) -> SpeedupFigure:
+    """The speedup over plain AR these rounds measure (SpeedupMeter)."""
+    return SpeedupMeter(events).figure
 
 
 def reply_stats(events: Sequence[RoundEvent]) -> ReplyStats:
@@ -198,7 +208,6 @@ def reply_stats(events: Sequence[RoundEvent]) -> ReplyStats:
     prefill_s = sum(e.prefill_s for e in events)
     rounds_s = sum(e.round_s for e in events)
     wall_s = prefill_s + rounds_s
-    ar_s = ArTime(events).seconds(events[-1].target_step_s if events else 0.0)
     return ReplyStats(
         n_rounds=len(events), n_tokens=n_tokens, n_drafted=n_drafted, n_verified=n_verified, n_accepted=n_accepted,
         alpha=n_accepted / n_verified if n_verified else 0.0,
@@ -207,7 +216,7 @@ def reply_stats(events: Sequence[RoundEvent]) -> ReplyStats:
         draft_s=sum(e.draft_s for e in events), verify_s=sum(e.verify_s for e in events),
         prefill_s=prefill_s, decode_s=rounds_s, wall_s=wall_s,
         tokens_per_s=n_tokens / rounds_s if rounds_s > 0 else 0.0,
-        estimated_speedup=ar_s / rounds_s if rounds_s > 0 else 0.0,
+        speedup=measured_speedup(events),
     )
 
 

@@ -84,7 +84,7 @@ class AnalysisPane(QSplitter):
         self.charts.most_per_round = max(self.charts.most_per_round, gammas[-1] + 1.0)
 
     def on_round_received(self, shown: RoundShown) -> None:
-        self.charts.add_round(shown.event, shown.reference_s)
+        self.charts.add_round(shown.event)
         self.why_charts.add_round(shown.event, self._speculative)
 
     def on_reply_finished(self, shown: ReplyShown) -> None:
@@ -205,7 +205,7 @@ def reply_charts(numbered: NumberedReply, size: QSize) -> ChartsPanel:
     charts.start_reply(reply.gamma, speculative=reply.speculative)
     for number, (part, comparison) in enumerate(zip(numbered.parts, numbered.comparisons), start=1):
         for event in part.events:
-            charts.add_round(event, reply.reference)
+            charts.add_round(event)
         if comparison is not None and comparison.fair:
             charts.show_measured_speedup(comparison.speedup, part, number)
     charts.refresh()

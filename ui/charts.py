@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from app.session import Reply
 from engine.events import RoundEvent
-from engine.stats import ArTime, expected_tokens_per_round, round_alpha
+from engine.stats import SpeedupMeter, expected_tokens_per_round, round_alpha
 
 REFRESH_MS = 250  # charts redraw at most 4 times a second while a reply streams (why: chat_view.FLUSH_MS)
 X_STEP = 20  # the x axis grows in steps of this many rounds
@@ -29,45 +29,31 @@ COLUMNS = ("alpha", "alpha_mean", "tokens", "tokens_mean", "expected", "speedup"
 
 
 class RoundBuffers:
-    """Per-round series of one reply; running sums make each append O(1), but for the speedup estimates: each
-    round of a part is priced at the load the machine had near it (engine.stats.ArTime), the rounds not yet priced
-    by plain steps at the part's typical load so far, so their points are priced anew as that load moves, and the
-    whole reply's line stays a mean of the rounds'."""
+    """Per-round series of one reply; running sums make each append O(1). The speedup series are the reply's
+    measured figure as it stood after each round (engine.stats.SpeedupMeter): each round's own, and the whole
+    reply's so far; none before the reply's plain rounds measure plain AR."""
 
     def __init__(self, capacity: int = 1024, speculative: bool = True):
-        self.speculative = speculative  # a speculative reply: each round has an estimate, zero-draft rounds too
+        self.speculative = speculative  # a speculative reply: each round has a figure, zero-draft rounds too
         self.n = 0
         self.x = np.arange(1, capacity + 1, dtype=float)
         self.y = {name: np.full(capacity, np.nan) for name in COLUMNS}
         self.accepted = self.verified = self.tokens = 0
         self.drafts_made: Counter[int] = Counter()  # rounds by their number of drafts, for the seed's E
-        self.rounds_s = 0.0
-        self.ar = ArTime()  # what plain AR would have taken for the tokens so far
-        # per round: its time and its tokens without a cost model
-        self.round_time, self.unmodelled = np.zeros(capacity), np.zeros(capacity)
-        self.part_start = 0  # the first round of the part being decoded (a continuation's rounds count from 0)
+        self.meter = SpeedupMeter()
 
     def clear(self, speculative: bool = True) -> None:
         self.__init__(len(self.x), speculative)
 
-    def append(self, event: RoundEvent, reference_s: float, most_per_round: float) -> None:
-        """`reference_s` is the single-token step a round without a cost-model figure is estimated by; no estimate
-        exceeds `most_per_round` (γ + 1). A plain AR reply has no speedup to chart: it is the baseline."""
+    def append(self, event: RoundEvent) -> None:
+        """A plain AR reply has no speedup to chart: it is the baseline."""
         if self.n == len(self.x):  # rare: grow by doubling, still no per-round allocation
             self.x = np.arange(1, 2 * self.n + 1, dtype=float)
             self.y = {k: np.concatenate([v, np.full(self.n, np.nan)]) for k, v in self.y.items()}
-            self.round_time, self.unmodelled = (np.concatenate([a, np.zeros(self.n)])
-                                                for a in (self.round_time, self.unmodelled))
         i, n_tokens = self.n, len(event.emitted)
         self.accepted += event.n_accepted
         self.verified += len(event.drafted)
         self.tokens += n_tokens
-        if event.index == 0 and i:
-            self.part_start = i
-        self.rounds_s += event.round_s
-        self.ar.add(event)
-        self.round_time[i] = event.round_s
-        self.unmodelled[i] = 0 if event.ar_equivalent_s else n_tokens
         alpha = round_alpha(event)
         running_alpha = self.accepted / self.verified if self.verified else None
         self.y["alpha"][i] = np.nan if alpha is None else alpha
@@ -81,26 +67,10 @@ class RoundBuffers:
                                  if running_alpha is not None else 1.0)
         self.n += 1
         if self.speculative:
-            self._price_part(reference_s, most_per_round)
-
-    def _price_part(self, reference_s: float, most_per_round: float) -> None:
-        """The speedup estimates of the part's rounds so far, each round's and the whole reply's up to it, as
-        `app.speedup.estimated_speedup` prices them: the part's rounds as ArTime does, earlier parts' as they ended."""
-        part = slice(self.part_start, self.n)
-        rounds_s, unmodelled = self.round_time[part], self.unmodelled[part]
-        ar_s = np.asarray(self.ar.part_prices) + unmodelled * reference_s
-        before_s = self.rounds_s - rounds_s.sum()
-        earlier_ar_s = self.ar.earlier_s + self.ar.earlier_unmodelled * reference_s
-        rounds_so_far, ar_so_far = before_s + np.cumsum(rounds_s), earlier_ar_s + np.cumsum(ar_s)
-        no_reference = reference_s <= 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            each = np.minimum(most_per_round, ar_s / rounds_s)
-            whole = np.minimum(most_per_round, ar_so_far / rounds_so_far)
-        self.y["speedup"][part] = np.where((rounds_s <= 0) | (ar_s <= 0) | (no_reference & (unmodelled > 0)),
-                                           np.nan, each)
-        unmodelled_so_far = self.ar.earlier_unmodelled + np.cumsum(unmodelled)
-        self.y["speedup_mean"][part] = np.where((rounds_so_far <= 0) | (ar_so_far <= 0)
-                                                | (no_reference & (unmodelled_so_far > 0)), np.nan, whole)
+            self.meter.add(event)
+            figure = self.meter.figure
+            self.y["speedup"][i] = self.meter.round_speedup(event) or np.nan
+            self.y["speedup_mean"][i] = np.nan if figure.value is None else figure.value
 
     def series(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         return self.x[: self.n], self.y[name][: self.n]
@@ -201,12 +171,12 @@ class ChartsPanel(QWidget):
         self.tokens_plot = _plot("tokens emitted per round (accepted drafts + the correction or bonus token) beside "
                                  "the seed's E = (1 − α^(γ+1)) / (1 − α) at the running α, averaged over the rounds' own γ (the why "
                                  "tab's seed's E)", "tokens")
-        self.speedup_plot = _plot("estimated speedup = what plain AR would take for the round's tokens (the pair's "
-                                  "cost model; without one, tokens × the median of recent single-token target steps) "
-                                  "/ round time, at most γ + 1, for each round (thin) and for the whole reply so far "
-                                  "(thick: all its tokens over all its time, so a few slow rounds weigh more than many "
-                                  "quick ones and can hold it below most rounds' points); the red dashed line is the "
-                                  "measured AR comparison, the grey line plain AR (1×)", "×")
+        self.speedup_plot = _plot("measured speedup = what the reply's own plain rounds (rounds that drafted nothing, "
+                                  "run now and then to measure plain AR under the load of now) say plain AR takes "
+                                  "for a round's tokens / the round's time, for each round (thin) and for the whole "
+                                  "reply so far (thick: all its tokens over all its time); none until two plain "
+                                  "rounds are measured. The red dashed line is the AR comparison run undrawn, the grey "
+                                  "line plain AR (1×)", "×")
         thin = dict(width=1)
         self.curves = {
             # dotted too: a drafting round between rounds that drafted nothing has no neighbour to draw a line to
@@ -218,13 +188,13 @@ class ChartsPanel(QWidget):
             "tokens_mean": self.tokens_plot.plot(pen=pg.mkPen("#263238", width=2), name="running mean"),
             "expected": self.tokens_plot.plot(pen=pg.mkPen("#ef6c00", width=2, style=Qt.PenStyle.DashLine),
                                               name="seed's E"),
-            "speedup": self.speedup_plot.plot(pen=pg.mkPen("#9fa8da", **thin), name="round estimate",
+            "speedup": self.speedup_plot.plot(pen=pg.mkPen("#9fa8da", **thin), name="round",
                                               connect="finite"),
-            "speedup_mean": self.speedup_plot.plot(pen=pg.mkPen("#1a237e", width=2), name="whole reply so far",
+            "speedup_mean": self.speedup_plot.plot(pen=pg.mkPen("#1a237e", width=2), name="whole reply so far (measured)",
                                                    connect="finite"),
         }
         self.baseline = pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#9e9e9e", width=1))
-        # Named in the legend, not by a label on the line: the estimate curves ran through that label. Over the
+        # Named in the legend, not by a label on the line: the live curves ran through that label. Over the
         # rounds the comparison decoded again: the whole reply's, or a continued part's only.
         self.measured = self.speedup_plot.plot(pen=pg.mkPen("#c62828", width=2, style=Qt.PenStyle.DashLine),
                                                connect="finite")
@@ -270,9 +240,8 @@ class ChartsPanel(QWidget):
         self.measured_parts = []
         self._show_measured()
 
-    def add_round(self, event: RoundEvent, reference_s: float) -> None:
-        """`reference_s`: the single-token target step the round's speedup estimate uses."""
-        self.buffers.append(event, reference_s, self.most_per_round)
+    def add_round(self, event: RoundEvent) -> None:
+        self.buffers.append(event)
         self._dirty = True
 
     def show_measured_speedup(self, speedup: float, part: Reply | None = None, number: int = 1) -> None:

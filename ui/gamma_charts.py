@@ -99,9 +99,9 @@ class PositionCounts:
 
 
 # (cost-aware, measured, the legend's dot, what it says after the drafting's name)
-DOT_KINDS = ((True, True, "●", "measured"), (True, False, "○", "estimated"),
+DOT_KINDS = ((True, True, "●", "measured"), (True, False, "○", "live"),
              (False, True, "▲", "by the confidence stop, measured"),
-             (False, False, "△", "by the confidence stop, estimated"))
+             (False, False, "△", "by the confidence stop, live"))
 
 
 def dot_positions(points) -> list[float]:
@@ -197,8 +197,8 @@ class WhyGammaPanel(QWidget):
                                   "model and this chat's acceptance by position with each drafting, scaled to pass "
                                   "through what was measured with that drafting; the dots are this chat's replies "
                                   "and Compare drafters runs (filled: measured by a fair Compare with AR or by "
-                                  "Compare drafters, hollow: estimated, where no Compare ran or it met a busy "
-                                  "machine); grey: plain AR (1×)", "×")
+                                  "Compare drafters, hollow: the reply's own live figure, measured against its plain "
+                                  "rounds, where no Compare ran or it met a busy machine); grey: plain AR (1×)", "×")
         count_axis(self.speedup_plot, "γ (most drafts per round)")
         self.predicted = {d: self.speedup_plot.plot(pen=pg.mkPen(COLOURS[d], width=2), name=f"{DRAFTING_NAMES[d]}")
                           for d in DRAFTING_NAMES}

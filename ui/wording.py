@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from app.session import Comparison, Reply
-from app.speedup import HOST_NOTABLE_CORES, OTHERS_IDLE_CORES
+from app.timing import HOST_NOTABLE_CORES, OTHERS_IDLE_CORES
 from engine.events import DecodeSettings, Mode, PairInfo, PrefillProgress
-from engine.stats import ReplyStats
+from engine.stats import ReplyStats, SpeedupFigure
 
 
 def reply_header(settings: DecodeSettings, gammas: tuple[int, ...] = ()) -> str:
@@ -39,12 +39,21 @@ ONE_RUN = " (one run each)"
 SHORT = " (too few tokens to time — not a fair number)"
 UNDRAFTED = " (little or nothing drafted: both runs did nearly plain AR's work — not a speedup)"
 BEYOND_ROUNDS = " (more than its tokens per round allow: the runs met the machine differently — not a fair number)"
-# The two speedups answer two questions. The estimate is of the reply as it was drawn, token by token, as it streamed:
-# plain AR would have paid that drawing per token too, which pulls the ratio toward 1×. Compare with AR decodes both
-# again undrawn. On 2 cores, 8 held-out prompts: estimates 0.95-1.01× beside measured 0.89-1.22×, where a measured
-# figure moves as much with the machine between its two runs as with speculation.
-ESTIMATED_HOW = "drawn"
-MEASURED_HOW = "undrawn"  # after the estimate's "vs AR": Compare with AR's measured speedup says what it is of
+# The two speedups answer two questions. The live figure is of the reply as it was drawn, token by token, as it
+# streamed, against its own plain rounds drawn alike, which pulls the ratio toward 1×. Compare with AR decodes both
+# again undrawn, and its figure moves as much with the machine between its two runs as with speculation.
+LIVE_HOW = "drawn"
+MEASURED_HOW = "undrawn"  # after the live figure's "vs AR": Compare with AR's measured speedup says what it is of
+
+
+def speedup_said(figure: SpeedupFigure) -> str:
+    """A reply's live speedup (engine.stats.SpeedupFigure) in a few words: the figure and its band, or why there is
+    none, or why it is not a fair one. The window's stats line and the CLI's summary both say it so."""
+    if figure.value is None:
+        return f"× vs AR {figure.note}"
+    if not figure.fair:
+        return f"{figure.value:.2f}× vs AR, {LIVE_HOW} ({figure.note} — not a fair number)"
+    return f"{figure.value:.2f}× vs AR, {LIVE_HOW} ({figure.low:.2f}–{figure.high:.2f})"
 
 
 def comparison_caveat(comparison: Comparison) -> str:
@@ -113,16 +122,14 @@ def stats_figures(reply: Reply) -> list[Figure]:
     s = reply.stats
     if not s.n_tokens:  # stopped before its first round: no figures to give
         return [Figure("stopped while reading the prompt: no tokens yet" if reply.stopped else "no tokens", Keep.SIZE)]
-    # A busy machine slows the tokens/s; the estimate stays fair where it is priced by the reply's own plain steps
-    estimate_fair = not reply.machine_busy or reply.estimate_beside_load
+    # A busy machine slows the tokens/s; the live figure stays fair where the reply's own plain rounds met it alike
+    estimate_fair = not reply.machine_busy or reply.speedup.fair
     figures = [Figure(f"{s.n_tokens} tokens in {s.n_rounds} rounds", Keep.SIZE),
                Figure(f"{s.tokens_per_s:.1f} tok/s" + (BUSY if reply.machine_busy and estimate_fair else ""),
                       Keep.SPEED)]
     if reply.speculative:
         figures += [Figure(alpha_wording(s), Keep.ALPHA), Figure(f"{s.tokens_per_round:.2f} tok/round", Keep.RATE),
-                    Figure(f"est. {reply.estimated_speedup:.2f}× vs AR, {ESTIMATED_HOW}"
-                           + ("" if estimate_fair else UNFAIR),
-                           Keep.ESTIMATE)]
+                    Figure(speedup_said(reply.speedup), Keep.ESTIMATE)]
     if s.prefill_s >= SHOWN_PREFILL_S:
         figures.append(Figure(f"prompt read in {s.prefill_s:.1f} s", Keep.DETAIL))
     if reply.stopped:
@@ -161,10 +168,10 @@ def outside_causes(reply: Reply) -> list[str]:
 def busy_note(reply: Reply) -> str | None:
     """The warning under a reply whose target steps ran far slower than this machine's quiet speed, where its
     estimate could not allow for it; None otherwise (where it did, the stats line's "(machine busy)" says enough)."""
-    if not reply.machine_busy or reply.estimate_beside_load:
+    if not reply.machine_busy or reply.speedup.fair:
         return None
     return (f"The machine was busy during this reply (target steps ran far slower than this machine's quiet speed: "
-            f"{load_cause(reply)}): its timings and speedup estimate are not a fair number.")
+            f"{load_cause(reply)}): its timings and speedup are not a fair number.")
 
 
 def unbreakable(line: str) -> str:
@@ -215,25 +222,25 @@ def comparison_line(comparison: Comparison, reply: Reply) -> str:
     if comparison.identical is not None:
         line += " · greedy outputs identical" if comparison.identical else " · greedy outputs differ"
     if estimate_apart(comparison, reply):
-        line += " · the reply's est. × was of it as drawn"
+        line += " · the reply's live × was of it as drawn"
     return line
 
 
 def estimate_apart(comparison: Comparison, reply: Reply) -> str:
-    """Why a greedy reply's est. × stands apart from its measurement, or drawing slowed it, in both factors (the
-    comparison line's details, shown on demand); "" where neither."""
-    drawn, estimate = reply.stats.tokens_per_s, reply.estimated_speedup
+    """Why a greedy reply's live × stands apart from its measurement undrawn, or drawing slowed it, in both factors
+    (the comparison line's details, shown on demand); "" where neither."""
+    drawn, estimate = reply.stats.tokens_per_s, reply.speedup.value or 0.0
     apart = estimate > 0 and comparison.speedup > 0 and not 1 / EST_APART <= estimate / comparison.speedup <= EST_APART
     if comparison.stopped or not comparison.spec_tokens or not reply.request.settings.greedy or not (
             drawn < DRAWN_SLOWER * comparison.spec_tokens_per_s or apart):
         return ""
-    # est. / measured = (drawn / undrawn reply) × (undrawn AR / AR as the estimate priced it): both factors said
+    # live / measured = (drawn / undrawn reply) × (undrawn AR / AR as the reply's plain rounds ran): both factors said
     slower = 1 - drawn / comparison.spec_tokens_per_s
     said = (f"Drawn as it streamed, the reply made {drawn:.1f} tok/s, {abs(slower):.0%} "
-            f"{'below' if slower >= 0 else 'above'} its undrawn run: its est. × is of the reply as drawn")
+            f"{'below' if slower >= 0 else 'above'} its undrawn run: its live × is of the reply as drawn")
     if estimate > 0:
-        said += (f" ({estimate:.2f}×, pricing plain AR at about {drawn / estimate:.1f} tok/s by the load its rounds "
-                 f"met, where undrawn it made {comparison.ar_tokens_per_s:.1f})")
+        said += (f" ({estimate:.2f}×, against plain AR at about {drawn / estimate:.1f} tok/s as its own plain rounds "
+                 f"ran, where undrawn it made {comparison.ar_tokens_per_s:.1f})")
     return said + "."
 
 

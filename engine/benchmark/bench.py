@@ -27,8 +27,8 @@ from engine.benchmark.peer_process import PeerError, ended
 from engine.benchmark.vllm_peer import VLLM_METHODS
 from engine.events import Drafting, RoundEvent
 from engine.remote_records import EngineSpecStats
-from engine.stats import (PositionAcceptance, expected_tokens_per_round, modelled_speedup, per_position_acceptance,
-                          position_acceptance, reply_stats)
+from engine.stats import (PositionAcceptance, expected_tokens_per_round, measured_speedup, modelled_speedup,
+                          per_position_acceptance, position_acceptance, reply_stats)
 
 # spec: our decoder with its default drafter (draft model + context lookup); spec_draft: the draft model alone;
 # spec_lookup: context lookup alone, no draft model (drafters.LookupDrafter);
@@ -681,8 +681,9 @@ def engine_spec_summary(row: Row, tokens: int) -> dict:
 
 
 def predicted_vs_measured(row: Row, ar: Row | None) -> dict:
-    """The cost model's speedup (AR time of the tokens / the rounds' planned time) beside the measured one,
-    per prompt: tokens/s of the row's replies to it over the AR row's."""
+    """The cost model's speedup (AR time of the tokens / the rounds' planned time) and the replies' live figure (what
+    the window and `generate --json` show: engine.stats.measured_speedup) beside the measured one, per prompt:
+    tokens/s of the row's replies to it over the AR row's."""
     def speed(runs: list[Run]) -> float:
         wall = sum(r.wall_s for r in runs)
         return sum(len(r.tokens) for r in runs) / wall if wall > 0 else 0.0
@@ -695,13 +696,19 @@ def predicted_vs_measured(row: Row, ar: Row | None) -> dict:
         predicted = _ratio(sum(e.ar_equivalent_s for e in events), planned) if planned else None
         ar_runs = [r for r in (ar.runs if ar else []) if r.prompt_index == index]
         measured = _ratio(speed(runs), speed(ar_runs)) if ar_runs else None
-        per_prompt.append({"prompt": index, "predicted_speedup": predicted, "measured_speedup": measured})
+        live = measured_speedup(events)
+        per_prompt.append({"prompt": index, "predicted_speedup": predicted, "measured_speedup": measured,
+                           "live_speedup": live.as_dict()})
     events = [e for r in row.runs for e in r.events or []]
     planned = sum(e.planned_s for e in events)
     errors = [abs(p["predicted_speedup"] / p["measured_speedup"] - 1) for p in per_prompt
               if p["predicted_speedup"] and p["measured_speedup"]]
+    live_errors = [abs(p["live_speedup"]["value"] / p["measured_speedup"] - 1) for p in per_prompt
+                   if p["live_speedup"]["value"] and p["measured_speedup"]]
     return {"predicted_speedup": _ratio(sum(e.ar_equivalent_s for e in events), planned) if planned else None,
             "per_prompt": per_prompt, "prediction_error_max": max(errors) if errors else None,
+            "live_error_max": max(live_errors) if live_errors else None,
+            "live_unmeasured": sum(1 for p in per_prompt if not p["live_speedup"]["fair"]),
             "slowest_prompt_speedup": min((p["measured_speedup"] for p in per_prompt if p["measured_speedup"]),
                                           default=None)}
 
@@ -1061,6 +1068,11 @@ def run_cli(args, target_name: str, draft_name: str | None) -> int:
         errors = [r["prediction_error_max"] for r in result["runs"] if r.get("prediction_error_max") is not None]
         if errors:
             print(f"cost model's predicted speedup per prompt: at most {max(errors):.0%} from the measured one")
+        for r in result["runs"]:
+            if r.get("live_error_max") is not None:
+                print(f"{r['method']} {r['decoding']}: the replies' live speedup per prompt at most "
+                      f"{r['live_error_max']:.0%} from the measured one ({r['live_unmeasured']} of "
+                      f"{len(r['per_prompt'])} prompts without a fair live figure)")
         if result["greedy_identical"] is not None:
             identical = result["greedy_identical"]
             if not identical and not env["greedy_exact"]:  # transformers' forward: blocks round unlike steps

@@ -1,6 +1,8 @@
 """Hand-made round events for UI tests that need exact text (Markdown, special tokens, copied drafts)."""
 from __future__ import annotations
 
+import dataclasses
+
 from engine.events import DraftedToken, EmittedToken, Fate, RoundEvent, TokenProb
 
 
@@ -15,11 +17,16 @@ def accepted_round(index: int, texts: list[str], bonus: str, greedy: bool = True
                       target_step_s=0.02, finish_reason=finish)
 
 
-def plain_steps(n: int, text: str = "x") -> tuple[RoundEvent, ...]:
+def plain_steps(n: int, text: str = "x", step_s: float = 0.02) -> tuple[RoundEvent, ...]:
     """A plain AR run of `n` one-token steps (a Comparison's `ar_events`)."""
     return tuple(RoundEvent(index=i, gamma=0, drafted=(), emitted=(EmittedToken(99, text, Fate.TARGET, 0.7),),
-                            text_delta=text, draft_s=0.0, verify_s=0.02, round_s=0.02, target_step_s=0.02)
+                            text_delta=text, draft_s=0.0, verify_s=step_s, round_s=step_s, target_step_s=step_s)
                  for i in range(n))
+
+
+def in_order(*events: RoundEvent) -> tuple[RoundEvent, ...]:
+    """These rounds as one decode's, numbered from 0 (a round numbered 0 again starts a continued part)."""
+    return tuple(dataclasses.replace(event, index=i) for i, event in enumerate(events))
 
 
 def rejected_round(index: int, kept: list[str], rejected: str, correction: str, greedy: bool = True,

@@ -7,6 +7,8 @@ import csv
 import dataclasses
 import json
 
+import pytest
+
 from app.export import export_session, hard_line_breaks
 from app.machine import described
 from engine.events import ContextNotice, DecodeSettings, Mode, ModelInfo, PairInfo
@@ -93,20 +95,25 @@ def test_the_rounds_csv_numbers_replies_as_the_json_with_the_part_of_each_round(
     assert "".join(r["text"] for r in rounds if r["reply"] == "2") == data["replies"][1]["text"]
 
 
-def test_a_plain_ar_reply_is_exported_with_no_speedup_estimate_as_the_window_gives_none(tmp_path):
-    """Plain AR is what the estimate compares with: the JSON and CSV leave it empty. The control: the speculative
-    reply beside it has one in both."""
+def test_each_reply_is_exported_with_its_live_speedup_as_the_window_measured_it(tmp_path):
+    """A speculative reply with plain rounds among its rounds has its measured figure in the JSON, and each of its
+    rounds one in the CSV from the plain rounds on; a reply with too few plain rounds says it is not measured, and a
+    plain AR reply's rounds, the baseline itself, have none."""
     plain = Reply(ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings(mode=Mode.AR)), plain_steps(3),
                   "xxx", False, reference_s=0.01)
+    mixed_events = (accepted_round(0, ["a"], "b"), *[dataclasses.replace(e, index=i + 1) for i, e in
+                                                    enumerate(plain_steps(2))], accepted_round(3, ["c"], "d"))
+    mixed = Reply(ReplyRequest(({"role": "user", "content": "hi"},), DecodeSettings()), mixed_events, "abxxcd", False)
     session = hash_table_then_a_continued_story()
-    session.replies.insert(0, plain)
+    session.replies[:0] = [plain, mixed]
     session.comparisons = {}
     data, rounds, _, _ = exported(tmp_path, session)
-    assert data["replies"][0]["stats"]["estimated_speedup"] is None
-    assert data["replies"][1]["stats"]["estimated_speedup"] > 0
-    assert {r["estimated_speedup"] for r in rounds if r["reply"] == "1"} == {""}
-    assert all(float(r["estimated_speedup"]) > 0 for r in rounds if r["reply"] == "2")
-
+    measured = data["replies"][1]["stats"]["speedup"]
+    assert measured["fair"] and measured["value"] == pytest.approx(mixed.speedup.value) and measured["value"] > 1
+    assert data["replies"][2]["stats"]["speedup"]["value"] is None
+    assert "not measured yet" in data["replies"][2]["stats"]["speedup"]["note"]
+    assert {r["speedup"] for r in rounds if r["reply"] == "1"} == {""}
+    assert [r["speedup"] == "" for r in rounds if r["reply"] == "2"] == [True, False, False, False]
 
 def test_the_positions_csv_has_one_row_for_a_continued_reply(tmp_path):
     _, _, positions, _ = exported(tmp_path, hash_table_then_a_continued_story())
@@ -147,7 +154,7 @@ def test_the_markdown_has_the_lines_the_chat_shows_under_a_reply(qtbot, tmp_path
     window = shown_window(qtbot, 1400, 900)
     window.on_turn_started(TurnStarted(0, cut.request, live=True))
     for event in cut.events:
-        window.on_round_received(RoundShown(event, 0.01, live=True))
+        window.on_round_received(RoundShown(event, live=True))
     window.on_reply_finished(ReplyShown(0, cut, cut, can_continue=True, live=True))
     window.on_comparison_finished(ComparisonShown(0, comparison, cut, PAIR))
     window.chat_pane.on_context_fitted(notice)

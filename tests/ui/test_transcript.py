@@ -186,7 +186,7 @@ def test_what_slowed_a_reply_is_what_the_measured_cpu_use_says():
                      machine_busy=True, others_cores=others_cores, host_cores=host_cores)
 
     busy = reply(1.3)
-    assert not busy.estimate_beside_load  # two rounds: too few plain steps to price plain AR by, so it is warned of
+    assert not busy.speedup.fair  # two rounds: too few plain rounds to measure plain AR by, so it is warned of
     assert "(other programs used 1.3 cores on average meanwhile)" in fewer_threads_note(busy).details
     assert "quiet speed: other programs used 1.3 cores on average meanwhile)" in busy_note(busy)
     host = fewer_threads_note(reply(0.01, host_cores=0.46)).details

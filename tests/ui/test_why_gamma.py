@@ -14,7 +14,7 @@ from engine.decoding.recommend import MAX_GAMMA, SPREAD
 from engine.events import DecodeSettings, Drafting, ModelInfo, PairInfo
 from engine.stats import expected_tokens_per_round, position_acceptance, reply_stats
 from tests.ui.helpers import REPLY_TIMEOUT_MS, send, shown_window
-from tests.ui.synthetic import accepted_round, plain_steps, rejected_round
+from tests.ui.synthetic import accepted_round, in_order, plain_steps, rejected_round
 from ui.gamma_charts import COLOURS, MIN_WHY_HEIGHT
 from ui.main_window import MainWindow
 from ui.wording import alpha_wording
@@ -46,7 +46,7 @@ def draw_reply(window: MainWindow, index: int, events, settings: DecodeSettings 
     request = ReplyRequest(({"role": "user", "content": "hi"},), settings)
     window.on_turn_started(TurnStarted(index, request, live=True))
     for event in events:
-        window.on_round_received(RoundShown(event, 0.02, live=True))
+        window.on_round_received(RoundShown(event, live=True))
     window.why_charts.refresh()
 
 
@@ -260,15 +260,16 @@ def test_the_cost_chart_names_a_slow_draft_step_in_plain_milliseconds(qtbot):
 
 
 @pytest.mark.parametrize("busy", [False, True])
-def test_the_speedup_legend_says_which_dots_are_measured_and_which_estimated(qtbot, busy):
-    """A Compare that met a busy machine leaves its reply's dot hollow: the legend must say what hollow means."""
+def test_the_speedup_legend_says_which_dots_are_measured_and_which_live(qtbot, busy):
+    """A Compare that met a busy machine leaves its reply's dot hollow, at its live figure (two plain rounds among
+    its rounds measure it): the legend must say what hollow means."""
     session = synthetic_session(2.0)
-    reply = session.replies[0]
+    reply = dataclasses.replace(session.replies[0], events=in_order(*four_kinds_of_round(), *plain_steps(2)))
     comparison = Comparison(plain_steps(MEASURED_TOKENS), "", 1.0, 1.5, 3.0, 2.0, None, machine_busy=busy)
     window = window_at(qtbot)
     window.on_why_changed(why_gamma(Session(session.pair, [reply, reply], {1: comparison})))
     legend = QTextDocumentFragment.fromHtml(window.why_charts.headers[window.why_charts.speedup_plot].text())
-    assert "○ draft model estimated" in legend.toPlainText().replace("\xa0", " ")
+    assert "○ draft model live" in legend.toPlainText().replace("\xa0", " ")
     assert ("● draft model measured" in legend.toPlainText().replace("\xa0", " ")) is not busy
     assert f"lines end at γ = {MAX_GAMMA}: longer blocks not timed" in legend.toPlainText().replace("\xa0", " ")
 
@@ -281,7 +282,7 @@ def test_the_tokens_chart_ends_on_the_seeds_e_the_why_tab_gives_the_reply():
               accepted_round(2, [], "x"), rejected_round(3, [], "b", "c"), accepted_round(4, ["a"], "b")]
     chart, counts = RoundBuffers(), PositionCounts()
     for event in rounds:
-        chart.append(event, reference_s=0.02, most_per_round=4.0)
+        chart.append(event)
         counts.add(event)
     assert chart.y["expected"][len(rounds) - 1] == pytest.approx(counts.seed_tokens_per_round)
     # the control: E at the last round's γ alone, as the line once drew, is another number
@@ -646,8 +647,8 @@ def test_plain_ar_recommended_beside_a_reply_estimated_faster_says_why_they_diff
                                                                              True, "reply 2"),))
 
     note = estimate_note(last_reply_at(1.15))
-    assert note.startswith("Reply 2's own estimate, 1.15× (hollow dot), is its rounds' time against plain AR priced "
-                           "at the load they met")
+    assert note.startswith("Reply 2's live figure, 1.15× (hollow dot), is its rounds' time against its own plain "
+                           "rounds at the load they met")
     assert estimate_note(last_reply_at(1.02)) == ""
     measured = estimate_note(last_reply_at(1.16, measured=True))
     assert measured.startswith("Reply 2 measured 1.16× on its own prompt (a fair Compare with AR); the lines "
