@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
 
+from engine.stats import MEASURED_PLAIN_ROUNDS
+
 MEASURE_REPEATS = 5  # min of 5 timings per block size at load
 MEASURED_ROWS = 9  # blocks of 1..9 rows are timed (γ ≤ 8); longer ones are extrapolated from the last two
 # Blocks are timed after SCRATCH_POSITIONS cached positions, and again after LONG_POSITIONS more, for what each
@@ -58,8 +60,23 @@ RECENT_ROUNDS = 64  # the last plain steps, and drafted rounds, whose median loa
 # would take dozens to fall, and comes back to drafting once they pay again. Rounds that ran the draft model and
 # rounds of copies alone are judged and paused apart: beside a fast target a model draft may not pay where a copy,
 # nearly free, still does (the embedded pair on code).
+# A window pays where its rounds took no longer than plain rounds take now for their tokens: the median of the last
+# PLAIN_NOW plain rounds' time over their cost (the cost model's price at the moment, until a plain round is seen).
 PAYING_WINDOW = 3
 PAUSE_ROUNDS, MAX_PAUSE_ROUNDS = 4, 64
+PLAIN_NOW = 3
+LOAD_MOVED = 2 / 3  # a plain round this much faster or slower than the last ones met another load: they are dropped
+# Plain rounds are the control: a reply that drafts every round runs a plain one (a probe) after PROBE_EVERY drafted
+# rounds in a row, and after EARLY_PROBE while it has fewer than MEASURED_PLAIN_ROUNDS, so what plain decoding costs
+# is known under the load of now, not of the install, and the reply's speedup is measured (engine.stats). A probe
+# costs a round's drafts: at 3 tokens a round and 1.5x, one in 16 rounds is ~2 % of the reply.
+PROBE_EVERY, EARLY_PROBE = 16, 4
+# Drafting priced out tries again at a bounded cost: after TRY_AFTER plain rounds in a row (or the kind's pause, if
+# longer), a window of rounds drafts at the bare costs (the draft steps and the block, without the learnt bookkeeping
+# per draft nor the drift), judged by what the plain rounds take now. Where it paid, the learnt bookkeeping and the
+# drafted rounds' overruns are dropped: a transient that priced drafting out (a first call's set-up, a busy moment
+# while the costs were timed) would otherwise keep it out, as no drafted round measures it again.
+TRY_AFTER = 32
 # What rounds took over what the costs said they would, drafted and plain, over the last DRIFT_ROUNDS of each, from
 # DRIFT_LEAST of each on: a drafted round is priced at their ratio (a draft step or a verification row dearer on this
 # CPU, or at this moment, than the costs file holds), within DRIFT_BOUNDS.
@@ -431,6 +448,11 @@ class RoundPlanner:
                                                     False: deque(maxlen=DRIFT_ROUNDS)})
     drift: float = 1.0  # what a drafted round costs over its price, against what a plain round does (_drift_of)
     plain_run: int = 0  # plain rounds since the last drafted one (DRIFT_FADE)
+    drafted_run: int = 0  # drafted rounds since the last plain one (PROBE_EVERY)
+    reply_plain: int = 0  # the reply's plain rounds so far (EARLY_PROBE)
+    probe_now: bool = False  # a window lost to plain rounds measured before it: the next round is a plain one
+    trying: str | None = None  # the kind whose window drafts at the bare costs (TRY_AFTER)
+    rejudged: dict = field(default_factory=dict)  # [kind]: that window's (plain AR's time by the costs, its time)
 
     def __post_init__(self) -> None:
         self._start_judging(earned=False)
@@ -442,6 +464,7 @@ class RoundPlanner:
         self.paused = dict.fromkeys(KINDS, 0)
         if not earned:
             self.next_pause = dict.fromkeys(KINDS, PAUSE_ROUNDS)
+            self.trying = None
 
     def forget_acceptance(self) -> None:
         """A new chat, a new topic: its drafts are judged from the prior again, greedy and sampled alike, so
@@ -463,8 +486,13 @@ class RoundPlanner:
         rounds that did not pay, judged PAYING_WINDOW of a kind at a time at the drift's price, pause that kind
         (see PAYING_WINDOW)."""
         if priced_s > 0 and took_s > 0:
-            self.overruns[drafted is not None].append(took_s / priced_s)
+            overrun, plain = took_s / priced_s, self.overruns[False]
+            if drafted is None and plain and not LOAD_MOVED < overrun / median(list(plain)[-PLAIN_NOW:]) < 1 / LOAD_MOVED:
+                plain.clear()  # the load moved since the last plain rounds: they no longer say what one costs
+            self.overruns[drafted is not None].append(overrun)
         self.plain_run = 0 if drafted is not None else self.plain_run + 1
+        self.drafted_run = 0 if drafted is None else self.drafted_run + 1
+        self.reply_plain += drafted is None
         if self.plain_run and self.plain_run % DRIFT_FADE == 0 and self.overruns[True]:
             self.overruns[True].popleft()
         self.drift = self._drift_of()
@@ -472,18 +500,55 @@ class RoundPlanner:
             if kind != drafted:
                 self.paused[kind] = max(0, self.paused[kind] - 1)
         if drafted is None:
+            self.probe_now = False
+            for kind, (ar_total, took_total) in self.rejudged.items():  # by this fresh plain round
+                self._judge(kind, took_total <= ar_total * (self.plain_now() or 0.0))
+            self.rejudged.clear()
             return
         window = self.window[drafted]
-        window.append((ar_s, priced_s))
+        window.append((ar_s, priced_s, took_s))
         if len(window) < PAYING_WINDOW:
             return
-        ar_total, priced_total = (sum(column) for column in zip(*window))
+        ar_total, priced_total, took_total = (sum(column) for column in zip(*window))
         window.clear()
-        if ar_total < priced_total * self.drift:
-            self.paused[drafted] = self.next_pause[drafted]
-            self.next_pause[drafted] = min(2 * self.next_pause[drafted], MAX_PAUSE_ROUNDS)
+        plain_now = self.plain_now()
+        if plain_now is None or took_total <= 0:
+            self._judge(drafted, ar_total >= priced_total * self.drift)
+        elif took_total <= ar_total * plain_now:
+            self._judge(drafted, True)
+        elif self.drafted_run > PAYING_WINDOW:
+            # the plain rounds it lost to were measured before this window, maybe under another load: one plain
+            # round now, and the window is judged again by it (a load that slowed both arms alike is no loss)
+            self.rejudged[drafted] = (ar_total, took_total)
+            self.probe_now = True
         else:
-            self.next_pause[drafted] = PAUSE_ROUNDS
+            self._judge(drafted, False)
+
+    def _judge(self, kind: str, paid: bool) -> None:
+        """A window of `kind`'s rounds paid, or it did not: that kind pauses, longer each time in a row. A trial's
+        window that paid drops what priced drafting out (TRY_AFTER)."""
+        if self.trying == kind:
+            self.trying = None
+            if paid:
+                self.costs.per_draft_s = 0.0
+                self.overruns[True].clear()
+                self.drift = 1.0
+        if paid:
+            self.next_pause[kind] = PAUSE_ROUNDS
+        else:
+            self.paused[kind] = self.next_pause[kind]
+            self.next_pause[kind] = min(2 * self.next_pause[kind], MAX_PAUSE_ROUNDS)
+
+    def plain_now(self) -> float | None:
+        """What plain rounds take now over their cost: the median of the last PLAIN_NOW (None: none seen)."""
+        plain = list(self.overruns[False])[-PLAIN_NOW:]
+        return median(plain) if plain else None
+
+    @property
+    def probe_due(self) -> bool:
+        """Whether the next round is a plain one, to measure what plain decoding costs now (PROBE_EVERY)."""
+        return (self.probe_now or self.drafted_run >= PROBE_EVERY
+                or (self.reply_plain < MEASURED_PLAIN_ROUNDS and self.drafted_run >= EARLY_PROBE))
 
     def decode(self, greedy: bool) -> None:
         """Plan a reply's rounds for greedy or sampled decoding. It drafts at once (another prompt's pause would
@@ -491,6 +556,9 @@ class RoundPlanner:
         earns is as long as the chat's drafts have earned so far, so a pair whose drafts never pay loses one
         window of rounds a reply, not one per pause length (a new chat starts at PAUSE_ROUNDS again)."""
         self._start_judging(earned=True)
+        self.drafted_run = self.reply_plain = 0
+        self.probe_now = False
+        self.rejudged.clear()
         if self.greedy is not None and greedy != self.greedy:
             self.acceptance, self.resting = self.resting or Acceptance(), self.acceptance
         self.greedy = greedy
@@ -498,15 +566,29 @@ class RoundPlanner:
     def best_length(self, kinds: Sequence[str], chances: Sequence[float]) -> int:
         """How many of the drafts made so far to verify: the d ≤ len(kinds) with the most tokens per second,
         their drafting being paid already."""
-        return max(range(len(kinds) + 1), key=lambda d: self._rate(kinds, chances, d))
+        return max(range(len(kinds) + 1), key=lambda d: self._rate(kinds, chances, d, bare=self._bare(kinds)))
+
+    def _bare(self, kinds: Sequence[str]) -> bool:
+        """Whether a round of `kinds` is priced at the bare costs: its first kind's trial (TRY_AFTER)."""
+        return bool(kinds) and self.trying == kinds[0]
+
+    def _try(self, kind: str) -> bool:
+        """Whether a round drafting `kind` first tries it at the bare costs: priced out for TRY_AFTER plain rounds
+        in a row (or its pause's length)."""
+        if self.trying is None and self.plain_run >= max(TRY_AFTER, self.next_pause[kind]):
+            self.trying = kind
+        return self.trying == kind
 
     def planned_length(self, cap: int) -> int:
         """How many model drafts (up to `cap`) a round makes when it cannot read each before making the next (on a
         GPU): the length with the most tokens per second by the acceptance expected at each position."""
-        if self.paused["model"]:
+        if self.paused["model"] or self.probe_due:
             return 0
         chances = self.acceptance.hoped(cap, first_kind="model")
-        return max(range(cap + 1), key=lambda d: self._rate(["model"] * d, chances, d))
+        best = max(range(cap + 1), key=lambda d: self._rate(["model"] * d, chances, d))
+        if not best and self._try("model"):
+            best = max(range(cap + 1), key=lambda d: self._rate(["model"] * d, chances, d, bare=True))
+        return best
 
     def draft_more(self, kinds: Sequence[str], chances: Sequence[float], cap: int, next_kind: str = "model",
                    later_kind: str = "model", unread: int = 0) -> bool:
@@ -519,9 +601,18 @@ class RoundPlanner:
         that reading, spread over the PAYING_WINDOW rounds it serves before the outcome guard judges them: paid
         once, it is what resuming drafting costs, and beside a fast target it is dearer than a round's drafts (the
         embedded draft reads a 50-token prompt in ~7 ms, two target steps)."""
-        if len(kinds) >= cap or self.paused[next_kind]:
+        if len(kinds) >= cap or self.paused[next_kind] or (not kinds and self.probe_due):
             return False
-        stop = self._rate(kinds, chances, self.best_length(kinds, chances))
+        if kinds:
+            return self._longer_pays(kinds, chances, cap, next_kind, later_kind, unread, self._bare(kinds))
+        return (self._longer_pays(kinds, chances, cap, next_kind, later_kind, unread, bare=False)
+                or (self._try(next_kind)
+                    and self._longer_pays(kinds, chances, cap, next_kind, later_kind, unread, bare=True)))
+
+    def _longer_pays(self, kinds: Sequence[str], chances: Sequence[float], cap: int, next_kind: str,
+                     later_kind: str, unread: int, bare: bool) -> bool:
+        """draft_more's question, at the bare costs or not."""
+        stop = self._rate(kinds, chances, self.best_length(kinds, chances), bare=bare)
         reading_s = 0.0 if "model" in kinds else unread * self.costs.draft_read_s / PAYING_WINDOW
         future_kinds, future_chances = list(kinds), list(chances)
         hopes = self.acceptance.hoped(cap, first_kind=None if kinds else next_kind)
@@ -530,14 +621,17 @@ class RoundPlanner:
             future_kinds.append(next_kind if position == len(kinds) + 1 else later_kind)
             future_chances.append(hopes[position - 1])
             if self._rate(future_kinds, future_chances, len(future_kinds),
-                          reading_s if "model" in future_kinds else 0.0) > stop:
+                          reading_s if "model" in future_kinds else 0.0, bare) > stop:
                 return True
         return False
 
-    def _rate(self, kinds: Sequence[str], chances: Sequence[float], verified: int, reading_s: float = 0.0
-              ) -> float:
+    def _rate(self, kinds: Sequence[str], chances: Sequence[float], verified: int, reading_s: float = 0.0,
+              bare: bool = False) -> float:
         """Tokens per second of a round that makes `kinds` and verifies the first `verified`, at the drift's price
-        where it drafts, with `reading_s` of the draft's reading."""
+        where it drafts, with `reading_s` of the draft's reading; `bare`: at the draft steps' and the block's costs
+        alone (TRY_AFTER)."""
         verify_s = self.costs.verify_s(verified + 1, "model" in kinds, self.positions)
-        round_s = self.costs.drafting_s(kinds, self.positions) + verify_s + self.costs.overhead_s + reading_s
-        return expected_tokens(chances[:verified]) / (round_s * (self.drift if kinds else 1.0))
+        drafting_s = (self.costs.steps_s(kinds, self.positions) if bare
+                      else self.costs.drafting_s(kinds, self.positions))
+        round_s = drafting_s + verify_s + self.costs.overhead_s + reading_s
+        return expected_tokens(chances[:verified]) / (round_s * (self.drift if kinds and not bare else 1.0))
