@@ -60,6 +60,7 @@ class WhyGamma:
     rounds: tuple[RoundEvent, ...] = ()  # the rounds `session` counts: the loaded pair's speculative replies'
     left_out: PairInfo | None = None  # the pair of the last speculative reply left out as another pair's, if any
     last_left_out: bool = False  # the chat's last reply is another pair's: its own figures are not this pair's
+    machine: str = ""  # what ran the pair: the vector instructions and threads ("" where not known)
 
     @property
     def only_another_pairs(self) -> bool:
@@ -154,9 +155,25 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
     recommendation = (recommend(model, profiles, MAX_GAMMA, chat_length(session), measured_points)
                       if timed and profiles else None)
     rounds = tuple(e for numbered in shown for e in numbered.whole.events)
+    runtime = session.runtime
+    machine = f"{runtime.cpu_capability}, {runtime.threads} threads" if runtime is not None else ""
     return WhyGamma(costs, position_acceptance(rounds), tuple(point for point, _ in points), recommendation, profiles,
                     costs_note, measured_points, rounds, left_out,
-                    bool(replies) and not by_the_pair(session, replies[-1]))
+                    bool(replies) and not by_the_pair(session, replies[-1]), machine)
+
+
+def machine_line(why: WhyGamma) -> str:
+    """What decides drafting on this CPU, in one line, from the measured costs: what a checked row adds to a step,
+    and the acceptance a one-draft round needs to beat a plain step ("" without a cost model)."""
+    model = cost_model_from_dict(why.costs) if why.costs else None
+    if model is None or model.ar_token_s <= 0 or len(model.target_block_s) < 2:
+        return ""
+    row = (model.block_s(2) - model.block_s(1)) / model.ar_token_s
+    break_even = model.round_s(["model"] if model.draft_step_s else ["copy"]) / model.ar_token_s - 1
+    here = f" ({why.machine})" if why.machine else ""
+    pays = (f"a draft pays only where it is kept more often than α ≈ {break_even:.2f}" if break_even < 1
+            else "no single draft can pay, however often it is kept")
+    return f"A checked row costs {row:.0%} of a step here{here}; {pays}."
 
 
 def recommendation_text(why: WhyGamma) -> str:

@@ -16,7 +16,7 @@ from PySide6.QtGui import QPixmap
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from app.session import Session
-from app.why import WhyGamma, confidence_note, estimate_note, measured_short_note
+from app.why import WhyGamma, confidence_note, estimate_note, machine_line, measured_short_note
 from engine.decoding.costs import MEASURED_ROWS
 from engine.decoding.recommend import MAX_GAMMA
 from engine.events import Drafting, RoundEvent
@@ -321,7 +321,9 @@ class WhyGammaPanel(QWidget):
         for name, key, label in (("draft", "draft_step_ms", "draft step"), ("copy", "copy_ms", "copy")):
             if costs.get(key, 0.0) > 0:
                 entries.append((self.cost_curves[name].opts["pen"], f"{label} {costs[key]:.3g} ms"))  # 203, not 2e+02
-        cost_header.show_entries(entries, escape(why.costs_note) if why is not None else "")
+        # what decides drafting on this CPU, beside where the costs come from
+        said = " ".join(note for note in (why.costs_note, machine_line(why)) if note) if why is not None else ""
+        cost_header.show_entries(entries, escape(said))
 
         recommendation = why.recommendation if why is not None else None
         speedups = recommendation.speedups if recommendation is not None else {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from html import escape
 
 import pytest
 from PySide6.QtGui import QFont, QTextDocumentFragment
@@ -21,7 +22,7 @@ from ui.wording import alpha_wording
 from ui.window_fit import MIN_HEIGHT, MIN_WIDTH
 from app.session import (MEASURED_TOKENS, Comparison, DrafterComparison, DrafterRun, Reply, ReplyRequest, RoundShown,
                         Session, TurnStarted)
-from app.why import MeasuredPoint, why_gamma
+from app.why import MeasuredPoint, machine_line, why_gamma
 
 MODEL_ONLY = DecodeSettings(gamma=4, lookup=False)
 
@@ -237,6 +238,8 @@ def test_the_label_beside_the_slider_names_the_analytic_optimum(qtbot, draft_ms)
         assert label == "recommended: plain AR (no draft is sure to pay here)"
     assert window.controls.recommended.toolTip().startswith(("drafts stop when", "no draft pays"))
     assert window.why_charts.explanation.text().endswith(window.controls.recommended.toolTip() + ".")
+    cost_header = window.why_charts.headers[window.why_charts.costs_plot].text()
+    assert escape(machine_line(why_gamma(synthetic_session(draft_ms)))) in cost_header
 
 
 def test_the_cost_chart_draws_the_measured_blocks_and_the_prediction_per_gamma(qtbot):
@@ -661,3 +664,16 @@ def test_plain_ar_recommended_beside_a_reply_estimated_faster_says_why_they_diff
     qtbot.addWidget(panel)
     panel.show_why(last_reply_at(1.15))
     assert panel.explanation.text().startswith("Best here: plain AR;") and panel.explanation.text().endswith(note)
+
+
+def test_the_why_line_says_what_a_checked_row_costs_here_and_the_acceptance_a_draft_needs():
+    """A step of 50 ms, a block of two rows 67.5 ms (a row 35 % of a step, as on an AVX2 CPU), a draft step of
+    12.5 ms: a one-draft round costs 1.6 steps, so a draft pays above α 0.6; where a draft costs a whole step, no
+    draft can pay."""
+    costs = {"target_block_ms": [49.5, 67.0], "draft_step_ms": 12.5, "copy_ms": 0.01, "overhead_ms": 0.5}
+    why = dataclasses.replace(why_gamma(Session(None, [])), costs=costs, machine="AVX2, 2 threads")
+    assert machine_line(why) == ("A checked row costs 35% of a step here (AVX2, 2 threads); a draft pays only where "
+                                 "it is kept more often than α ≈ 0.60.")
+    dear = dataclasses.replace(why, costs={**costs, "draft_step_ms": 50.0})
+    assert machine_line(dear).endswith("no single draft can pay, however often it is kept.")
+    assert machine_line(dataclasses.replace(why, costs={})) == ""
