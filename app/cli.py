@@ -70,6 +70,18 @@ def finite_float(text: str) -> float:
     return value
 
 
+MOST_TIMEOUT_S = 7 * 24 * 3600.0  # a week: longer waits overflow the platform's clocks (1e300 did)
+
+
+def timeout_seconds(text: str) -> float:
+    """A time-out in seconds: positive, and at most MOST_TIMEOUT_S."""
+    value = finite_float(text)
+    if not 0 < value <= MOST_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most {MOST_TIMEOUT_S:.0f} s (a week), "
+                                         f"not {text!r}")
+    return value
+
+
 def whole_number(text: str) -> int:
     try:
         return int(text)
@@ -154,7 +166,11 @@ def model_name(text: str) -> str:
     """A model argument. What looks like a path (as engine.models.loading reads it) must exist; that is checked
     here, before torch loads. Hub ids and the embedded names are the loader's to check."""
     if text.startswith(("/", ".", "~")) or text.endswith(".gguf"):
-        if not Path(text).expanduser().exists():
+        try:
+            path = Path(text).expanduser()
+        except RuntimeError:  # ~name of no user on this machine
+            raise argparse.ArgumentTypeError(f"{text}: {text.split('/')[0]} names no user's home folder here") from None
+        if not path.exists():
             raise argparse.ArgumentTypeError(f"{text} does not exist: give a model directory, a .gguf file or a "
                                              "hub id")
     return text
@@ -227,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     remote = gen.add_argument_group("a --target URL (a running engine; its API key, if any, from $SPECDEC_API_KEY)")
     remote.add_argument("--model-name", metavar="NAME", default=None,
                         help="the served model to ask (default: the only one the engine serves)")
-    remote.add_argument("--timeout", metavar="S", type=finite_float, default=60.0,
+    remote.add_argument("--timeout", metavar="S", type=timeout_seconds, default=60.0,
                         help="seconds to wait for the engine's answer, and then for each next token, before giving up")
 
     bench = command("bench", "measure speedups against plain decoding and the peers")
@@ -520,8 +536,6 @@ def cmd_generate_remote(args) -> int:
     if args.draft is not None or args.preset is not None:
         raise ValueError("a --target URL drafts with the engine's own speculative config: --draft and --preset do "
                          "not apply")
-    if args.timeout <= 0:
-        raise ValueError("--timeout must be positive")
     prompt = read_prompt(args)
     settings = DecodeSettings(
         mode="ar", greedy=args.temperature is None,

@@ -196,7 +196,9 @@ class QuietTimings:
         name = f"{self.GROUP}/{key}"
         try:
             kept = json.loads(str(self.settings.value(name, "")))
-            quiet, step_ms = kept["costs"], kept["costs"]["target_block_ms"][0]
+            quiet, step_ms = kept["costs"], float(kept["costs"]["target_block_ms"][0])
+            if not set(costs) <= set(quiet):  # kept by another version: not a cost model this one can plan on
+                raise KeyError(sorted(set(costs) - set(quiet)))
         except (ValueError, KeyError, IndexError, TypeError):
             kept, step_ms = None, 0.0
         measured_ms = costs["target_block_ms"][0]

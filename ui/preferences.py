@@ -3,10 +3,11 @@
 of the last export, kept with QSettings."""
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, QStandardPaths
+from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
 from PySide6.QtWidgets import QSplitter
 
 from engine.events import DecodeSettings, Mode
@@ -108,6 +109,19 @@ def save_preferences(preferences: QSettings, window) -> None:
     preferences.sync()
 
 
+def _saved_state(preferences: QSettings, key: str) -> QByteArray | None:
+    """A window state kept under `key`, or None where there is none or it is not one (the settings are the user's
+    file, and other versions write it): that value is dropped, and one line says so."""
+    value = preferences.value(key)
+    if value is None or isinstance(value, QByteArray):
+        return value
+    if isinstance(value, bytes):
+        return QByteArray(value)
+    print(f"specdec-studio: ignored the saved {key} in {preferences.fileName()}: not a window state", file=sys.stderr)
+    preferences.remove(key)
+    return None
+
+
 def restore_preferences(preferences: QSettings, window) -> None:
     """Apply what `save_preferences` kept, before the window is first shown."""
     if preferences.contains("decoding/gamma"):
@@ -126,13 +140,12 @@ def restore_preferences(preferences: QSettings, window) -> None:
                    preferences.value("pair/dtype", "auto", type=str), preferences.value("pair/weights", "auto", type=str))
     window.system_prompt = preferences.value("chat/system_prompt", "", type=str)
     window.legend.trace_action.setChecked(preferences.value("view/trace", False, type=bool))
-    if preferences.contains("window/geometry"):
-        window.restoreGeometry(preferences.value("window/geometry"))
-    if preferences.contains("window/docks"):
-        window.restoreState(preferences.value("window/docks"))
+    if (geometry := _saved_state(preferences, "window/geometry")) is not None:
+        window.restoreGeometry(geometry)
+    if (docks := _saved_state(preferences, "window/docks")) is not None:
+        window.restoreState(docks)
     for i, splitter in enumerate(_splitters(window)):
-        state = preferences.value(f"window/splitter{i}")
-        if state is not None:
+        if (state := _saved_state(preferences, f"window/splitter{i}")) is not None:
             splitter.restoreState(state)
     for name, action in window.pane_actions.items():
         shown = preferences.value(f"window/show_{name}", True, type=bool)

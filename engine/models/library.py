@@ -231,12 +231,14 @@ def _gguf_facts(path: Path) -> dict:
         finally:
             buffer.release()
     architecture = str(fields.get("general.architecture", ""))
-    facts |= {"architecture": architecture,
-              "context_length": int(fields.get(f"{architecture}.context_length", 0) or 0),
-              "tokenizer": tokenizer and asdict(tokenizer)}
+    context_length, part = fields.get(f"{architecture}.context_length", 0), fields.get("split.no", 0)
+    for key, value in ((f"{architecture}.context_length", context_length), ("split.no", part)):
+        if not isinstance(value, int) or isinstance(value, bool):  # another writer's, or a damaged header
+            return facts | {"architecture": architecture, "problem": f"damaged: its {key} is {value!r}, not a number"}
+    facts |= {"architecture": architecture, "context_length": context_length, "tokenizer": tokenizer and asdict(tokenizer)}
     count = fields.get("split.count", 0)
     if isinstance(count, int) and count > 1:
-        facts["split"] = (int(fields.get("split.no", 0)) + 1, count)
+        facts["split"] = (part + 1, count)
     parameters, end, bytes_by_type, unknown = 0, data_start, {}, set()
     for name, qtype, shape, offset in tensors:
         n = 1

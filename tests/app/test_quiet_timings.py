@@ -3,6 +3,7 @@ controller says so."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import datetime
 
 from PySide6.QtCore import QSettings
@@ -74,3 +75,14 @@ def test_the_controller_plans_on_the_quiet_timing_and_says_why(tmp_path):
     assert notices and notices[-1] == chat.why.costs_note and "busy while the pair was timed" in notices[-1]
     chat.on_models_loaded(pair(7.0), RUNTIME)  # a quiet load after it: its own timing, and no note
     assert replaced == [costs(6.0)] and chat.pair.costs == costs(7.0) and chat.why.costs_note == ""
+
+
+def test_a_quiet_timing_kept_by_another_version_without_a_cost_this_one_needs_is_not_planned_on(tmp_path):
+    """Kept without `draft_step_ms` (another version's settings): a busy timing now stands, and is kept, where
+    planning on the kept one failed with a KeyError when the cost model was rebuilt from it."""
+    key = QuietTimings.key(pair(6.0), RUNTIME)
+    older = {name: value for name, value in costs(6.0).items() if name != "draft_step_ms"}
+    timings(tmp_path).settings.setValue(f"{QuietTimings.GROUP}/{key}", json.dumps({"costs": older, "at": "x"}))
+    judged = timings(tmp_path).judge(key, costs(40.0), NOW)
+    assert not judged.busy and judged.costs == costs(40.0)
+    assert timings(tmp_path).judge(key, costs(6.0), NOW).costs == costs(6.0)  # the new timing was kept

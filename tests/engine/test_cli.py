@@ -596,3 +596,15 @@ def test_the_read_in_bar_says_the_tokens_read_and_the_time_left_once_a_chunk_is_
     assert bar.text(PrefillProgress(1024, 4096, 0, 4.0, 256, 1.0)) == (
         f"reading the prompt [{'#' * 7}{'.' * 23}] 1,024 of 4,096 tokens, about 12 s left")
     assert bar.text(PrefillProgress(1024, 4096, 0, 40.0, 256, 10.0)).endswith("4,096 tokens, about 2 min left")
+
+
+def test_a_home_folder_of_no_user_and_a_time_out_past_the_clocks_are_refused_in_one_line(capsys):
+    """`~nosuchuser/model.gguf` raised RuntimeError from Path.expanduser, `--timeout 1e300` an OverflowError from
+    the clock: each is refused as the argument it is. The controls: a week's time-out and ~ itself pass."""
+    err = argument_error(capsys, ["generate", "hi", "--target", "~nosuchuser-specdec/model.gguf"])
+    assert "argument --target: ~nosuchuser-specdec/model.gguf: ~nosuchuser-specdec names no user's home folder" in err
+    for timeout in ("1e300", "0", "-1"):
+        assert "argument --timeout: must be more than 0 and at most 604800 s" in argument_error(
+            capsys, ["generate", "hi", "--target", "http://127.0.0.1:9/v1", "--timeout", timeout])
+    args = build_parser().parse_args(["generate", "hi", "--target", "http://127.0.0.1:9/v1", "--timeout", "604800"])
+    assert args.timeout == 604800.0

@@ -30,14 +30,18 @@ HIDDEN = 32  # one Q8_0 block a row
 
 def write_gguf(path: Path, architecture: str = "qwen2", *, tokens: list[str] | None = TOKENS, bos: int = 0,
                eos: int = 1, layers: int = 2, file_type: LlamaFileType = LlamaFileType.MOSTLY_Q8_0,
-               general_type: str | None = None, split: tuple[int, int] | None = None) -> Path:
+               general_type: str | None = None, split: tuple[int, int] | None = None,
+               context: int | str = 4096) -> Path:
     """A small GGUF: a Q8_0 embedding and `layers` Q8_0 projections of HIDDEN columns, an F32 norm, the metadata
     a converter writes (context length, file type) and, unless `tokens` is None, a gpt2-style tokenizer."""
     path.parent.mkdir(parents=True, exist_ok=True)
     writer = GGUFWriter(str(path), architecture)
     if general_type:
         writer.add_type(general_type)
-    writer.add_context_length(4096)
+    if isinstance(context, str):  # as another writer, or a damaged header, leaves it
+        writer.add_string(f"{architecture}.context_length", context)
+    else:
+        writer.add_context_length(context)
     writer.add_file_type(file_type)
     if split:
         writer.add_uint16("split.no", split[0] - 1)
@@ -202,6 +206,16 @@ def test_a_file_cut_inside_its_header_is_called_truncated_not_a_crash(machine, t
     assert all(p.startswith("truncated: ") and p.endswith(library.FETCH_AGAIN) for p in problems.values()), problems
     assert problems["cut-200"].startswith("truncated: its header alone reads on to byte ")
     assert problems["cut-200"].split(", past the file's ")[1].startswith("200 bytes")
+
+
+def test_a_file_whose_context_length_is_no_number_is_listed_damaged_beside_the_others(machine, tmp_path):
+    """One bad GGUF in a store ("lots" for its context length) broke the whole scan with a ValueError: it is a
+    record with its reason, and the file beside it is listed as ever."""
+    folder = tmp_path / "store"
+    write_gguf(folder / "lots.gguf", context="lots")
+    write_gguf(folder / "fine.gguf")
+    problems = {r.name: r.problem for r in library.scan([folder])}
+    assert problems == {"lots": "damaged: its qwen2.context_length is 'lots', not a number", "fine": ""}
 
 
 def test_a_whole_split_file_is_one_model_of_all_its_parts(machine, tmp_path):

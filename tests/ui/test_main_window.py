@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from PySide6.QtCore import QPoint, QSettings, Qt, QUrl
+from PySide6.QtCore import QByteArray, QPoint, QSettings, Qt, QUrl
 from PySide6.QtGui import QTextCursor, QTextDocument
 from PySide6.QtWidgets import QApplication, QMenu
 
@@ -523,3 +523,19 @@ def test_view_why_this_gamma_shows_its_tab_and_brings_its_pane_back(qtbot):
     qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
     assert window.chart_tabs.currentIndex() == window.analysis.why_tab and window.analysis.isVisible()
     assert ("Ctrl+G", "Why this γ") in window.menus.shortcuts()
+
+
+def test_saved_window_states_of_another_type_are_dropped_and_the_window_starts(make_studio, mixed_decoder, tmp_path,
+                                                                               capfd):
+    """Settings are the user's file, and other versions write it: a splitter's or the window's state stored as
+    another type stopped the window with a TypeError from restoreState. Each is dropped with one line."""
+    path = str(tmp_path / "settings.ini")
+    preferences = QSettings(path, QSettings.Format.IniFormat)
+    preferences.setValue("window/splitter0", 5)
+    preferences.setValue("window/docks", "a state from elsewhere")
+    preferences.sync()
+    make_studio(mixed_decoder, preferences=preferences, max_new_tokens=4)  # raised a TypeError before
+    said = capfd.readouterr().err
+    assert "ignored the saved window/splitter0" in said and "ignored the saved window/docks" in said
+    kept = QSettings(path, QSettings.Format.IniFormat)
+    assert not kept.contains("window/splitter0") or isinstance(kept.value("window/splitter0"), QByteArray)
