@@ -438,8 +438,9 @@ class RoundPlanner:
     greedy: bool | None = None
     resting: Acceptance | None = None
     # Per drafting kind ("model": rounds that ran the draft model, "copy": rounds of copies alone): the last such
-    # rounds' (plain AR's time for their tokens, their time) by the costs, not judged yet; the rounds without that
-    # kind to go before it is tried again; and the pause its next failed window earns (_start_judging sets them).
+    # rounds' (plain AR's time for their tokens and their own, by the costs; what they took), not judged yet; the
+    # rounds without that kind to go before it is tried again; and the pause its next failed window earns
+    # (_start_judging sets them).
     window: dict = field(init=False)
     paused: dict = field(init=False)
     next_pause: dict = field(init=False)
