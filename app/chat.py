@@ -16,7 +16,8 @@ from PySide6.QtCore import QAbstractEventDispatcher, QObject, Qt, QTimer, Signal
 
 from app.chat_store import ChatRecorder, ChatStore, ChatStoreError, ChatSummary, title_for
 from app.export import ExportError, export_session
-from app.timing import OtherPrograms, QuietTimings, StepReference, TimingAtLoad, machine_was_busy, unequal_loads
+from app.timing import (OTHERS_IDLE_CORES, OtherPrograms, QuietTimings, StepReference, TimingAtLoad, machine_was_busy,
+                        unequal_loads)
 from engine.events import ContextNotice, Mode, PairInfo, PrefillProgress, RoundEvent
 from engine.remote_records import RemoteReply, TextDelta, is_url, public_url
 from app.session import (SEED_LIMIT, ChatStatus, Comparison, ComparisonShown, DrafterComparison, DraftersShown,

@@ -173,17 +173,13 @@ class SpeedupMeter:
         parts = [*self.parts, (*self._part_ar_s(), len(self.loads))]
         fewest = min(n for *_, n in parts)
         if self.rounds_s <= 0 or fewest < MEASURED_PLAIN_ROUNDS:
-            return SpeedupFigure(None, plain_rounds=fewest,
-                                 note=f"not measured yet: {fewest} of the {MEASURED_PLAIN_ROUNDS} plain rounds it needs")
+            return SpeedupFigure(None, plain_rounds=fewest, note="not measured yet")
         mid, low, high = (sum(column) / self.rounds_s for column in list(zip(*parts))[:3])
         note = ""
-        if (high - low) / 2 > FAIR_SPREAD * mid:
-            note = f"machine busy: its plain rounds varied ±{(high - low) / 2 / mid:.0%}"
-        elif self.stalled_s > BUSY_SHARE * self.rounds_s:
-            note = f"machine busy: {self.stalled_s / self.rounds_s:.0%} of its time stalled in drafted rounds"
+        if (high - low) / 2 > FAIR_SPREAD * mid or self.stalled_s > BUSY_SHARE * self.rounds_s:
+            note = "machine busy"  # its plain rounds varied (the band says how much), or drafted rounds stalled
         elif mid > self.tokens / self.rounds * 1.02:
-            # every round costs at least a plain step: a figure above its tokens a round met another load
-            note = f"above the {self.tokens / self.rounds:.2f} tokens a round it made"
+            note = "above its tokens per round"  # every round costs a plain step at least: another load met it
         return SpeedupFigure(mid, low, high, fewest, note)
 
 

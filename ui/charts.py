@@ -190,8 +190,8 @@ class ChartsPanel(QWidget):
                                               name="seed's E"),
             "speedup": self.speedup_plot.plot(pen=pg.mkPen("#9fa8da", **thin), name="round",
                                               connect="finite"),
-            "speedup_mean": self.speedup_plot.plot(pen=pg.mkPen("#1a237e", width=2), name="whole reply so far (measured)",
-                                                   connect="finite"),
+            "speedup_mean": self.speedup_plot.plot(pen=pg.mkPen("#1a237e", width=2),
+                                                   name="whole reply so far", connect="finite"),
         }
         self.baseline = pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#9e9e9e", width=1))
         # Named in the legend, not by a label on the line: the live curves ran through that label. Over the

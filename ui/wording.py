@@ -53,7 +53,8 @@ def speedup_said(figure: SpeedupFigure) -> str:
         return f"× vs AR {figure.note}"
     if not figure.fair:
         return f"{figure.value:.2f}× vs AR, {LIVE_HOW} ({figure.note} — not a fair number)"
-    return f"{figure.value:.2f}× vs AR, {LIVE_HOW} ({figure.low:.2f}–{figure.high:.2f})"
+    low, high = f"{figure.low:.2f}", f"{figure.high:.2f}"
+    return f"{figure.value:.2f}× vs AR, {LIVE_HOW}" + (f" ({low}–{high})" if low != high else "")
 
 
 def comparison_caveat(comparison: Comparison) -> str:

@@ -6,9 +6,9 @@ import dataclasses
 
 from app.chat import ChatController
 from app.session import DrafterComparison, DrafterRun, TurnState
-from engine.events import Drafting
+from engine.events import Drafting, RoundEvent
 from tests.app.test_chat import PAIR, SPEC, FakeWorker, Recorder, two_rounds
-from tests.ui.synthetic import accepted_round, rejected_round
+from tests.ui.synthetic import accepted_round, in_order, plain_steps, rejected_round
 
 COSTS = {"target_block_ms": [10.0] * 9, "draft_step_ms": 2.0, "copy_ms": 0.01, "overhead_ms": 0.0}
 
@@ -80,17 +80,22 @@ def test_compare_drafters_without_a_prompt_says_so(qapp):
 
 def test_another_pairs_replies_stay_out_of_the_acceptance_and_the_points(qapp):
     """A reply of the pair before the switch (its first draft kept) says nothing of the pair loaded since: only the
-    new pair's reply (its first draft rejected) is counted."""
+    new pair's reply (its first draft rejected) is counted. Each reply's two plain rounds measure its live figure,
+    its dot."""
+    def reply(first: RoundEvent) -> list[RoundEvent]:
+        *rounds, last = in_order(first, *plain_steps(2, " w"))
+        return [*rounds, dataclasses.replace(last, finish_reason="eos")]
+
     chat = costed_chat()
     worker = FakeWorker(chat)
-    worker.replies.append([accepted_round(0, ["Hel"], "lo", finish="eos")])
+    worker.replies.append(reply(accepted_round(0, ["Hel"], "lo")))
     chat.send("hi", SPEC)
-    assert chat.why.session.kept == (1.0,) and [point.origin for point in chat.why.points] == ["reply 1"]
+    assert chat.why.session.kept == (1 / 3,) and [point.origin for point in chat.why.points] == ["reply 1"]
     chat.on_models_loaded(dataclasses.replace(PAIR, target=dataclasses.replace(PAIR.target, name="other"),
                                               costs=COSTS))
-    worker.replies.append([dataclasses.replace(rejected_round(0, [], "Hel", "Hi"), finish_reason="eos")])
+    worker.replies.append(reply(rejected_round(0, [], "Hel", "Hi")))
     chat.send("again", SPEC)
-    assert chat.why.session.n_rounds == 1 and chat.why.session.kept == (0.0,)
+    assert chat.why.session.n_rounds == 3 and chat.why.session.kept == (0.0,)
     assert [point.origin for point in chat.why.points] == ["reply 2"]
 
 

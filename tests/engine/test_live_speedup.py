@@ -38,7 +38,7 @@ def test_a_reply_of_plain_rounds_reads_one_x_as_plain_ar_is_its_own_baseline():
 def test_without_enough_plain_rounds_the_figure_says_it_is_not_measured_yet():
     figure = measured_speedup([drafted(0, 0.03), plain(1, 0.02), drafted(2, 0.03)])
     assert figure.value is None and not figure.fair and figure.plain_rounds == MEASURED_PLAIN_ROUNDS - 1
-    assert "not measured yet" in figure.note
+    assert figure.note == "not measured yet"
 
 
 def test_plain_rounds_that_varied_widely_leave_the_figure_unfair_and_say_so():
@@ -57,7 +57,7 @@ def test_a_figure_faster_than_its_tokens_a_round_allow_is_not_a_fair_one():
     load). The control at 1.5x is fair."""
     events = [drafted(0, 0.02, tokens=2), plain(1, 0.06), plain(2, 0.06), drafted(3, 0.02, tokens=2)]
     figure = measured_speedup(events)
-    assert figure.value is not None and not figure.fair and "tokens a round" in figure.note
+    assert figure.value is not None and not figure.fair and figure.note == "above its tokens per round"
     control = [drafted(0, 0.08, tokens=2), plain(1, 0.06), plain(2, 0.06), drafted(3, 0.08, tokens=2)]
     assert measured_speedup(control).fair
 

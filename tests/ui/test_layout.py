@@ -263,7 +263,7 @@ def test_at_the_smallest_size_the_ar_comparison_progress_shows_its_text_whole(qt
     window.pair_label.setText("HuggingFaceTB/SmolLM2-1.7B-Instruct + HuggingFaceTB/SmolLM2-135M-Instruct · cpu · "
                               "bfloat16")
     window.reply_label.setText("last reply: 120 tokens in 37 rounds · 258.1 tok/s · α 0.71 · 3.24 tok/round · "
-                               "est. 1.22× vs AR, drawn (machine busy — not a fair number)")
+                               "1.22× vs AR, drawn (machine busy — not a fair number)")
     window.status_bar.on_comparison_progressed(1234, 1)
     QApplication.processEvents()
     bar = window.comparison_progress

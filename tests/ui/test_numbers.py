@@ -80,8 +80,8 @@ def test_a_busy_figure_says_it_is_unfair_in_its_own_line():
                       accepted_round(0, ["a"], "b"), *plain_steps(1), *plain_steps(1, step_s=0.08))
     reply = Reply(ReplyRequest(({"role": "user", "content": "x"},), DecodeSettings(gamma=2)), events, "ab", False,
                   machine_busy=True)
-    assert (f"{reply.speedup.value:.2f}× vs AR, drawn (machine busy: its plain rounds varied" in stats_line(reply)
-            and stats_line(reply).endswith("— not a fair number)"))
+    assert f"{reply.speedup.value:.2f}× vs AR, drawn (machine busy — not a fair number)" in stats_line(reply)
+    assert reply.speedup.high - reply.speedup.low > 0.3 * reply.speedup.value  # the band says how much
 
 
 def test_on_a_busy_machine_window_and_export_show_one_speedup_figure(make_studio, greedy_mixed_decoder,
@@ -305,7 +305,7 @@ def test_a_busy_machine_leaves_a_figure_measured_by_the_reply_s_own_plain_rounds
     unmeasured = Reply(request, tuple(plain[:1] + drafted), "w5" + "abc" * 4, False, machine_busy=True)
     assert measured.speedup.fair and not unmeasured.speedup.fair
     assert "tok/s (machine busy)" in stats_line(measured) and "not a fair number" not in stats_line(measured)
-    assert stats_line(unmeasured).endswith("× vs AR not measured yet: 1 of the 2 plain rounds it needs")
+    assert stats_line(unmeasured).endswith("× vs AR not measured yet") and unmeasured.speedup.plain_rounds == 1
     assert busy_note(measured) is None and "not a fair number" in busy_note(unmeasured)  # no note where it allowed
 
 
@@ -317,7 +317,8 @@ def test_the_chart_ends_on_the_figure_the_stats_line_shows():
     for event in events:
         buffers.append(event)
     assert buffers.series("speedup_mean")[1][-1] == pytest.approx(reply.speedup.value)
-    assert speedup_said(reply.speedup) in stats_line(reply) and f"{reply.speedup.value:.2f}× vs AR" in stats_line(reply)
+    line = stats_line(reply)
+    assert speedup_said(reply.speedup) in line and f"{reply.speedup.value:.2f}× vs AR" in line
 
 
 def test_a_reply_whose_rounds_ran_far_slower_than_the_cost_model_reckons_is_flagged_busy():

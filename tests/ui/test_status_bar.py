@@ -11,7 +11,7 @@ from PySide6.QtCore import QPoint, QRect
 from PySide6.QtWidgets import QApplication
 
 from app.session import MEASURED_TOKENS, Comparison, ComparisonShown, Reply, ReplyRequest, ReplyShown
-from engine.events import DecodeSettings, ModelInfo, PairInfo, PrefillProgress
+from engine.events import DecodeSettings, ModelInfo, PairInfo, PrefillProgress, RoundEvent
 from tests.ui.helpers import shown_window
 from tests.ui.synthetic import accepted_round, in_order, plain_steps, rejected_round
 from ui.main_window import INT4_NOTE
@@ -42,11 +42,16 @@ def show_a_compared_reply(window, machine_busy: bool = False) -> tuple[Reply, Co
     return show_a_compared_reply_with(window, comparison, machine_busy)
 
 
+def measured_rounds(prefill_s: float = 0.5) -> tuple[RoundEvent, ...]:
+    """128 tokens in 1.92 s, read in after `prefill_s`: 60 drafted rounds and, every eighth round, a plain one of
+    20 ms (1.33x)."""
+    return in_order(*(dataclasses.replace(accepted_round(0, ["a"], "b"), round_s=1.76 / 60,
+                                          prefill_s=prefill_s if i == 0 else 0.0) if i % 8 != 7 else plain_steps(1)[0]
+                      for i in range(68)))
+
+
 def show_a_compared_reply_with(window, comparison: Comparison, machine_busy: bool = False) -> tuple[Reply, Comparison]:
-    # 128 tokens in 1.92 s: 60 drafted rounds and, every eighth round, a plain one of 20 ms (1.33x)
-    events = in_order(*(dataclasses.replace(accepted_round(0, ["a"], "b"), round_s=1.76 / 60,
-                                            prefill_s=0.5 if i == 0 else 0.0) if i % 8 != 7 else plain_steps(1)[0]
-                        for i in range(68)))
+    events = measured_rounds(prefill_s=0.0)
     reply = Reply(ReplyRequest(({"role": "user", "content": "x"},), DecodeSettings(gamma=2)), events, "ab" * 64,
                   False, reference_s=0.02, machine_busy=machine_busy)
     window.on_reply_finished(ReplyShown(0, reply, reply, can_continue=False, live=True))
@@ -147,8 +152,8 @@ def int4_pair_beside_a_reply_at_1000_by_700(qtbot):
     window = shown_window(qtbot, 1000, 700)
     window.on_pair_loaded(int4_pair())
     window.statusBar().clearMessage()
-    events = tuple(accepted_round(i, ["a"], "b") for i in range(16))
-    reply = Reply(ReplyRequest(({"role": "user", "content": "x"},), DecodeSettings(gamma=2)), events, "ab" * 16,
+    events = measured_rounds(prefill_s=0.0)
+    reply = Reply(ReplyRequest(({"role": "user", "content": "x"},), DecodeSettings(gamma=2)), events, "ab" * 64,
                   False, reference_s=0.02)
     window.on_reply_finished(ReplyShown(0, reply, reply, can_continue=False, live=True))
     QApplication.processEvents()
@@ -259,7 +264,7 @@ def test_each_parts_measured_line_runs_over_that_parts_rounds_only(qtbot):
     for number, (rounds, request, comparison) in enumerate(parts, start=1):
         events = tuple(accepted_round(i, ["a"], "b") for i in range(rounds))
         for event in events:
-            charts.add_round(event, 0.02)
+            charts.add_round(event)
         part = Reply(request, events, "ab" * rounds, False, reference_s=0.02)
         window.on_comparison_finished(ComparisonShown(1, comparison, part, None, part=number))
     charts.refresh()
@@ -274,7 +279,7 @@ def test_each_parts_measured_line_runs_over_that_parts_rounds_only(qtbot):
     charts.start_reply(2)
     events = tuple(accepted_round(i, ["a"], "b") for i in range(8))
     for event in events:
-        charts.add_round(event, 0.02)
+        charts.add_round(event)
     whole = Reply(ReplyRequest(messages[:1], DecodeSettings(gamma=2)), events, "ab" * 8, False, reference_s=0.02)
     window.on_comparison_finished(ComparisonShown(0, fair, whole, None))
     charts.refresh()

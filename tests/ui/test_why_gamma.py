@@ -219,6 +219,15 @@ def synthetic_session(draft_ms: float) -> Session:
     return Session(pair, [Reply(request, tuple(four_kinds_of_round()), "", False, reference_s=0.01)])
 
 
+def measured_session(draft_ms: float) -> Session:
+    """synthetic_session's reply with two plain rounds after its drafted ones: they measure its live figure, its
+    hollow dot."""
+    session = synthetic_session(draft_ms)
+    reply = session.replies[0]
+    session.replies[0] = dataclasses.replace(reply, events=in_order(*reply.events, *plain_steps(2)))
+    return session
+
+
 def analytic_best(draft_ms: float) -> tuple[int, float]:
     kept = [3 / 4, 2 / 4, 1 / 4, 0.0]
     rates = {g: (1 + sum(kept[:g])) / (10 + g * draft_ms) for g in range(1, 5)}
@@ -244,7 +253,7 @@ def test_the_label_beside_the_slider_names_the_analytic_optimum(qtbot, draft_ms)
 
 def test_the_cost_chart_draws_the_measured_blocks_and_the_prediction_per_gamma(qtbot):
     window = window_at(qtbot)
-    why = why_gamma(synthetic_session(2.0))
+    why = why_gamma(measured_session(2.0))
     window.on_why_changed(why)
     charts = window.why_charts
     x, y = charts.cost_curves["block"].getData()
@@ -422,7 +431,7 @@ def test_each_fairly_compared_part_of_a_continued_reply_is_a_dot_of_its_own():
     """Both parts compared: two dots, each named by its part and with its own speedup; only the last: one. The
     controls: a reply answered in one part is named alone, and a continued reply with no fair comparison is one
     hollow dot, its estimate."""
-    session = synthetic_session(2.0)
+    session = measured_session(2.0)
     first = session.replies[0]
     measured = Comparison(plain_steps(MEASURED_TOKENS), "", 1.0, 1.5, 3.0, 2.0, None)
     busy = dataclasses.replace(measured, spec_tokens_per_s=4.0, machine_busy=True)
@@ -490,7 +499,7 @@ def test_dots_at_one_gamma_stand_side_by_side_and_each_says_what_ran_it(qtbot):
     lone dot stays at its γ."""
     from ui.gamma_charts import WhyGammaPanel
 
-    session = synthetic_session(2.0)
+    session = measured_session(2.0)
     lone = why_gamma(session)
     settings = dataclasses.replace(MODEL_ONLY, gamma=session.replies[0].gamma)
     session.drafters = (copying_measured_at(0.7, settings),)
@@ -508,7 +517,7 @@ def test_dots_at_one_gamma_stand_side_by_side_and_each_says_what_ran_it(qtbot):
     assert sorted(tip.split(":")[0] for tip in tips) == ["Compare drafters", "reply 1"]
     assert (f"Compare drafters: copying only, γ ≤ {settings.gamma}, drafted by cost-aware rounds\n"
             "measured 0.70× vs plain AR (its plain AR run)") in tips
-    assert any(tip.startswith("reply 1:") and tip.endswith("(no fair Compare with AR: the reply's own estimate)")
+    assert any(tip.startswith("reply 1:") and tip.endswith("(no fair Compare with AR: the reply's live figure)")
                for tip in tips)  # its dot hollow: no comparison ran
 
 
@@ -635,7 +644,7 @@ def test_a_prediction_far_above_the_measured_runs_says_the_chats_rounds_keep_mor
 
 
 def test_plain_ar_recommended_beside_a_reply_estimated_faster_says_why_they_differ(qtbot):
-    """Recommended: plain AR; the last reply's own estimate (hollow, cost-aware) 1.15x: the line under the chart
+    """Recommended: plain AR; the last reply's live figure (hollow, cost-aware) 1.15x: the line under the chart
     says that the estimate is at the load the rounds met and the lines at the quietest timings; measured 1.16x
     (walk 29), that the measurement is of its prompt. The controls: 1.02x, estimated or measured, and a recommended
     drafting say nothing."""
