@@ -55,17 +55,16 @@ CONTEXT_REPEATS = 5
 RECENT_ROUNDS = 64  # the last plain steps, and drafted rounds, whose median loads LoadGap compares
 # Drafted rounds are judged by their outcome too, PAYING_WINDOW at a time: where their tokens would have taken plain
 # AR less time than they took, drafting pauses for PAUSE_ROUNDS plain rounds, twice as many each time in a row
-# (up to MAX_PAUSE_ROUNDS), and is tried again after: a reply whose drafts stop paying (prose after code, a
-# sampled answer) falls back to plain rounds within a few rounds, where the acceptance measured over many rounds
-# would take dozens to fall, and comes back to drafting once they pay again. Rounds that ran the draft model and
-# rounds of copies alone are judged and paused apart: beside a fast target a model draft may not pay where a copy,
-# nearly free, still does (the embedded pair on code).
+# (up to MAX_PAUSE_ROUNDS; a window that pays halves the next pause), and is tried again after: a reply whose drafts
+# stop paying (prose after code, a sampled answer) falls back to plain rounds within a few rounds, where the
+# acceptance measured over many rounds would take dozens to fall, and comes back to drafting once they pay again.
+# Rounds that ran the draft model and rounds of copies alone are judged and paused apart: beside a fast target a
+# model draft may not pay where a copy, nearly free, still does (the embedded pair on code).
 # A window pays where its rounds took no longer than plain rounds take now for their tokens: the median of the last
 # PLAIN_NOW plain rounds' time over their cost (the cost model's price at the moment, until a plain round is seen).
 PAYING_WINDOW = 3
 PAUSE_ROUNDS, MAX_PAUSE_ROUNDS = 4, 64
-PLAIN_NOW = 3
-LOAD_MOVED = 2 / 3  # a plain round this much faster or slower than the last ones met another load: they are dropped
+PLAIN_NOW = 5
 # Plain rounds are the control: a reply that drafts every round runs a plain one (a probe) after PROBE_EVERY drafted
 # rounds in a row, and after EARLY_PROBE while it has fewer than MEASURED_PLAIN_ROUNDS, so what plain decoding costs
 # is known under the load of now, not of the install, and the reply's speedup is measured (engine.stats). A probe
@@ -487,10 +486,7 @@ class RoundPlanner:
         rounds that did not pay, judged PAYING_WINDOW of a kind at a time at the drift's price, pause that kind
         (see PAYING_WINDOW)."""
         if priced_s > 0 and took_s > 0:
-            overrun, plain = took_s / priced_s, self.overruns[False]
-            if drafted is None and plain and not LOAD_MOVED < overrun / median(list(plain)[-PLAIN_NOW:]) < 1 / LOAD_MOVED:
-                plain.clear()  # the load moved since the last plain rounds: they no longer say what one costs
-            self.overruns[drafted is not None].append(overrun)
+            self.overruns[drafted is not None].append(took_s / priced_s)
         self.plain_run = 0 if drafted is not None else self.plain_run + 1
         self.drafted_run = 0 if drafted is None else self.drafted_run + 1
         self.reply_plain += drafted is None
@@ -534,8 +530,8 @@ class RoundPlanner:
                 self.costs.per_draft_s = 0.0
                 self.overruns[True].clear()
                 self.drift = 1.0
-        if paid:
-            self.next_pause[kind] = PAUSE_ROUNDS
+        if paid:  # halved, not reset: on a busy machine a window pays by chance now and then
+            self.next_pause[kind] = max(PAUSE_ROUNDS, self.next_pause[kind] // 2)
         else:
             self.paused[kind] = self.next_pause[kind]
             self.next_pause[kind] = min(2 * self.next_pause[kind], MAX_PAUSE_ROUNDS)
@@ -608,11 +604,11 @@ class RoundPlanner:
             return self._longer_pays(kinds, chances, cap, next_kind, later_kind, unread, self._bare(kinds))
         return (self._longer_pays(kinds, chances, cap, next_kind, later_kind, unread, bare=False)
                 or (self._try(next_kind)
-                    and self._longer_pays(kinds, chances, cap, next_kind, later_kind, unread, bare=True)))
+                    and self._longer_pays(kinds, chances, cap, next_kind, later_kind, 0, bare=True)))
 
     def _longer_pays(self, kinds: Sequence[str], chances: Sequence[float], cap: int, next_kind: str,
                      later_kind: str, unread: int, bare: bool) -> bool:
-        """draft_more's question, at the bare costs or not."""
+        """draft_more's question, at the bare costs or not (a trial pays its reading: it is what it measures)."""
         stop = self._rate(kinds, chances, self.best_length(kinds, chances), bare=bare)
         reading_s = 0.0 if "model" in kinds else unread * self.costs.draft_read_s / PAYING_WINDOW
         future_kinds, future_chances = list(kinds), list(chances)

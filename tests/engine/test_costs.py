@@ -357,31 +357,32 @@ def test_on_a_gpu_s_flat_block_costs_rounds_draft_to_the_cap_and_a_target_sized_
     assert not dear.draft_more([], [], 8)
 
 
+def play_round(planner: RoundPlanner, kept: bool, real: CostModel, loads: tuple[float, float] = (1.0, 1.0),
+               gamma: int = 6) -> int:
+    """One round of a synthetic pair: it drafts while the planner says so (drafts sure of themselves), the target
+    keeps every draft or none, and it takes what `real` costs say times the drafted or plain rounds' load; the
+    planner is told as the decoder tells it. Returns the drafts made."""
+    kinds, chances = [], []
+    while planner.draft_more(kinds, chances, gamma):
+        kinds.append("model")
+        chances.append(planner.acceptance.calibrated(0.9, "model"))
+    verified = planner.best_length(kinds, chances)
+    accepted = verified if kept else 0
+    planner.acceptance.record(kinds[:verified], [0.9] * verified, accepted,
+                              kinds[verified] if len(kinds) > verified else None)
+    priced = planner.costs.round_s(kinds[:verified]) + planner.costs.drafting_s(kinds[verified:])
+    took = (real.round_s(kinds[:verified]) + real.drafting_s(kinds[verified:])) * loads[0 if kinds else 1]
+    planner.observe_round("model" if kinds else None, (accepted + 1) * real.ar_step_s(), priced, took)
+    return len(kinds)
+
+
 def decode_phases(planner: RoundPlanner, phases: list[tuple], gamma: int = 6) -> list[list[int]]:
-    """A synthetic pair on `planner`'s costs: in each phase (kept, rounds[, drafted_load, plain_load]) the target
-    keeps every draft or none, and drafted and plain rounds take their price times these loads (1: as priced).
-    Each round drafts while the planner says so (drafts sure of themselves), is verified, timed and told to the
-    planner as the decoder tells it. Returns each phase's drafts per round."""
-    costs, drafted = planner.costs, []
+    """A reply of a synthetic pair on `planner`'s costs: in each phase (kept, rounds[, drafted_load, plain_load])
+    the target keeps every draft or none, and drafted and plain rounds take their price times these loads (1: as
+    priced). Returns each phase's drafts per round."""
     planner.decode(True)
-    for kept, rounds, *loads in phases:
-        drafted_load, plain_load = loads or (1.0, 1.0)
-        per_round = []
-        for _ in range(rounds):
-            kinds, chances = [], []
-            while planner.draft_more(kinds, chances, gamma):
-                kinds.append("model")
-                chances.append(planner.acceptance.calibrated(0.9, "model"))
-            verified = planner.best_length(kinds, chances)
-            accepted = verified if kept else 0
-            planner.acceptance.record(kinds[:verified], [0.9] * verified, accepted,
-                                  kinds[verified] if len(kinds) > verified else None)
-            priced = costs.round_s(kinds[:verified]) + costs.drafting_s(kinds[verified:])
-            took = priced * (drafted_load if kinds else plain_load)
-            planner.observe_round("model" if kinds else None, (accepted + 1) * costs.ar_step_s(), priced, took)
-            per_round.append(len(kinds))
-        drafted.append(per_round)
-    return drafted
+    return [[play_round(planner, kept, planner.costs, tuple(loads) or (1.0, 1.0), gamma) for _ in range(rounds)]
+            for kept, rounds, *loads in phases]
 
 
 def probes(rounds: int) -> int:
@@ -509,10 +510,13 @@ def test_drafted_rounds_that_become_twice_as_dear_mid_reply_step_aside_within_a_
 
 
 def test_a_load_that_slows_plain_and_drafted_rounds_alike_leaves_drafting_on():
-    """The control of the rule above: both arms twice as slow (another program on the machine) still pay."""
+    """The control of the rule above: both arms twice as slow (another program on the machine) still pay. The
+    first window after the change lost to plain rounds measured before it: one plain round, then at most one short
+    pause whose plain rounds measure the new load, and drafting goes on."""
     planner = RoundPlanner(costs(draft_ms=8.0, row_ms=8.0, step_ms=20.0))
     *_, loaded = decode_phases(planner, [(True, 30), (True, 30, 2.0, 2.0)])
-    assert loaded.count(0) <= probes(30)
+    assert loaded.count(0) <= probes(30) + 1 + PAUSE_ROUNDS
+    assert loaded[-15:].count(0) <= 1
 
 
 def test_costs_measured_on_a_busy_machine_do_not_keep_a_paying_pair_from_drafting():
@@ -522,25 +526,6 @@ def test_costs_measured_on_a_busy_machine_do_not_keep_a_paying_pair_from_draftin
     planner = RoundPlanner(costs(draft_ms=2.0, row_ms=2.0, step_ms=20.0))
     [rounds] = decode_phases(planner, [(True, 40, 0.5, 0.5)])
     assert rounds.count(0) <= probes(40)
-
-
-def decode_at(planner: RoundPlanner, real: CostModel, rounds: int, kept: bool = True) -> list[int]:
-    """Rounds planned on `planner`'s costs that take what `real` costs say, every draft kept (or none)."""
-    drafted = []
-    for _ in range(rounds):
-        kinds, chances = [], []
-        while planner.draft_more(kinds, chances, 6):
-            kinds.append("model")
-            chances.append(planner.acceptance.calibrated(0.9, "model"))
-        verified = planner.best_length(kinds, chances)
-        accepted = verified if kept else 0
-        planner.acceptance.record(kinds[:verified], [0.9] * verified, accepted,
-                                  kinds[verified] if len(kinds) > verified else None)
-        priced = planner.costs.round_s(kinds[:verified]) + planner.costs.drafting_s(kinds[verified:])
-        took = real.round_s(kinds[:verified]) + real.drafting_s(kinds[verified:])
-        planner.observe_round("model" if kinds else None, (accepted + 1) * real.ar_step_s(), priced, took)
-        drafted.append(len(kinds))
-    return drafted
 
 
 def test_drafting_priced_out_by_a_transient_is_tried_again_and_kept_where_it_pays():
@@ -554,7 +539,7 @@ def test_drafting_priced_out_by_a_transient_is_tried_again_and_kept_where_it_pay
         planner.decode(True)
         if not trials:
             planner._try = lambda kind: False
-        return decode_at(planner, real, 3 * TRY_AFTER)
+        return [play_round(planner, True, real) for _ in range(3 * TRY_AFTER)]
 
     tried = rounds(trials=True)
     assert not any(tried[:TRY_AFTER]) and tried[TRY_AFTER]
@@ -567,5 +552,5 @@ def test_a_trial_of_drafts_that_never_pay_costs_a_window_a_long_pause():
     real = costs(draft_ms=2.0, row_ms=2.0, step_ms=20.0)
     planner = RoundPlanner(dataclasses.replace(real, target_block_s=list(real.target_block_s), per_draft_s=0.03))
     planner.decode(True)
-    drafted = decode_at(planner, real, 400, kept=False)
+    drafted = [play_round(planner, False, real) for _ in range(400)]
     assert sum(1 for n in drafted if n) <= 400 // TRY_AFTER * PAYING_WINDOW
