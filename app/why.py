@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine.decoding.costs import SCRATCH_POSITIONS
-from engine.decoding.recommend import (MARGIN, MAX_GAMMA, SPREAD, Measured, Recommendation, cost_model_from_dict,
-                                       recommend, round_tokens)
+from engine.decoding.recommend import (MARGIN, MAX_GAMMA, NO_ROUNDS, SPREAD, Measured, Recommendation,
+                                       cost_model_from_dict, recommend, round_tokens, stop_threshold)
 from app.session import DrafterComparison, NumberedReply, Session, numbered_replies, same_models
 from engine.events import DecodeSettings, Drafting, Mode, PairInfo, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance
@@ -169,7 +169,7 @@ def machine_line(why: WhyGamma) -> str:
     if model is None or model.ar_token_s <= 0 or len(model.target_block_s) < 2:
         return ""
     row = (model.block_s(2) - model.block_s(1)) / model.ar_token_s
-    break_even = model.round_s(["model"] if model.draft_step_s else ["copy"]) / model.ar_token_s - 1
+    break_even = stop_threshold(model, NO_ROUNDS, 0, Drafting.MODEL if model.draft_step_s else Drafting.LOOKUP)
     here = f" ({why.machine})" if why.machine else ""
     pays = (f"a draft pays only where it is kept more often than α ≈ {break_even:.2f}" if break_even < 1
             else "no single draft can pay, however often it is kept")

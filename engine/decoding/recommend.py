@@ -27,6 +27,7 @@ from engine.decoding.costs import SCRATCH_POSITIONS, CostModel
 from engine.events import Drafting
 from engine.stats import PositionAcceptance
 
+NO_ROUNDS = PositionAcceptance(0, (), (), (), (), 0.0, 0.0, 1.0, 1.0)  # acceptance before any round: a first draft
 MAX_GAMMA = 8  # the longest draft the cost model has measured blocks for (engine.decoding.costs.MEASURED_ROWS − 1)
 # A drafting is recommended over plain AR only where it is predicted this much faster: the cost model's predicted
 # speedups came within about 10 % of the measured ones in `specdec bench`, so a smaller predicted gain is none to
@@ -206,10 +207,9 @@ def recommend(costs: CostModel, profiles: Mapping[Drafting, PositionAcceptance],
     chosen = profiles.get(drafting) if drafting is not Drafting.NONE else None
     if chosen is None:  # plain AR: what the first draft of the likeliest drafting would have needed
         chosen_drafting = next((d for d in profiles if d is not Drafting.NONE), Drafting.MODEL)
-        empty = PositionAcceptance(0, (), (), (), (), 0.0, 0.0, 1.0, 1.0)
-        threshold = stop_threshold(costs, empty, 0, chosen_drafting, positions)
-        draft_s = extra_draft_s(costs, empty, 0, chosen_drafting, positions)
-        costs_said = _costs_said(draft_s, costs, positions, 1, copied_share(empty, 1, chosen_drafting))
+        threshold = stop_threshold(costs, NO_ROUNDS, 0, chosen_drafting, positions)
+        draft_s = extra_draft_s(costs, NO_ROUNDS, 0, chosen_drafting, positions)
+        costs_said = _costs_said(draft_s, costs, positions, 1, copied_share(NO_ROUNDS, 1, chosen_drafting))
         need = (f"one would need a chance above {threshold:.2f} of being kept" if threshold < 1.0
                 else "not even a draft that is always kept")
         near_rate, near_drafting, near_gamma = best_within_margin
