@@ -448,11 +448,14 @@ class RoundPlanner:
                                                     False: deque(maxlen=DRIFT_ROUNDS)})
     drift: float = 1.0  # what a drafted round costs over its price, against what a plain round does (_drift_of)
     plain_run: int = 0  # plain rounds since the last drafted one (DRIFT_FADE)
-    drafted_run: int = 0  # drafted rounds since the last plain one (PROBE_EVERY)
-    reply_plain: int = 0  # the reply's plain rounds so far (EARLY_PROBE)
-    probe_now: bool = False  # a window lost to plain rounds measured before it: the next round is a plain one
+    # The reply's (_start_judging sets them): drafted rounds since the last plain one (PROBE_EVERY), its plain rounds
+    # so far (EARLY_PROBE), whether a window lost to plain rounds measured before it (the next round is a plain
+    # one), and per kind such a window's (plain AR's time by the costs, its time), judged again after that round.
+    drafted_run: int = field(init=False)
+    reply_plain: int = field(init=False)
+    probe_now: bool = field(init=False)
+    rejudged: dict = field(init=False)
     trying: str | None = None  # the kind whose window drafts at the bare costs (TRY_AFTER)
-    rejudged: dict = field(default_factory=dict)  # [kind]: that window's (plain AR's time by the costs, its time)
 
     def __post_init__(self) -> None:
         self._start_judging(earned=False)
@@ -462,6 +465,8 @@ class RoundPlanner:
         unless `earned` (what the chat's drafts earned so far stands)."""
         self.window = {kind: [] for kind in KINDS}
         self.paused = dict.fromkeys(KINDS, 0)
+        self.drafted_run = self.reply_plain = 0
+        self.probe_now, self.rejudged = False, {}
         if not earned:
             self.next_pause = dict.fromkeys(KINDS, PAUSE_ROUNDS)
             self.trying = None
@@ -553,9 +558,6 @@ class RoundPlanner:
         earns is as long as the chat's drafts have earned so far, so a pair whose drafts never pay loses one
         window of rounds a reply, not one per pause length (a new chat starts at PAUSE_ROUNDS again)."""
         self._start_judging(earned=True)
-        self.drafted_run = self.reply_plain = 0
-        self.probe_now = False
-        self.rejudged.clear()
         if self.greedy is not None and greedy != self.greedy:
             self.acceptance, self.resting = self.resting or Acceptance(), self.acceptance
         self.greedy = greedy
