@@ -1,1 +1,3 @@
-"""Entry points: the `specdec` CLI and the `specdec-studio` window; they create objects and connect them."""
+"""Entry points and controllers: the `specdec` CLI (cli/), a chat's controller, worker, store and export (chat/), the
+model pair's library and machine (pair/), and the why-γ analysis (why.py). No widget is imported here: the window is
+built above, in studio/."""

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from engine.decoding.costs import SCRATCH_POSITIONS
 from engine.decoding.recommend import (MARGIN, MAX_GAMMA, NO_ROUNDS, SPREAD, Measured, Recommendation,
                                        cost_model_from_dict, recommend, round_tokens, stop_threshold)
-from app.session import DrafterComparison, NumberedReply, Session, numbered_replies, same_models
 from engine.events import DecodeSettings, Drafting, Mode, PairInfo, RoundEvent
 from engine.stats import PositionAcceptance, position_acceptance
+from words.records import DrafterComparison, NumberedReply, Session, numbered_replies, same_models
 
 
 def drafting_of(settings: DecodeSettings) -> Drafting:

@@ -30,7 +30,7 @@ bench() {  # NAME SECONDS ARGS...: one bench, its JSON and log under $OUT, its t
   grep -v "bench:" "$OUT/$name.log" | tail -5
   $PY -c "
 import json, sys
-from engine.benchmark.bench import markdown_table
+from engine.benchmark.summary import markdown_table
 r = json.load(open(sys.argv[1])); c = r['env'].get('costs', {})
 print(markdown_table(r['runs']))
 print('costs:', {k: c.get(k) for k in ('target_block_ms', 'draft_step_ms', 'overhead_ms', 'per_draft_ms')})

@@ -7,9 +7,9 @@ E = (1 − α^(γ+1)) / (1 − α) assumes. `acceptance_rate` (accepted / drafte
 from __future__ import annotations
 
 import math
+from bisect import insort
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from bisect import insort
 from statistics import median, quantiles
 
 from engine.events import RoundEvent
@@ -51,7 +51,7 @@ class ReplyStats:
 
 BUSY_FACTOR = 2.0  # a timing this many times the reference is a stall, not the model's speed
 BUSY_SHARE = 0.2  # the share of a reply's time in stalled rounds above which its numbers are flagged
-# A reply the machine's load stalled goes on with one thread (app.worker) and keeps it where, over its next
+# A reply the machine's load stalled goes on with one thread (app.chat.worker) and keeps it where, over its next
 # LOADED_ROUNDS rounds, its tokens came ONE_THREAD_GAIN times as fast as over the LOADED_ROUNDS before: a smaller
 # gain is one run's spread (±10 % here), and all threads are where every decode starts.
 LOADED_ROUNDS = 8

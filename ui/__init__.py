@@ -1,1 +1,2 @@
-"""PySide6 widgets and pyqtgraph charts; they receive engine.events dataclasses and never import torch."""
+"""PySide6 widgets and pyqtgraph charts, one folder per feature (chat, compare, pair, why, window); they receive
+dataclasses from app/ and words/ and never import torch."""

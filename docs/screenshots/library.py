@@ -15,9 +15,9 @@ from PySide6.QtCore import QPoint, Qt, QTimer
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QToolTip
 
-from app import studio
 from engine.models import packaged
-from ui.main_window import MainWindow
+from studio import window as studio
+from ui.window.main_window import MainWindow
 
 OUT = Path(__file__).resolve().parent
 SIZE = sys.argv[1]

@@ -17,7 +17,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from engine.events import Fate  # noqa: E402 (after the path)
-from ui.palette import LEGEND_FATES, STYLES  # noqa: E402
+from ui.window.palette import LEGEND_FATES, STYLES  # noqa: E402
 
 TINTED = [fate for fate in LEGEND_FATES if STYLES[fate].background]  # the chips with a colour to find
 

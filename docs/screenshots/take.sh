@@ -6,7 +6,7 @@
 #   docs/screenshots/take.sh [1600x1000 1000x700]     # TAKE_TIMEOUT=S: wait longer than 600 s for a reply
 #   TAKE_ONLY="cjk why" docs/screenshots/take.sh      # only some of the studios below: code cjk long why
 # Each picture is the whole window in its frame, sized to fit the named screen, title bar and borders included (the
-# window's smallest client area, ui/main_window.py, leaves room for them on a 1000x700 screen). The pictures, each
+# window's smallest client area, ui/window/main_window.py, leaves room for them on a 1000x700 screen). The pictures, each
 # at both sizes:
 #   code-answer-clean, code-answer-trace  a code answer in the clean view, then as a speculative trace (Ctrl+T)
 #   history                               an earlier chat reopened from the history sidebar
@@ -22,7 +22,7 @@ STUDIO=${STUDIO:-.venv/bin/specdec-studio}
 PYTHON=${PYTHON:-.venv/bin/python}  # runs locate.py (numpy, Pillow)
 DISPLAY_NUMBER=:93
 TIMEOUT=${TAKE_TIMEOUT:-600}  # seconds for a start or a reply: model loading takes minutes on a busy 2-core machine
-MIN_WIDTH=995 MIN_HEIGHT=620  # the studio's smallest client area (ui/main_window.py)
+MIN_WIDTH=995 MIN_HEIGHT=620  # the studio's smallest client area (ui/window/main_window.py)
 MARGIN=80  # the X screen is this much larger than the picture, room for the frame of a window at its minimum size
 CODE_PROMPT="Write a Python function that checks whether a word is a palindrome."
 EARLIER_PROMPTS=("What is a hash table? Explain it in two sentences." "Give me three ideas for a quiet evening at home.")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 COPY_LOOP = """
 import sys, numpy as np

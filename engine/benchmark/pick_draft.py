@@ -10,20 +10,15 @@ kind of prompt, and read back where the draft list shows it.
 """
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import hashlib
-import json
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.benchmark.ranking import KINDS, LOOKUP, NONE, Pick, Ranking, rank
 from engine.paths import cache_dir
 
-LOOKUP = "lookup"
-NONE = "none"
-KINDS = ("code", "chat")
 PROMPTS_PER_PICK = 3
 MAX_NEW_TOKENS = 48
 GAMMA = 6  # the most drafts a round may make; cost-aware rounds stop where one more would not pay
@@ -36,37 +31,6 @@ Progress = Callable[[int, int, str], None]
 
 class PickStopped(Exception):
     """Raised by a progress callback to stop a pick between two replies."""
-
-
-@dataclass(frozen=True)
-class Pick:
-    """One candidate's measurement (figures None where it was not measured: `problem` says why)."""
-
-    draft: str  # a model name, LOOKUP or NONE
-    measured_speedup: float | None = None
-    predicted_speedup: float | None = None
-    alpha: float | None = None
-    tokens_per_round: float | None = None
-    per_position_acceptance: list[float] = field(default_factory=list)
-    draft_step_ms: float | None = None
-    target_step_ms: float | None = None
-    problem: str | None = None
-
-
-@dataclass(frozen=True)
-class Ranking:
-    target: str
-    kind: str
-    machine: str
-    measured_on: str  # ISO date
-    picks: list[Pick]  # best measured speedup first; unmeasured ones last
-
-    @property
-    def best(self) -> Pick:
-        return self.picks[0]
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 def prompts_of(kind: str, n: int = PROMPTS_PER_PICK) -> list[str]:
@@ -95,12 +59,6 @@ def default_candidates(target: str) -> list[str]:
     return [choice.model.path for choice in drafts if not choice.reason] + [LOOKUP, NONE]
 
 
-def rank(picks: Sequence[Pick]) -> list[Pick]:
-    """Best measured speedup first (plain AR's 1.0 among them); candidates not measured last, in their order."""
-    measured = sorted((p for p in picks if p.measured_speedup is not None), key=lambda p: -p.measured_speedup)
-    return measured + [p for p in picks if p.measured_speedup is None]
-
-
 def _pick_of(draft: str, records: list[dict]) -> Pick:
     """A candidate's Pick from its bench records (an AR row and a drafting row)."""
     drafting = next(r for r in records if r["method"] != "ar")
@@ -120,7 +78,8 @@ def pick_draft(target: str, candidates: Sequence[str], prompts: Sequence[str], *
                max_new_tokens: int = MAX_NEW_TOKENS, progress: Progress | None = None) -> list[Pick]:
     """Measure each candidate with `target` on `prompts` and rank them (see the module docstring). A candidate that
     cannot be loaded (another tokenizer, a damaged file) is a Pick with its one-line problem."""
-    from engine.benchmark.bench import Bench, Config, run_all, summarize
+    from engine.benchmark.bench import Bench, Config, run_all
+    from engine.benchmark.summary import summarize
     from engine.decoding.decoder import Decoder
     from engine.models.loading import ModelLoadError, load_model, pick_device, pick_dtype
     from engine.models.pairing import PairingError, preflight
@@ -197,53 +156,8 @@ def ranking_file(target: Path, kind: str, device: str, dtype: str) -> Path:
     return cache_dir() / "draft-picks" / f"{key}.json"
 
 
-def keep(ranking: Ranking, file: Path) -> None:
-    """Best effort, as the costs file: a pick that cannot be kept is measured again next time."""
-    try:
-        file.parent.mkdir(parents=True, exist_ok=True)
-        partial = file.with_suffix(".tmp")
-        partial.write_text(json.dumps(ranking.as_dict(), indent=1), encoding="utf-8")
-        partial.replace(file)
-    except OSError:
-        pass
-
-
-def kept_ranking(file: Path) -> Ranking | None:
-    """The ranking kept in `file`, or None (none kept, or not readable as one: measured again)."""
-    try:
-        fields = json.loads(file.read_text(encoding="utf-8"))
-        fields["picks"] = [Pick(**pick) for pick in fields["picks"]]
-        return Ranking(**fields)
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
-
-
 def new_ranking(target: str, kind: str, picks: list[Pick]) -> Ranking:
     return Ranking(target=target, kind=kind, machine=machine(), measured_on=datetime.date.today().isoformat(),
                    picks=picks)
 
 
-def summary_line(pick: Pick, ranking: Ranking) -> str:
-    """What the draft list shows beside a measured candidate: '1.31x on code here, measured 2026-12-05'."""
-    if pick.measured_speedup is None:
-        return pick.problem or "not measured"
-    return f"{pick.measured_speedup:.2f}x on {ranking.kind} here, measured {ranking.measured_on}"
-
-
-def ranking_table(ranking: Ranking) -> str:
-    """The ranking as a Markdown table, best first."""
-    def figure(value: float | None, spec: str) -> str:
-        return "" if value is None else format(value, spec)
-
-    lines = ["| rank | draft | measured | predicted | α | tokens/round | draft step ms | target step ms |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|"]
-    for place, pick in enumerate(ranking.picks, 1):
-        name = Path(pick.draft).name  # a model's file or folder name; lookup and none as they are
-        if pick.problem:
-            lines.append(f"| | {name} | {pick.problem} | | | | | |")
-            continue
-        lines.append(f"| {place} | {name} | {figure(pick.measured_speedup, '.2f')}x | "
-                     f"{figure(pick.predicted_speedup, '.2f')}x | {figure(pick.alpha, '.2f')} | "
-                     f"{figure(pick.tokens_per_round, '.2f')} | {figure(pick.draft_step_ms, '.1f')} | "
-                     f"{figure(pick.target_step_ms, '.1f')} |")
-    return "\n".join(lines)

@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from app.chat import ChatController
-from app.chat_store import to_json
-from app.session import Comparison, DrafterComparison, DrafterRun, Reply, ReplyRequest, TurnOptions, TurnState
+from app.chat.controller import ChatController
+from app.chat.store import to_json
 from engine.events import DecodeSettings, Drafting, EmittedToken, Fate, ModelInfo, PairInfo, RoundEvent
 from tests.ui.synthetic import accepted_round, rejected_round
-from ui.transcript import ENDED_REPEATING, reply_notes
+from words.records import Comparison, DrafterComparison, DrafterRun, Reply, ReplyRequest, TurnOptions, TurnState
+from words.transcript import ENDED_REPEATING, reply_notes
 
 PAIR = PairInfo(ModelInfo("t", "/t", 1, 64), ModelInfo("d", "/d", 1, 64), "cpu", "float32", target_step_s=0.02)
 SPEC = TurnOptions(DecodeSettings(gamma=3, max_new_tokens=8))
@@ -516,7 +516,7 @@ def test_the_export_names_the_pair_that_decoded_each_reply_not_one_loaded_since(
 def test_a_reopened_chat_draws_its_why_tab_by_the_costs_its_last_reply_left_not_a_later_timing(chat):
     """Its reply refined the costs (a 2 ms draft); the pair was then loaded again and timed at a 9 ms draft. The
     reopened chat recommends what it did live; the control: its next reply is drawn by the new timing."""
-    from tests.ui.test_why_gamma import flat_costs, four_kinds_of_round
+    from tests.ui.why.test_why_gamma import flat_costs, four_kinds_of_round
 
     worker = FakeWorker(chat)
     worker.replies += [four_kinds_of_round(), four_kinds_of_round()]

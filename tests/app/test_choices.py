@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from app.chat_store import request_from_json, request_json
-from app.cli import build_parser
-from app.session import ReplyRequest
-from app.studio import parse_args
+from app.chat.store import request_from_json, request_json
+from app.cli.arguments import build_parser
 from engine.choices import DEVICES, DTYPES, TARGET_WEIGHTS
 from engine.events import DecodeSettings, Mode
+from studio.window import parse_args
+from words.records import ReplyRequest
 
 
 def test_a_mode_given_as_a_string_becomes_the_enum():

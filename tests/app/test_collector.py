@@ -6,7 +6,7 @@ import weakref
 
 from PySide6.QtCore import QCoreApplication, QEvent
 
-from app.studio import GuiThreadCollector
+from studio.window import GuiThreadCollector
 
 
 class Marker:

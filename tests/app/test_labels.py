@@ -8,13 +8,13 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from app.labels import byte_label, with_byte_labels
+from app.chat.labels import byte_label, with_byte_labels
 from engine.events import Fate
 from tests.tiny import tiny_tokenizer
 from tests.ui.helpers import text_of
 from tests.ui.synthetic import rejected_round
-from ui.inspector import span_html
-from ui.tokens import round_spans
+from ui.chat.inspector import span_html
+from words.tokens import round_spans
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from app.machine import described
+from app.pair.machine import described
 from engine.decoding.decoder import Decoder
 from tests.tiny import tiny_decoder, tiny_model
 

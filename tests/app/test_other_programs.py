@@ -7,7 +7,7 @@ import sys
 import time
 from collections import namedtuple
 
-from app.timing import OtherPrograms
+from app.chat.timing import OtherPrograms
 
 WORK_S = 0.4  # CPU seconds of work, far above the clock's tick
 

@@ -3,7 +3,7 @@ paints come a few milliseconds after the layout that asked for them. (qtbot.wait
 that waits in its dispatcher; qtbot.wait does not.)"""
 from PySide6.QtCore import QAbstractEventDispatcher, QTimer
 
-from app.chat import QuietLoop
+from app.chat.timing import QuietLoop
 
 
 def idle_for(qtbot, seconds: float) -> None:

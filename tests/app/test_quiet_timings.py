@@ -8,10 +8,10 @@ from datetime import datetime
 
 from PySide6.QtCore import QSettings
 
-from app.chat import ChatController
-from app.session import Runtime
-from app.timing import QuietTimings
+from app.chat.controller import ChatController
+from app.chat.timing import QuietTimings
 from engine.events import ModelInfo, PairInfo
+from words.records import Runtime
 
 RUNTIME = Runtime(cpu_capability="AVX2", threads=2, target_kernel="Q4×Q8 native kernel (AVX2)",
                   draft_weights="int8")

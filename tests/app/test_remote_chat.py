@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from app.chat import ChatController
-from app.chat_store import ChatStore
-from app.session import TurnState
-from app.studio import wire_remote_worker
+from app.chat.controller import ChatController
+from app.chat.store import ChatStore
 from engine.remote import API_KEY_ENV
+from studio.window import wire_remote_worker
 from tests.app.test_chat import PAIR, SPEC, FakeWorker, two_rounds
 from tests.fake_engine import FakeEngine, closed_port, serving
+from words.records import TurnState
 
 TIMEOUT_MS = 15_000
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from app.chat import ChatController
-from app.session import DrafterComparison, DrafterRun, TurnState
+from app.chat.controller import ChatController
 from engine.events import Drafting, RoundEvent
 from tests.app.test_chat import PAIR, SPEC, FakeWorker, Recorder, two_rounds
 from tests.ui.synthetic import accepted_round, in_order, plain_steps, rejected_round
+from words.records import DrafterComparison, DrafterRun, TurnState
 
 COSTS = {"target_block_ms": [10.0] * 9, "draft_step_ms": 2.0, "copy_ms": 0.01, "overhead_ms": 0.0}
 
@@ -102,7 +102,7 @@ def test_another_pairs_replies_stay_out_of_the_acceptance_and_the_points(qapp):
 def test_a_reopened_chat_of_two_pairs_shows_each_replys_own_pair(qapp):
     """Reopened, the replies carry the pairs that decoded them (the window names a switch under the reply), and
     the why tab counts the loaded pair's reply only."""
-    from app.chat_store import ChatStore
+    from app.chat.store import ChatStore
 
     chat = ChatController(ChatStore(":memory:"))
     chat.on_models_loaded(dataclasses.replace(PAIR, costs=COSTS))

@@ -52,12 +52,12 @@ def greedy_mixed_decoder() -> Decoder:
 @pytest.fixture
 def make_studio(qtbot):
     """Build the real window + worker thread around a given decoder; shut the thread down afterwards."""
-    from app.studio import build
+    from studio.window import build
 
     built = []
 
     def make(decoder, store=None, preferences=None, build_options=None, **settings):
-        """`store` and `preferences` as in `app.studio.build`; the rest are DecodeSettings fields. Rounds draft by
+        """`store` and `preferences` as in `studio.window.build`; the rest are DecodeSettings fields. Rounds draft by
         the confidence stop unless `cost_aware=True` is given: a tiny pair's draft costs about what its target
         does, so cost-aware rounds would rarely draft, and the window's tests need drafts to draw. `build_options`:
         more keyword arguments for `build` (a serving peer, a remote timeout)."""

@@ -8,8 +8,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextFormat
 
 from engine.events import Fate, RoundEvent
-from ui.inspector import WORD_JOINER
-from ui.palette import STYLES
+from ui.chat.inspector import WORD_JOINER
+from ui.window.palette import STYLES
 
 REPLY_TIMEOUT_MS = 60_000  # tiny models, but the CI machine may be busy
 
@@ -19,7 +19,7 @@ def shown_window(qtbot, width: int, height: int, **machine):
     from PySide6.QtWidgets import QApplication
 
     from engine.models.pairing import PRESETS
-    from ui.main_window import MainWindow
+    from ui.window.main_window import MainWindow
 
     window = MainWindow(PRESETS, **machine)
     qtbot.addWidget(window)

@@ -3,7 +3,7 @@
     QT_QPA_PLATFORM=offscreen .venv/bin/python -m tests.ui.stall_real [TARGET] [DRAFT] [MAX_NEW_TOKENS]
 
 Not a pytest test: it loads real weights and its figure depends on machine load (the 50 ms bar is checked
-here, on a quiet machine); tests/ui/test_responsiveness.py checks with tiny models that the loop keeps running.
+here, on a quiet machine); tests/ui/window/test_responsiveness.py checks with tiny models that the loop keeps running.
 """
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import sys
 
 from PySide6.QtWidgets import QApplication
 
-from app.studio import build
 from engine.events import DecodeSettings
-from ui.stall_probe import StallProbe
+from studio.window import build
+from ui.window.stall_probe import StallProbe
 
 PROMPT = "Write a short paragraph about why speculative decoding is lossless."
 

@@ -1,0 +1,1 @@
+"""The Model pair pane: the pickers, decoding controls, model boxes and the Find best draft ranking."""

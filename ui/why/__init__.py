@@ -1,0 +1,1 @@
+"""The analysis pane: the live charts, the why-γ tab and a remote engine's report."""

@@ -1,0 +1,1 @@
+"""The main window's frame: menus, guide, status bar, preferences, palette, splitters and fitting to the screen."""
