@@ -11,7 +11,6 @@ from huggingface_hub import try_to_load_from_cache
 
 from engine.decoding.caches import CachedModel
 from engine.decoding.decoder import Decoder
-from engine.decoding.drafters import DraftModelDrafter
 from engine.events import PairInfo
 from engine.kernels import q4q8
 from engine.models import fast_llama, gguf_native, packaged
@@ -93,8 +92,7 @@ def _multiply(runner: CachedModel):
 
 
 def _draft_multiply(decoder: Decoder):
-    drafter = decoder.drafter
-    return _multiply(drafter.runner) if isinstance(drafter, DraftModelDrafter) else None
+    return _multiply(decoder.draft_runner) if decoder.draft_runner is not None else None
 
 
 def _kernel_name(multiply, dtype: str) -> str:

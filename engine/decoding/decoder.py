@@ -85,8 +85,8 @@ class Decoder:
 
     def info(self) -> PairInfo:
         draft = self.draft.info() if self.draft else None
-        if draft is not None and isinstance(self.drafter, DraftModelDrafter) and self.drafter.runner.compact_weights:
-            draft = dataclasses.replace(draft, weights=self.drafter.runner.compact_weights)
+        if draft is not None and self.draft_runner is not None and self.draft_runner.compact_weights:
+            draft = dataclasses.replace(draft, weights=self.draft_runner.compact_weights)
         return PairInfo(
             target=self.target.info(), draft=draft,
             device=str(self.target.device), dtype=str(self.target.model.dtype).removeprefix("torch."),
@@ -94,6 +94,11 @@ class Decoder:
             costs=self.costs.as_dict() if self.costs else {},
             default_system_prompt=self._system_prompt(),
         )
+
+    @property
+    def draft_runner(self) -> CachedModel | None:
+        """The draft model's cache, where the drafter has a model."""
+        return self.drafter.runner if self.drafter is not None else None
 
     def _system_prompt(self) -> str:
         with refusing(self.target.name):
@@ -128,14 +133,14 @@ class Decoder:
         if self.costs:
             for k, seconds in zip(sizes, times):
                 self.costs.observe_block(k, seconds)
-            if isinstance(self.drafter, DraftModelDrafter):
+            if self.draft_runner is not None:
                 self.costs.observe_draft_step(*self._time_draft_step_in_place())
         return self.target_step_s
 
     def _time_draft_step_in_place(self, repeats: int = 3) -> tuple[float, int]:
         """The fastest of `repeats` draft-model steps after what the draft's cache holds (rolled back after each, so
         the conversation's cache is kept), and how many positions that was."""
-        runner = self.drafter.runner
+        runner = self.draft_runner
         positions, token = len(runner), self._scratch_ids(1)[0]
         seconds = fastest(lambda: (runner.forward_rows([token]), runner.rollback(positions)), repeats,
                           synchronize=lambda: synchronize(self.target.device))
@@ -147,7 +152,7 @@ class Decoder:
         caches. `progress(done, total)` is called after each round of timings."""
         ids = self._scratch_ids()
         added = min(LONG_POSITIONS, (self.window or 1 << 30) - SCRATCH_POSITIONS - MEASURED_ROWS)
-        drafts = isinstance(self.drafter, DraftModelDrafter)
+        drafts = self.draft_runner is not None
         # each timing (blocks, and a draft step) runs at the scratch length, and again after `added` positions
         steps = _Steps(progress, (2 if added > 0 else 1) * (MEASURE_REPEATS + drafts))
         blocks = self._time_blocks(range(1, MEASURED_ROWS + 1), MEASURE_REPEATS, steps=steps)
@@ -286,8 +291,8 @@ class Decoder:
         self.runner.expect(longest)
         if speculative:
             self.planner.decode(settings.greedy)
-            if isinstance(self.drafter, DraftModelDrafter):
-                self.drafter.runner.expect(longest)
+            if self.draft_runner is not None:
+                self.draft_runner.expect(longest)
         self._gamma_request = settings.gamma
         generator = torch.Generator(device=self.target.device).manual_seed(settings.seed)
         device = self.target.device
@@ -295,7 +300,7 @@ class Decoder:
         # 0) prefill: both caches end up holding the prompt but its last token
         prompt = fitted.ids
         start = time.perf_counter()
-        runners = [self.runner] + ([self.drafter.runner] if isinstance(self.drafter, DraftModelDrafter) else [])
+        runners = [self.runner] + ([self.draft_runner] if self.draft_runner is not None else [])
         for runner in runners:
             runner.stop_read_in(stop)
         try:
@@ -407,7 +412,7 @@ class Decoder:
         device = self.target.device
         read = PrefillProgress(0, len(prompt) - 1)
         drafter_reads = speculative  # the drafter reads the prompt here, beside the target
-        if (speculative and isinstance(self.drafter, DraftModelDrafter) and not self.drafter.runner.on_device
+        if (speculative and self.draft_runner is not None and not self.draft_runner.on_device
                 and self.drafter.defer(prompt, PREFILL_CHUNK)):
             # A few positions are read with the first draft, apart from its step (Proposal.read_s): a reply that
             # drafts nothing (its pair's drafts did not pay in this chat) never pays for them, and a short prompt's

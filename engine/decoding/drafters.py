@@ -48,6 +48,8 @@ class Proposal:
 
 
 class Drafter(Protocol):
+    runner: CachedModel | None  # the draft model's cache (timed, warmed and read in beside the target's); None: no model
+
     def prefill(self, prompt: list[int]) -> None:
         """Get ready to draft after `prompt` (a new reply; earlier turns may still be cached)."""
 
@@ -296,6 +298,8 @@ class LookupDrafter:
     with q = 1 on it, and no draft model at all. A round drafts nothing where nothing matches (a plain target
     step). With `settings.cost_aware` the planner prices each draft at the copy cost; `settings.lookup` does not
     apply (copying is all this drafter does)."""
+
+    runner = None  # no draft model
 
     def __init__(self, vocab_size: int, device: torch.device | str = "cpu"):
         self.vocab_size = vocab_size
