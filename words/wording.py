@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from engine.events import DecodeSettings, Mode, PairInfo, PrefillProgress
+from engine.models.library import listed_name
 from engine.stats import ReplyStats, SpeedupFigure
 from words.records import HOST_NOTABLE_CORES, OTHERS_IDLE_CORES, Comparison, Reply
 
@@ -266,15 +267,18 @@ def remote_line(reply: Reply) -> str:
     return line + (" · stopped" if reply.stopped else "")
 
 
-def short_name(name: str) -> str:
-    """A model name that fits the status bar: the file or folder name of a local path."""
-    return Path(name).name if name.startswith(("/", ".", "~")) else name
+def model_said(name: str, short: bool = False) -> str:
+    """A model as a person knows it: a local path by the name its store lists it under (an Ollama blob is
+    `qwen2.5-coder:0.5b`, not `sha256-…`), else by its file or folder name (`short`, for the status bar) or whole;
+    a hub id or short name as given."""
+    if not name.startswith(("/", ".", "~")):
+        return name
+    return listed_name(name) or (Path(name).name if short else name)
 
 
 def pair_said(pair: PairInfo, short: bool = False) -> str:
-    """Which models, where and in which dtype: the status bar's name of the loaded pair (`short`: local paths by
-    their file names) and the Markdown export's of a chat's or a reply's."""
-    name = short_name if short else str
-    draft = name(pair.draft.name) if pair.draft else "no draft (AR only)"
+    """Which models, where and in which dtype: the status bar's name of the loaded pair (`short`: local paths not
+    listed by a store by their file names) and the Markdown export's of a chat's or a reply's."""
+    draft = model_said(pair.draft.name, short) if pair.draft else "no draft (AR only)"
     native = " · 4-bit GGUF target" if pair.target.weights == "native" else ""
-    return f"{name(pair.target.name)} + {draft} · {pair.device} · {pair.dtype}{native}"
+    return f"{model_said(pair.target.name, short)} + {draft} · {pair.device} · {pair.dtype}{native}"

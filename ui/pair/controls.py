@@ -18,7 +18,7 @@ from engine.choices import DEVICES, DTYPES, TARGET_WEIGHTS
 from engine.events import DecodeSettings, Mode
 from engine.remote_records import URL_EXAMPLE, is_url
 from ui.pair.draft_ranking import DraftFinder, same_model
-from ui.pair.model_boxes import ModelBox, draft_entries, known_target, target_entries
+from ui.pair.model_boxes import ModelBox, draft_entries, known_target, listed_names, target_entries
 from ui.window.preferences import models_folder
 from words.records import SEED_LIMIT
 
@@ -147,6 +147,8 @@ class ModelPicker(QGroupBox):
         self.target.setToolTip(f"{len(records) - unusable} models on this machine"
                                + (f" and {unusable} it cannot use (greyed)" if unusable else "") + ": " + TARGET_TIP)
         self.target.set_entries(target_entries(records))
+        for box in (self.target, self.draft):
+            box.set_names(listed_names(records))
         self._on_target_text(self.target.text())
 
     def show_summaries(self, target: str, summaries: dict) -> None:

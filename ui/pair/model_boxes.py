@@ -5,6 +5,7 @@ that can draft for it (smallest first), then copying only and no draft, then the
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Sequence
 
 from PySide6.QtCore import Qt, Signal
@@ -39,10 +40,18 @@ def entry_tooltip(record: ModelRecord, reason: str = "") -> str:
     return "\n".join(lines)
 
 
+def listed_names(records: Sequence[ModelRecord]) -> dict[str, str]:
+    """The name each model's store lists it by, by path, where no other model has that name (two LM Studio
+    folders may hold files of one name: those stay known by their paths)."""
+    counts = Counter(r.name for r in records)
+    return {r.path: r.name for r in records if counts[r.name] == 1}
+
+
 class ModelBox(QComboBox):
     """An editable list whose text is what a load is given (a path, hub id or short name), as the line edit it
     replaces: `text`, `setText`, `clear` and the text signals act on that text; choosing an entry puts its path
-    there."""
+    there. A listed model's path is shown by its store's name (`set_names`): an Ollama blob reads
+    `qwen2.5-coder:0.5b`, not `sha256-…`, while `text` still gives the path and the hover shows it."""
 
     textEdited = Signal(str)  # noqa: N815 (QLineEdit's names, which the picker and its callers use)
     textChanged = Signal(str)  # noqa: N815
@@ -50,23 +59,35 @@ class ModelBox(QComboBox):
     def __init__(self, text: str = ""):
         super().__init__()
         self._help = ""  # what setToolTip was given: the hover shows the box's whole text above it
+        self._names: dict[str, str] = {}  # path -> the name shown for it
+        self._paths: dict[str, str] = {}  # the name shown -> its path
         self.setEditable(True)
         self.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
         # narrower than its entries (shown whole in the open list), so the side pane fits a 1000 px window
         self.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.setMinimumContentsLength(5)  # beside its … button, no wider than the other boxes
-        self.lineEdit().textEdited.connect(self.textEdited)
-        self.lineEdit().textChanged.connect(self.textChanged)
+        self.lineEdit().textEdited.connect(lambda shown: self.textEdited.emit(self._paths.get(shown, shown)))
+        self.lineEdit().textChanged.connect(lambda shown: self.textChanged.emit(self._paths.get(shown, shown)))
         self.lineEdit().textChanged.connect(self._show_tip)
         self.activated.connect(self._on_activated)
         self.setText(text)
 
     def text(self) -> str:
-        return self.currentText()
+        shown = self.currentText()
+        return self._paths.get(shown, shown)
 
     def setText(self, text: str) -> None:  # noqa: N802 (QLineEdit's name)
-        self.setEditText(text)
+        self.setEditText(self._names.get(text, text))
         self.show_name()
+
+    def set_names(self, names: dict[str, str]) -> None:
+        """Show these paths by these names (listed_names); the text stays the path it was and no text signal is
+        sent, though a path shown by name now reads as its name."""
+        text = self.text()
+        self._names, self._paths = dict(names), {name: path for path, name in names.items()}
+        self.lineEdit().blockSignals(True)
+        self.setText(text)
+        self.lineEdit().blockSignals(False)
 
     def setToolTip(self, tip: str) -> None:  # noqa: N802 (Qt's name)
         self._help = tip
@@ -81,7 +102,7 @@ class ModelBox(QComboBox):
         """Scroll a path's text to its file or folder name: a narrow box shows which model, not where it is. A line
         edit scrolls as it paints, the cursor at its right edge where it was out of view: the cursor goes as far
         into the name as fits the box."""
-        line, text = self.lineEdit(), self.text()
+        line, text = self.lineEdit(), self.currentText()
         start = end = text.rfind(os.sep) + 1
         room = line.contentsRect().width() - NAME_MARGIN
         while end < len(text) and line.fontMetrics().horizontalAdvance(text[start:end + 1]) <= room:

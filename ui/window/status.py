@@ -12,7 +12,8 @@ from engine.events import PairInfo, PrefillProgress
 from engine.remote_records import is_url
 from ui.window.status_bar import PartsLabel, StatusBar
 from words.records import Comparison, EngineTarget, Reply
-from words.wording import SEPARATOR, measured_figures, pair_said, read_in_said, remote_line, stats_figures
+from words.wording import (SEPARATOR, measured_figures, model_said, pair_said, read_in_said, remote_line,
+                           stats_figures)
 
 STATUS_RIGHT_MARGIN = 8  # between the status bar's last widget and the window's right edge
 # The most of the status bar's width that the pair's models' names keep whole beside the last reply's figures (long
@@ -144,7 +145,8 @@ class WindowStatusBar(StatusBar):
         controller reports the state first), which would have named the last load's pair or URL."""
         self.clearMessage()  # the last load's outcome ("Could not load the new pair…") is not this one's
         self._loading_text = (f"Connecting to {target}" + (f" ({draft})" if draft else "") + "…" if is_url(target)
-                              else f"Loading {target}" + (f" and {draft}" if draft else "") + "…")
+                              else f"Loading {model_said(target, short=True)}"
+                              + (f" and {model_said(draft, short=True)}" if draft else "") + "…")
         if not self.load_progress.isHidden():
             self.pair_label.setText(self._loading_text)
 

