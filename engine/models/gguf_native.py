@@ -29,13 +29,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import Q4_K, dequantize
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from engine.kernels import q4q8
 from engine.models import kept
+from engine.models.gguf_header import Header, NotGGUF, read_header
 from engine.phases import announce
 
 GROUP = 32  # weights per Q4_0 / Q4_1 block and per Q4_K sub-block: the kernel's group size
@@ -106,16 +107,10 @@ class GGUFTensor:
     data: np.ndarray
 
 
-_SCALARS = {GGUFValueType.UINT8: 1, GGUFValueType.INT8: 1, GGUFValueType.UINT16: 2, GGUFValueType.INT16: 2,
-            GGUFValueType.UINT32: 4, GGUFValueType.INT32: 4, GGUFValueType.FLOAT32: 4, GGUFValueType.BOOL: 1,
-            GGUFValueType.UINT64: 8, GGUFValueType.INT64: 8, GGUFValueType.FLOAT64: 8}
-
-
 def read_tensors(path: Path) -> tuple[str, dict[str, GGUFTensor]]:
-    """The architecture and the tensors (memory-mapped) of a GGUF. gguf.GGUFReader parses every metadata value
-    into numpy views first, ~4 s for SmolLM2's 100k tokenizer strings; this skips them. Every count and offset the
-    header claims is checked against the file's size before it is used, so a damaged or truncated file raises
-    GGUFError (naming the file) and nothing of the claimed size is allocated. The last few files read are kept
+    """The architecture and the tensors (memory-mapped) of a GGUF, its header read by engine.models.gguf_header.
+    Every count and offset the header claims is checked against the file's size before it is used, so a damaged or
+    truncated file raises GGUFError (naming the file) and nothing of the claimed size is allocated. The last few files read are kept
     (a load checks the file, then reads it: ~0.4 s a walk over a 151k-token vocabulary)."""
     stat = path.stat()
     return _read_tensors(path.resolve(), stat.st_size, stat.st_mtime_ns)
@@ -126,91 +121,36 @@ def _read_tensors(path: Path, size: int, mtime_ns: int) -> tuple[str, dict[str, 
     if size < 24:
         raise GGUFError(f"{path} is damaged or truncated: {size} bytes, fewer than a GGUF header")
     mapped = np.memmap(path, mode="r")
-    buffer = memoryview(mapped)
-    magic, version, n_tensors, n_fields = struct.unpack_from("<IIQQ", buffer, 0)
-    if magic != 0x46554747:
-        raise GGUFError(f"{path} is not a GGUF file (it does not start with 'GGUF')")
-    if version < 2:
-        raise GGUFError(f"{path} is a GGUF file of version {version}; version 2 or later is needed")
-    # the smallest a field (key, type, value) and a tensor entry (name, 1 dimension, type, offset) can be
-    if n_fields > size // 13 or n_tensors > size // 32:
-        raise GGUFError(f"{path} is damaged: its header claims {n_tensors} tensors and {n_fields} metadata fields "
-                        f"in {size} bytes")
     try:
-        architecture, tensors = _parse(path, mapped, buffer, n_tensors, n_fields)
-    except (struct.error, UnicodeDecodeError, ValueError, KeyError) as exc:
+        header = read_header(memoryview(mapped), size)
+        tensors = _tensors(header, mapped)
+    except NotGGUF as exc:
+        raise GGUFError(f"{path} is {exc}") from None
+    except (struct.error, ValueError, KeyError) as exc:
         raise GGUFError(f"{path} is damaged or truncated: {exc}") from None
-    return architecture, tensors
+    return str(header.fields.get("general.architecture", "")), tensors
 
 
-def _parse(path: Path, mapped: np.memmap, buffer: memoryview, n_tensors: int, n_fields: int
-           ) -> tuple[str, dict[str, GGUFTensor]]:
-    """read_tensors' walk over the metadata and tensor entries; any claim past the file's end raises ValueError
-    (or struct.error where a number itself is cut off)."""
-    size = len(buffer)
-    offset = 24
-
-    def within(end: int, what: str) -> int:
-        if end > size:
-            raise ValueError(f"{what} ends at byte {end} of a {size}-byte file")
-        return end
-
-    def string(at: int) -> tuple[str, int]:
-        (length,) = struct.unpack_from("<Q", buffer, at)
-        end = within(at + 8 + length, "a string")
-        return bytes(buffer[at + 8: end]).decode(), end
-
-    def skip(kind: int, at: int) -> int:
-        if kind == GGUFValueType.STRING:
-            return string(at)[1]
-        if kind == GGUFValueType.ARRAY:
-            item, count = struct.unpack_from("<IQ", buffer, at)
-            at += 12
-            if item in _SCALARS:
-                return within(at + count * _SCALARS[item], "an array")
-            within(at + count * 8, "an array")  # each item is at least a string's length
-            for _ in range(count):
-                at = skip(item, at)
-            return at
-        if kind not in _SCALARS:
-            raise ValueError(f"unknown metadata type {kind} at byte {at}")
-        return at + _SCALARS[kind]
-
-    fields = {}
-    for _ in range(n_fields):
-        key, offset = string(offset)
-        (kind,) = struct.unpack_from("<I", buffer, offset)
-        offset += 4
-        if key == "general.architecture":
-            fields[key] = string(offset)[0]
-        elif key == "general.alignment":
-            fields[key] = struct.unpack_from("<I", buffer, offset)[0]
-        offset = skip(kind, offset)
-    infos = []
-    for _ in range(n_tensors):
-        name, offset = string(offset)
-        (n_dims,) = struct.unpack_from("<I", buffer, offset)
-        if not 1 <= n_dims <= 4:
-            raise ValueError(f"tensor {name!r} has {n_dims} dimensions")
-        shape = list(struct.unpack_from(f"<{n_dims}Q", buffer, offset + 4))
-        qtype, start = struct.unpack_from("<IQ", buffer, offset + 4 + 8 * n_dims)
-        offset += 4 + 8 * n_dims + 12
-        infos.append((name, GGMLQuantizationType(qtype), shape, start))
-    alignment = fields.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
-    data_start = -(-offset // alignment) * alignment
+def _tensors(header: Header, mapped: np.memmap) -> dict[str, GGUFTensor]:
+    """Each tensor's data as a view of the mapped file; a tensor whose data would end past the file raises
+    ValueError."""
+    size = len(mapped)
     tensors = {}
-    for name, qtype, shape, start in infos:
+    for name, qtype, shape, start in header.tensors:
+        qtype = GGMLQuantizationType(qtype)
         block, block_bytes = GGML_QUANT_SIZES[qtype]
         if shape[0] % block:
             raise ValueError(f"tensor {name!r} has rows of {shape[0]} values, not whole {qtype.name} blocks")
         rows = int(np.prod(shape[1:], dtype=object))  # exact: a damaged shape may overflow int64
         row_bytes = shape[0] // block * block_bytes
-        end = within(data_start + start + rows * row_bytes, f"tensor {name!r}")
-        data = mapped[data_start + start: end].reshape(rows, row_bytes)
+        end = header.data_start + start + rows * row_bytes
+        if end > size:
+            raise ValueError(f"tensor {name!r} ends at byte {end} of a {size}-byte file")
+        data = mapped[header.data_start + start: end].reshape(rows, row_bytes)
         if qtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
             data = data.view(np.float32 if qtype == GGMLQuantizationType.F32 else np.float16).reshape(shape[::-1])
         tensors[name] = GGUFTensor(name, qtype, shape, data)
-    return fields.get("general.architecture", ""), tensors
+    return tensors
 
 
 # ---------------------------------------------------------------------------------------------------- blocks

@@ -23,10 +23,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from gguf import (GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType, LlamaFileType,
-                  dequantize)
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType, dequantize
 
 from engine.models import embedded, packaged
+from engine.models.gguf_header import Damaged, Header, Truncated, read_header
 from engine.paths import cache_dir, home
 
 # GGUF architectures transformers reads into a causal language model (its GGUF_CONFIG_MAPPING, spelt as llama.cpp
@@ -41,10 +41,6 @@ RECORDS_VERSION = 2  # of what a kept record holds: records kept by another vers
 NAMES_FILE = "library-names.json"  # under cache_dir(): the last scan's name of each model, by its resolved path
 TIE_ROWS = 8  # rows of the embedding and the output matrix compared to tell a stored-again tied head
 TIED_COSINE = 0.9  # a row and its stored-again copy agree past this even at 2 bits; unrelated rows are near 0
-_SCALAR_FORMATS = {GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
-                   GGUFValueType.INT16: "<h", GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i",
-                   GGUFValueType.FLOAT32: "<f", GGUFValueType.BOOL: "<?", GGUFValueType.UINT64: "<Q",
-                   GGUFValueType.INT64: "<q", GGUFValueType.FLOAT64: "<d"}
 _U64 = struct.Struct("<Q")
 FETCH_AGAIN = "download or copy it again"  # what a truncated file's reason ends with
 
@@ -108,102 +104,11 @@ class DraftChoice:
     reason: str = ""
 
 
-# ---------------------------------------------------------------------------------------------------- GGUF header
-
-
-class _Damaged(ValueError):
-    """The header claims something the file does not hold; the message says what."""
-
-
-class _Truncated(_Damaged):
-    """The header reads on past the file's end: a download or copy that stopped early."""
-
-
-def _read_gguf_header(buffer, size: int) -> tuple[dict, TokenizerPrint | None, list[tuple[str, int, list[int], int]],
-                                                  int]:
-    """The metadata (scalars and strings; of the arrays only the tokens, as a fingerprint), the tensor entries
-    (name, type number, shape, offset) and where the tensor data starts. Every length is checked against the file's
-    size before it is used, so a damaged header raises _Damaged or struct.error and allocates nothing it claims."""
-    magic, version, n_tensors, n_fields = struct.unpack_from("<IIQQ", buffer, 0)
-    if magic != 0x46554747:
-        raise _Damaged("not a GGUF file (it does not start with 'GGUF')")
-    if version < 2:
-        raise _Damaged(f"GGUF version {version}; version 2 or later is needed")
-    # the smallest a field (key, type, value) and a tensor entry (name, 1 dimension, type, offset) can be
-    if n_fields > size // 13 or n_tensors > size // 32:
-        raise _Truncated(f"its header claims {n_tensors} tensors and {n_fields} metadata fields, more than its "
-                         f"{size:,} bytes hold")
-    at = 24
-
-    def within(end: int, what: str) -> int:
-        if end > size:
-            raise _Truncated(f"its header alone reads on to byte {end:,} ({what}), past the file's {size:,} bytes")
-        return end
-
-    def string(at: int) -> tuple[str, int]:
-        end = within(at + 8 + _U64.unpack_from(buffer, at)[0], "a string")
-        return bytes(buffer[at + 8: end]).decode("utf-8", "replace"), end
-
-    def skip_strings(at: int, count: int) -> int:
-        within(at + 8 * count, "an array of strings")  # each is at least its length
-        unpack = _U64.unpack_from
-        for _ in range(count):
-            at += 8 + unpack(buffer, at)[0]
-        return within(at, "an array of strings")
-
-    def skip_array(at: int) -> tuple[int, int, int]:
-        """(item type, item count, end) of the array whose type and count start at `at`."""
-        item, count = struct.unpack_from("<IQ", buffer, at)
-        start = at + 12
-        if item in _SCALAR_FORMATS:
-            return item, count, within(start + count * struct.calcsize(_SCALAR_FORMATS[item]), "an array")
-        if item == GGUFValueType.STRING:
-            return item, count, skip_strings(start, count)
-        if item == GGUFValueType.ARRAY:  # arrays of arrays: walked, none is read
-            end = start
-            for _ in range(count):
-                end = skip_array(end)[2]
-            return item, count, end
-        raise _Damaged(f"unknown metadata array type {item} at byte {at}")
-
-    fields: dict = {}
-    tokens = None
-    for _ in range(n_fields):
-        key, at = string(at)
-        (kind,) = struct.unpack_from("<I", buffer, at)
-        at += 4
-        if kind in _SCALAR_FORMATS:
-            (fields[key],) = struct.unpack_from(_SCALAR_FORMATS[kind], buffer, within(at, key))
-            at += struct.calcsize(_SCALAR_FORMATS[kind])
-        elif kind == GGUFValueType.STRING:
-            fields[key], at = string(at)
-        elif kind == GGUFValueType.ARRAY:
-            item, count, end = skip_array(at)
-            if key == "tokenizer.ggml.tokens" and item == GGUFValueType.STRING:
-                # the strings as stored (each its length then its bytes) are the tokens in id order, exactly
-                tokens = (count, hashlib.sha256(buffer[at + 12: end]).hexdigest())
-            at = end
-        else:
-            raise _Damaged(f"unknown metadata type {kind} of {key!r}")
-    tensors = []
-    for _ in range(n_tensors):
-        name, at = string(at)
-        (n_dims,) = struct.unpack_from("<I", buffer, at)
-        if not 1 <= n_dims <= 4:
-            raise _Damaged(f"tensor {name!r} has {n_dims} dimensions")
-        shape = list(struct.unpack_from(f"<{n_dims}Q", buffer, at + 4))
-        qtype, offset = struct.unpack_from("<IQ", buffer, at + 4 + 8 * n_dims)
-        at += 4 + 8 * n_dims + 12
-        tensors.append((name, qtype, shape, offset))
-    alignment = fields.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
-    if not isinstance(alignment, int) or alignment <= 0:
-        raise _Damaged(f"general.alignment is {alignment!r}")
-    print_ = None
-    if tokens is not None:
-        bos, eos = fields.get("tokenizer.ggml.bos_token_id"), fields.get("tokenizer.ggml.eos_token_id")
-        print_ = TokenizerPrint(tokens[0], tokens[1], bos if isinstance(bos, int) else None,
-                                eos if isinstance(eos, int) else None)
-    return fields, print_, tensors, -(-at // alignment) * alignment
+def _tokenizer_print(header: Header) -> TokenizerPrint | None:
+    if header.tokens is None:
+        return None
+    bos, eos = header.fields.get("tokenizer.ggml.bos_token_id"), header.fields.get("tokenizer.ggml.eos_token_id")
+    return TokenizerPrint(*header.tokens, bos if isinstance(bos, int) else None, eos if isinstance(eos, int) else None)
 
 
 def _quantisation(fields: dict, bytes_by_type: dict[str, int]) -> str:
@@ -264,14 +169,16 @@ def _gguf_facts(path: Path) -> dict:
     with path.open("rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         buffer = memoryview(mapped)
         try:
-            fields, tokenizer, tensors, data_start = _read_gguf_header(buffer, size)
+            header = read_header(buffer, size)
+            fields, tokenizer, tensors, data_start = (header.fields, _tokenizer_print(header), header.tensors,
+                                                      header.data_start)
             architecture = str(fields.get("general.architecture", ""))
             tied = _tied_head(fields, architecture, tensors, buffer, data_start)
-        except _Truncated as exc:
+        except Truncated as exc:
             return facts | {"problem": f"truncated: {exc}; {FETCH_AGAIN}"}
         except struct.error:  # every length is checked, so a fixed-size field past the end is a cut
             return facts | {"problem": f"truncated: its header stops short of the file's {size:,} bytes; {FETCH_AGAIN}"}
-        except (_Damaged, OverflowError) as exc:
+        except (Damaged, OverflowError) as exc:
             return facts | {"problem": f"damaged: {exc}"}
         finally:
             buffer.release()
@@ -358,7 +265,7 @@ def _safetensors_parameters(files: Iterable[Path]) -> tuple[int, dict[str, int]]
         with file.open("rb") as handle:
             (length,) = _U64.unpack(handle.read(8))
             if length > file.stat().st_size:
-                raise _Damaged(f"{file.name}'s header claims {length} bytes")
+                raise Damaged(f"{file.name}'s header claims {length} bytes")
             header = json.loads(handle.read(length))
         for name, entry in header.items():
             if name == "__metadata__":
@@ -378,7 +285,7 @@ def _snapshot_facts(folder: Path) -> dict:
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         if not isinstance(config, dict):
-            raise _Damaged("config.json is not a JSON object")
+            raise Damaged("config.json is not a JSON object")
         parameters, by_dtype = _safetensors_parameters(weights)
     except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
         return facts | {"problem": f"damaged: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"}

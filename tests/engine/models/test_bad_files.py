@@ -50,7 +50,7 @@ def test_a_truncated_gguf_is_named_as_damaged_in_one_line_and_left_as_it_was(tmp
 
 @pytest.mark.parametrize("header, claim", [
     (struct.pack("<IIQQ", GGUF_MAGIC, 3, 2 ** 40, 0), "claims 1099511627776 tensors"),
-    (struct.pack("<IIQQQ", GGUF_MAGIC, 3, 0, 1, 2 ** 62), "a string ends at byte"),
+    (struct.pack("<IIQQQ", GGUF_MAGIC, 3, 0, 1, 2 ** 62), "reads on to byte .* \\(a string\\)"),
     (struct.pack("<IIQQQ", GGUF_MAGIC, 3, 0, 1, 2) + b"\xd0\xd0", "can't decode byte 0xd0"),
     (struct.pack("<IIQQQ", GGUF_MAGIC, 3, 1, 0, 1) + b"t" + struct.pack("<IQQIQ", 2, 2 ** 40, 2 ** 40, 0, 0),
      "tensor 't' ends at byte"),
