@@ -63,41 +63,25 @@ static uint16_t float_to_bf16(float f) { /* round to nearest even, as torch conv
     return (uint16_t)((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
 }
 
-/* The loops below are compiled once per instruction set and picked at load (target_clones); without contracted
- * multiply-adds and with explicit lanes every clone does the same IEEE operations in the same order. The AVX2 clone
- * is x86-64-v3's (AVX2 with FMA): attention's fused multiply-adds (fma16) are single instructions there. */
-#if defined(__x86_64__) && defined(__linux__)
-#define CLONES __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
-#else
-#define CLONES
-#endif
+/* The float loops (q4q8_loops.h: the activations' quantiser, the de-quantiser, attention, the norms and the gated
+ * activation) are compiled once per instruction-set level, AVX-512, AVX2 (with FMA and F16C) and portable C, and
+ * every entry point runs the copy its `isa` names, the level of the matrix paths below (q4q8.py's SPECDEC_ISA picks
+ * it), so one machine can run the code any CPU would. Without contracted multiply-adds and with explicit lanes every
+ * copy does the same IEEE operations in the same order. */
+typedef struct {
+    int (*level)(void);
+    void (*q8_quantize)(const float *, int64_t, int64_t, int8_t *, float *, float *, int32_t *);
+    void (*dequantize)(const uint8_t *, const float *, const float *, int, int, int, uint16_t *, int64_t);
+    void (*score_tile)(const float *const *, int64_t, const uint16_t *, int64_t, int64_t, int64_t, int64_t, float *);
+    float (*softmax_weights)(float *, int64_t, float);
+    void (*weighted_tile)(const float *, int64_t, const int64_t *, const float *, const uint16_t *, int64_t, int64_t,
+                          int64_t, float *const *);
+    void (*add_into)(float *, const float *, int64_t);
+    void (*silu_mul)(const float *, int64_t, int64_t, float *);
+    void (*rms_norm)(const float *, const float *, int64_t, int64_t, float, float *);
+} loops;
 
-/* x (rows, K) float32 -> xq (rows, K) int8, dx and sx (rows, K / 32) float32, and isxh (rows, K / 16) int32 = Σ xq
- * over each half of a group. x / dx is rounded to the nearest integer, ties to even, by adding and subtracting
- * 1.5·2^23: plain IEEE additions, the same on every path. */
-CLONES static void q8_quantize(const float *x, int64_t rows, int64_t K, int8_t *xq, float *dx, float *sx,
-                               int32_t *isxh) {
-    int64_t groups = K / GROUP;
-    for (int64_t r = 0; r < rows; r++) {
-        for (int64_t g = 0; g < groups; g++) {
-            const float *v = x + r * K + g * GROUP;
-            float amax = 0.0f;
-            for (int j = 0; j < GROUP; j++) amax = fmaxf(amax, fabsf(v[j]));
-            float d = amax / 127.0f;
-            float inv = d != 0.0f ? 1.0f / d : 0.0f;
-            int32_t sums[2] = {0, 0};
-            int8_t *q = xq + r * K + g * GROUP;
-            for (int j = 0; j < GROUP; j++) {
-                q[j] = (int8_t)((v[j] * inv + 12582912.0f) - 12582912.0f);
-                sums[j / 16] += q[j];
-            }
-            dx[r * groups + g] = d;
-            sx[r * groups + g] = d * (float)(sums[0] + sums[1]);
-            isxh[2 * (r * groups + g)] = sums[0];
-            isxh[2 * (r * groups + g) + 1] = sums[1];
-        }
-    }
-}
+static const loops *loops_for(int isa);
 
 /* Scale kinds: per block of 16 rows and group of 32 inputs, the block's scales hold two arrays a, b of 16 (one per
  * row), fp16 (64 bytes) or float32 (128 bytes). With I_h = Σ_{half h of the group} u·xq − zero·Σ_{half h} xq (an
@@ -341,21 +325,22 @@ typedef struct {
 
 static int64_t q8_scratch_bytes(int64_t rows, int64_t K) { return rows * K + 4 * rows * (K / GROUP) * 4 + 64; }
 
-/* x (rows, K) float32 quantised as Q8 (q8_quantize), laid out in a scratch buffer of q8_scratch_bytes. */
+/* x (rows, K) float32 quantised as Q8 (q4q8_loops.h's q8_quantize), laid out in a scratch buffer of
+ * q8_scratch_bytes. */
 typedef struct {
     int8_t *xq;
     float *dx, *sx;
     int32_t *isxh;
 } q8_rows;
 
-static q8_rows q8_rows_of(const float *x, int64_t rows, int64_t K, uint8_t *scratch) {
+static q8_rows q8_rows_of(const float *x, int64_t rows, int64_t K, uint8_t *scratch, int isa) {
     int64_t groups = K / GROUP;
     q8_rows q;
     q.dx = (float *)scratch;
     q.sx = q.dx + rows * groups;
     q.isxh = (int32_t *)(q.sx + rows * groups);
     q.xq = (int8_t *)(q.isxh + 2 * rows * groups);
-    q8_quantize(x, rows, K, q.xq, q.dx, q.sx, q.isxh);
+    loops_for(isa)->q8_quantize(x, rows, K, q.xq, q.dx, q.sx, q.isxh);
     return q;
 }
 
@@ -390,7 +375,7 @@ static void q4q8_multiply(const qweight *w, const q8_rows *q, int64_t rows, floa
 /* out (rows, N) float32 = x (rows, K) float32 times w, rows packed. */
 static void q4q8_run(const qweight *w, const float *x, int64_t rows, float *out, uint8_t *scratch, int isa,
                      int threads) {
-    q8_rows q = q8_rows_of(x, rows, w->K, scratch);
+    q8_rows q = q8_rows_of(x, rows, w->K, scratch, isa);
     q4q8_multiply(w, &q, rows, out, w->N, isa, threads);
 }
 
@@ -420,21 +405,8 @@ void q4q8_linear(const qweight *w, const void *x, int bf16, int64_t rows, void *
  * alone), a product and a sum each rounded to float32, then rounded once to bfloat16 (to nearest, ties to even):
  * the same bits on every path. Transposed, a block's 16 rows of one input are 16 neighbours. */
 
-/* One block's group: inputs g·32.. of outputs b·16.., out pointing at (g·32, b·16), rows N apart. */
-CLONES static void dequantize_scalar(const uint8_t *wb, const float *a, const float *bb, int four, int kind, int zero,
-                              uint16_t *out, int64_t N) {
-    for (int i = 0; i < GROUP; i++) {
-        /* input i: chunk c, byte j of each row's four (its low or high nibble, 4-bit) */
-        int c = four ? (i % 16) / 4 : i / 4, j = i % 4, shift = four && i >= 16 ? 4 : 0;
-        const float *scale = kind == SCALES_HALVES && i >= GROUP / 2 ? bb : a;
-        for (int n = 0; n < ROWS; n++) {
-            int byte = wb[c * 64 + 4 * n + j];
-            float u = (float)((four ? (byte >> shift) & 0x0F : byte) - zero);
-            out[i * N + n] = float_to_bf16(kind == SCALES_HALVES ? scale[n] * u : a[n] * u + bb[n]);
-        }
-    }
-}
-
+/* One block's group: inputs g·32.. of outputs b·16.., out pointing at (g·32, b·16), rows N apart; the other levels'
+ * copies are q4q8_loops.h's dequantize. */
 #if defined(__x86_64__)
 static AVX512 void dequantize_avx512(const uint8_t *wb, const float *a, const float *bb, int four, int kind,
                                      int zero, uint16_t *out, int64_t N) {
@@ -462,6 +434,7 @@ void q4q8_dequantize(const qweight *w, uint16_t *out, int64_t ldo, int isa, int 
     int64_t groups = w->K / GROUP, blocks = w->N / ROWS;
     int64_t group_bytes = w->bits == 4 ? 256 : 512, sbytes = scale_bytes((int)w->kind);
     int kind = (int)w->kind, zero = (int)w->zero, four = w->bits == 4;
+    const loops *f = loops_for(isa);
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t b = 0; b < blocks; b++) {
         for (int64_t g = 0; g < groups; g++) {
@@ -473,13 +446,7 @@ void q4q8_dequantize(const qweight *w, uint16_t *out, int64_t ldo, int isa, int 
             }
             const uint8_t *wb = w->blocks + (b * groups + g) * group_bytes;
             uint16_t *o = out + g * GROUP * ldo + b * ROWS;
-#if defined(__x86_64__)
-            if (isa == 2) {
-                dequantize_avx512(wb, a, bb, four, kind, zero, o, ldo);
-                continue;
-            }
-#endif
-            dequantize_scalar(wb, a, bb, four, kind, zero, o, ldo);
+            f->dequantize(wb, a, bb, four, kind, zero, o, ldo);
         }
     }
 }
@@ -581,16 +548,7 @@ static inline sixteen load_bf16(const uint16_t *p) {
 }
 
 #define SCORE_TILE 64  /* positions a score task takes: 4 cache lines of each key row, read in turn */
-#define SCORE_QUERIES 2  /* queries scored side by side over a whole tile, where the CPU has AVX-512 */
-
-/* Whether the CPU has AVX-512's 32 vector registers: its clone keeps twice the running sums in flight. */
-static inline int wide_registers(void) {
-#if defined(__x86_64__)
-    return __builtin_cpu_supports("avx512f");
-#else
-    return 0;
-#endif
-}
+#define SCORE_QUERIES 2  /* queries scored side by side over a whole tile, in the AVX-512 copy */
 
 /* G queries' scores over a whole tile (SCORE_TILE positions of `tile`, widened keys): G·SCORE_TILE/LANES running
  * sums in registers, each query's still adding the head's dimensions in order. A count known when compiling keeps
@@ -608,130 +566,49 @@ static inline __attribute__((always_inline)) void score_whole_tile(const float *
     for (int g = 0; g < G; g++) memcpy(p + g * capacity + t0, acc[g], sizeof acc[g]);
 }
 
-/* p[j·capacity + t] = Σ_i queries[j][i] · keys_t[i·capacity + t] for t0 <= t < t0 + width (keys_t: (hd, capacity)
- * bfloat16, width <= SCORE_TILE); the tile's keys, widened once into floats, stay in L1 cache for all the queries. */
-CLONES static void score_tile(const float *const *queries, int64_t count, const uint16_t *restrict keys_t, int64_t t0,
-                              int64_t width, int64_t hd, int64_t capacity, float *restrict p) {
-    int64_t vectors = width / LANES;
-    float tile[MAX_HEAD_DIM * SCORE_TILE];  /* (hd, SCORE_TILE) */
-    for (int64_t i = 0; i < hd; i++) {
-        const uint16_t *k = keys_t + i * capacity + t0;
-        for (int64_t c = 0; c < vectors; c++) {
-            sixteen v = load_bf16(k + LANES * c);
-            memcpy(tile + i * SCORE_TILE + LANES * c, &v, sizeof v);
-        }
-        for (int64_t t = LANES * vectors; t < width; t++) tile[i * SCORE_TILE + t] = bf16_to_float(k[t]);
-    }
-    int64_t j = 0;
-    if (width == SCORE_TILE) {
-        if (wide_registers())
-            for (; j + SCORE_QUERIES <= count; j += SCORE_QUERIES)
-                score_whole_tile(queries + j, SCORE_QUERIES, tile, hd, p + j * capacity, capacity, t0);
-        for (; j < count; j++) score_whole_tile(queries + j, 1, tile, hd, p + j * capacity, capacity, t0);
-    }
-    for (; j < count; j++) {
-        const float *q = queries[j];
-        sixteen acc[SCORE_TILE / LANES] = {{0}};
-        for (int64_t i = 0; i < hd; i++) {
-            const float *k = tile + i * SCORE_TILE;
-            for (int64_t c = 0; c < vectors; c++) acc[c] = fma16(q[i], load_sixteen(k + LANES * c), acc[c]);
-        }
-        memcpy(p + j * capacity + t0, acc, vectors * sizeof acc[0]);
-        for (int64_t t = LANES * vectors; t < width; t++) {
-            float sum = 0.0f;
-            for (int64_t i = 0; i < hd; i++) sum = fmaf(q[i], tile[i * SCORE_TILE + t], sum);
-            p[j * capacity + t0 + t] = sum;
-        }
-    }
-}
-
-/* p[t] ← e^(scale·p[t] − max) for t < end; returns 1 / their sum, taken as `dot` sums: in LANES lanes over t, then
- * a fixed tree (the maximum is the same in any order). */
-CLONES static float softmax_weights(float *p, int64_t end, float scale) {
-    float top[LANES], lanes[LANES] = {0};
-    for (int l = 0; l < LANES; l++) top[l] = -INFINITY;
-    int64_t t = 0;
-    for (; t + LANES <= end; t += LANES)
-        for (int l = 0; l < LANES; l++) {
-            p[t + l] *= scale;
-            top[l] = p[t + l] > top[l] ? p[t + l] : top[l];
-        }
-    for (; t < end; t++) {
-        p[t] *= scale;
-        top[t % LANES] = p[t] > top[t % LANES] ? p[t] : top[t % LANES];
-    }
-    for (int width = LANES / 2; width >= 1; width /= 2)
-        for (int l = 0; l < width; l++) top[l] = top[l + width] > top[l] ? top[l + width] : top[l];
-    for (t = 0; t + LANES <= end; t += LANES)
-        for (int l = 0; l < LANES; l++) {
-            p[t + l] = exp_approx(p[t + l] - top[0]);
-            lanes[l] += p[t + l];
-        }
-    for (; t < end; t++) {
-        p[t] = exp_approx(p[t] - top[0]);
-        lanes[t % LANES] += p[t];
-    }
-    for (int width = LANES / 2; width >= 1; width /= 2)
-        for (int l = 0; l < width; l++) lanes[l] += lanes[l + width];
-    return 1.0f / lanes[0];
-}
-
-/* Up to WEIGHTED_QUERIES queries' weighted sums go on over positions from <= t < to, side by side: each value read
- * once for all of them, and G running sums in flight instead of a query's one, whose adds would wait on each other.
- * Each sum still adds its positions one by one in order of t, so every query gets the bits it would get alone.
- * AVX2's sixteen registers hold four queries' sums (two registers each) beside the value; AVX-512 takes eight. */
+/* Up to WEIGHTED_QUERIES queries' weighted sums side by side (q4q8_loops.h's weighted_tile); AVX2's sixteen
+ * registers hold WEIGHTED_QUERIES_AVX2. */
 #define WEIGHTED_QUERIES 8
 #define WEIGHTED_QUERIES_AVX2 4
-#define WEIGHTED_GROUP(G)                                                                                          \
-    CLONES static void weighted_##G(const float *const *w, int64_t from, int64_t to, const uint16_t *restrict values, \
-                                    int64_t hd, sixteen *sums) {                                                  \
-        sixteen s[G];                                                                                              \
-        memcpy(s, sums, sizeof s);                                                                                 \
-        for (int64_t t = from; t < to; t++) {                                                                      \
-            sixteen v = load_bf16(values + t * hd);                                                                \
-            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) s[k] = fma16(w[k][t], v, s[k]);                    \
-        }                                                                                                          \
-        memcpy(sums, s, sizeof s);                                                                                 \
-    }
-WEIGHTED_GROUP(1)
-WEIGHTED_GROUP(2)
-WEIGHTED_GROUP(3)
-WEIGHTED_GROUP(4)
-WEIGHTED_GROUP(5)
-WEIGHTED_GROUP(6)
-WEIGHTED_GROUP(7)
-WEIGHTED_GROUP(8)
 typedef void (*weighted_fn)(const float *const *, int64_t, int64_t, const uint16_t *, int64_t, sixteen *);
-static const weighted_fn WEIGHTED[WEIGHTED_QUERIES + 1] = {0,          weighted_1, weighted_2, weighted_3, weighted_4,
-                                                            weighted_5, weighted_6, weighted_7, weighted_8};
 
-/* out[j][d0 + l] = inv[j] · Σ_{t < ends[j]} p[j·capacity + t] · values[t·hd + d0 + l] for l < LANES (values bfloat16:
- * (capacity, hd)): the positions every query of a group attends to side by side, then each query's own last ones. */
-CLONES static void weighted_tile(const float *restrict p, int64_t count, const int64_t *ends, const float *inv,
-                                 const uint16_t *restrict values, int64_t d0, int64_t hd, int64_t capacity,
-                                 float *const *out) {
-    int64_t most = wide_registers() ? WEIGHTED_QUERIES : WEIGHTED_QUERIES_AVX2;
-    for (int64_t j0 = 0; j0 < count; j0 += most) {
-        int64_t g = count - j0 < most ? count - j0 : most, shared = ends[j0];
-        const float *w[WEIGHTED_QUERIES];
-        sixteen sums[WEIGHTED_QUERIES] = {{0}};
-        for (int64_t k = 0; k < g; k++) {
-            w[k] = p + (j0 + k) * capacity;
-            shared = ends[j0 + k] < shared ? ends[j0 + k] : shared;
-        }
-        WEIGHTED[g](w, 0, shared, values + d0, hd, sums);
-        for (int64_t k = 0; k < g; k++) {
-            weighted_1(w + k, shared, ends[j0 + k], values + d0, hd, sums + k);
-            sums[k] *= inv[j0 + k];
-            memcpy(out[j0 + k] + d0, &sums[k], sizeof sums[k]);
-        }
-    }
+#if defined(__x86_64__)
+#define COPY AVX512
+#define NAME(f) f##_avx512
+#define LEVEL 2
+#define WIDE 1
+#define DEQUANTIZE dequantize_avx512
+#include "q4q8_loops.h"
+
+#define COPY AVX2
+#define NAME(f) f##_avx2
+#define LEVEL 1
+#define WIDE 0
+#include "q4q8_loops.h"
+#endif
+
+#define COPY
+#define NAME(f) f##_portable
+#define LEVEL 0
+#define WIDE 0
+#include "q4q8_loops.h"
+
+static const loops *loops_for(int isa) {
+#if defined(__x86_64__)
+    static const loops *const by_isa[] = {&loops_portable, &loops_avx2, &loops_avx512};
+    return by_isa[isa];
+#else
+    return &loops_portable;
+#endif
 }
+
+/* The level of the float loops' copy that `isa` runs, as that copy's own code reports it. */
+int q4q8_loops_level(int isa) { return loops_for(isa)->level(); }
 
 /* attn (rows, heads·hd) ← attention of the queries in qkv (rows of wqkv floats, heads first) at positions start..
  * over one layer's cache: keys_t (kv_heads, hd, capacity), values (kv_heads, capacity, hd), both bfloat16. scores: scratch of
  * BLOCK_ROWS · heads · capacity floats. head_dim is a multiple of LANES (fast_llama checks). */
-static void attention(const llama *m, const float *qkv, int64_t wqkv, int64_t rows, int64_t start,
+static void attention(const loops *f, const llama *m, const float *qkv, int64_t wqkv, int64_t rows, int64_t start,
                       const uint16_t *keys_t, const uint16_t *values, int64_t capacity, float *scores, float *attn,
                       int threads) {
     int64_t hd = m->head_dim, heads = m->heads, group = heads / m->kv_heads, nq = heads * hd;
@@ -752,48 +629,31 @@ static void attention(const llama *m, const float *qkv, int64_t wqkv, int64_t ro
                 for (int64_t j = 0; j < count; j++)
                     queries[j] = qkv + (r0 + j / group) * wqkv + (kv * group + j % group) * hd;
                 int64_t width = last - t0 < SCORE_TILE ? last - t0 : SCORE_TILE;
-                score_tile(queries, count, keys_t + kv * hd * capacity, t0, width, hd, capacity,
+                f->score_tile(queries, count, keys_t + kv * hd * capacity, t0, width, hd, capacity,
                            scores + kv * count * capacity);
             }
 #pragma omp for schedule(static)
             for (int64_t task = 0; task < m->kv_heads * count; task++)
-                inv[task] = softmax_weights(scores + task * capacity, ends[task % count], scale);
+                inv[task] = f->softmax_weights(scores + task * capacity, ends[task % count], scale);
 #pragma omp for schedule(static)
             for (int64_t task = 0; task < m->kv_heads * chunks; task++) {
                 int64_t kv = task / chunks;
                 for (int64_t j = 0; j < count; j++) outs[j] = attn + (r0 + j / group) * nq + (kv * group + j % group) * hd;
-                weighted_tile(scores + kv * count * capacity, count, ends, inv + kv * count, values + kv * capacity * hd,
+                f->weighted_tile(scores + kv * count * capacity, count, ends, inv + kv * count, values + kv * capacity * hd,
                               task % chunks * LANES, hd, capacity, outs);
             }
         }
     }
 }
 
-CLONES static void add_into(float *x, const float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] += y[i];
-}
-
-CLONES static void silu_mul(const float *gate_up, int64_t rows, int64_t I, float *out) {
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t i = 0; i < I; i++) {
-            float g = gate_up[r * 2 * I + i];
-            out[r * I + i] = g / (1.0f + exp_approx(-g)) * gate_up[r * 2 * I + I + i];
-        }
-}
-
-CLONES static void rms_norm(const float *x, const float *weight, int64_t rows, int64_t n, float eps, float *out) {
-    for (int64_t r = 0; r < rows; r++) {
-        float scale = 1.0f / sqrtf(sum_squares(x + r * n, n) / (float)n + eps);
-        for (int64_t i = 0; i < n; i++) out[r * n + i] = weight[i] * (x[r * n + i] * scale);
-    }
-}
-
 /* The forward's own norm and gated activation, for a caller that multiplies the weights elsewhere (read_in). */
-void llama_rms_norm(const float *x, const float *weight, int64_t rows, int64_t n, float eps, float *out) {
-    rms_norm(x, weight, rows, n, eps, out);
+void llama_rms_norm(const float *x, const float *weight, int64_t rows, int64_t n, float eps, float *out, int isa) {
+    loops_for(isa)->rms_norm(x, weight, rows, n, eps, out);
 }
 
-void llama_silu_mul(const float *gate_up, int64_t rows, int64_t I, float *out) { silu_mul(gate_up, rows, I, out); }
+void llama_silu_mul(const float *gate_up, int64_t rows, int64_t I, float *out, int isa) {
+    loops_for(isa)->silu_mul(gate_up, rows, I, out);
+}
 
 /* HF's rotate-half RoPE on one head vector at one position's cos / sin (head_dim each). */
 static void rope(float *v, const float *cos, const float *sin, int64_t head_dim) {
@@ -808,7 +668,7 @@ static void rope(float *v, const float *cos, const float *sin, int64_t head_dim)
 /* Layer `layer`'s parts of a projection, side by side in out (rows of `width`): x is quantised once for all. */
 static void run_parts(const qweight *parts, const int64_t *first, int64_t layer, const float *x, int64_t rows,
                       float *out, int64_t width, uint8_t *scratch, int isa, int threads) {
-    q8_rows q = q8_rows_of(x, rows, parts[first[layer]].K, scratch);
+    q8_rows q = q8_rows_of(x, rows, parts[first[layer]].K, scratch, isa);
     int64_t column = 0;
     for (int64_t p = first[layer]; p < first[layer + 1]; p++) {
         q4q8_multiply(&parts[p], &q, rows, out + column, width, isa, threads);
@@ -827,7 +687,7 @@ int64_t llama_scratch_bytes(const llama *m, int64_t rows, int64_t capacity) {
 /* Layer `layer`'s q, k and v of `rows` rows at positions start.. in qkv (rows of q, k, v outputs, changed in place)
  * get the bias, the heads' norms and RoPE, and the keys and values go into the caches (see llama_forward). */
 void llama_place(const llama *m, int64_t layer, float *qkv, int64_t rows, int64_t start, uint16_t *kcache,
-                 uint16_t *vcache, int64_t capacity, const float *cos, const float *sin) {
+                 uint16_t *vcache, int64_t capacity, const float *cos, const float *sin, int isa) {
     int64_t hd = m->head_dim, nq = m->heads * hd, nkv = m->kv_heads * hd, wqkv = nq + 2 * nkv;
     uint16_t *kc = kcache + layer * m->kv_heads * capacity * hd, *vc = vcache + layer * m->kv_heads * capacity * hd;
     for (int64_t r = 0; r < rows; r++) {
@@ -835,8 +695,8 @@ void llama_place(const llama *m, int64_t layer, float *qkv, int64_t rows, int64_
         if (m->qkv_bias)
             for (int64_t i = 0; i < wqkv; i++) row[i] += m->qkv_bias[layer * wqkv + i];
         if (m->q_norm) {  /* each head a row of head_dim, in place */
-            rms_norm(row, m->q_norm + layer * hd, m->heads, hd, m->eps, row);
-            rms_norm(row + nq, m->k_norm + layer * hd, m->kv_heads, hd, m->eps, row + nq);
+            loops_for(isa)->rms_norm(row, m->q_norm + layer * hd, m->heads, hd, m->eps, row);
+            loops_for(isa)->rms_norm(row + nq, m->k_norm + layer * hd, m->kv_heads, hd, m->eps, row + nq);
         }
         const float *c = cos + (start + r) * hd, *s = sin + (start + r) * hd;
         for (int64_t head = 0; head < m->heads + m->kv_heads; head++) rope(row + head * hd, c, s, hd);
@@ -858,23 +718,24 @@ void llama_forward(const llama *m, float *x, int64_t rows, int64_t start, uint16
                    uint8_t *scratch, int isa, int threads) {
     int64_t H = m->hidden, hd = m->head_dim, nq = m->heads * hd, nkv = m->kv_heads * hd, I = m->intermediate;
     int64_t wqkv = nq + 2 * nkv;
+    const loops *f = loops_for(isa);
     float *h = (float *)scratch, *qkv = h + rows * H, *attn = qkv + rows * wqkv, *gu = attn + rows * nq;
     float *act = gu + rows * 2 * I, *scores = act + rows * I;
     uint8_t *q8 = (uint8_t *)(scores + BLOCK_ROWS * m->heads * capacity);
     for (int64_t layer = 0; layer < m->layers; layer++) {
-        rms_norm(x, m->attn_norm + layer * H, rows, H, m->eps, h);
+        f->rms_norm(x, m->attn_norm + layer * H, rows, H, m->eps, h);
         run_parts(m->qkv, m->qkv_first, layer, h, rows, qkv, wqkv, q8, isa, threads);
-        llama_place(m, layer, qkv, rows, start, kcache, vcache, capacity, cos, sin);
-        attention(m, qkv, wqkv, rows, start, kcache + layer * m->kv_heads * capacity * hd,
+        llama_place(m, layer, qkv, rows, start, kcache, vcache, capacity, cos, sin, isa);
+        attention(f, m, qkv, wqkv, rows, start, kcache + layer * m->kv_heads * capacity * hd,
                   vcache + layer * m->kv_heads * capacity * hd, capacity, scores, attn, threads);
         q4q8_run(&m->o[layer], attn, rows, h, q8, isa, threads);
-        add_into(x, h, rows * H);
-        rms_norm(x, m->mlp_norm + layer * H, rows, H, m->eps, h);
+        f->add_into(x, h, rows * H);
+        f->rms_norm(x, m->mlp_norm + layer * H, rows, H, m->eps, h);
         run_parts(m->gate_up, m->gate_up_first, layer, h, rows, gu, 2 * I, q8, isa, threads);
-        silu_mul(gu, rows, I, act);
+        f->silu_mul(gu, rows, I, act);
         q4q8_run(&m->down[layer], act, rows, h, q8, isa, threads);
-        add_into(x, h, rows * H);
+        f->add_into(x, h, rows * H);
     }
-    rms_norm(x + (rows - keep) * H, m->final_norm, keep, H, m->eps, h);
+    f->rms_norm(x + (rows - keep) * H, m->final_norm, keep, H, m->eps, h);
     q4q8_run(m->head, h, keep, logits, q8, isa, threads);
 }

@@ -5,6 +5,7 @@ verification block of k rows costs about k times a single row's arithmetic. This
 activations per row and group of 32 (as llama.cpp's Q8_0 does) and multiplies with integer dot products
 (AVX-512 VNNI where the CPU has it, else AVX2, else portable C: the same bits on every path): each weight is read and
 unpacked once for up to 8 rows. A row's result does not depend on the other rows or on the thread count.
+SPECDEC_ISA (engine.kernels.levels) forces one level on the matrix paths and the forward's float loops alike.
 
 The library is compiled with the system's C compiler (`CC`, else `cc`) the first time it is needed (`make`
 does it at set-up) into engine/kernels/build/, or into the user's cache where the package is read-only; without
@@ -25,9 +26,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from engine.kernels import levels
 from engine.paths import home
 
 SOURCE = Path(__file__).with_name("q4q8.c")
+SOURCES = (SOURCE, SOURCE.with_name("q4q8_loops.h"))  # what a build compiles (q4q8.c includes the header)
 GROUP = 32  # inputs per scale (the GGUF block size)
 ROWS = 16  # output rows per weight block: a weight's outputs must be a multiple of this
 MAX_GROUP = 16  # query heads per kv head the forward's attention takes (q4q8.c)
@@ -36,7 +39,6 @@ KV_DTYPE = torch.bfloat16  # the forward's key and value cache (q4q8.c's llama_f
 # No contracted multiply-adds (every path does the same IEEE operations); -fno-trapping-math lets the clamps in
 # exp_approx become vector selects (no value changes: nothing here reads floating-point exceptions).
 FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off", "-fno-trapping-math", "-fPIC", "-shared")
-ISAS = {"vnni": 2, "avx2": 1, "c": 0}  # SPECDEC_Q4Q8_ISA forces one (tests compare them)
 # How a weight's scales are kept (q4q8.c's SCALES_*): w = d·u + m with fp16 or float32 d, m per row and group of
 # 32, or w = d_h·(u − zero) with a float32 d_h per half group of 16 (Q6_K).
 SCALES_F16, SCALES_F32, SCALES_HALVES = 0, 1, 2
@@ -54,7 +56,7 @@ class ReadInStopped(Exception):
 
 
 def _library_path() -> Path:
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(b"".join(s.read_bytes() for s in SOURCES) + " ".join(FLAGS).encode()).hexdigest()[:12]
     local = SOURCE.parent / "build"
     if os.access(SOURCE.parent, os.W_OK):
         return local / f"libq4q8-{digest}.so"
@@ -100,12 +102,14 @@ def _library() -> ctypes.CDLL | None:
     lib.q4q8_best_isa.restype = ctypes.c_int
     lib.q4q8_dequantize.argtypes = [ptr, ptr, i64, ctypes.c_int, ctypes.c_int]
     lib.q4q8_dequantize.restype = None
-    lib.llama_place.argtypes = [ptr, i64, ptr, i64, i64, ptr, ptr, i64, ptr, ptr]
+    lib.llama_place.argtypes = [ptr, i64, ptr, i64, i64, ptr, ptr, i64, ptr, ptr, ctypes.c_int]
     lib.llama_place.restype = None
-    lib.llama_rms_norm.argtypes = [ptr, ptr, i64, i64, ctypes.c_float, ptr]
+    lib.llama_rms_norm.argtypes = [ptr, ptr, i64, i64, ctypes.c_float, ptr, ctypes.c_int]
     lib.llama_rms_norm.restype = None
-    lib.llama_silu_mul.argtypes = [ptr, i64, i64, ptr]
+    lib.llama_silu_mul.argtypes = [ptr, i64, i64, ptr, ctypes.c_int]
     lib.llama_silu_mul.restype = None
+    lib.q4q8_loops_level.argtypes = [ctypes.c_int]
+    lib.q4q8_loops_level.restype = ctypes.c_int
     return lib
 
 
@@ -113,15 +117,36 @@ def available() -> bool:
     return _library() is not None
 
 
+def executable_levels() -> tuple[str, ...]:
+    """The levels (engine.kernels.levels) this CPU executes, best first: ("avx512", "avx2", "portable") on an
+    AVX-512 VNNI CPU."""
+    best = _library().q4q8_best_isa()
+    return tuple(name for name, level in levels.LEVELS.items() if level.isa <= best)
+
+
 @cache
 def isa() -> int:
-    """The path the kernel takes (read once: SPECDEC_Q4Q8_ISA forces one, else the CPU's best)."""
-    forced = os.environ.get("SPECDEC_Q4Q8_ISA")
-    return ISAS[forced] if forced in ISAS else _library().q4q8_best_isa()
+    """The kernel's level as q4q8.c numbers it (read once: SPECDEC_ISA forces one, else the CPU's best); a level
+    this CPU cannot execute raises ValueError."""
+    forced = levels.forced()
+    if forced is None:
+        return _library().q4q8_best_isa()
+    if forced not in executable_levels():
+        raise ValueError(f"{levels.SWITCH}={forced}: this CPU cannot execute that level (it executes "
+                         f"{', '.join(executable_levels())})")
+    return levels.LEVELS[forced].isa
 
 
 def isa_name() -> str:
-    return {v: k for k, v in ISAS.items()}[isa()]
+    """The kernel's level: avx512, avx2 or portable."""
+    return next(name for name, level in levels.LEVELS.items() if level.isa == isa())
+
+
+def loops_name() -> str:
+    """The level of the forward's float loops (attention, norms, activation) the kernel runs, as that copy's own
+    code reports it: the same as `isa_name`."""
+    level = _library().q4q8_loops_level(isa())
+    return next(name for name, each in levels.LEVELS.items() if each.isa == level)
 
 
 def reads_in_densely() -> bool:
@@ -135,7 +160,7 @@ def reads_in_densely() -> bool:
 
 def fast() -> bool:
     """Whether the kernel runs on a vector path here (the portable C one is for correctness, ~30x slower)."""
-    return available() and isa_name() != "c"
+    return available() and isa_name() != "portable"
 
 
 def pack(values: np.ndarray, scales: np.ndarray, offsets: np.ndarray, bits: int, kind: int = SCALES_F16
@@ -359,7 +384,7 @@ class LlamaForward:
         positions it wrote lie past the cache's length, which the caller advances only after the block."""
         assert k.dtype == v.dtype == KV_DTYPE
         x = x.to(torch.float32, copy=True).contiguous()
-        rows, capacity, threads = x.shape[0], v.shape[2], torch.get_num_threads()
+        rows, capacity, level = x.shape[0], v.shape[2], isa()
         lib, spec, hidden = self._lib, self.spec, self.hidden
         heads, kv_heads, head_dim, end = spec.heads, spec.kv_heads, spec.head_dim, start + rows
         h = torch.empty((rows, hidden))
@@ -369,21 +394,23 @@ class LlamaForward:
             if stop is not None and stop.is_set():
                 raise ReadInStopped
             qkv, o, gate_up, down = self._dense_layer(layer)
-            lib.llama_rms_norm(x.data_ptr(), self.attn_norm[layer].data_ptr(), rows, hidden, spec.eps, h.data_ptr())
+            lib.llama_rms_norm(x.data_ptr(), self.attn_norm[layer].data_ptr(), rows, hidden, spec.eps, h.data_ptr(),
+                               level)
             projected = _product(h, qkv)
             lib.llama_place(ctypes.byref(spec), layer, projected.data_ptr(), rows, start, k.data_ptr(), v.data_ptr(),
-                            capacity, cos.data_ptr(), sin.data_ptr())
+                            capacity, cos.data_ptr(), sin.data_ptr(), level)
             queries = projected[:, :heads * head_dim].view(rows, heads, head_dim).transpose(0, 1)
             keys = k[layer, :, :, :end].transpose(1, 2).contiguous()  # the cache holds them transposed
             attn = F.scaled_dot_product_attention(queries[None].to(KV_DTYPE), keys[None], v[layer, None, :, :end],
                                                   attn_mask=mask, scale=head_dim ** -0.5, enable_gqa=True)
             x += _product(attn[0].transpose(0, 1).reshape(rows, heads * head_dim), o)
-            lib.llama_rms_norm(x.data_ptr(), self.mlp_norm[layer].data_ptr(), rows, hidden, spec.eps, h.data_ptr())
+            lib.llama_rms_norm(x.data_ptr(), self.mlp_norm[layer].data_ptr(), rows, hidden, spec.eps, h.data_ptr(),
+                               level)
             projected = _product(h, gate_up)
-            lib.llama_silu_mul(projected.data_ptr(), rows, spec.intermediate, act.data_ptr())
+            lib.llama_silu_mul(projected.data_ptr(), rows, spec.intermediate, act.data_ptr(), level)
             x += _product(act, down)
         last = x[rows - keep:].contiguous()
-        lib.llama_rms_norm(last.data_ptr(), self.final_norm.data_ptr(), keep, hidden, spec.eps, last.data_ptr())
+        lib.llama_rms_norm(last.data_ptr(), self.final_norm.data_ptr(), keep, hidden, spec.eps, last.data_ptr(), level)
         return self.head(last)
 
     def _dense_layer(self, layer: int) -> list[torch.Tensor]:
@@ -416,4 +443,4 @@ class LlamaForward:
 
 
 if __name__ == "__main__":  # `make` builds the library at set-up: python -m engine.kernels.q4q8
-    print(f"q4q8: {build()} ({isa_name()} path)" if available() else "q4q8: not built (see above)")
+    print(f"q4q8: {build()} ({isa_name()} level)" if available() else "q4q8: not built (see above)")

@@ -10,19 +10,19 @@ from engine.decoding.drafters import DraftModelDrafter
 from engine.events import DecodeSettings
 from engine.kernels import q4q8
 from tests.engine.models.test_gguf_native import tiny_gguf_pair
-from tests.engine.models.test_q4q8 import random_weight
+from tests.engine.kernels.test_q4q8 import random_weight
 from tests.tiny import tiny_model
 
 pytestmark = pytest.mark.skipif(not q4q8.available(), reason="no C compiler for the kernel")
 PROMPT_IDS = [3, 7, 11, 5, 9, 2, 8, 4, 6, 10] * 60  # 600 positions: two whole blocks of 256 rows and a tail
-ISAS = [name for name, level in q4q8.ISAS.items() if q4q8.available() and level <= q4q8.ISAS[q4q8.isa_name()]]
+ISAS = q4q8.executable_levels() if q4q8.available() else ()
 
 
 @pytest.mark.parametrize("bits,kind,zero", [(4, q4q8.SCALES_F16, 0), (4, q4q8.SCALES_F32, 0), (8, q4q8.SCALES_F16, 0),
                                             (8, q4q8.SCALES_HALVES, 32)])
 @pytest.mark.parametrize("isa", ISAS)
 def test_de_quantised_weights_are_the_kernel_s_values_rounded_once_to_bfloat16(monkeypatch, bits, kind, zero, isa):
-    monkeypatch.setenv("SPECDEC_Q4Q8_ISA", isa)
+    monkeypatch.setenv("SPECDEC_ISA", isa)
     q4q8.isa.cache_clear()
     try:
         weight = q4q8.Q4Q8Weight.from_values(*random_weight(bits, rows=48, cols=192), bits, kind, zero)
