@@ -61,6 +61,7 @@ ONE_THREAD_GAIN = 1.1
 # uncertainty (a notched box plot's: ±1.57·IQR/√n) stays within FAIR_SPREAD of the figure.
 MEASURED_PLAIN_ROUNDS = 2
 FAIR_SPREAD = 0.15
+ABOVE_ROUNDS = 1.02
 MEDIAN_NOTCH = 1.57
 
 
@@ -178,9 +179,17 @@ class SpeedupMeter:
         note = ""
         if (high - low) / 2 > FAIR_SPREAD * mid or self.stalled_s > BUSY_SHARE * self.rounds_s:
             note = "machine busy"  # its plain rounds varied (the band says how much), or drafted rounds stalled
-        elif mid > self.tokens / self.rounds * 1.02:
-            note = "above its tokens per round"  # every round costs a plain step at least: another load met it
+        elif above_its_rounds(mid, self.tokens / self.rounds):
+            note = "above its tokens per round"
         return SpeedupFigure(mid, low, high, fewest, note)
+
+
+def above_its_rounds(speedup: float, tokens_per_round: float) -> bool:
+    """Whether a speedup over plain AR is more than its rounds allow: every round costs a plain step at least, so
+    speculation cannot beat plain AR by more than its tokens per round (by more than ABOVE_ROUNDS, for rounding); a
+    figure above that met another load than the plain run it is measured against. The live figure and Find best
+    draft's ranking (engine.benchmark.ranking) both apply it."""
+    return speedup > tokens_per_round * ABOVE_ROUNDS
 
 
 def typical_load(events: Sequence[RoundEvent]) -> float:

@@ -70,10 +70,11 @@ class Studio:
         self.library.start()
 
     def shutdown(self) -> None:
-        """Stop any reply or timing at load, let the workers' current round, timing step or streamed piece finish,
-        stop a vLLM server started here, and join the threads. What the workers sent on their way out (the stopped
-        reply) is then delivered, so the window shows and saves it as a stopped reply before the app's event loop
-        is gone."""
+        """Stop any reply, draft pick or timing at load, let the workers' current round, timing step or streamed
+        piece finish, stop a vLLM server started here, and join the threads. What the workers sent on their way out
+        (the stopped reply) is then delivered, so the window shows and saves it as a stopped reply before the app's
+        event loop is gone."""
+        self.library.stop_pick()  # first: a pick ends within a round, while the others below are waited for
         self.worker.request_quit()
         self.remote_worker.request_stop()
         self.peer.request_stop(wait=True)

@@ -313,6 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="stop drafting once the chance of keeping the next draft falls below P (llama-server's "
                             "--draft-p-min, transformers' assistant_confidence_threshold)")
 
+    from engine.benchmark import pick_draft as picking  # torch-free: its defaults
+
     pick = command("pick-draft", "measure which draft pays for a target on this machine, and rank them")
     pick.add_argument("target", type=model_name, help="the target: hub id, directory, .gguf, or a preset's target")
     pick.add_argument("--drafts", metavar="M,M,...", type=comma_list(draft_candidate), default=None,
@@ -321,8 +323,11 @@ def build_parser() -> argparse.ArgumentParser:
     pick.add_argument("--kind", choices=("code", "chat"), default="code", help="the kind of prompts measured")
     pick.add_argument("--prompts", metavar="FILE", type=Path, default=None,
                       help="your own prompts, one per line, instead of --kind's (default: a few of --kind)")
-    pick.add_argument("--max-new-tokens", metavar="N", type=setting("max_new_tokens", whole_number), default=48,
-                      help="most tokens per reply")
+    pick.add_argument("--seconds", metavar="S", type=timeout_seconds, default=picking.BUDGET_S,
+                      help="the time budget, loading the models included: the pick ends sooner where one candidate "
+                           "is clearly best, else here with the ranking so far and how sure each figure is")
+    pick.add_argument("--max-new-tokens", metavar="N", type=setting("max_new_tokens", whole_number),
+                      default=picking.MAX_NEW_TOKENS, help="most tokens per reply")
     pick.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
     pick.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
     pick.add_argument("--target-weights", default="auto", choices=TARGET_WEIGHTS, help=TARGET_WEIGHTS_HELP)

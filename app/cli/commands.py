@@ -286,6 +286,7 @@ def timing_progress():
 
 
 def cmd_pick_draft(args) -> int:
+    """Rank the candidates within --seconds (engine.benchmark.pick_draft), keep the ranking, and print it."""
     from engine.benchmark import pick_draft as picking
     from engine.benchmark import ranking as ranked
     from engine.benchmark.bench import load_prompts
@@ -294,25 +295,35 @@ def cmd_pick_draft(args) -> int:
     kind = args.prompts.name if args.prompts else args.kind
     candidates = args.drafts or picking.default_candidates(args.target)
     quiet_loading()
+    started = time.monotonic()
 
     def progress(done: int, total: int, what: str) -> None:
-        print(f"\rspecdec pick-draft: {done}/{total} replies ({what})\x1b[K", end="", file=sys.stderr, flush=True)
+        print(f"\rspecdec pick-draft: {done}/~{total} replies, {time.monotonic() - started:.0f} s of "
+              f"{args.seconds:g} ({what})\x1b[K", end="", file=sys.stderr, flush=True)
+
+    def loaded(seconds: float) -> None:
+        print(f"specdec pick-draft: the models loaded and warmed up in {seconds:.0f} s of the {args.seconds:g} s",
+              file=sys.stderr, flush=True)
 
     picks = picking.pick_draft(args.target, candidates, prompts, device=args.device, dtype=args.dtype,
-                               weights=args.target_weights, max_new_tokens=args.max_new_tokens, progress=progress)
+                               weights=args.target_weights, max_new_tokens=args.max_new_tokens,
+                               seconds=args.seconds, progress=progress, loaded=loaded)
     print(file=sys.stderr)
-    ranking = picking.new_ranking(args.target, kind, picks)
+    ranking = picking.new_ranking(args.target, kind, picks, time.monotonic() - started)
     if (source := picking.ranking_source(args.target)) is not None:
         ranked.keep(ranking, picking.ranking_file(source, kind, args.device, args.dtype))
     if args.json:
         print(json.dumps(ranking.as_dict()))
         return 0
-    print(f"drafts for {args.target} on {ranking.machine}, {len(prompts)} {kind} prompts × {args.max_new_tokens} "
-          "tokens, greedy")
+    print(f"drafts for {args.target} on {ranking.machine}, {kind} prompts × {args.max_new_tokens} tokens, greedy, "
+          f"measured in {ranking.seconds:.0f} s (loading included) of {args.seconds:g}")
     print(ranked.ranking_table(ranking))
     best = ranking.best
-    print(f"\nbest: {best.draft} ({best.measured_speedup:.2f}x plain AR's speed here)" if best.draft != ranked.NONE
-          else "\nbest: no draft (none measured faster than plain AR here)")
+    sure = ("clearly ahead of the others" if ranked.clearly_best(ranking.picks)
+            else "not clearly ahead of the next: the time ran out first (--seconds gives more)")
+    print(f"\nbest: {best.draft} ({best.measured_speedup:.2f}x plain AR's speed here, {ranked.sureness(best)}; "
+          f"{sure})" if best.draft != ranked.NONE
+          else f"\nbest: no draft (none measured faster than plain AR here; {sure})")
     return 0
 
 

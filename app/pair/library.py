@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,10 +66,10 @@ class LibraryScanner(QObject):
 
 
 class DraftPicker(QObject):
-    """Runs a pick on its own thread; `request_stop` (called from the GUI thread) ends it after the reply in
-    progress."""
+    """Runs a pick on its own thread, within pick_draft's time budget; `request_stop` (called from the GUI thread)
+    ends it between two rounds of the reply in progress, so Stop and quitting are heard within a round."""
 
-    progressed = Signal(int, int, str)  # replies done, replies in all, what ran
+    progressed = Signal(int, int, str)  # replies done, about how many in all (pick_draft.Progress), what ran
     picked = Signal(object)  # Ranking, kept
     stopped = Signal()
     failed = Signal(str)
@@ -80,6 +81,10 @@ class DraftPicker(QObject):
     def request_stop(self) -> None:
         self._stop.set()
 
+    def rearm(self) -> None:
+        """Before a new pick is queued (on the GUI thread: a quit that comes before the pick starts still stops it)."""
+        self._stop.clear()
+
     def _progress(self, done: int, total: int, what: str) -> None:
         self.progressed.emit(done, total, what)
         if self._stop.is_set():
@@ -89,12 +94,12 @@ class DraftPicker(QObject):
     def on_pick_requested(self, request: PickRequest) -> None:
         from app.chat.worker import user_message
 
-        self._stop.clear()
         try:
+            started = time.monotonic()
             picks = picking.pick_draft(request.target, list(request.candidates), picking.prompts_of(request.kind),
                                        device=request.device, dtype=request.dtype, weights=request.weights,
-                                       progress=self._progress)
-            ranking = picking.new_ranking(request.target, request.kind, picks)
+                                       progress=self._progress, stop=self._stop)
+            ranking = picking.new_ranking(request.target, request.kind, picks, time.monotonic() - started)
             source = picking.ranking_source(request.target)
             if source is not None:
                 ranked.keep(ranking, picking.ranking_file(source, request.kind, request.device, request.dtype))
@@ -151,6 +156,7 @@ class ModelLibrary(QObject):
             thread.start()
 
     def shutdown(self) -> None:
+        """Stop a pick (within a round: the app's exit waits for its thread) and join the threads."""
         self.picker.request_stop()
         for thread in self.threads:
             thread.quit()
@@ -204,6 +210,7 @@ class ModelLibrary(QObject):
         if self.picking:
             return
         self.picking = True
+        self.picker.rearm()
         self.pick_started.emit()
         self.pick_requested.emit(request)
 

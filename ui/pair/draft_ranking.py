@@ -11,9 +11,10 @@ from PySide6.QtGui import QActionGroup
 from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QHeaderView, QLabel, QMenu, QSizePolicy, QTableWidget,
                                QTableWidgetItem, QToolButton, QVBoxLayout)
 
-from engine.benchmark.ranking import KINDS, LOOKUP, NONE, Ranking
+from engine.benchmark.ranking import KINDS, LOOKUP, NONE, Ranking, clearly_best, sureness
 
-RANKING_COLUMNS = ("draft", "measured", "predicted", "α", "tokens/round", "draft step ms", "target step ms")
+RANKING_COLUMNS = ("draft", "measured", "predicted", "α", "tokens/round", "draft step ms", "target step ms",
+                   "how sure")
 NAMES = {LOOKUP: "lookup only (copying)", NONE: "none (plain AR)"}
 FIND = "Find best draft"
 FASTER = 1.005  # a measured speedup that reads as more than 1.00x
@@ -41,7 +42,9 @@ class DraftFinder(QToolButton):
         self.setText(FIND)
         self.setToolTip("Measure each draft that fits the target, copying only and no draft on a few short prompts "
                         "(code, or chat from the arrow's menu), on this machine, and rank them by their speed over "
-                        "plain AR (about a minute; the chat waits meanwhile)")
+                        "plain AR. It takes a minute at most, loading the models included, and less where one draft "
+                        "is soon clearly best. Send waits meanwhile: a reply beside it would slow both and skew "
+                        "what it measures")
         self.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         # its text's margins may go first: beside Load pair it fits the side pane's least width
@@ -99,12 +102,15 @@ def ranking_table(ranking: Ranking) -> QTableWidget:
                    pick.draft_step_ms, pick.target_step_ms)
         formats = ("{:.2f}x", "{:.2f}x", "{:.2f}", "{:.2f}", "{:.1f}", "{:.1f}")
         cells = [draft_name(pick.draft)] + ["" if value is None else spec.format(value)
-                                            for value, spec in zip(figures, formats)]
+                                            for value, spec in zip(figures, formats)] + [sureness(pick)]
+        tips = [pick.draft] + cells[1:]
         if pick.problem:
-            cells[1] = pick.problem
+            cells[1] = tips[1] = pick.problem
+        elif pick.note:  # a figure that is not fair is not shown, nor ranked: the row says why
+            cells[1], tips[1] = pick.note, f"{pick.note} (measured {pick.measured_speedup:.2f}x)"
         for c, text in enumerate(cells):
             item = QTableWidgetItem(text)
-            item.setToolTip(pick.draft if c == 0 else text)
+            item.setToolTip(tips[c])
             if c:
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             table.setItem(r, c, item)
@@ -126,12 +132,18 @@ class RankingDialog(QDialog):
         best = ranking.best
         pays = best.draft != NONE and best.measured_speedup >= FASTER
         winner = best.draft if pays else NONE
-        verdict = (f"{draft_name(best.draft)} pays most: {best.measured_speedup:.2f}x plain AR's speed here."
-                   if pays else "Nothing was measured faster than plain AR here: load the target with no draft.")
+        verdict = (f"{draft_name(best.draft)} pays most: {best.measured_speedup:.2f}x plain AR's speed here "
+                   f"({sureness(best)})." if pays
+                   else "Nothing was measured faster than plain AR here: load the target with no draft.")
+        if ranking.seconds is not None and not clearly_best(ranking.picks):  # its time ran out first
+            verdict += (" Not clearly ahead of the next yet: the time ran out first; measure again for a surer "
+                        "ranking.")
+        took = f" in {ranking.seconds:.0f} s (loading the models included)" if ranking.seconds else ""
         self.note = note = QLabel(f"Drafts for {Path(ranking.target).name}, measured on {ranking.kind} prompts on "
-                      f"{ranking.machine}, {ranking.measured_on}. {verdict} Measured: over plain AR on the same "
-                      f"prompts; predicted: the cost model's figure for the same rounds. Kept, and shown in the draft "
-                      f"list.")
+                      f"{ranking.machine}, {ranking.measured_on}{took}. {verdict} Measured: over plain AR on the same "
+                      f"prompts, turn by turn; how sure: the replies measured and the band the speedup lies in "
+                      f"(about 95 % sure); predicted: the cost model's figure for the same rounds. Kept, and shown "
+                      f"in the draft list.")
         note.setWordWrap(True)
         self.table = ranking_table(ranking)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
