@@ -26,7 +26,11 @@ from statistics import median
 from engine.stats import MEASURED_PLAIN_ROUNDS
 
 MEASURE_REPEATS = 5  # min of 5 timings per block size at load
-MEASURED_ROWS = 9  # blocks of 1..9 rows are timed (γ ≤ 8); longer ones are extrapolated from the last two
+MEASURED_ROWS = 9  # blocks of 1..9 rows are timed (γ ≤ 8)
+# and these longer ones, which copied runs fill (engine.decoding.drafters.COPY_RUN_MAX drafts and the row after them);
+# a block between two timed lengths is priced on the line between them, a longer one by the last one's growth
+LONG_BLOCKS = (17, 33)
+LONG_REPEATS = 3
 # Blocks are timed after SCRATCH_POSITIONS cached positions, and again after LONG_POSITIONS more, for what each
 # cached position adds to a block (attention reads every one of them for every row).
 SCRATCH_POSITIONS = 16
@@ -115,17 +119,30 @@ class CostModel:
     # What a draft model's reading of tokens it is behind on costs a position (a prompt it reads with its first draft,
     # the tokens of rounds that did not run it): the fastest seen (0: none seen yet).
     draft_read_s: float = 0.0
+    long_block_s: list[float] = field(default_factory=list)  # [i]: a block of LONG_BLOCKS[i] rows (empty: not timed)
 
     def block_s(self, rows: int) -> float:
-        """The target's forward over `rows` rows; past the measured ones, the last step's growth goes on.
+        """The target's forward over `rows` rows: timed (1..MEASURED_ROWS, LONG_BLOCKS), on the line between the two
+        timed lengths around it, or past the longest by the last stretch's growth per row.
 
         A timing caught by a busy moment is bounded by what cannot be slower: a block costs no more than a longer
         block, nor than its rows as single steps."""
-        measured = self.target_block_s
-        if rows > len(measured):
-            slope = self.block_s(len(measured)) - self.block_s(len(measured) - 1) if len(measured) > 1 else 0.0
-            return self.block_s(len(measured)) + (rows - len(measured)) * max(slope, 0.0)
-        return min(min(measured[rows - 1:]), rows * measured[0])
+        knots = [(k, self._timed_block_s(k)) for k in self._timed_lengths()]
+        for (k0, s0), (k1, s1) in zip(knots, knots[1:]):
+            if rows <= k1:
+                return s0 + (s1 - s0) * (rows - k0) / (k1 - k0) if rows > k0 else s0
+        if len(knots) < 2:
+            return knots[-1][1]
+        (k0, s0), (k1, s1) = knots[-2:]
+        return s1 + (rows - k1) * max((s1 - s0) / (k1 - k0), 0.0)
+
+    def _timed_lengths(self) -> list[int]:
+        return [*range(1, len(self.target_block_s) + 1), *LONG_BLOCKS[:len(self.long_block_s)]]
+
+    def _timed_block_s(self, rows: int) -> float:
+        """A timed length's block, bounded by every longer timed block and by its rows as single steps."""
+        timed = dict(zip(self._timed_lengths(), [*self.target_block_s, *self.long_block_s]))
+        return min(min(s for k, s in timed.items() if k >= rows), rows * self.target_block_s[0])
 
     @property
     def ar_token_s(self) -> float:
@@ -211,8 +228,13 @@ class CostModel:
     def observe_block(self, rows: int, forward_s: float) -> None:
         """A timing of the target's forward over `rows` rows: the fastest seen stands (a busy machine only ever
         makes a timing slower)."""
-        if rows <= len(self.target_block_s) and forward_s > 0:
+        if forward_s <= 0:
+            return
+        if rows <= len(self.target_block_s):
             self.target_block_s[rows - 1] = min(self.target_block_s[rows - 1], forward_s)
+        elif rows in LONG_BLOCKS[:len(self.long_block_s)]:
+            i = LONG_BLOCKS.index(rows)
+            self.long_block_s[i] = min(self.long_block_s[i], forward_s)
 
     def observe_read(self, positions: int, seconds: float) -> None:
         """A draft model's reading of `positions` tokens it was behind on: the fastest per position stands."""
@@ -264,7 +286,8 @@ class CostModel:
                 "draft_position_us": round(self.draft_position_s * 1e6, 4),
                 "context_steps_ms": [[p, round(s * 1e3, 3)] for p, s in self.context_steps],
                 "drafted_block_ms": [round(s * 1e3, 3) for s in self.drafted_block_s],
-                "draft_read_us": round(self.draft_read_s * 1e6, 4)}
+                "draft_read_us": round(self.draft_read_s * 1e6, 4),
+                "long_block_ms": [round(s * 1e3, 3) for s in self.long_block_s]}
 
 
 def saved_costs(file: Path) -> CostModel | None:
@@ -344,6 +367,11 @@ class Acceptance:
     calibration: dict = field(default_factory=lambda: {kind: [PRIOR_WEIGHT, PRIOR_WEIGHT] for kind in KINDS})
     # [kind]: discounted counts [kept, reached] of rounds' first drafts of that kind, a dropped one as reached
     first: dict = field(default_factory=lambda: {kind: [0.0, 0.0] for kind in KINDS})
+    # [j]: discounted counts of copies kept and reached at place j + 1 of a run of copies (a round's copies in a row;
+    # a copy after a model draft starts one): once a copied run is kept it mostly goes on being kept, as an answer
+    # repeats a pasted function line after line, where a copy that starts a run is a guess
+    run_kept: list[float] = field(default_factory=list)
+    run_reached: list[float] = field(default_factory=list)
 
     def _counts(self, position: int) -> tuple[float, float]:
         """The discounted counts of drafts kept and reached at `position` (1-based; 0 where none was)."""
@@ -377,6 +405,19 @@ class Acceptance:
             hopes.append(min(1.0, chance + math.sqrt(chance * (1.0 - chance) / (reached + PRIOR_WEIGHT))))
         return hopes
 
+    def copy_run(self, first: float, start: int, count: int) -> list[float]:
+        """The chances that copies at places start..start + count - 1 of a run are kept, each once the ones before
+        it were: each place's measured share, with the place before it as its prior (`first`, a copy's calibrated
+        estimate, before the first place)."""
+        chances, chance = [], first
+        for place in range(1, start + count):
+            i = place - 1
+            kept, reached = (self.run_kept[i], self.run_reached[i]) if i < len(self.run_reached) else (0.0, 0.0)
+            chance = (kept + chance * PRIOR_WEIGHT) / (reached + PRIOR_WEIGHT)
+            if place >= start:
+                chances.append(chance)
+        return chances
+
     def calibrated(self, estimate: float, kind: str) -> float:
         kept, estimated = self.calibration[kind]
         return min(1.0, estimate * kept / estimated)
@@ -394,7 +435,7 @@ class Acceptance:
         drafting judged not worth it is tried again once the evidence against it has faded (a reply's topic, and
         with it how often drafts are kept, changes)."""
         decay = DECAY if kinds or dropped else IDLE_DECAY
-        for counts in (self.kept, self.reached):
+        for counts in (self.kept, self.reached, self.run_kept, self.run_reached):
             counts[:] = [c * decay for c in counts]
         for kind in KINDS:
             self.calibration[kind] = [c * decay for c in self.calibration[kind]]
@@ -414,6 +455,15 @@ class Acceptance:
         for i in range(looked_at):
             self.calibration[kinds[i]][0] += i < n_accepted
             self.calibration[kinds[i]][1] += estimates[i]
+        place = 0
+        for i in range(looked_at):
+            place = place + 1 if kinds[i] == "copy" else 0
+            if place:
+                while len(self.run_reached) < place:
+                    self.run_kept.append(0.0)
+                    self.run_reached.append(0.0)
+                self.run_reached[place - 1] += 1
+                self.run_kept[place - 1] += i < n_accepted
 
 
 def expected_tokens(chances: Sequence[float]) -> float:

@@ -21,22 +21,22 @@ import torch
 from engine.decoding.caches import PREFILL_CHUNK, CachedModel
 from engine.decoding.chat_template import encode_chat, refusing
 from engine.decoding.context import fit, require_text, window_of
-from engine.decoding.costs import (CONTEXT_REPEATS, LONG_POSITIONS, MEASURE_REPEATS, MEASURED_ROWS,
-                                   SCRATCH_POSITIONS, CostModel, LoadGap, RoundPlanner, fastest, save_costs,
-                                   saved_costs)
-from engine.decoding.drafters import ContinuationIndex, Drafter, DraftModelDrafter
+from engine.decoding.costs import (CONTEXT_REPEATS, LONG_BLOCKS, LONG_POSITIONS, LONG_REPEATS, MEASURE_REPEATS,
+                                   MEASURED_ROWS, SCRATCH_POSITIONS, CostModel, LoadGap, RoundPlanner, fastest,
+                                   save_costs, saved_costs)
+from engine.decoding.drafters import COPY_RUN_MAX, ContinuationIndex, Drafter, DraftModelDrafter
 from engine.decoding.repetition import LOOKBACK, read_for_loops, repeating
+from engine.decoding.sampling import warp
 from engine.decoding.text import TextStream, template_system_prompt
+from engine.decoding.verification import Verdict, verify_greedy, verify_sampling
 from engine.events import (ContextNotice, DecodeSettings, DraftedToken, EmittedToken, Fate, Mode, PairInfo,
                            PrefillProgress, RoundEvent, TokenProb)
 from engine.kernels import q4q8
 from engine.models import graphed
 from engine.models.kept import file_key
-from engine.paths import cache_dir
 from engine.models.loading import LoadedModel, load_model, pick_device, pick_dtype, synchronize
 from engine.models.pairing import check_vocabularies, preflight
-from engine.decoding.sampling import warp
-from engine.decoding.verification import Verdict, verify_greedy, verify_sampling
+from engine.paths import cache_dir
 
 TOP_N_INSPECT = 5  # leading tokens of p and q kept for each rejected draft
 WARM_UP_STEPS = 8  # plain steps at load that time a round's bookkeeping
@@ -154,13 +154,15 @@ class Decoder:
         added = min(LONG_POSITIONS, (self.window or 1 << 30) - SCRATCH_POSITIONS - MEASURED_ROWS)
         drafts = self.draft_runner is not None
         # each timing (blocks, and a draft step) runs at the scratch length, and again after `added` positions
-        steps = _Steps(progress, (2 if added > 0 else 1) * (MEASURE_REPEATS + drafts))
+        steps = _Steps(progress, (2 if added > 0 else 1) * (MEASURE_REPEATS + drafts)
+                       + (LONG_REPEATS if self.drafter else 0))
         blocks = self._time_blocks(range(1, MEASURED_ROWS + 1), MEASURE_REPEATS, steps=steps)
         first_row = further_rows = 0.0
         if added > 0:
             one, most = self._time_blocks((1, MEASURED_ROWS), MEASURE_REPEATS, SCRATCH_POSITIONS + added, steps)
             first_row = max(0.0, one - blocks[0]) / added
             further_rows = max(0.0, (most - blocks[-1]) / added - first_row) / (MEASURED_ROWS - 1)
+        long_blocks = self._time_long_blocks(steps) if self.drafter else []
         draft_s = copy_s = draft_position_s = 0.0
         if drafts:
             draft_s = self._time_draft_step(SCRATCH_POSITIONS)
@@ -173,7 +175,11 @@ class Decoder:
             index = ContinuationIndex()
             copy_s = fastest(lambda: index.continuation(history))  # the first builds the index, as a prompt's does
         return self.set_costs(CostModel(blocks, draft_s, copy_s, position_s=first_row, position_row_s=further_rows,
-                                        draft_position_s=draft_position_s))
+                                        draft_position_s=draft_position_s, long_block_s=long_blocks))
+
+    def _time_long_blocks(self, steps: _Steps | None = None) -> list[float]:
+        """The target's blocks of LONG_BLOCKS rows, which copied runs fill (fewer repeats: each is several steps)."""
+        return self._time_blocks(LONG_BLOCKS, LONG_REPEATS, steps=steps)
 
     def _time_context_step(self, sequence: list[int]) -> None:
         """Time the target's next single-row step in place, after all but the last of `sequence` (rolled back after
@@ -253,6 +259,8 @@ class Decoder:
             # good where no reply re-times them (the CLI); a faster timing, and the plain steps below, improve it
             self.set_costs(kept)
             self.measure_target_step()
+            if self.drafter and not kept.long_block_s:  # kept by a version that did not time them
+                kept.long_block_s = self._time_long_blocks()
         else:
             self.measure_costs(progress)
         for _ in self.generate([{"role": "user", "content": "Hi"}],
@@ -325,13 +333,14 @@ class Decoder:
             round_start = time.perf_counter()
             # 1) draft up to γ tokens (fewer when the draft's confidence runs out, or at the window's end)
             if speculative:
-                asked = self._gamma_request
+                room = COPY_RUN_MAX  # drafts a round may make where they are copies; γ bounds the model's
                 if self.window is not None:  # a draft past the window would have no position to go to
-                    asked = min(asked, self.window - len(sequence))
+                    room = min(room, self.window - len(sequence))
                 if self.runner.on_device:  # a longer block would leave the graphs, and the bits of single steps
-                    asked = min(asked, graphed.BLOCK_ROWS - 1)
+                    room = min(room, graphed.BLOCK_ROWS - 1)
                 self.planner.positions = len(sequence) - 1  # what this round's block attends to besides itself
-                proposal = self.drafter.propose(sequence, asked, settings, generator, self.planner)
+                proposal = self.drafter.propose(sequence, min(self._gamma_request, room), settings, generator,
+                                                self.planner, copies=room)
                 draft_tokens, draft_probs, kinds = proposal.tokens, proposal.probs.to(device), proposal.kinds
                 dropped, read_s = proposal.dropped, proposal.read_s
                 self.costs.observe_read(proposal.read, read_s)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -33,6 +34,9 @@ LOOKUP_PRECISION = 0.83  # how often such a copy equals the target's choice (mea
 # where the CPU has AMX, and each block length that product meets first costs oneDNN's set-up (a draft reading 70
 # tokens mid-reply: 35 ms that way, 10.7 ms on the kernel; Xeon with AMX, 2 threads).
 READ_APART = 4
+# A copied run goes on past γ (which bounds the draft model's drafts) up to this many drafts: an answer that repeats
+# a pasted function copies dozens of tokens in a row, and a block of them costs a fraction of a step a row
+COPY_RUN_MAX = 32
 
 
 @dataclass
@@ -54,9 +58,9 @@ class Drafter(Protocol):
         """Get ready to draft after `prompt` (a new reply; earlier turns may still be cached)."""
 
     def propose(self, sequence: list[int], gamma: int, settings: DecodeSettings, generator: torch.Generator,
-                planner: RoundPlanner) -> Proposal:
+                planner: RoundPlanner, copies: int | None = None) -> Proposal:
         """Draft 0 to γ tokens that follow `sequence` (prompt + reply so far); with `settings.cost_aware` the
-        planner decides how many (engine.decoding.costs)."""
+        planner decides how many (engine.decoding.costs), and copied ones may run on to `copies` (None: γ)."""
 
     def update(self, n_accepted: int) -> None:
         """The target kept the first `n_accepted` proposals of the last `propose`; forget the rest."""
@@ -69,29 +73,37 @@ class Drafter(Protocol):
 
 
 class ContinuationIndex:
-    """Prompt lookup: the token that followed the latest earlier occurrence of a sequence's last `n` tokens.
+    """Prompt lookup: what followed the latest earlier occurrence of a sequence's last `n` tokens.
 
-    Each n-gram maps to the token that followed its latest occurrence, kept up to date as the sequence grows and
+    Each n-gram maps to the position that followed its latest occurrence, kept up to date as the sequence grows and
     rolled back where it changes (a rejected draft, another conversation): a lookup costs what the new tokens
-    cost, not the conversation's length (searching 2,580 tokens afresh took 0.4 ms of a 19 ms round)."""
+    cost, not the conversation's length (searching 2,580 tokens afresh took 0.4 ms of a 19 ms round), and a
+    matched span's whole continuation is a slice from that position (`span`), however long the paste."""
 
     def __init__(self, n: int = LOOKUP_NGRAM):
         self.n = n
         self.tokens: list[int] = []
-        self.followers: dict[tuple[int, ...], int] = {}
-        self.replaced: list[int | None] = []  # [i - n]: what position i's n-gram followed before it (None: nothing)
+        self.followers: dict[tuple[int, ...], int] = {}  # n-gram -> the position of the token after its latest one
+        self.replaced: list[int | None] = []  # [i - n]: what position i's n-gram mapped to before it (None: nothing)
 
     def continuation(self, tokens: list[int]) -> int | None:
         """The token that followed the latest occurrence of tokens[-n:] before the end of `tokens`, if any."""
+        found = self.span(tokens, 1)
+        return found[1][0] if found else None
+
+    def span(self, tokens: list[int], most: int) -> tuple[int, list[int]] | None:
+        """(source, copied): up to `most` tokens that followed the latest earlier occurrence of tokens[-n:], from
+        position `source` of `tokens` on; None where the n-gram occurred nowhere before."""
         if self.tokens != tokens[:len(self.tokens)]:
             self._truncate(common_prefix(self.tokens, tokens))
         for token in tokens[len(self.tokens):]:
             if len(self.tokens) >= self.n:
                 key = tuple(self.tokens[-self.n:])
                 self.replaced.append(self.followers.get(key))
-                self.followers[key] = token
+                self.followers[key] = len(self.tokens)
             self.tokens.append(token)
-        return self.followers.get(tuple(tokens[-self.n:])) if len(tokens) > self.n else None
+        source = self.followers.get(tuple(tokens[-self.n:])) if len(tokens) > self.n else None
+        return None if source is None else (source, tokens[source:source + most])
 
     def _truncate(self, length: int) -> None:
         while len(self.tokens) > length:
@@ -120,6 +132,12 @@ def _keep_estimate(q: torch.Tensor, settings: DecodeSettings) -> float:
     """The draft's own estimate that the target keeps its proposal: q's top probability for greedy drafts, the
     chance that two draws from q agree for sampled ones (both track the measured acceptance on held-out answers)."""
     return (q.max() if settings.greedy else q.square().sum()).item()
+
+
+def copied_chances(acceptance: Acceptance, kinds: Sequence[str], count: int) -> list[float]:
+    """The chances of `count` copies made after `kinds`, by their places in the run of copies they go on or start."""
+    place = len(kinds) - next((i + 1 for i, kind in enumerate(reversed(kinds)) if kind != "copy"), 0) + 1
+    return acceptance.copy_run(acceptance.calibrated(LOOKUP_PRECISION, "copy"), place, count)
 
 
 class DraftModelDrafter:
@@ -182,41 +200,49 @@ class DraftModelDrafter:
         return self.runner.forward_rows(sequence[len(self.runner):])[-1]
 
     def propose(self, sequence: list[int], gamma: int, settings: DecodeSettings, generator: torch.Generator,
-                planner: RoundPlanner) -> Proposal:
+                planner: RoundPlanner, copies: int | None = None) -> Proposal:
         self._proposed_from = len(sequence)
         self._acceptance = planner.acceptance
         self._read = (0, 0.0)
         if self.runner.on_device:
             return self._propose_on_device(sequence, gamma, settings, generator, planner)
+        # past γ only where the planner prices the longer block; the confidence rule's rounds draft γ
+        copies = max(gamma, copies) if copies is not None and settings.cost_aware else gamma
         tokens, kinds, chances, q_rows = [], [], [], []
         self._estimates = []
         all_kept = 1.0  # the confidence rule's estimate that every draft so far will be kept
-        while len(tokens) < gamma:
-            copied = self._lookup.continuation(sequence + tokens) if settings.lookup else None
-            kind = "model" if copied is None else "copy"
+        while len(tokens) < copies and (settings.cost_aware or all_kept >= settings.stop_below):
+            found = self._lookup.span(sequence + tokens, copies - len(tokens)) if settings.lookup else None
+            if found is None and len(tokens) >= gamma:
+                break
+            kind = "model" if found is None else "copy"
             # Whether one more draft pays is decided from this round's drafts, earlier rounds' verdicts and the
             # measured costs, never from this round's p: every position's output is still distributed as p.
             # The planner prices the reading of what rounds left unread; a deferred prompt's is not: read beside the
             # target, it was paid in every reply, and priced it kept a pair whose drafts pay on prose (the Qwen pair:
             # ~3 ms a token beside a 51 ms step) from drafting a reply's first rounds.
             unread = max(0, len(sequence) + len(tokens) - 1 - max(len(self.runner), self._prompt_end))
-            if settings.cost_aware and not planner.draft_more(kinds, chances, gamma, kind, unread=unread):
+            if settings.cost_aware and not planner.draft_more(kinds, chances, gamma if found is None else copies,
+                                                              kind, later_kind=kind, unread=unread):
                 break
-            if copied is None:
+            if found is None:
                 q = warp(self.step_logits(sequence + tokens), settings)
-                tokens.append(self.runner.token_id(choose(q, settings, generator)))
-                estimate = _keep_estimate(q, settings)
+                made = [self.runner.token_id(choose(q, settings, generator))]
+                self._estimates.append(_keep_estimate(q, settings))
+                chance_of = [planner.acceptance.calibrated(self._estimates[-1], kind)]
+                q_rows.append(q)
             else:
-                q = None
-                tokens.append(copied)
-                estimate = LOOKUP_PRECISION
-            q_rows.append(q)
-            kinds.append(kind)
-            self._estimates.append(estimate)
-            chances.append(planner.acceptance.calibrated(estimate, kind))
-            all_kept *= chances[-1]
-            if not settings.cost_aware and all_kept < settings.stop_below:
-                break
+                made = found[1]
+                chance_of = copied_chances(planner.acceptance, kinds, len(made))
+                self._estimates += [LOOKUP_PRECISION] * len(made)
+                q_rows += [None] * len(made)
+            for token, chance in zip(made, chance_of):
+                tokens.append(token)
+                kinds.append(kind)
+                chances.append(chance)
+                all_kept *= chance
+                if not settings.cost_aware and all_kept < settings.stop_below:
+                    break
         if settings.cost_aware:  # a draft made before its chance was known may not be worth verifying
             del tokens[planner.best_length(kinds, chances):]
         self._kinds = kinds[: len(tokens)]
@@ -314,25 +340,24 @@ class LookupDrafter:
         self._covered = len(prompt) - 1
 
     def propose(self, sequence: list[int], gamma: int, settings: DecodeSettings, generator: torch.Generator,
-                planner: RoundPlanner) -> Proposal:
+                planner: RoundPlanner, copies: int | None = None) -> Proposal:
         self._proposed_from = len(sequence)
         self._acceptance = planner.acceptance
+        # past γ only where the planner prices the longer block; the confidence rule's rounds draft γ
+        copies = max(gamma, copies) if copies is not None and settings.cost_aware else gamma
         tokens, chances = [], []
-        all_kept = 1.0
-        while len(tokens) < gamma:
-            copied = self._lookup.continuation(sequence + tokens)
-            if copied is None:
-                break
-            kinds = ["copy"] * len(tokens)
-            if settings.cost_aware and not planner.draft_more(kinds, chances, gamma, "copy", later_kind="copy"):
-                break
-            tokens.append(copied)
-            chances.append(planner.acceptance.calibrated(LOOKUP_PRECISION, "copy"))
-            all_kept *= chances[-1]
-            if not settings.cost_aware and all_kept < settings.stop_below:
-                break
+        found = self._lookup.span(sequence, copies)
+        if found is not None and (not settings.cost_aware or planner.draft_more([], [], copies, "copy",
+                                                                                later_kind="copy")):
+            tokens, chances = found[1], copied_chances(planner.acceptance, [], len(found[1]))
         if settings.cost_aware:
             del tokens[planner.best_length(["copy"] * len(tokens), chances):]
+        else:
+            all_kept, kept = 1.0, 0
+            while kept < len(tokens) and all_kept >= settings.stop_below:
+                all_kept *= chances[kept]
+                kept += 1
+            del tokens[kept:]
         self._estimates = [LOOKUP_PRECISION] * len(tokens)
         probs = torch.zeros((len(tokens), self.vocab_size), device=self.device)
         probs[torch.arange(len(tokens)), torch.tensor(tokens, dtype=torch.long)] = 1.0

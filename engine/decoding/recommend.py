@@ -74,6 +74,7 @@ class Recommendation:
 def cost_model_from_dict(costs: dict) -> CostModel:
     """A CostModel from its as_dict() form (milliseconds), as PairInfo.costs carries it to the window."""
     return CostModel([ms / 1e3 for ms in costs["target_block_ms"]], draft_step_s=costs["draft_step_ms"] / 1e3,
+                     long_block_s=[ms / 1e3 for ms in costs.get("long_block_ms", [])],
                      copy_s=costs["copy_ms"] / 1e3, overhead_s=costs["overhead_ms"] / 1e3,
                      per_draft_s=costs.get("per_draft_ms", 0.0) / 1e3, position_s=costs.get("position_us", 0.0) / 1e6,
                      position_row_s=costs.get("position_row_us", 0.0) / 1e6,
