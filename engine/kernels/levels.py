@@ -28,7 +28,7 @@ LEVELS = {  # best first
 }
 
 
-def _cpu_flags() -> frozenset[str] | None:
+def cpu_flags() -> frozenset[str] | None:
     """The CPU's flags as Linux lists them, or None where /proc/cpuinfo cannot be read."""
     try:
         with open("/proc/cpuinfo") as cpuinfo:
@@ -48,7 +48,7 @@ def forced() -> str | None:
         return None
     if name not in LEVELS:
         raise ValueError(f"{SWITCH}={name} is no level; the levels are {', '.join(LEVELS)}")
-    flags = _cpu_flags()
+    flags = cpu_flags()
     if flags is not None and not LEVELS[name].flags <= flags:
         missing = " ".join(sorted(LEVELS[name].flags - flags))
         raise ValueError(f"{SWITCH}={name}: this CPU cannot execute that level (it lacks {missing})")

@@ -43,7 +43,8 @@ FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off", "-fno-trapping-math", "-fPIC", 
 # 32, or w = d_h·(u − zero) with a float32 d_h per half group of 16 (Q6_K).
 SCALES_F16, SCALES_F32, SCALES_HALVES = 0, 1, 2
 # A prompt is read in by matrix products over de-quantised weights (LlamaForward.read_in) where the CPU multiplies
-# bfloat16 matrices on AMX tiles (measured there: docs/q4q8-kernel.md), in blocks of READ_IN_ROWS rows at multiples
+# bfloat16 matrices in hardware, on AMX tiles or with AVX-512's bf16 instructions (faster there than the kernel's
+# rows: docs/q4q8-kernel.md; without them oneDNN emulates bf16, far slower), in blocks of READ_IN_ROWS rows at multiples
 # of it, so that a prompt is cut at the same positions whatever the machine's speed. Each block de-quantises every
 # weight again (~0.65 s for the Qwen 1.5B + 0.5B pair on 2 cores), so larger blocks read faster: a 4,000-token
 # prompt at 117 tokens/s in blocks of 256, 136 in blocks of 512 (~4 s each); Stop does not wait for a block's end.
@@ -150,12 +151,15 @@ def loops_name() -> str:
 
 
 def reads_in_densely() -> bool:
-    """Whether a native forward reads prompts in with `LlamaForward.read_in` on this machine (see READ_IN_ROWS)."""
+    """Whether a native forward reads prompts in with `LlamaForward.read_in` on this machine (see READ_IN_ROWS):
+    where oneDNN multiplies bfloat16 in hardware, on AMX tiles or AVX-512's bf16 instructions, and is let to."""
     forced = os.environ.get("SPECDEC_READ_IN")
     if forced in ("dense", "kernel"):
         return forced == "dense"
-    onednn_isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()  # set lower, oneDNN leaves AMX alone
-    return torch.cpu._is_amx_tile_supported() and (onednn_isa in ("ALL", "DEFAULT") or "AMX" in onednn_isa)
+    onednn_isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()  # set lower (SPECDEC_ISA), bf16 is emulated
+    if onednn_isa not in ("ALL", "DEFAULT") and "AMX" not in onednn_isa and "BF16" not in onednn_isa:
+        return False
+    return torch.cpu._is_amx_tile_supported() or "avx512_bf16" in (levels.cpu_flags() or ())
 
 
 def fast() -> bool:

@@ -142,7 +142,7 @@ def test_a_level_that_is_no_level_is_refused_in_one_line(monkeypatch):
 
 
 def test_a_level_the_cpu_lacks_is_refused_before_torch_would_run_it(monkeypatch):
-    monkeypatch.setattr(levels, "_cpu_flags", lambda: frozenset({"sse4_1", "avx2", "fma", "f16c"}))  # an AVX2 CPU
+    monkeypatch.setattr(levels, "cpu_flags", lambda: frozenset({"sse4_1", "avx2", "fma", "f16c"}))  # an AVX2 CPU
     monkeypatch.setenv(levels.SWITCH, "avx512")
     monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
     levels.force_torch()  # at import: torch is left at the CPU's best, and the refusal waits for a command
@@ -156,7 +156,7 @@ def test_a_level_the_cpu_lacks_is_refused_before_torch_would_run_it(monkeypatch)
 
 @pytest.mark.skipif(not q4q8.available(), reason="no C compiler for the kernel")
 def test_the_kernel_refuses_a_level_the_cpu_lacks_where_proc_cpuinfo_says_nothing(monkeypatch):
-    monkeypatch.setattr(levels, "_cpu_flags", lambda: None)  # not Linux: the kernel's own CPU check decides
+    monkeypatch.setattr(levels, "cpu_flags", lambda: None)  # not Linux: the kernel's own CPU check decides
     monkeypatch.setattr(q4q8, "executable_levels", lambda: ("portable",))
     monkeypatch.setenv(levels.SWITCH, "avx2")
     q4q8.isa.cache_clear()

@@ -8,7 +8,7 @@ from engine.decoding.caches import CachedModel
 from engine.decoding.decoder import Decoder
 from engine.decoding.drafters import DraftModelDrafter
 from engine.events import DecodeSettings
-from engine.kernels import q4q8
+from engine.kernels import levels, q4q8
 from tests.engine.models.test_gguf_native import tiny_gguf_pair
 from tests.engine.kernels.test_q4q8 import random_weight
 from tests.tiny import tiny_model
@@ -184,11 +184,18 @@ def test_a_reply_stopped_in_a_read_in_block_ends_there_and_the_next_is_as_from_a
     assert not again[2] and again[1] == expected[1] and len(again[0]) > 0
 
 
-def test_dense_read_in_is_where_the_cpu_has_amx_unless_forced(monkeypatch):
+def test_dense_read_in_is_where_the_cpu_multiplies_bfloat16_in_hardware_unless_forced(monkeypatch):
     monkeypatch.delenv("SPECDEC_READ_IN", raising=False)
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
-    assert q4q8.reads_in_densely() == torch.cpu._is_amx_tile_supported()
-    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # as an AVX2 machine is emulated: oneDNN leaves AMX alone
+    bf16 = torch.cpu._is_amx_tile_supported() or "avx512_bf16" in (levels.cpu_flags() or ())
+    assert q4q8.reads_in_densely() == bf16
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    monkeypatch.setattr(levels, "cpu_flags", lambda: frozenset({"avx2", "avx512f", "avx512_bf16"}))
+    assert q4q8.reads_in_densely()  # a Zen 4: no tiles, AVX-512 bf16
+    monkeypatch.setattr(levels, "cpu_flags", lambda: frozenset({"avx2", "avx512f", "avx512_vnni"}))
+    assert not q4q8.reads_in_densely()  # AVX-512 without bf16: oneDNN would emulate it
+    monkeypatch.setattr(levels, "cpu_flags", lambda: frozenset({"avx2", "avx512f", "avx512_bf16"}))
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # as an AVX2 machine is emulated (SPECDEC_ISA=avx2)
     assert not q4q8.reads_in_densely()
     for how in ("dense", "kernel"):
         monkeypatch.setenv("SPECDEC_READ_IN", how)
