@@ -11,7 +11,7 @@ from engine.decoding.costs import SCRATCH_POSITIONS
 from engine.decoding.recommend import (MARGIN, MAX_GAMMA, NO_ROUNDS, SPREAD, Measured, Recommendation,
                                        cost_model_from_dict, recommend, round_tokens, stop_threshold)
 from engine.events import DecodeSettings, Drafting, Mode, PairInfo, RoundEvent
-from engine.stats import PositionAcceptance, position_acceptance
+from engine.stats import CopyRunAcceptance, PositionAcceptance, copy_run_acceptance, position_acceptance
 from words.records import DrafterComparison, NumberedReply, Session, numbered_replies, same_models
 
 
@@ -61,6 +61,7 @@ class WhyGamma:
     left_out: PairInfo | None = None  # the pair of the last speculative reply left out as another pair's, if any
     last_left_out: bool = False  # the chat's last reply is another pair's: its own figures are not this pair's
     machine: str = ""  # what ran the pair: the vector instructions and threads ("" where not known)
+    copy_runs: CopyRunAcceptance = CopyRunAcceptance()  # the rounds' copies kept by their place in a run of copies
 
     @property
     def only_another_pairs(self) -> bool:
@@ -70,6 +71,7 @@ class WhyGamma:
     def as_dict(self) -> dict:
         return {"costs": self.costs, "costs_note": self.costs_note, "session_acceptance": self.session.as_dict(),
                 "acceptance_by_drafting": {d.value: p.as_dict() for d, p in self.profiles.items()},
+                "copy_run_acceptance": self.copy_runs.as_dict(),
                 "recommendation": None if self.recommendation is None else self.recommendation.as_dict()}
 
 
@@ -159,7 +161,39 @@ def why_gamma(session: Session, costs_note: str = "") -> WhyGamma:
     machine = f"{runtime.cpu_capability}, {runtime.threads} threads" if runtime is not None else ""
     return WhyGamma(costs, position_acceptance(rounds), tuple(point for point, _ in points), recommendation, profiles,
                     costs_note, measured_points, rounds, left_out,
-                    bool(replies) and not by_the_pair(session, replies[-1]), machine)
+                    bool(replies) and not by_the_pair(session, replies[-1]), machine, copy_run_acceptance(rounds))
+
+
+def place_bins(places: int) -> list[tuple[int, int]]:
+    """(first, last) places a line of copy acceptance pools: 1 to 4 each alone, where a run is won or lost, then
+    5–8, 9–16, 17–32, …, whose copies mostly follow one another and are few each."""
+    bins, first = [], 1
+    while first <= places:
+        last = first if first <= 4 else 2 * first - 2
+        bins.append((first, min(last, places)))
+        first = last + 1
+    return bins
+
+
+def copy_run_line(why: WhyGamma) -> str:
+    """The share of copies the target kept by their place in a run of copies, in one line ("" where the chat's rounds
+    checked no copy): why a long copied run pays where its first copy is a guess."""
+    runs = why.copy_runs
+    if not runs.checked:
+        return ""
+    said = []
+    for first, last in place_bins(len(runs.checked)):
+        checked, kept = sum(runs.checked[first - 1:last]), sum(runs.kept[first - 1:last])
+        places = str(first) if first == last else f"{first}–{last}"
+        said.append(f"{places}: {kept / checked:.0%} of {checked}")
+    return "Copies kept by their place in a run of copies (1: a run's first): " + " · ".join(said) + "."
+
+
+def copy_run_tip(why: WhyGamma) -> str:
+    """The line's tooltip: every place's own count."""
+    runs = why.copy_runs
+    return "\n".join(f"place {j}: {kept} of {checked} copies kept" for j, (checked, kept)
+                     in enumerate(zip(runs.checked, runs.kept), start=1))
 
 
 def machine_line(why: WhyGamma) -> str:

@@ -284,6 +284,44 @@ def position_acceptance(events: Iterable[RoundEvent]) -> PositionAcceptance:
     )
 
 
+@dataclass(frozen=True)
+class CopyRunAcceptance:
+    """How copies fare along a run of copies: of the copied drafts the target checked at place j of a run (a
+    round's copies in a row, places counted from the run's first copy, so a copy after a model draft is at place 1),
+    how many it kept. Lists are indexed by place − 1; where no copy was checked they are empty. A copy that starts a
+    run is a guess from a few matching tokens; once the target keeps one, the next ones mostly follow (the cost
+    model prices a copy by the same places: engine.decoding.costs.Acceptance.copy_run)."""
+
+    checked: tuple[int, ...] = ()
+    kept: tuple[int, ...] = ()
+
+    @property
+    def shares(self) -> tuple[float, ...]:
+        return tuple(k / c for k, c in zip(self.kept, self.checked))
+
+    def as_dict(self) -> dict:
+        return {"checked": list(self.checked), "kept": list(self.kept), "shares": list(self.shares)}
+
+
+def copy_run_acceptance(events: Iterable[RoundEvent]) -> CopyRunAcceptance:
+    """Acceptance of copies by their place in a run of copies, over these rounds' checked drafts (rounds that do
+    not say their drafts' kinds count none)."""
+    checked: list[int] = []
+    kept: list[int] = []
+    for event in events:
+        place = 0
+        for token, kind in zip(event.drafted, event.draft_kinds):
+            place = place + 1 if kind == "copy" else 0
+            if not place:
+                continue
+            if len(checked) < place:
+                checked.append(0)
+                kept.append(0)
+            checked[place - 1] += 1
+            kept[place - 1] += token.accepted
+    return CopyRunAcceptance(tuple(checked), tuple(kept))
+
+
 def session_acceptance(replies: Iterable[Sequence[RoundEvent]]) -> PositionAcceptance:
     """Acceptance by draft position over every round of these replies together (a session)."""
     return position_acceptance(event for reply in replies for event in reply)

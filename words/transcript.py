@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 
 from engine.events import Fate, RoundEvent
 from engine.stats import LOADED_ROUNDS, token_pace_s
+from words.copies import copy_origin
 from words.links import LAST_REPLY_ONLY
 from words.markdown import Block, inline_runs, parse_blocks
 from words.records import Reply
@@ -268,6 +269,25 @@ class Transcript:
 
     def reply_of_span(self, index: int) -> ReplyItem | None:
         return next((item for item in self.replies() if item.first <= index < item.end), None)
+
+    def message_of(self, item: ReplyItem) -> str:
+        """The user's message that the reply answers: the last one before it ("" where the chat opens on a reply)."""
+        at = next(k for k, other in enumerate(self.items) if other is item)
+        return next((other.text for other in reversed(self.items[:at]) if isinstance(other, UserItem)), "")
+
+    def copy_origin(self, index: int) -> str:
+        """Where the copied span `index` came from (words.copies): its run, its round's copies in a row up to it,
+        looked for in the reply before the run and in the user's message the reply answers; "" for a span not
+        copied."""
+        span, item = self.spans[index], self.reply_of_span(index)
+        if not span.copied or item is None:
+            return ""
+        start = index
+        while (start > item.first and self.spans[start - 1].copied
+               and self.spans[start - 1].round_index == span.round_index):
+            start -= 1
+        run = "".join(s.text for s in self.spans[start:index + 1])
+        return copy_origin(run, self.message_of(item), reply_text(self.spans[item.first:start]))
 
     def turn_of(self, index: int | None) -> int | None:
         """The turn of the finished reply span `index` belongs to; for no span, the last finished reply's (None when

@@ -1,9 +1,10 @@
 """The token inspector: what happened to one token and why, in the words of its mode.
 
 Greedy rounds accept a draft when it is the target's top choice, so they show p, q and the target's choice;
-sampling rounds show the test r < min(1, p/q). Copied drafts (prompt lookup) are named as such, with q = 1
-explained. A token that is only some of a character's UTF-8 bytes is named by them (‹e4 bd›) and, where the text
-after it tells, by its character. Hovering shows a token; a click pins it until the next click.
+sampling rounds show the test r < min(1, p/q). Copied drafts (prompt lookup) are named as such, with where they
+were copied from (words.copies) and q = 1 explained. A token that is only some of a character's UTF-8 bytes is
+named by them (‹e4 bd›) and, where the text after it tells, by its character. Hovering shows a token; a click
+pins it until the next click.
 
 The pane can be 190 px wide and MIN_LINES lines tall, so formulas and figures never wrap inside themselves,
 paragraphs keep small margins, the top tokens of p and q flow as two short lists rather than a table, and the rest
@@ -18,6 +19,7 @@ from PySide6.QtWidgets import QLabel, QScrollArea
 
 from engine.events import DraftedToken, Fate, TokenProb
 from ui.window.palette import NOTE_COLOUR, STYLES, paper
+from words.copies import FROM_CONVERSATION
 from words.tokens import PART_OF_A_CHARACTER, TokenSpan, byte_part, label_bytes
 
 NBSP, WORD_JOINER = "\u00a0", "\u2060"  # Qt breaks lines at spaces and after a slash ("min(1, p/" | "q)")
@@ -79,8 +81,9 @@ def drafts_phrase(n: int) -> str:
 
 
 def explanation(span: TokenSpan) -> str:
-    """One or two plain sentences (not yet HTML-escaped) on why the token has its fate."""
-    drafter = "copied from the conversation" if span.copied else "drafted by the draft model"
+    """One or two plain sentences (not yet HTML-escaped) on why the token has its fate (where a copy came from is
+    in the header, span_html's)."""
+    drafter = "copied" if span.copied else "drafted by the draft model"
     top = span.drafted.top_p[0].text if span.drafted is not None and span.drafted.top_p else None
     if span.fate is Fate.TARGET:
         return ("The target's own token, from one forward for it alone: plain AR, or a speculative round that "
@@ -139,8 +142,9 @@ def paragraph(html: str, style: str = "") -> str:
     return f"<p style='margin:0 0 5px 0;{style}'>{html}</p>"  # Qt's default 12 px margins fill a short pane
 
 
-def span_html(span: TokenSpan, pinned: bool = False, note: str = "") -> str:
-    """The inspector's page on `span`; `note` (plain text) says above it why this token is shown."""
+def span_html(span: TokenSpan, pinned: bool = False, note: str = "", origin: str = "") -> str:
+    """The inspector's page on `span`; `note` (plain text) says above it why this token is shown, `origin` where a
+    copied token came from (Transcript.copy_origin; "": the conversation)."""
     style = STYLES[span.fate]
     swatch = f"background:{style.background or '#eeeeee'};color:{style.foreground or '#000'};"
     if style.strike:
@@ -148,7 +152,7 @@ def span_html(span: TokenSpan, pinned: bool = False, note: str = "") -> str:
     token = span.emitted or span.drafted  # a rejected draft never joined the reply: it has only its draft
     # "pinned" stays with the id, after the token (under it, together, in a narrow pane)
     tag = token_id_note(token.token_id) + (f"{NBSP}·{NBSP}<b>pinned</b>" if pinned else "")
-    parts = [f"<b>{escape(style.label)}</b>"] + (["copied from the conversation"] if span.copied else [])
+    parts = [f"<b>{escape(style.label)}</b>"] + ([escape(origin or FROM_CONVERSATION)] if span.copied else [])
     parts.append(unbroken(f"round {span.round_index + 1}"))
     if span.fate is not Fate.TARGET:
         parts.append("greedy" if span.greedy else "sampling")
@@ -242,15 +246,17 @@ class TokenInspector(QScrollArea):
         self.setWidgetResizable(True)
         self.setMinimumHeight(MIN_LINES * self.fontMetrics().lineSpacing() + 2 * (self.frameWidth() + 4))
         self.span: TokenSpan | None = None
+        self.origin = ""  # where the token shown was copied from, for its page once unpinned
         self.pinned = False
 
-    def show_span(self, span: TokenSpan, note: str = "") -> None:
-        """Show a hovered token, unless one is pinned; `note` says why it is shown when no one pointed at it."""
+    def show_span(self, span: TokenSpan, note: str = "", origin: str = "") -> None:
+        """Show a hovered token, unless one is pinned; `note` says why it is shown when no one pointed at it,
+        `origin` where a copied one came from."""
         if not self.pinned:
-            self._display(span, span_html(span, note=note))
+            self._display(span, span_html(span, note=note, origin=origin), origin)
 
-    def pin(self, span: TokenSpan) -> None:
-        self._display(span, span_html(span, pinned=True))
+    def pin(self, span: TokenSpan, origin: str = "") -> None:
+        self._display(span, span_html(span, pinned=True, origin=origin), origin)
         self.pinned = True
         self.label.setToolTip(PINNED_HINT)  # the header says "pinned"; how to release it costs no lines here
 
@@ -258,15 +264,15 @@ class TokenInspector(QScrollArea):
         self.pinned = False
         self.label.setToolTip("")
         if self.span is not None:
-            self.label.setText(span_html(self.span))
+            self.label.setText(span_html(self.span, origin=self.origin))
 
-    def _display(self, span: TokenSpan, html: str) -> None:
+    def _display(self, span: TokenSpan, html: str, origin: str) -> None:
         if span is not self.span:  # another token is read from its header, not from where the last one was scrolled
             self.verticalScrollBar().setValue(0)
-        self.span = span
+        self.span, self.origin = span, origin
         self.label.setText(html)
 
     def reset(self) -> None:
-        self.span, self.pinned = None, False
+        self.span, self.origin, self.pinned = None, "", False
         self.label.setToolTip("")
         self.label.setText(HINT)

@@ -1,5 +1,6 @@
-"""The "why this γ" charts: acceptance by draft position (this reply and the session), what a round costs on this
-machine, and the predicted speedup as a function of γ under the session's acceptance, with the replies measured.
+"""The "why this γ" charts: acceptance by draft position (this reply and the session), under it where the chat
+copied drafts how copies fare by their place in a run of them, what a round costs on this machine, and the predicted
+speedup as a function of γ under the session's acceptance, with the replies measured.
 
 Acceptance counts are appended per round into preallocated arrays and drawn by the same ~100 ms timer as the live
 charts; the cost model and the prediction change once per reply (app.why.WhyGamma from the chat controller).
@@ -15,7 +16,8 @@ from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtGui import QPixmap
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-from app.why import WhyGamma, confidence_note, estimate_note, machine_line, measured_short_note
+from app.why import (WhyGamma, confidence_note, copy_run_line, copy_run_tip, estimate_note, machine_line,
+                     measured_short_note)
 from engine.decoding.costs import MEASURED_ROWS
 from engine.decoding.recommend import MAX_GAMMA
 from engine.events import Drafting, RoundEvent
@@ -230,11 +232,18 @@ class WhyGammaPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
+        # under the acceptance chart, where the chat's rounds copied: a copied run is kept or lost at its start
+        self.copy_runs = QLabel("")
+        self.copy_runs.setWordWrap(True)
+        self.copy_runs.setTextFormat(Qt.TextFormat.PlainText)
+        self.copy_runs.setStyleSheet(self.explanation.styleSheet())
         layout.addWidget(self.explanation)  # the conclusion first: in view where the tab scrolls to its plots
         for plot, header in self.headers.items():
             layout.addSpacing(CHART_GAP)
             layout.addWidget(header)
             layout.addWidget(plot, 1)  # the pane's height beyond the text goes to the plots
+            if plot is self.acceptance_plot:
+                layout.addWidget(self.copy_runs)
         self.show_why(None)
         self._show_acceptance()
         self.timer = QTimer(self)
@@ -360,6 +369,10 @@ class WhyGammaPanel(QWidget):
             entries.append(f"▲&nbsp;△&nbsp;{escape(CONFIDENCE_SAID)}")
         header.show_legend(escape(header.note) if header.note else " &nbsp; ".join(entries))
         self.explanation.setText(self.explanation_text())
+        line = copy_run_line(why) if why is not None else ""
+        self.copy_runs.setText(line)
+        self.copy_runs.setToolTip(copy_run_tip(why) if line else "")
+        self.copy_runs.setVisible(bool(line))
 
     def explanation_text(self) -> str:
         """One line: what the rounds chose and why (the recommendation's own explanation)."""
@@ -391,7 +404,8 @@ def why_panel(session: Session, why: WhyGamma, size: QSize) -> WhyGammaPanel:
     panel.show_why(why)
     panel.refresh()
     width = max(size.width(), EXPORT_WHY_SIZE.width())
-    text = sum(label.heightForWidth(width) for label in (*panel.headers.values(), panel.explanation))
+    labels = (*panel.headers.values(), panel.explanation, *([panel.copy_runs] if copy_run_line(why) else []))
+    text = sum(label.heightForWidth(width) for label in labels)
     spacing = CHART_GAP * len(panel.headers)
     panel.resize(width, max(size.height(), text + spacing + len(panel.headers) * EXPORT_WHY_SIZE.height()))
     panel.layout().activate()  # a widget never shown is laid out only when asked

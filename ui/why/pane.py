@@ -132,7 +132,8 @@ class AnalysisPane(QSplitter):
             span = self.chat.spans[index]
             if (span.round_index >= from_round and (span.fate is Fate.REJECTED or span.replaces is not None)
                     and self.chat.shows(span)):
-                self.inspector.show_span(span, first_rejection_note(span, continued=part_rounds is not None))
+                self.inspector.show_span(span, first_rejection_note(span, continued=part_rounds is not None),
+                                         self.chat.transcript.copy_origin(index))
                 return
 
     def inspect(self, index: int) -> None:
@@ -142,7 +143,7 @@ class AnalysisPane(QSplitter):
                 self.inspector.reset()
                 self.inspector.label.setText(FATES_NOTE)
             return
-        self.inspector.show_span(span)
+        self.inspector.show_span(span, origin=self.chat.transcript.copy_origin(index))
 
     def on_token_clicked(self, index: int) -> None:
         """A click pins a token in the inspector; clicking the pinned token again releases it."""
@@ -152,7 +153,7 @@ class AnalysisPane(QSplitter):
         if self.chat.spans[index].fate is Fate.UNKNOWN:
             self.inspect(index)
             return
-        self.inspector.pin(self.chat.spans[index])
+        self.inspector.pin(self.chat.spans[index], self.chat.transcript.copy_origin(index))
         self.chat.mark_pinned(index)
 
     def on_background_clicked(self) -> None:

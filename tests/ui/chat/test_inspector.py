@@ -336,3 +336,23 @@ def test_after_a_continue_the_inspector_opens_on_the_continued_parts_first_rejec
     assert part.request.continues and rejected  # the continued part drafted, and had a draft rejected
     assert window.inspector.span is rejected[0]
     assert text_of(window.inspector.label.text()).startswith("The continued part's first rejected draft:")
+
+
+def test_a_copied_token_says_the_line_of_the_users_message_it_came_from(qtbot):
+    """Hovered, pinned and unpinned, a copy of the pasted function names its line; a model draft names none."""
+    window = MainWindow({})
+    qtbot.addWidget(window)
+    chat = window.chat
+    chat.add_user_message("Rename f to g:\ndef f(x):\n    y = x * 2\n    return y + 1\n")
+    chat.begin_reply("Assistant", lookup=True)
+    chat.add_round(accepted_round(0, ["def", " g", "(x", "):\n"], "    y"))  # the model's own drafts
+    chat.add_round(accepted_round(1, [" =", " x", " *", " 2", "\n", "    return"], " y", q=1.0))  # copies
+    copy = next(i for i, s in enumerate(chat.spans) if s.text == "    return")
+    window.analysis.inspect(copy)
+    said = "copied from your message, line 4"
+    assert said in text_of(window.inspector.label.text())
+    window.analysis.on_token_clicked(copy)
+    window.analysis.on_background_clicked()
+    assert said in text_of(window.inspector.label.text())
+    window.analysis.inspect(next(i for i, s in enumerate(chat.spans) if s.text == " g"))
+    assert "copied from" not in text_of(window.inspector.label.text())
