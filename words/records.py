@@ -295,7 +295,8 @@ def numbered_replies(session: Session) -> list[NumberedReply]:
                           session.context_notices.get(group[-1], ""), session.reply_pairs.get(group[-1]))
             for number, (group, (whole, _)) in enumerate(zip(groups, session.shown_replies(), strict=True), start=1)]
 
-# What the chat controller (app/chat/controller.py) tells the window: the turn's state, and the conversation as it happens.
+# What the chat controller (app/chat/controller.py) tells the window: the turn's state, and the conversation as it
+# happens.
 
 class TurnState(Enum):
     IDLE = "idle"  # waiting for a command (whether a pair answers is `ChatStatus.ready`)

@@ -178,8 +178,10 @@ class Decoder:
                                         draft_position_s=draft_position_s, long_block_s=long_blocks))
 
     def _time_long_blocks(self, steps: _Steps | None = None) -> list[float]:
-        """The target's blocks of LONG_BLOCKS rows, which copied runs fill (fewer repeats: each is several steps)."""
-        return self._time_blocks(LONG_BLOCKS, LONG_REPEATS, steps=steps)
+        """The target's blocks of LONG_BLOCKS rows, which copied runs fill (fewer repeats: each is several steps), as
+        far as they fit in the window after the scratch cache (a model with learned positions has no others)."""
+        fitting = [k for k in LONG_BLOCKS if SCRATCH_POSITIONS + k <= (self.window or 1 << 30)]
+        return self._time_blocks(fitting, LONG_REPEATS, steps=steps) if fitting else []
 
     def _time_context_step(self, sequence: list[int]) -> None:
         """Time the target's next single-row step in place, after all but the last of `sequence` (rolled back after

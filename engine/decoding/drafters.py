@@ -52,7 +52,7 @@ class Proposal:
 
 
 class Drafter(Protocol):
-    runner: CachedModel | None  # the draft model's cache (timed, warmed and read in beside the target's); None: no model
+    runner: CachedModel | None  # the draft model's cache (timed, warmed, read in beside the target's); None: no model
 
     def prefill(self, prompt: list[int]) -> None:
         """Get ready to draft after `prompt` (a new reply; earlier turns may still be cached)."""

@@ -110,8 +110,8 @@ class GGUFTensor:
 def read_tensors(path: Path) -> tuple[str, dict[str, GGUFTensor]]:
     """The architecture and the tensors (memory-mapped) of a GGUF, its header read by engine.models.gguf_header.
     Every count and offset the header claims is checked against the file's size before it is used, so a damaged or
-    truncated file raises GGUFError (naming the file) and nothing of the claimed size is allocated. The last few files read are kept
-    (a load checks the file, then reads it: ~0.4 s a walk over a 151k-token vocabulary)."""
+    truncated file raises GGUFError (naming the file) and nothing of the claimed size is allocated. The last few
+    files read are kept (a load checks the file, then reads it: ~0.4 s a walk over a 151k-token vocabulary)."""
     stat = path.stat()
     return _read_tensors(path.resolve(), stat.st_size, stat.st_mtime_ns)
 

@@ -1,8 +1,9 @@
-"""The main window: the frame, the menus, and the wiring of its panes to the chat controller (app/chat/controller.py). The
-panes draw: the pair and the decoding controls (ui/pair/pane.py), the chat (ui/chat/pane.py), the inspector and
-charts (ui/why/pane.py), side by side (ui/window/pane_splitter.py); the status bar (ui/window/status.py) and the
-history dock. The menu bar is built in ui/window/menu_bar.py, the window's size fitted to the screen in ui/window/fit.py;
-Compare drafters' table and the Help menu's windows are dialogs of their own (ui/compare/drafters_dialog.py, ui/window/guide.py)."""
+"""The main window: the frame, the menus, and the wiring of its panes to the chat controller
+(app/chat/controller.py). The panes draw: the pair and the decoding controls (ui/pair/pane.py), the chat
+(ui/chat/pane.py), the inspector and charts (ui/why/pane.py), side by side (ui/window/pane_splitter.py); the status
+bar (ui/window/status.py) and the history dock. The menu bar is built in ui/window/menu_bar.py, the window's size
+fitted to the screen in ui/window/fit.py; Compare drafters' table and the Help menu's windows are dialogs of their
+own (ui/compare/drafters_dialog.py, ui/window/guide.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -37,8 +38,8 @@ INT4_NOTE = "The target runs on its GGUF's 4-bit blocks, as llama.cpp does; set 
 
 class MainWindow(QMainWindow):
     """The frame, the menus and the wiring. The conversation, its turn state and its saving are the chat
-    controller's (app/chat/controller.py): the window asks it through the `*_requested` signals and passes what it reports on
-    to the panes that draw it."""
+    controller's (app/chat/controller.py): the window asks it through the `*_requested` signals and passes what it
+    reports on to the panes that draw it."""
 
     load_requested = Signal(str, object, str, str, str)  # target, draft or None, device, dtype, GGUF weights
     send_requested = Signal(str, object)  # the message, TurnOptions

@@ -10,8 +10,8 @@ from ui.window.guide import GuideDialog, about_box, menu_shortcuts, shortcuts_bo
 
 
 class WindowMenus(QObject):
-    """Builds `window`'s menus (ui.window.main_window.MainWindow's, which this module does not import: it imports this one);
-    keeps the entries the window enables and disables, and the Help menu's windows."""
+    """Builds `window`'s menus (ui.window.main_window.MainWindow's, which this module does not import: it imports
+    this one); keeps the entries the window enables and disables, and the Help menu's windows."""
 
     def __init__(self, window: QMainWindow):
         super().__init__(window)

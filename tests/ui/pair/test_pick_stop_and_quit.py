@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import Qt
 
 from app.pair.library import PickRequest
 from engine.benchmark import pick_draft as picking
@@ -13,23 +13,10 @@ from engine.benchmark.ranking import LOOKUP, NONE
 from tests.app.test_cli import saved_chain_pair
 from tests.engine.benchmark.test_pick_budget import cheap_drafts, slowed_rounds  # noqa: F401 (a fixture)
 from tests.engine.models.test_library import machine  # noqa: F401 (a fixture)
+from tests.ui.pair.test_model_library import models, studio  # noqa: F401 (fixtures: the wired window, its library)
 
 SIGNAL_MS = 60_000
 ROUND_S = 0.3  # a reply of 15 rounds then takes 4.5 s: waiting for its end would be late
-
-
-@pytest.fixture
-def studio(qtbot, machine, tmp_path, mixed_decoder):  # noqa: F811 (the fixture imported above)
-    from studio.window import build
-
-    built = build(mixed_decoder, preferences=QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
-    qtbot.addWidget(built.window)
-    with qtbot.waitSignal(built.library.library_changed, timeout=SIGNAL_MS):
-        built.window.show()
-        built.start()
-    qtbot.waitUntil(lambda: built.chat.status.ready, timeout=SIGNAL_MS)
-    yield built
-    built.shutdown()
 
 
 @pytest.fixture
