@@ -164,3 +164,33 @@ def test_negative_control_a_draft_length_chosen_by_looking_at_p_fails_the_same_t
     counts = _first_two_tokens(target_probs, draft_probs, 20000,
                                lambda x1, x2: target_probs[1, x2] >= draft_probs[1, x2])  # only sure acceptances
     assert _chi_square(counts.flatten(), torch.outer(target_probs[0], target_probs[1]).flatten()) > CHI2_CRITICAL_DF35
+
+
+def _token_after_a_long_copied_run(samples: int, accept_all: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """A round of 16 copied drafts (point masses, as a pasted function's copy proposes them): the token emitted at the
+    16th position, counted over the rounds that kept the 15 copies before it, and the target's p there."""
+    run = 16
+    generator = torch.Generator().manual_seed(99)
+    copies = torch.tensor([t % VOCAB for t in range(run)])
+    target_probs = torch.stack([peaked(int(t), mass=0.9) for t in copies[:-1]]
+                               + [warp(_pair()[0], DecodeSettings(greedy=False, temperature=1.0))[0]] * 2)
+    copies[-1] = int(target_probs[run - 1].argmin())  # the last copy the target likes least: mostly resampled
+    draft_probs = torch.nn.functional.one_hot(copies, VOCAB).float()
+    counts = torch.zeros(VOCAB)
+    for _ in range(samples):
+        verdict = verify_sampling(copies, draft_probs, target_probs, generator)
+        kept = run if accept_all else verdict.n_accepted
+        if kept >= run - 1:
+            counts[int(copies[-1]) if kept == run else verdict.next_token] += 1
+    return counts, target_probs[run - 1]
+
+
+def test_a_long_copied_run_keeps_the_target_distribution_at_its_end():
+    counts, p = _token_after_a_long_copied_run(8000)
+    assert counts.sum() > 1000  # enough rounds kept the 15 copies before it
+    assert _chi_square(counts, p) < CHI2_CRITICAL_DF5
+
+
+def test_negative_control_keeping_every_copy_of_a_long_run_fails_the_same_test():
+    counts, p = _token_after_a_long_copied_run(8000, accept_all=True)
+    assert _chi_square(counts, p) > CHI2_CRITICAL_DF5
