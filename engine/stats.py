@@ -303,15 +303,24 @@ class CopyRunAcceptance:
         return {"checked": list(self.checked), "kept": list(self.kept), "shares": list(self.shares)}
 
 
+def run_places(kinds: Sequence[str]) -> list[int]:
+    """Each draft's place in its run of copies (1 for a run's first copy), 0 for a model draft: a round's copies in
+    a row make a run, and a model draft ends one. The planner (engine.decoding.costs.Acceptance) and the why-γ tab
+    count copies kept by these places."""
+    places, place = [], 0
+    for kind in kinds:
+        place = place + 1 if kind == "copy" else 0
+        places.append(place)
+    return places
+
+
 def copy_run_acceptance(events: Iterable[RoundEvent]) -> CopyRunAcceptance:
     """Acceptance of copies by their place in a run of copies, over these rounds' checked drafts (rounds that do
     not say their drafts' kinds count none)."""
     checked: list[int] = []
     kept: list[int] = []
     for event in events:
-        place = 0
-        for token, kind in zip(event.drafted, event.draft_kinds):
-            place = place + 1 if kind == "copy" else 0
+        for token, place in zip(event.drafted, run_places(event.draft_kinds)):
             if not place:
                 continue
             if len(checked) < place:

@@ -272,9 +272,8 @@ def _warm(decoder, costs, check: Callable, max_new_tokens: int, stop: threading.
     price only the target's steps and a copy, which the costs measured first already hold, so they take a copy
     of those rather than time the same target again."""
     from engine.benchmark.bench import Config
-    from engine.decoding.drafters import DraftModelDrafter
 
-    if costs is None or isinstance(decoder.drafter, DraftModelDrafter):
+    if costs is None or decoder.draft_runner is not None:
         decoder.warm_up(progress=check, reuse=True)
     else:
         decoder.set_costs(copy.deepcopy(costs))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
 
-from engine.stats import MEASURED_PLAIN_ROUNDS
+from engine.stats import MEASURED_PLAIN_ROUNDS, run_places
 
 MEASURE_REPEATS = 5  # min of 5 timings per block size at load
 MEASURED_ROWS = 9  # blocks of 1..9 rows are timed (γ ≤ 8)
@@ -127,7 +127,7 @@ class CostModel:
 
         A timing caught by a busy moment is bounded by what cannot be slower: a block costs no more than a longer
         block, nor than its rows as single steps."""
-        knots = [(k, self._timed_block_s(k)) for k in self._timed_lengths()]
+        knots = self._bounded_timings()
         for (k0, s0), (k1, s1) in zip(knots, knots[1:]):
             if rows <= k1:
                 return s0 + (s1 - s0) * (rows - k0) / (k1 - k0) if rows > k0 else s0
@@ -136,13 +136,16 @@ class CostModel:
         (k0, s0), (k1, s1) = knots[-2:]
         return s1 + (rows - k1) * max((s1 - s0) / (k1 - k0), 0.0)
 
-    def _timed_lengths(self) -> list[int]:
-        return [*range(1, len(self.target_block_s) + 1), *LONG_BLOCKS[:len(self.long_block_s)]]
-
-    def _timed_block_s(self, rows: int) -> float:
-        """A timed length's block, bounded by every longer timed block and by its rows as single steps."""
-        timed = dict(zip(self._timed_lengths(), [*self.target_block_s, *self.long_block_s]))
-        return min(min(s for k, s in timed.items() if k >= rows), rows * self.target_block_s[0])
+    def _bounded_timings(self) -> list[tuple[int, float]]:
+        """(rows, seconds) of each timed length, shortest first, each bounded by every longer timed block (a running
+        minimum from the longest) and by its rows as single steps: one pass, as block_s is asked many times a
+        draft."""
+        lengths = [*range(1, len(self.target_block_s) + 1), *LONG_BLOCKS[:len(self.long_block_s)]]
+        bounded, least = [], math.inf
+        for rows, seconds in zip(reversed(lengths), reversed([*self.target_block_s, *self.long_block_s])):
+            least = min(least, seconds)
+            bounded.append((rows, min(least, rows * self.target_block_s[0])))
+        return bounded[::-1]
 
     @property
     def ar_token_s(self) -> float:
@@ -455,9 +458,7 @@ class Acceptance:
         for i in range(looked_at):
             self.calibration[kinds[i]][0] += i < n_accepted
             self.calibration[kinds[i]][1] += estimates[i]
-        place = 0
-        for i in range(looked_at):
-            place = place + 1 if kinds[i] == "copy" else 0
+        for i, place in enumerate(run_places(kinds[:looked_at])):
             if place:
                 while len(self.run_reached) < place:
                     self.run_kept.append(0.0)
